@@ -1,0 +1,330 @@
+"""The check contract: pure Python, no Django, no fabric.
+
+A check turns typed params into commands, the commands' outputs into
+measurements, and measurements plus thresholds into a verdict.
+
+Every caller (worker task, `python -m checks parse`, tests) goes through
+`run_check(check, params, thresholds, outputs, node)`, which owns the rules
+that are the same for every check:
+
+- a command that timed out -> `error` "LABEL timed out after Ns";
+- a command with no exit code, or one outside `Check.ok_exit_codes`
+  -> `error` "LABEL exited N: <why>" (why = `Check.describe_failure`);
+- `parse()` raising `EvidenceError` -> `error` with the exception's message,
+  which names what is missing ("probe output is not JSON: ...");
+- `parse()` or `evaluate()` crashing -> `error` "internal error in ..."
+  (never a pass: no evidence, no pass);
+- otherwise `evaluate(parse(outputs), thresholds, node)`.
+
+In every error case above the measurement list is empty: a parser that
+cannot trust its input returns nothing rather than half a picture.
+A missing single fact (one counter the driver did not report) is not a parse
+failure: parse records a Measurement with value None / text "" and, where
+known, `labels["missing"]` = the reason; evaluate turns it into an `error`
+finding that names the GPU and the fact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+PASS = "pass"
+WARN = "warn"
+FAIL = "fail"  # ran, and the hardware is out of spec
+ERROR = "error"  # could not tell: unreachable, timed out, unparseable, missing evidence
+SKIPPED = "skipped"
+
+VERDICT_STATUSES = (PASS, WARN, FAIL, ERROR, SKIPPED)
+# Worst first: the overall verdict of several findings is the worst one.
+_SEVERITY = {ERROR: 4, FAIL: 3, WARN: 2, PASS: 1, SKIPPED: 0}
+
+
+class ParamsError(ValueError):
+    """Params or thresholds given to a check do not match its schema."""
+
+
+class EvidenceError(Exception):
+    """Raised by `Check.parse` when the output holds no usable evidence.
+
+    The message says what is missing or wrong; `run_check` turns it into an
+    `error` verdict with that message and no measurements."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command to run on a node.
+
+    `argv` is run as a list (quoted by the transport, never by string
+    concatenation). `stdin` is fed to the process, e.g. the probe script for
+    `python3 -`. `timeout` is the remote limit in seconds: the transport wraps
+    the command in `timeout` so the remote process dies with it.
+    """
+
+    argv: tuple[str, ...]
+    timeout: float
+    stdin: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    label: str = ""
+
+    def display(self) -> str:
+        import shlex
+
+        text = shlex.join(self.argv)
+        return f"{text} < {self.label or 'stdin'}" if self.stdin is not None else text
+
+
+@dataclass(frozen=True)
+class CommandOutput:
+    """What one command produced on one node."""
+
+    command: Command
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    timed_out: bool = False
+    duration_s: float | None = None
+
+
+@dataclass
+class Measurement:
+    """One measured fact. `value` is numeric; `text` carries string facts
+    (GPU model, driver version). `gpu` is the GPU index when per-GPU."""
+
+    name: str
+    value: float | None = None
+    unit: str = ""
+    gpu: int | None = None
+    text: str = ""
+    threshold: str = ""
+    ok: bool | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Finding:
+    status: str
+    reason: str
+
+
+@dataclass
+class Verdict:
+    """The outcome of a check on one node: a status and human reasons."""
+
+    status: str
+    reason: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @classmethod
+    def from_findings(cls, findings: list[Finding], *, pass_reason: str = "all within spec") -> Verdict:
+        problems = [f for f in findings if f.status != PASS]
+        if not problems:
+            return cls(status=PASS, reason=pass_reason, findings=findings)
+        worst = max(_SEVERITY[f.status] for f in problems)
+        top = [f for f in problems if _SEVERITY[f.status] == worst]
+        status = top[0].status
+        reason = "; ".join(f.reason for f in top[:5])
+        if len(top) > 5:
+            reason += f"; and {len(top) - 5} more"
+        return cls(status=status, reason=reason, findings=findings)
+
+
+def worst_status(statuses: list[str]) -> str:
+    if not statuses:
+        return ERROR
+    return max(statuses, key=lambda s: _SEVERITY.get(s, 0))
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What a check may know about the node it runs on."""
+
+    hostname: str
+    expected_gpus: int | None = None
+
+
+class Check:
+    """Base class. Subclasses set `key`, `Params`, `Thresholds` and implement
+    commands/parse/evaluate. Register with `@register`."""
+
+    key: ClassVar[str]
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    Params: ClassVar[type]
+    Thresholds: ClassVar[type]
+    # Exit codes that mean "the tool ran and printed its evidence". Anything
+    # else is an `error` verdict in run_check, before parse is called.
+    ok_exit_codes: ClassVar[tuple[int, ...]] = (0,)
+
+    @classmethod
+    def make_params(cls, values: dict[str, Any] | None) -> Any:
+        return _build(cls.Params, values or {}, what="param")
+
+    @classmethod
+    def make_thresholds(cls, values: dict[str, Any] | None) -> Any:
+        return _build(cls.Thresholds, values or {}, what="threshold")
+
+    @classmethod
+    def default_params(cls) -> dict[str, Any]:
+        return dataclasses.asdict(cls.Params())
+
+    @classmethod
+    def default_thresholds(cls) -> dict[str, Any]:
+        return dataclasses.asdict(cls.Thresholds())
+
+    def commands(self, params: Any, node: NodeContext) -> list[Command]:
+        raise NotImplementedError
+
+    def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
+        raise NotImplementedError
+
+    def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
+        raise NotImplementedError
+
+    def timeout(self, params: Any) -> float:
+        """Total remote time budget of this check's commands, in seconds."""
+        return sum(c.timeout for c in self.commands(params, NodeContext(hostname="-")))
+
+    def describe_failure(self, output: CommandOutput) -> str:
+        """Why a command failed, for the `error` reason: the last stderr line
+        by default. Checks whose tool prints its own diagnosis override it."""
+        lines = [line.strip() for line in output.stderr.splitlines() if line.strip()]
+        return lines[-1][:300] if lines else "no stderr"
+
+
+def _build(schema: type, values: dict[str, Any], *, what: str) -> Any:
+    known = {f.name: f for f in dataclasses.fields(schema)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ParamsError(f"unknown {what}(s): {', '.join(unknown)}; expected one of: {', '.join(sorted(known))}")
+    hints = _field_types(schema)
+    defaults = schema()
+    coerced: dict[str, Any] = {}
+    for name, raw in values.items():
+        default = getattr(defaults, name)
+        coerced[name] = _coerce(raw, default, name=name, what=what, target=hints.get(name))
+    return schema(**coerced)
+
+
+def _field_types(schema: type) -> dict[str, type]:
+    """Field name -> the plain type to coerce to, from annotations.
+
+    `int | None` gives int: a field whose default is None (e.g. "don't
+    judge") still rejects a badly typed value instead of storing it raw."""
+    try:
+        hints = typing.get_type_hints(schema)
+    except Exception:  # unresolvable annotation: fall back to the default's type
+        return {}
+    plain: dict[str, type] = {}
+    for name, hint in hints.items():
+        is_union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        args = typing.get_args(hint) if is_union else ()
+        if args:
+            rest = [a for a in args if a is not type(None)]
+            if len(rest) == 1 and rest[0] in (bool, int, float, str):
+                plain[name] = rest[0]
+        elif hint in (bool, int, float, str):
+            plain[name] = hint
+    return plain
+
+
+def _coerce(raw: Any, default: Any, *, name: str, what: str, target: type | None = None) -> Any:
+    if raw is None:
+        return raw
+    if target is None:
+        if default is None:
+            return raw
+        target = type(default)
+    try:
+        if target is bool:
+            if isinstance(raw, str):
+                if raw.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if raw.lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(raw)
+            return bool(raw)
+        if target in (int, float):
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            value = target(raw)
+            if target is int and float(raw) != value:
+                raise ValueError(raw)
+            return value
+        if target is str:
+            if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+                raise ValueError(raw)
+            return str(raw)
+    except (TypeError, ValueError):
+        raise ParamsError(f"{what} {name!r}: expected {target.__name__}, got {raw!r}") from None
+    return raw
+
+
+REGISTRY: dict[str, type[Check]] = {}
+
+
+def register(cls: type[Check]) -> type[Check]:
+    if cls.key in REGISTRY:
+        raise ValueError(f"check kind {cls.key!r} registered twice")
+    REGISTRY[cls.key] = cls
+    return cls
+
+
+def get_check(key: str) -> Check:
+    try:
+        return REGISTRY[key]()
+    except KeyError:
+        raise KeyError(f"unknown check kind {key!r}; known: {', '.join(sorted(REGISTRY))}") from None
+
+
+def run_check(
+    check: Check | type[Check],
+    params: Any,
+    thresholds: Any,
+    outputs: list[CommandOutput],
+    node: NodeContext,
+) -> tuple[list[Measurement], Verdict]:
+    """Turn one check's command outputs on one node into (measurements, verdict).
+
+    The single place where timeouts, exit codes and unusable output become
+    `error` (see the module docstring). `params`/`thresholds` may be schema
+    instances or plain dicts (validated through make_params/make_thresholds,
+    so a bad key raises ParamsError before anything is judged)."""
+    if isinstance(check, type):
+        check = check()
+    if params is None or isinstance(params, dict):
+        params = check.make_params(params)
+    if thresholds is None or isinstance(thresholds, dict):
+        thresholds = check.make_thresholds(thresholds)
+    if not outputs:
+        return [], Verdict(status=ERROR, reason="no command output to judge (nothing ran)")
+    for out in outputs:
+        label = out.command.label or (out.command.argv[0] if out.command.argv else "command")
+        if out.timed_out:
+            limit = out.command.timeout
+            return [], Verdict(status=ERROR, reason=f"{label} timed out after {limit:g}s")
+        if out.exit_code is None:
+            return [], Verdict(status=ERROR, reason=f"{label} returned no exit code (connection lost?)")
+        if out.exit_code not in check.ok_exit_codes:
+            why = check.describe_failure(out)
+            return [], Verdict(status=ERROR, reason=f"{label} exited {out.exit_code}: {why}")
+    try:
+        measurements = check.parse(outputs)
+    except EvidenceError as exc:
+        return [], Verdict(status=ERROR, reason=str(exc))
+    except Exception as exc:  # a parser bug must not become a pass, nor crash the caller
+        return [], Verdict(status=ERROR, reason=f"internal error in {check.key} parser: {type(exc).__name__}: {exc}")
+    try:
+        verdict = check.evaluate(measurements, thresholds, node)
+    except EvidenceError as exc:
+        return measurements, Verdict(status=ERROR, reason=str(exc))
+    except Exception as exc:
+        reason = f"internal error in {check.key} evaluation: {type(exc).__name__}: {exc}"
+        return measurements, Verdict(status=ERROR, reason=reason)
+    return measurements, verdict

@@ -1,0 +1,276 @@
+"""ecc_health: ECC mode, ECC error counters and memory repair state per GPU.
+
+Evidence is the probe JSON. No evidence, no pass:
+- zero GPUs listed, an unknown GPU count, or a GPU the driver counts but the
+  probe could not read is `error`;
+- a required counter that is null is `error` naming the GPU, the counter and
+  the probe's reason ("GPU 4: volatile uncorrected ECC count unavailable (Not
+  Supported)"). A counter whose threshold is None is recorded, not required.
+
+Memory repair state (the stricter rule, on purpose): every GPU with ECC on
+must report either row remapping (Ampere and later) or page retirement
+(pre-Ampere). Null remapped rows are accepted only when retired pages are
+present. A recorded reason (e.g. "N/A" with MIG enabled) is quoted in the
+`error` but does not make it a pass: with neither, a pending repair or an
+exhausted spare-row bank would go unseen. An operator who knowingly runs
+MIG-partitioned GPUs can set `allow_remap_unavailable`.
+
+A GPU with ECC disabled fails (when required) and its null counters are not
+reported again as errors: disabled ECC explains them, and the fail is the
+actionable finding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from checks.base import ERROR, FAIL, PASS, WARN, Finding, Measurement, NodeContext, ParamsError, Verdict, register
+from checks.probe_check import Facts, Probe, ProbeCheck, ProbeParams, gpu_list, judge_max
+
+
+@dataclass
+class EccThresholds:
+    # NVIDIA GPU memory error management docs / DCGM health checks: any volatile
+    # (since last driver load) uncorrectable ECC error (XID 48) needs attention; 0 allowed.
+    max_volatile_uncorrected: int | None = 0
+    # None = not judged. Single-bit errors are corrected in hardware and feed row
+    # remapping / page retirement, which are judged below (NVIDIA row remapping docs).
+    max_volatile_corrected: int | None = None
+    # None = not judged. Aggregate counts are the GPU's lifetime history across
+    # reboots, including errors already repaired by row remapping; a refurbished or
+    # burned-in GPU legitimately carries some. Judge the current state instead.
+    max_aggregate_uncorrected: int | None = None
+    # HGX/DGX data center GPUs ship with ECC enabled; disabled ECC means silent
+    # memory corruption goes undetected (nvidia-smi -e; NVIDIA ECC docs).
+    require_ecc_enabled: bool = True
+    # NVIDIA A100/H100 row remapping docs: a pending remap takes effect only after
+    # a GPU reset; until then the GPU runs on a known-bad row (contained by error
+    # containment and page offlining) - reset before acceptance.
+    allow_remap_pending: bool = False
+    # NVIDIA row remapping docs, "RMA Policy Thresholds for Row-Remapping": a
+    # remapping failure makes the GPU an RMA candidate.
+    allow_remap_failure: bool = False
+    # Pre-Ampere (NVIDIA Dynamic Page Retirement docs): a page pending retirement
+    # is retired only after a driver reload / reboot.
+    allow_retired_pages_pending: bool = False
+    # NVIDIA memory error management docs: page retirement supports at most 64
+    # retirements per GPU. AzureHPC health checks treat >= 62 (SBE + DBE) as a
+    # full table, so fail above 61.
+    max_retired_pages: int | None = 61
+    # None = not judged separately; each DBE page is a contained, retired error.
+    # Set to e.g. 0 for zero tolerance of double-bit retirements.
+    max_retired_pages_double_bit: int | None = None
+    # Waiver for GPUs that cannot report row remapping (MIG-enabled A100/H100:
+    # "querying the number of remapped rows is not supported" - NVML docs).
+    allow_remap_unavailable: bool = False
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_volatile_uncorrected",
+            "max_volatile_corrected",
+            "max_aggregate_uncorrected",
+            "max_retired_pages",
+            "max_retired_pages_double_bit",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ParamsError(f"threshold {name!r}: must be >= 0 or None, got {value}")
+
+
+# (measurement, threshold attribute, what it counts for a fail, what it is for an error)
+_COUNTERS = (
+    (
+        "ecc_volatile_uncorrected",
+        "max_volatile_uncorrected",
+        "uncorrectable volatile ECC errors",
+        "volatile uncorrected ECC count",
+    ),
+    (
+        "ecc_volatile_corrected",
+        "max_volatile_corrected",
+        "correctable volatile ECC errors",
+        "volatile corrected ECC count",
+    ),
+    (
+        "ecc_aggregate_uncorrected",
+        "max_aggregate_uncorrected",
+        "uncorrectable aggregate (lifetime) ECC errors",
+        "aggregate uncorrected ECC count",
+    ),
+)
+
+
+@register
+class EccHealth(ProbeCheck):
+    key: ClassVar[str] = "ecc_health"
+    name: ClassVar[str] = "ECC health"
+    description: ClassVar[str] = "ECC mode, ECC error counters, row remapping / page retirement state per GPU."
+    Params: ClassVar[type] = ProbeParams
+    Thresholds: ClassVar[type] = EccThresholds
+
+    def measure(self, probe: Probe) -> list[Measurement]:
+        out: list[Measurement] = []
+        for gpu in probe.gpus:
+            if not gpu.answered:
+                continue  # gpu_present=0 already says it; no null counters to add
+            out += [
+                gpu.flag("ecc_enabled", "ecc_mode", "current"),
+                gpu.flag("ecc_pending_enabled", "ecc_mode", "pending"),
+                gpu.number("ecc_volatile_uncorrected", "ecc_errors", "volatile", "uncorrected"),
+                gpu.number("ecc_volatile_corrected", "ecc_errors", "volatile", "corrected"),
+                gpu.number("ecc_aggregate_uncorrected", "ecc_errors", "aggregate", "uncorrected"),
+                gpu.number("ecc_aggregate_corrected", "ecc_errors", "aggregate", "corrected"),
+                gpu.number("remapped_rows_correctable", "remapped_rows", "correctable", unit="rows"),
+                gpu.number("remapped_rows_uncorrectable", "remapped_rows", "uncorrectable", unit="rows"),
+                gpu.flag("remap_pending", "remapped_rows", "pending"),
+                gpu.flag("remap_failure", "remapped_rows", "failure"),
+            ]
+            if gpu.get("retired_pages") is not None:  # pre-Ampere only; absent otherwise
+                out += [
+                    gpu.number("retired_pages_single_bit", "retired_pages", "single_bit", unit="pages"),
+                    gpu.number("retired_pages_double_bit", "retired_pages", "double_bit", unit="pages"),
+                    gpu.flag("retired_pages_pending", "retired_pages", "pending"),
+                ]
+        return out
+
+    def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
+        t: EccThresholds = thresholds
+        facts = Facts(measurements)
+        findings = self._coverage(facts)
+        for i in facts.answered:
+            findings += self._gpu(facts, t, i)
+        n = len(facts.answered)
+        pass_reason = f"{n} GPU{'s' if n != 1 else ''}: ECC on, no uncorrectable errors, no pending or failed repairs"
+        if not findings:
+            return Verdict(status=ERROR, reason="no GPU was judged")  # unreachable: _coverage errors first
+        return Verdict.from_findings(findings, pass_reason=pass_reason)
+
+    def _coverage(self, facts: Facts) -> list[Finding]:
+        findings: list[Finding] = []
+        count = facts.value("gpu_count")
+        if count is None:
+            why = facts.missing("gpu_count")
+            findings.append(Finding(ERROR, f"GPU count unavailable ({why}); cannot tell every GPU was checked"))
+        if not facts.listed:
+            extra = f" ({'; '.join(facts.probe_errors[:2])})" if facts.probe_errors else ""
+            findings.append(Finding(ERROR, f"probe listed no GPUs{extra}"))
+            return findings
+        unlisted = facts.unlisted() or []
+        if unlisted:
+            findings.append(
+                Finding(
+                    ERROR,
+                    f"{gpu_list(unlisted)}: no ECC data (driver reports {int(count or 0)} GPUs, "
+                    f"probe listed {len(facts.listed)})",
+                )
+            )
+        for i, why in facts.silent.items():
+            findings.append(Finding(ERROR, f"GPU {i}: no ECC data (GPU not responding: {why})"))
+        return findings
+
+    def _gpu(self, facts: Facts, t: EccThresholds, i: int) -> list[Finding]:
+        findings: list[Finding] = []
+        enabled = facts.get("ecc_enabled", i)
+        pending = facts.get("ecc_pending_enabled", i)
+        if enabled.value is None:
+            findings.append(Finding(ERROR, f"GPU {i}: ECC mode unavailable ({facts.missing('ecc_enabled', i)})"))
+            return findings
+        if t.require_ecc_enabled:
+            enabled.threshold, enabled.ok = "== 1", enabled.value == 1
+        if enabled.value == 0:
+            if t.require_ecc_enabled:
+                after = " (enabled after the next reset)" if pending.value == 1 else ""
+                findings.append(Finding(FAIL, f"GPU {i}: ECC mode disabled{after}"))
+            else:
+                findings.append(Finding(PASS, f"GPU {i}: ECC disabled (allowed)"))
+            # Counters are N/A with ECC off; only a reported repair problem is still worth saying.
+            findings += self._remap(facts, t, i, require=False)
+            return findings
+        if pending.value == 0 and t.require_ecc_enabled:
+            findings.append(Finding(WARN, f"GPU {i}: ECC will be disabled at the next reset (pending mode off)"))
+
+        for name, attr, what, label in _COUNTERS:
+            limit = getattr(t, attr)
+            m = facts.get(name, i)
+            if limit is None:
+                continue  # recorded, not judged
+            if m.value is None:
+                findings.append(Finding(ERROR, f"GPU {i}: {label} unavailable ({facts.missing(name, i)})"))
+                continue
+            bad = judge_max(m, limit, f"GPU {i}: {int(m.value)} {what} (max {limit})")
+            if bad:
+                findings.append(bad)
+        findings += self._remap(facts, t, i, require=True)
+        if not findings:
+            findings.append(Finding(PASS, f"GPU {i}: ECC healthy"))
+        return findings
+
+    def _remap(self, facts: Facts, t: EccThresholds, i: int, *, require: bool) -> list[Finding]:
+        findings: list[Finding] = []
+        remap_flags = [facts.get("remap_pending", i), facts.get("remap_failure", i)]
+        retired = facts.by_key.get(("retired_pages_pending", i))
+        if any(m.value is not None for m in remap_flags) or facts.value("remapped_rows_uncorrectable", i) is not None:
+            pending, failure = remap_flags
+            for m, allowed, bad_reason, label in (
+                (
+                    pending,
+                    t.allow_remap_pending,
+                    f"GPU {i}: row remap pending (reset the GPU)",
+                    "row remap pending flag",
+                ),
+                (
+                    failure,
+                    t.allow_remap_failure,
+                    f"GPU {i}: row remapping failed (RMA candidate)",
+                    "row remap failure flag",
+                ),
+            ):
+                if m.value is None:
+                    if require:
+                        findings.append(Finding(ERROR, f"GPU {i}: {label} unavailable ({facts.missing(m.name, i)})"))
+                    continue
+                if not allowed:
+                    m.threshold, m.ok = "== 0", m.value == 0
+                    if m.value:
+                        findings.append(Finding(FAIL, bad_reason))
+            return findings
+        if retired is not None:
+            return self._retired(facts, t, i, require=require)
+        if require and not t.allow_remap_unavailable:
+            why = facts.missing("remap_pending", i)
+            findings.append(
+                Finding(ERROR, f"GPU {i}: row remapping state unavailable ({why}) and no page retirement data")
+            )
+        return findings
+
+    def _retired(self, facts: Facts, t: EccThresholds, i: int, *, require: bool) -> list[Finding]:
+        findings: list[Finding] = []
+        pending = facts.get("retired_pages_pending", i)
+        sbe = facts.get("retired_pages_single_bit", i)
+        dbe = facts.get("retired_pages_double_bit", i)
+        if pending.value is None:
+            if require:
+                why = facts.missing("retired_pages_pending", i)
+                findings.append(Finding(ERROR, f"GPU {i}: retired pages pending flag unavailable ({why})"))
+        elif not t.allow_retired_pages_pending:
+            pending.threshold, pending.ok = "== 0", pending.value == 0
+            if pending.value:
+                findings.append(Finding(FAIL, f"GPU {i}: retired pages pending (reboot or reset the GPU)"))
+        if t.max_retired_pages is not None:
+            if sbe.value is None or dbe.value is None:
+                if require:
+                    findings.append(Finding(ERROR, f"GPU {i}: retired page counts unavailable"))
+            elif sbe.value + dbe.value > t.max_retired_pages:
+                total = int(sbe.value + dbe.value)
+                findings.append(Finding(FAIL, f"GPU {i}: {total} retired pages (max {t.max_retired_pages})"))
+        if t.max_retired_pages_double_bit is not None:
+            if dbe.value is None:
+                if require:
+                    findings.append(Finding(ERROR, f"GPU {i}: double-bit retired page count unavailable"))
+            else:
+                limit = t.max_retired_pages_double_bit
+                bad = judge_max(dbe, limit, f"GPU {i}: {int(dbe.value)} double-bit retired pages (max {limit})")
+                if bad:
+                    findings.append(bad)
+        return findings

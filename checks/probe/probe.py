@@ -1,0 +1,686 @@
+#!/usr/bin/env python3
+"""Kiln node probe: one self-contained file, run on a node as `python3 - < probe.py`.
+
+Reads GPU inventory and health facts through NVML (pynvml) and prints the JSON of
+checks/probe/SCHEMA.md on stdout. When NVML is unusable it falls back to parsing
+`nvidia-smi -q -x`. It never raises: every failure lands in `errors`.
+
+Constraints (it runs on whatever python3 a node has): standard library + optional pynvml,
+Python >= 3.8 syntax only, no imports from the Kiln repo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import socket
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+SCHEMA_VERSION = 1
+NVIDIA_SMI_TIMEOUT_S = 30.0
+EXIT_OK = 0
+EXIT_NOTHING_READ = 3
+
+# NVML C enum values. Defined here rather than read from pynvml so that an old pynvml on a node
+# (which may lack a newer constant name) still works: the ABI values never change.
+NVML_TEMPERATURE_GPU = 0
+NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
+NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+NVML_TEMPERATURE_THRESHOLD_MEM_MAX = 2
+NVML_TEMPERATURE_THRESHOLD_GPU_MAX = 3
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+
+# Clock-event reason bits (nvmlClocksEventReason*), in bit order, with the schema's names.
+CLOCK_EVENT_REASONS: Tuple[Tuple[int, str], ...] = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks_setting"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal_slowdown"),
+    (0x040, "hw_thermal_slowdown"),
+    (0x080, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+_REASON_BITS = {name: bit for bit, name in CLOCK_EVENT_REASONS}
+# nvidia-smi spells one reason differently from NVML ("clocks" vs "clock").
+_XML_REASON_ALIASES = {
+    "display_clocks_setting": "display_clock_setting",
+    "user_defined_clocks": "applications_clocks_setting",
+}
+
+# Texts nvidia-smi prints for "no value". Compared lowercased, with brackets stripped.
+_NA_TEXTS = frozenset(
+    ["", "n/a", "not supported", "requested functionality has been deprecated", "unknown error", "not available"]
+)
+
+
+# ----------------------------------------------------------------------------- result skeleton
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_result() -> Dict[str, Any]:
+    return {
+        "schema": SCHEMA_VERSION,
+        "source": "none",
+        "hostname": None,
+        "collected_at": None,
+        "driver_version": None,
+        "cuda_version": None,
+        "gpu_count": None,
+        "gpus": [],
+        "errors": [],
+    }
+
+
+def new_gpu(index: int) -> Dict[str, Any]:
+    """A GPU record with every field present and null: null means "no evidence", never zero."""
+    return {
+        "index": index,
+        "name": None,
+        "uuid": None,
+        "serial": None,
+        "pci_bus_id": None,
+        "vbios_version": None,
+        "ecc_mode": {"current": None, "pending": None},
+        "ecc_errors": {
+            "volatile": {"corrected": None, "uncorrected": None},
+            "aggregate": {"corrected": None, "uncorrected": None},
+        },
+        "remapped_rows": None,
+        "retired_pages": None,
+        "temperature": {
+            "gpu": None,
+            "memory": None,
+            "slowdown": None,
+            "shutdown": None,
+            "gpu_max_operating": None,
+            "memory_max_operating": None,
+        },
+        "power": {"draw_w": None, "limit_w": None},
+        "clock_event_reasons": {"mask": None, "active": None},
+        "pcie": {"gen_current": None, "gen_max": None, "width_current": None, "width_max": None},
+        "errors": {},
+    }
+
+
+def reasons_from_mask(mask: int) -> List[str]:
+    return [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
+
+
+def cuda_version_from_int(value: int) -> Optional[str]:
+    """NVML reports CUDA as 1000*major + 10*minor (12040 -> "12.4")."""
+    if value <= 0:
+        return None
+    return "%d.%d" % (value // 1000, (value % 1000) // 10)
+
+
+# ----------------------------------------------------------------------------- NVML path
+
+
+def _err_text(err: BaseException) -> str:
+    text = str(err)
+    return text or type(err).__name__
+
+
+def _is_function_not_found(err: BaseException) -> bool:
+    # Old pynvml lacks newer wrappers (AttributeError); old drivers lack newer C symbols
+    # (NVMLError_FunctionNotFound). Both mean: try the older spelling.
+    return isinstance(err, AttributeError) or getattr(err, "value", None) == NVML_ERROR_FUNCTION_NOT_FOUND
+
+
+def _call_first(nv: Any, names: Sequence[str], *args: Any) -> Any:
+    """Call the first wrapper in `names` that exists in both pynvml and the driver."""
+    last: Optional[BaseException] = None
+    for name in names:
+        try:
+            fn = getattr(nv, name)
+            return fn(*args)
+        except Exception as err:  # noqa: BLE001 - NVMLError or AttributeError, decided below
+            if not _is_function_not_found(err):
+                raise
+            last = err
+    assert last is not None
+    raise last
+
+
+def _read(gpu: Dict[str, Any], field: str, fn: Callable[[], Any]) -> Any:
+    """Run one NVML read; on any failure record it under gpu["errors"][field] and return None."""
+    try:
+        return fn()
+    except Exception as err:  # noqa: BLE001 - one bad read must never abort the probe
+        gpu["errors"][field] = _err_text(err)
+        return None
+
+
+def _memory_temperature(nv: Any, handle: Any) -> int:
+    """HBM temperature has no NVML getter of its own; it is field NVML_FI_DEV_MEMORY_TEMP."""
+    values = nv.nvmlDeviceGetFieldValues(handle, [NVML_FI_DEV_MEMORY_TEMP])
+    value = values[0]
+    if value.nvmlReturn != 0:
+        raise nv.NVMLError(value.nvmlReturn)
+    kind = value.valueType
+    union = value.value
+    by_type = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+    return int(getattr(union, by_type.get(kind, "uiVal")))
+
+
+def _nvml_gpu(nv: Any, index: int) -> Dict[str, Any]:
+    gpu = new_gpu(index)
+    try:
+        handle = nv.nvmlDeviceGetHandleByIndex(index)
+    except Exception as err:  # noqa: BLE001 - a lost GPU still shows up, with every field null
+        gpu["errors"]["handle"] = _err_text(err)
+        return gpu
+
+    gpu["name"] = _read(gpu, "name", lambda: nv.nvmlDeviceGetName(handle))
+    gpu["uuid"] = _read(gpu, "uuid", lambda: nv.nvmlDeviceGetUUID(handle))
+    gpu["serial"] = _read(gpu, "serial", lambda: nv.nvmlDeviceGetSerial(handle))
+    gpu["vbios_version"] = _read(gpu, "vbios_version", lambda: nv.nvmlDeviceGetVbiosVersion(handle))
+    pci = _read(gpu, "pci_bus_id", lambda: nv.nvmlDeviceGetPciInfo(handle))
+    if pci is not None:
+        bus_id = pci.busId
+        gpu["pci_bus_id"] = bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
+
+    mode = _read(gpu, "ecc_mode", lambda: nv.nvmlDeviceGetEccMode(handle))
+    if mode is not None:
+        gpu["ecc_mode"] = {"current": bool(mode[0]), "pending": bool(mode[1])}
+
+    for counter_name, counter in (("volatile", NVML_VOLATILE_ECC), ("aggregate", NVML_AGGREGATE_ECC)):
+        for kind_name, kind in (
+            ("corrected", NVML_MEMORY_ERROR_TYPE_CORRECTED),
+            ("uncorrected", NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+        ):
+            gpu["ecc_errors"][counter_name][kind_name] = _read(
+                gpu,
+                "ecc_errors.%s.%s" % (counter_name, kind_name),
+                lambda k=kind, c=counter: int(nv.nvmlDeviceGetTotalEccErrors(handle, k, c)),
+            )
+
+    rows = _read(gpu, "remapped_rows", lambda: nv.nvmlDeviceGetRemappedRows(handle))
+    if rows is not None:
+        corr, unc, pending, failure = rows
+        gpu["remapped_rows"] = {
+            "correctable": int(corr),
+            "uncorrectable": int(unc),
+            "pending": bool(pending),
+            "failure": bool(failure),
+        }
+
+    # Page retirement exists before Ampere only; later GPUs answer NotSupported -> null.
+    sbe = _read(
+        gpu,
+        "retired_pages",
+        lambda: len(nv.nvmlDeviceGetRetiredPages(handle, NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)),
+    )
+    if sbe is not None:
+        dbe = _read(
+            gpu,
+            "retired_pages.double_bit",
+            lambda: len(nv.nvmlDeviceGetRetiredPages(handle, NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)),
+        )
+        pending_pages = _read(
+            gpu, "retired_pages.pending", lambda: bool(nv.nvmlDeviceGetRetiredPagesPendingStatus(handle))
+        )
+        gpu["retired_pages"] = {"single_bit": sbe, "double_bit": dbe, "pending": pending_pages}
+
+    temp = gpu["temperature"]
+    temp["gpu"] = _read(
+        gpu,
+        "temperature.gpu",
+        lambda: int(_call_first(nv, ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"), handle, 0)),
+    )
+    temp["memory"] = _read(gpu, "temperature.memory", lambda: _memory_temperature(nv, handle))
+    for key, threshold in (
+        ("slowdown", NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+        ("shutdown", NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
+        ("gpu_max_operating", NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
+        ("memory_max_operating", NVML_TEMPERATURE_THRESHOLD_MEM_MAX),
+    ):
+        temp[key] = _read(
+            gpu,
+            "temperature." + key,
+            lambda t=threshold: int(nv.nvmlDeviceGetTemperatureThreshold(handle, t)),
+        )
+
+    # NVML reports milliwatts.
+    draw = _read(gpu, "power.draw_w", lambda: nv.nvmlDeviceGetPowerUsage(handle))
+    limit = _read(gpu, "power.limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle))
+    gpu["power"] = {
+        "draw_w": None if draw is None else round(draw / 1000.0, 3),
+        "limit_w": None if limit is None else round(limit / 1000.0, 3),
+    }
+
+    mask = _read(
+        gpu,
+        "clock_event_reasons",
+        lambda: int(
+            _call_first(
+                nv,
+                ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+                handle,
+            )
+        ),
+    )
+    if mask is not None:
+        gpu["clock_event_reasons"] = {"mask": mask, "active": reasons_from_mask(mask)}
+
+    pcie = gpu["pcie"]
+    for key, name in (
+        ("gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
+        ("gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+        ("width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
+        ("width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
+    ):
+        pcie[key] = _read(gpu, "pcie." + key, lambda n=name: int(getattr(nv, n)(handle)))
+    return gpu
+
+
+def collect_nvml(result: Dict[str, Any]) -> bool:
+    """Fill `result` through pynvml. Returns False (with the reason in errors) when NVML is unusable."""
+    errors: List[str] = result["errors"]
+    try:
+        import pynvml as nv  # type: ignore[import-not-found]
+    except Exception as err:  # noqa: BLE001 - ImportError, or a broken install
+        errors.append("nvml: pynvml not importable: %s: %s" % (type(err).__name__, _err_text(err)))
+        return False
+    try:
+        nv.nvmlInit()
+    except Exception as err:  # noqa: BLE001 - LibraryNotFound, DriverNotLoaded, version mismatch...
+        errors.append("nvml: nvmlInit failed: %s: %s" % (type(err).__name__, _err_text(err)))
+        return False
+    try:
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except Exception as err:  # noqa: BLE001 - without a count NVML tells us nothing usable
+            errors.append("nvml: nvmlDeviceGetCount failed: %s: %s" % (type(err).__name__, _err_text(err)))
+            return False
+        result["source"] = "nvml"
+        result["gpu_count"] = count
+        try:
+            result["driver_version"] = str(nv.nvmlSystemGetDriverVersion())
+        except Exception as err:  # noqa: BLE001
+            errors.append("nvml: driver_version: %s" % _err_text(err))
+        try:
+            result["cuda_version"] = cuda_version_from_int(
+                int(_call_first(nv, ("nvmlSystemGetCudaDriverVersion", "nvmlSystemGetCudaDriverVersion_v2")))
+            )
+        except Exception as err:  # noqa: BLE001
+            errors.append("nvml: cuda_version: %s" % _err_text(err))
+        result["gpus"] = [_nvml_gpu(nv, index) for index in range(count)]
+        return True
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:  # noqa: BLE001,S110 - nothing useful to do about a failed shutdown
+            pass
+
+
+# ----------------------------------------------------------------------------- nvidia-smi XML path
+
+
+def _is_na(text: Optional[str]) -> bool:
+    if text is None:
+        return True
+    return text.strip().strip("[]").strip().lower() in _NA_TEXTS
+
+
+_NUMBER = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*[A-Za-z%/()]*\s*$")
+
+
+def parse_number(text: Optional[str]) -> Optional[float]:
+    """ "35 C" -> 35, "70.50 W" -> 70.5, "16x" -> 16, "N/A" -> None. Ints stay ints."""
+    if _is_na(text):
+        return None
+    assert text is not None
+    match = _NUMBER.match(text)
+    if not match:
+        return None
+    raw = match.group(1)
+    return float(raw) if "." in raw else int(raw)
+
+
+def _text(elem: Optional[ET.Element], path: str) -> Optional[str]:
+    """Text at `path` below `elem`; None when the element is absent or has no text."""
+    if elem is None:
+        return None
+    found = elem.find(path)
+    if found is None or found.text is None:
+        return None
+    return found.text.strip()
+
+
+def _xml_str(gpu: Dict[str, Any], field: str, elem: Optional[ET.Element], path: str) -> Optional[str]:
+    text = _text(elem, path)
+    if _is_na(text):
+        gpu["errors"][field] = text if text else "absent from nvidia-smi XML"
+        return None
+    return text
+
+
+def _xml_num(gpu: Dict[str, Any], field: str, elem: Optional[ET.Element], paths: Sequence[str]) -> Any:
+    """First numeric value among `paths` (old and new schema spellings); records why when none."""
+    seen: Optional[str] = None
+    for path in paths:
+        text = _text(elem, path)
+        if text is None:
+            continue
+        value = parse_number(text)
+        if value is not None:
+            return value
+        seen = text
+    gpu["errors"][field] = seen if seen else "absent from nvidia-smi XML"
+    return None
+
+
+def _xml_bool(text: Optional[str]) -> Optional[bool]:
+    if _is_na(text):
+        return None
+    assert text is not None
+    low = text.lower()
+    if low in ("enabled", "yes", "active", "true"):
+        return True
+    if low in ("disabled", "no", "not active", "false"):
+        return False
+    return None
+
+
+def _sum_numeric(texts: Sequence[Optional[str]]) -> Optional[int]:
+    """Sum the numeric parts; None when none is numeric (all N/A means no evidence, not zero)."""
+    values = [parse_number(t) for t in texts]
+    numbers = [int(v) for v in values if v is not None]
+    return sum(numbers) if numbers else None
+
+
+def _ecc_counts(elem: Optional[ET.Element]) -> Tuple[Optional[int], Optional[int]]:
+    """(corrected, uncorrected) from one <volatile>/<aggregate> block, any schema generation."""
+    if elem is None:
+        return None, None
+    if elem.find("single_bit") is not None or elem.find("double_bit") is not None:
+        # Pre-535 schema: <single_bit><total>, <double_bit><total>.
+        corr = parse_number(_text(elem, "single_bit/total"))
+        unc = parse_number(_text(elem, "double_bit/total"))
+        return (None if corr is None else int(corr)), (None if unc is None else int(unc))
+    corrected = _sum_numeric([_text(elem, "sram_correctable"), _text(elem, "dram_correctable")])
+    if elem.find("sram_uncorrectable") is not None:
+        sram_unc = [_text(elem, "sram_uncorrectable")]
+    else:
+        # v13 splits SRAM uncorrectable into parity and SEC-DED parts.
+        sram_unc = [_text(elem, "sram_uncorrectable_parity"), _text(elem, "sram_uncorrectable_secded")]
+    uncorrected = _sum_numeric(sram_unc + [_text(elem, "dram_uncorrectable")])
+    return corrected, uncorrected
+
+
+def _xml_temperature(gpu: Dict[str, Any], elem: Optional[ET.Element]) -> None:
+    temp = gpu["temperature"]
+    temp["gpu"] = _xml_num(gpu, "temperature.gpu", elem, ["gpu_temp"])
+    temp["memory"] = _xml_num(gpu, "temperature.memory", elem, ["memory_temp"])
+    absolute = {
+        "shutdown": "gpu_temp_max_threshold",
+        "slowdown": "gpu_temp_slow_threshold",
+        "gpu_max_operating": "gpu_temp_max_gpu_threshold",
+        "memory_max_operating": "gpu_temp_max_mem_threshold",
+    }
+    relative = {
+        "shutdown": "gpu_temp_max_tlimit_threshold",
+        "slowdown": "gpu_temp_slow_tlimit_threshold",
+        "gpu_max_operating": "gpu_temp_max_gpu_tlimit_threshold",
+        "memory_max_operating": "gpu_temp_max_mem_tlimit_threshold",
+    }
+    # Newer drivers (v13 schema) print thresholds as offsets from T.Limit (e.g. slowdown -2 C on
+    # H100), not absolute temperatures, and gpu_temp_tlimit is the current margin below T.Limit.
+    # T.Limit = gpu_temp + margin; an absolute threshold = T.Limit - offset. The memory offset is
+    # not relative to the GPU T.Limit, so it cannot be converted.
+    margin = parse_number(_text(elem, "gpu_temp_tlimit"))
+    for key in ("slowdown", "shutdown", "gpu_max_operating", "memory_max_operating"):
+        field = "temperature." + key
+        abs_text = _text(elem, absolute[key])
+        value = parse_number(abs_text)
+        if value is not None:
+            temp[key] = value
+            continue
+        rel_text = _text(elem, relative[key])
+        offset = parse_number(rel_text)
+        if offset is not None and key != "memory_max_operating" and margin is not None and temp["gpu"] is not None:
+            temp[key] = int(round(temp["gpu"] + margin - offset))
+            continue
+        if offset is not None:
+            gpu["errors"][field] = "only a T.Limit-relative value (%s C) without a usable T.Limit margin" % rel_text
+        else:
+            gpu["errors"][field] = abs_text or rel_text or "absent from nvidia-smi XML"
+
+
+def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
+    gpu = new_gpu(index)
+    gpu["name"] = _xml_str(gpu, "name", elem, "product_name")
+    gpu["uuid"] = _xml_str(gpu, "uuid", elem, "uuid")
+    gpu["serial"] = _xml_str(gpu, "serial", elem, "serial")
+    gpu["vbios_version"] = _xml_str(gpu, "vbios_version", elem, "vbios_version")
+    bus_id = _text(elem, "pci/pci_bus_id") or elem.get("id")
+    if _is_na(bus_id):
+        gpu["errors"]["pci_bus_id"] = "absent from nvidia-smi XML"
+    else:
+        gpu["pci_bus_id"] = bus_id
+
+    current = _xml_bool(_text(elem, "ecc_mode/current_ecc"))
+    pending = _xml_bool(_text(elem, "ecc_mode/pending_ecc"))
+    gpu["ecc_mode"] = {"current": current, "pending": pending}
+    if current is None:
+        gpu["errors"]["ecc_mode"] = _text(elem, "ecc_mode/current_ecc") or "absent from nvidia-smi XML"
+
+    ecc = elem.find("ecc_errors")
+    for counter in ("volatile", "aggregate"):
+        corr, unc = _ecc_counts(None if ecc is None else ecc.find(counter))
+        gpu["ecc_errors"][counter] = {"corrected": corr, "uncorrected": unc}
+        if corr is None:
+            gpu["errors"]["ecc_errors.%s.corrected" % counter] = "N/A"
+        if unc is None:
+            gpu["errors"]["ecc_errors.%s.uncorrected" % counter] = "N/A"
+
+    rows = elem.find("remapped_rows")
+    if rows is None or len(rows) == 0:
+        # "N/A" as the whole element: pre-Ampere, or MIG enabled.
+        gpu["errors"]["remapped_rows"] = (rows.text or "").strip() if rows is not None else "absent from nvidia-smi XML"
+    else:
+        corr = parse_number(_text(rows, "remapped_row_corr"))
+        unc = parse_number(_text(rows, "remapped_row_unc"))
+        if corr is None and unc is None:
+            gpu["errors"]["remapped_rows"] = "N/A"
+        else:
+            gpu["remapped_rows"] = {
+                "correctable": None if corr is None else int(corr),
+                "uncorrectable": None if unc is None else int(unc),
+                "pending": _xml_bool(_text(rows, "remapped_row_pending")),
+                "failure": _xml_bool(_text(rows, "remapped_row_failure")),
+            }
+
+    pages = elem.find("retired_pages")
+    sbe = parse_number(_text(pages, "multiple_single_bit_retirement/retired_count"))
+    dbe = parse_number(_text(pages, "double_bit_retirement/retired_count"))
+    if sbe is None and dbe is None:
+        gpu["errors"]["retired_pages"] = "N/A" if pages is not None else "absent from nvidia-smi XML"
+    else:
+        pending_text = _text(pages, "pending_retirement")
+        if pending_text is None:
+            pending_text = _text(pages, "pending_blacklist")  # pre-R450 name
+        gpu["retired_pages"] = {
+            "single_bit": None if sbe is None else int(sbe),
+            "double_bit": None if dbe is None else int(dbe),
+            "pending": _xml_bool(pending_text),
+        }
+
+    _xml_temperature(gpu, elem.find("temperature"))
+
+    power = elem.find("gpu_power_readings")
+    if power is None:
+        power = elem.find("power_readings")  # pre-R530 name
+    # NVML's power usage is a ~1 s average on current GPUs, so prefer the average reading.
+    gpu["power"] = {
+        "draw_w": _xml_num(gpu, "power.draw_w", power, ["power_draw", "average_power_draw", "instant_power_draw"]),
+        "limit_w": _xml_num(
+            gpu, "power.limit_w", power, ["enforced_power_limit", "current_power_limit", "power_limit"]
+        ),
+    }
+    for key in ("draw_w", "limit_w"):
+        if gpu["power"][key] is not None:
+            gpu["power"][key] = float(gpu["power"][key])
+
+    reasons = elem.find("clocks_event_reasons")
+    prefix = "clocks_event_reason_"
+    if reasons is None:
+        reasons = elem.find("clocks_throttle_reasons")  # pre-535 name
+        prefix = "clocks_throttle_reason_"
+    mask = 0
+    known = 0
+    for child in list(reasons) if reasons is not None else []:
+        if not child.tag.startswith(prefix):
+            continue
+        name = child.tag[len(prefix) :]
+        name = _XML_REASON_ALIASES.get(name, name)
+        bit = _REASON_BITS.get(name)
+        state = _xml_bool(child.text)
+        if bit is None or state is None:
+            continue
+        known += 1
+        if state:
+            mask |= bit
+    if known:
+        gpu["clock_event_reasons"] = {"mask": mask, "active": reasons_from_mask(mask)}
+    else:
+        gpu["errors"]["clock_event_reasons"] = "absent from nvidia-smi XML"
+
+    link = elem.find("pci/pci_gpu_link_info")
+    gpu["pcie"] = {
+        "gen_current": _xml_num(gpu, "pcie.gen_current", link, ["pcie_gen/current_link_gen"]),
+        "gen_max": _xml_num(gpu, "pcie.gen_max", link, ["pcie_gen/max_link_gen"]),
+        "width_current": _xml_num(gpu, "pcie.width_current", link, ["link_widths/current_link_width"]),
+        "width_max": _xml_num(gpu, "pcie.width_max", link, ["link_widths/max_link_width"]),
+    }
+    return gpu
+
+
+def _normalise_cuda(text: Optional[str]) -> Optional[str]:
+    if _is_na(text):
+        return None
+    assert text is not None
+    match = re.match(r"^\s*(\d+)\.(\d+)", text)
+    return "%s.%s" % (match.group(1), int(match.group(2))) if match else None
+
+
+def parse_nvidia_smi_xml(text: str) -> Dict[str, Any]:
+    """Parse `nvidia-smi -q -x` output into the probe's schema dict (source "nvidia-smi").
+
+    Pure: hostname and collected_at stay None for the caller to fill. Raises ValueError when
+    the text is not nvidia-smi XML (the caller records that as an error).
+    """
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as err:
+        raise ValueError("not XML (%s)" % err) from None
+    if root.tag != "nvidia_smi_log":
+        raise ValueError("unexpected XML root <%s>, expected <nvidia_smi_log>" % root.tag)
+    result = new_result()
+    result["source"] = "nvidia-smi"
+    driver = _text(root, "driver_version")
+    result["driver_version"] = None if _is_na(driver) else driver
+    result["cuda_version"] = _normalise_cuda(_text(root, "cuda_version"))
+    gpus = [_xml_gpu(index, elem) for index, elem in enumerate(root.findall("gpu"))]
+    result["gpus"] = gpus
+    # attached_gpus is what the driver sees; with MIG some drivers list fewer <gpu> elements.
+    attached = parse_number(_text(root, "attached_gpus"))
+    result["gpu_count"] = int(attached) if attached is not None else len(gpus)
+    if result["gpu_count"] != len(gpus):
+        result["errors"].append(
+            "nvidia-smi: attached_gpus=%s but %d <gpu> elements listed" % (result["gpu_count"], len(gpus))
+        )
+    return result
+
+
+def collect_nvidia_smi(result: Dict[str, Any], timeout: float) -> bool:
+    """Fill `result` from `nvidia-smi -q -x`. Returns False (reason in errors) when unusable."""
+    errors: List[str] = result["errors"]
+    try:
+        # subprocess.run kills the child when the timeout expires: a hung driver must not hang us.
+        proc = subprocess.run(
+            ["nvidia-smi", "-q", "-x"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=timeout,
+        )
+    except FileNotFoundError:
+        errors.append("nvidia-smi: not found on PATH")
+        return False
+    except subprocess.TimeoutExpired:
+        errors.append("nvidia-smi: timed out after %gs and was killed" % timeout)
+        return False
+    except Exception as err:  # noqa: BLE001 - e.g. PermissionError
+        errors.append("nvidia-smi: could not run: %s: %s" % (type(err).__name__, _err_text(err)))
+        return False
+    stdout = proc.stdout.decode("utf-8", "replace")
+    if proc.returncode != 0:
+        detail = (proc.stderr.decode("utf-8", "replace") or stdout).strip()[-300:]
+        errors.append("nvidia-smi: exit code %d: %s" % (proc.returncode, detail))
+        return False
+    try:
+        parsed = parse_nvidia_smi_xml(stdout)
+    except ValueError as err:
+        errors.append("nvidia-smi: unparseable output: %s; starts with %r" % (err, stdout[:60]))
+        return False
+    for key in ("source", "driver_version", "cuda_version", "gpu_count", "gpus"):
+        result[key] = parsed[key]
+    errors.extend(parsed["errors"])
+    return True
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def collect(source: str = "auto", nvidia_smi_timeout: float = NVIDIA_SMI_TIMEOUT_S) -> Dict[str, Any]:
+    """Collect the probe result. `source`: "auto" (NVML, then nvidia-smi), "nvml" or "nvidia-smi"."""
+    result = new_result()
+    result["hostname"] = socket.gethostname()
+    result["collected_at"] = utc_now()
+    try:
+        done = False
+        if source in ("auto", "nvml"):
+            done = collect_nvml(result)
+        if not done and source in ("auto", "nvidia-smi"):
+            done = collect_nvidia_smi(result, nvidia_smi_timeout)
+    except Exception as err:  # noqa: BLE001 - last resort: the probe must always print JSON
+        result["errors"].append("probe: internal error: %s: %s" % (type(err).__name__, _err_text(err)))
+    return result
+
+
+def exit_code(result: Dict[str, Any]) -> int:
+    return EXIT_NOTHING_READ if result.get("source") == "none" else EXIT_OK
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="probe.py", description="Kiln GPU node probe (JSON on stdout)")
+    parser.add_argument("--source", choices=("auto", "nvml", "nvidia-smi"), default="auto")
+    parser.add_argument("--nvidia-smi-timeout", type=float, default=NVIDIA_SMI_TIMEOUT_S, metavar="SECONDS")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    result = collect(source=args.source, nvidia_smi_timeout=args.nvidia_smi_timeout)
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return exit_code(result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""kiln_demo: seed the `demo` cluster: 8 simulated nodes on the local transport, two of them faulty.
+
+Needs no root and no sshd: each node is the simulator (fake NVML + nvidia-smi) with its own state
+file, run on this host. Running it twice is harmless: it converges to the same cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
+
+from portal.inventory.models import Cluster, Node
+from testbed.sim import build_simulator, node_env, write_state
+
+DEMO_NODES = [f"demo{i:02d}" for i in range(1, 9)]
+# The two faults a delivery engineer meets most: a GPU with uncorrectable ECC errors, and a node
+# imaged with a different driver than its peers.
+DEMO_FAULTS: dict[str, dict[str, Any]] = {
+    "demo03": {"ecc_uncorrectable_gpu": 5},
+    "demo06": {"driver": "535.104.05"},
+}
+DEMO_DRIVER = "550.54.15"
+
+
+class Command(BaseCommand):
+    help = "Seed the demo cluster (8 simulated nodes, 2 faulty) on the local transport."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--healthy", action="store_true", help="clear the demo faults")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        base = settings.DATA_DIR / "demo"
+        paths = build_simulator(base / "sim")
+        with transaction.atomic():
+            cluster, created = Cluster.objects.update_or_create(
+                name="demo",
+                defaults={
+                    "customer": "Demo customer",
+                    "site": "Simulated, on this host",
+                    "profile": "H100-SXM-8",
+                    "transport": "local",
+                    "threshold_overrides": {"gpu_inventory": {"expected_driver": DEMO_DRIVER}},
+                },
+            )
+            for position, hostname in enumerate(DEMO_NODES, start=1):
+                state_file = base / "nodes" / hostname / "state"
+                state_file.parent.mkdir(parents=True, exist_ok=True)
+                faults = {} if options["healthy"] else DEMO_FAULTS.get(hostname, {})
+                write_state(state_file, node=hostname, **faults)
+                Node.objects.update_or_create(
+                    cluster=cluster,
+                    hostname=hostname,
+                    defaults={
+                        "rack": "R01",
+                        "position": str(position),
+                        "local_env": node_env(paths, state_file),
+                    },
+                )
+        what = "created" if created else "refreshed"
+        faults = "no faults" if options["healthy"] else ", ".join(
+            f"{h}: {', '.join(f'{k}={v}' for k, v in f.items())}" for h, f in DEMO_FAULTS.items()
+        )
+        self.stdout.write(f"{what} cluster demo with {len(DEMO_NODES)} simulated nodes ({faults})")

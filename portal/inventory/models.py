@@ -1,0 +1,96 @@
+"""Clusters and their nodes."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.db import models
+
+from checks.profiles import PROFILES
+
+name_validator = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", "letters, digits, '.', '_' and '-' only")
+hostname_validator = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$", "a hostname: letters, digits, '.' and '-' only"
+)
+
+
+class Transport(models.TextChoices):
+    SSH = "ssh", "SSH"
+    LOCAL = "local", "Local (this host)"
+
+
+class Scheduler(models.TextChoices):
+    NONE = "none", "None"
+    SLURM = "slurm", "Slurm"
+    KUBERNETES = "k8s", "Kubernetes"
+
+
+def profile_choices() -> list[tuple[str, str]]:
+    return [(key, profile.name) for key, profile in PROFILES.items()]
+
+
+class Cluster(models.Model):
+    """A GPU cluster under acceptance or in service, and how Kiln reaches its nodes.
+
+    Only the *path* of the SSH private key is stored, never the key itself. known_hosts is public
+    data (host public keys) and is what host-key verification checks against.
+    """
+
+    name = models.CharField(max_length=63, unique=True, validators=[name_validator])
+    customer = models.CharField(max_length=200, blank=True)
+    site = models.CharField(max_length=200, blank=True)
+    profile = models.CharField(max_length=40, default="H100-SXM-8", choices=profile_choices)
+    transport = models.CharField(max_length=10, choices=Transport.choices, default=Transport.SSH)
+    ssh_user = models.CharField(max_length=64, default="root")
+    ssh_port = models.PositiveIntegerField(default=22)
+    ssh_key_path = models.CharField(max_length=500, blank=True, help_text="Path on the worker hosts, not the key.")
+    jump_host = models.CharField(max_length=255, blank=True, help_text="[user@]host[:port], like ssh -J")
+    known_hosts = models.TextField(blank=True, help_text="known_hosts lines for every node (and the jump host).")
+    scheduler = models.CharField(max_length=10, choices=Scheduler.choices, default=Scheduler.NONE)
+    threshold_overrides = models.JSONField(
+        default=dict, blank=True, help_text='Per check kind, e.g. {"gpu_inventory": {"expected_driver": "550.54.15"}}'
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from worker.ssh import JumpHost
+
+        if self.jump_host:
+            try:
+                JumpHost.parse(self.jump_host)
+            except ValueError as exc:
+                raise ValidationError({"jump_host": str(exc)}) from None
+        if not isinstance(self.threshold_overrides, dict):
+            raise ValidationError({"threshold_overrides": "must be an object keyed by check kind"})
+
+
+class Node(models.Model):
+    """One server of a cluster. `host_key_fingerprint` pins its SSH host key when set."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    hostname = models.CharField(max_length=253, validators=[hostname_validator])
+    address = models.CharField(max_length=255, blank=True, help_text="IP or DNS name; the hostname when empty.")
+    ssh_port = models.PositiveIntegerField(null=True, blank=True, help_text="The cluster's port when empty.")
+    rack = models.CharField(max_length=64, blank=True)
+    position = models.CharField(max_length=16, blank=True)
+    group = models.CharField(max_length=64, blank=True, help_text="Switch / rail group.")
+    serial = models.CharField(max_length=128, blank=True)
+    expected_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="The profile's count when empty.")
+    host_key_fingerprint = models.CharField(max_length=100, blank=True, help_text="SHA256:... pinned host key")
+    local_env = models.JSONField(
+        default=dict, blank=True, help_text="Environment for the local transport (simulated demo nodes)."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster", "hostname"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "hostname"], name="node_unique_hostname")]
+
+    def __str__(self) -> str:
+        return self.hostname

@@ -1,0 +1,21 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+def _seed(sender: AppConfig, **kwargs: object) -> None:
+    from portal.catalog.services import builtin_catalog_ensure
+    from portal.roles import roles_ensure
+
+    builtin_catalog_ensure()
+    roles_ensure()
+
+
+class RunsConfig(AppConfig):
+    name = "portal.runs"
+    label = "runs"
+    verbose_name = "Runs"
+
+    def ready(self) -> None:
+        # After every migrate (runs is the last Kiln app, so all permissions exist by then):
+        # built-in plans and role groups exist, with stable slugs and names.
+        post_migrate.connect(_seed, sender=self)

@@ -1,0 +1,114 @@
+"""kiln_run CLUSTER PLAN [--nodes NODESET] [--wait] [--json]
+
+Exit code: 0 when everything passed (warnings included), 1 when anything failed, 2 when anything
+errored or was cancelled (error wins over fail: "could not tell" must not read as a plain failure).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from portal.catalog.models import TestPlan
+from portal.inventory.models import Cluster
+from portal.runs import selectors, services
+from portal.runs.models import ACTIVE_STATUSES, Run, Status
+
+
+class Command(BaseCommand):
+    help = "Start a run of a plan on a cluster; optionally wait for it and print the verdicts."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("cluster")
+        parser.add_argument("plan", help="plan slug, e.g. quick or acceptance")
+        parser.add_argument("--nodes", default="", help="node set, e.g. 'gpu[01-04]' (default: all)")
+        parser.add_argument("--wait", action="store_true", help="wait until the run finishes")
+        parser.add_argument("--json", action="store_true", help="print the verdicts as JSON (implies --wait)")
+        parser.add_argument("--timeout", type=float, default=0, help="give up waiting after N seconds")
+        parser.add_argument(
+            "--inline", action="store_true", help="run the checks in this process instead of on Celery workers"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            cluster = Cluster.objects.get(name=options["cluster"])
+        except Cluster.DoesNotExist:
+            raise CommandError(f"no cluster named {options['cluster']!r}") from None
+        try:
+            plan = TestPlan.objects.get(slug=options["plan"])
+        except TestPlan.DoesNotExist:
+            known = ", ".join(TestPlan.objects.values_list("slug", flat=True))
+            raise CommandError(f"no plan {options['plan']!r}; known plans: {known}") from None
+        try:
+            nodes = services.nodes_select(cluster=cluster, node_set=options["nodes"])
+            if options["inline"]:
+                run = self._run_inline(cluster=cluster, plan=plan, nodes=nodes)
+            else:
+                run = services.run_start(cluster=cluster, plan=plan, nodes=nodes)
+        except services.RunStartError as exc:
+            raise CommandError(str(exc)) from None
+        if not (options["wait"] or options["json"] or options["inline"]):
+            self.stdout.write(f"run {run.pk} queued on {run.node_set}")
+            return
+        run = self._wait(run, timeout=options["timeout"], quiet=options["json"])
+        if options["json"]:
+            self.stdout.write(json.dumps(selectors.run_json(run=run), indent=2))
+        else:
+            self._print_table(run)
+        sys.exit(exit_code(run))
+
+    def _run_inline(self, *, cluster: Cluster, plan: TestPlan, nodes: list) -> Run:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from django.db import connection, transaction
+
+        from portal.runs.execution import execute_node
+
+        with transaction.atomic():
+            run = services.run_start(cluster=cluster, plan=plan, nodes=nodes, enqueue=False)
+
+        def one(node_id: int) -> None:
+            try:
+                execute_node(run_id=run.pk, node_id=node_id, claim=f"inline-{run.pk}-{node_id}")
+            finally:
+                connection.close()
+
+        with ThreadPoolExecutor(max_workers=min(32, len(nodes))) as pool:
+            list(pool.map(one, [n.pk for n in nodes]))
+        services.run_finalize(run_id=run.pk)
+        return run
+
+    def _wait(self, run: Run, *, timeout: float, quiet: bool) -> Run:
+        started = time.monotonic()
+        last = None
+        while True:
+            run.refresh_from_db()
+            total = run.results.count()
+            active = run.results.filter(status__in=ACTIVE_STATUSES).count()
+            if (total - active, total) != last and not quiet:
+                self.stderr.write(f"run {run.pk}: {total - active}/{total} checks done")
+                last = (total - active, total)
+            if run.status not in ACTIVE_STATUSES:
+                return run
+            if timeout and time.monotonic() - started > timeout:
+                raise CommandError(f"run {run.pk} still {run.status} after {timeout:g}s (is a worker running?)")
+            time.sleep(0.5)
+
+    def _print_table(self, run: Run) -> None:
+        data = selectors.run_json(run=run)
+        for row in data["results"]:
+            self.stdout.write(f"{row['node']:<20} {row['check']:<16} {row['status']:<8} {row['reason']}")
+        self.stdout.write(f"run {run.pk}: {run.status} ({run.reason})")
+
+
+def exit_code(run: Run) -> int:
+    statuses = set(run.results.values_list("status", flat=True))
+    if statuses & {Status.ERROR, Status.CANCELLED}:
+        return 2
+    if Status.FAIL in statuses:
+        return 1
+    return 0

@@ -1,0 +1,123 @@
+"""Runs of a plan on a cluster, and what each check found on each node."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from portal.inventory.models import Cluster, Node
+
+
+class Status(models.TextChoices):
+    """One vocabulary for runs and results. `fail` = ran, out of spec; `error` = could not tell."""
+
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    PASS = "pass", "pass"
+    WARN = "warn", "warn"
+    FAIL = "fail", "fail"
+    ERROR = "error", "error"
+    SKIPPED = "skipped", "skipped"
+    CANCELLED = "cancelled", "cancelled"
+
+
+ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
+FINAL_STATUSES = (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR, Status.SKIPPED, Status.CANCELLED)
+# Badge colours, NetBox-style: the choice carries its colour.
+STATUS_COLOURS = {
+    "queued": "grey",
+    "running": "blue",
+    "pass": "green",
+    "warn": "orange",
+    "fail": "red",
+    "error": "purple",
+    "skipped": "grey",
+    "cancelled": "grey",
+}
+
+
+class Run(models.Model):
+    """One execution of a plan on a set of nodes. `plan_snapshot` freezes kinds, params and
+    thresholds at start, so editing a definition never rewrites a past run."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="runs")
+    plan = models.ForeignKey("catalog.TestPlan", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    plan_snapshot = models.JSONField()
+    node_set = models.TextField(blank=True, help_text="The folded node set (ClusterShell syntax).")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    parent = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="reruns")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"run #{self.pk} ({self.plan_snapshot.get('slug', '?')} on {self.cluster_id})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def elapsed_s(self) -> float | None:
+        if not self.started_at:
+            return None
+        from django.utils import timezone
+
+        end = self.finished_at or timezone.now()
+        return (end - self.started_at).total_seconds()
+
+
+class CheckResult(models.Model):
+    """What one plan item found on one node. Created `queued` at run start (one row per node × item),
+    claimed by a worker with a conditional UPDATE, and finished exactly once."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="results")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="results")
+    item_key = models.CharField(max_length=64, help_text="The plan item's slug in the snapshot.")
+    kind = models.CharField(max_length=64)
+    position = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    reason = models.TextField(blank=True)
+    attempt = models.PositiveIntegerField(default=0, help_text="How many times a worker claimed it.")
+    claimed_by = models.CharField(max_length=64, blank=True, help_text="Celery task id that holds it.")
+    command = models.TextField(blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    stdout = models.TextField(blank=True)
+    stderr = models.TextField(blank=True)
+    output_truncated = models.BooleanField(default=False)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_s = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "node__hostname", "position"]
+        constraints = [models.UniqueConstraint(fields=["run", "node", "item_key"], name="result_unique_per_item")]
+        indexes = [models.Index(fields=["node", "-id"])]
+
+    def __str__(self) -> str:
+        return f"{self.item_key} on {self.node_id}: {self.status}"
+
+
+class Measurement(models.Model):
+    """One measured fact of a result, with its threshold and verdict. `gpu` names the GPU."""
+
+    result = models.ForeignKey(CheckResult, on_delete=models.CASCADE, related_name="measurements")
+    name = models.CharField(max_length=100)
+    value = models.FloatField(null=True, blank=True)
+    text = models.CharField(max_length=500, blank=True)
+    unit = models.CharField(max_length=20, blank=True)
+    gpu = models.IntegerField(null=True, blank=True)
+    threshold = models.CharField(max_length=100, blank=True)
+    ok = models.BooleanField(null=True)
+    labels = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["result", "gpu", "name", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value if self.value is not None else self.text}"

@@ -1,0 +1,347 @@
+"""Writes for runs and results. Keyword-only, typed; views, tasks and commands call these."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from checks.base import REGISTRY, Measurement as CheckMeasurement, ParamsError, Verdict, worst_status
+from checks.profiles import get_profile
+from portal.catalog.models import TestPlan
+from portal.inventory.models import Cluster, Node
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Status
+
+logger = logging.getLogger(__name__)
+
+
+class RunStartError(ValueError):
+    """The run cannot start as asked; the message says why, and nothing was created."""
+
+
+def _merge(*layers: dict[str, Any] | None) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged.update(layer or {})
+    return merged
+
+
+def plan_snapshot_build(*, plan: TestPlan, cluster: Cluster) -> dict[str, Any]:
+    """Freeze a plan for one cluster: kinds, fully-resolved params and thresholds, per item.
+
+    Resolution order (later wins): check defaults < hardware profile < definition < plan item <
+    cluster override. Every layer is validated by the check's own schema.
+    """
+    profile = get_profile(cluster.profile)
+    items = []
+    for position, item in enumerate(plan.items.select_related("check_definition").order_by("order", "id")):
+        definition = item.check_definition
+        check_class = REGISTRY.get(definition.kind)
+        if check_class is None:
+            raise RunStartError(f"plan item {definition.slug!r}: unknown check kind {definition.kind!r}")
+        params = _merge(check_class.default_params(), definition.params, item.param_overrides)
+        thresholds = _merge(
+            check_class.default_thresholds(),
+            profile.thresholds.get(definition.kind, {}),
+            definition.thresholds,
+            item.threshold_overrides,
+            (cluster.threshold_overrides or {}).get(definition.kind, {}),
+        )
+        try:
+            typed_params = check_class.make_params(params)
+            check_class.make_thresholds(thresholds)
+        except ParamsError as exc:
+            raise RunStartError(f"plan item {definition.slug!r}: {exc}") from None
+        check = check_class()
+        items.append(
+            {
+                "key": definition.slug,
+                "name": definition.name,
+                "kind": definition.kind,
+                "position": position,
+                "params": params,
+                "thresholds": thresholds,
+                "timeout_s": check.timeout(typed_params),
+            }
+        )
+    if not items:
+        raise RunStartError(f"plan {plan.slug!r} has no checks")
+    return {
+        "slug": plan.slug,
+        "name": plan.name,
+        "profile": profile.key,
+        "items": items,
+        "taken_at": timezone.now().isoformat(),
+    }
+
+
+def nodes_select(*, cluster: Cluster, node_set: str = "") -> list[Node]:
+    """The cluster's nodes named by a ClusterShell node set (all nodes when empty)."""
+    nodes = list(cluster.nodes.order_by("hostname"))
+    if not node_set.strip():
+        return nodes
+    try:
+        wanted = set(NodeSet(node_set))
+    except NodeSetParseError as exc:
+        raise RunStartError(f"node set {node_set!r}: {exc}") from None
+    by_name = {n.hostname: n for n in nodes}
+    unknown = sorted(wanted - set(by_name))
+    if unknown:
+        raise RunStartError(f"not nodes of cluster {cluster.name}: {NodeSet.fromlist(unknown)}")
+    return [by_name[name] for name in sorted(wanted)]
+
+
+def run_start(
+    *,
+    cluster: Cluster,
+    plan: TestPlan,
+    nodes: Iterable[Node] | None = None,
+    requested_by: Any = None,
+    parent: Run | None = None,
+    enqueue: bool = True,
+) -> Run:
+    """Create a run with its queued results, and enqueue one task per node once committed.
+
+    `enqueue=False` leaves execution to the caller (kiln_run --inline)."""
+    node_list = list(nodes) if nodes is not None else list(cluster.nodes.order_by("hostname"))
+    if not node_list:
+        raise RunStartError(f"cluster {cluster.name} has no nodes to run on")
+    foreign = [n.hostname for n in node_list if n.cluster_id != cluster.pk]
+    if foreign:
+        raise RunStartError(f"nodes not in cluster {cluster.name}: {', '.join(foreign)}")
+    snapshot = plan_snapshot_build(plan=plan, cluster=cluster)
+    _check_timeout_nesting(snapshot)
+    with transaction.atomic():
+        run = Run.objects.create(
+            cluster=cluster,
+            plan=plan,
+            plan_snapshot=snapshot,
+            node_set=str(NodeSet.fromlist([n.hostname for n in node_list])),
+            requested_by=requested_by if getattr(requested_by, "pk", None) else None,
+            parent=parent,
+        )
+        CheckResult.objects.bulk_create(
+            CheckResult(run=run, node=node, item_key=item["key"], kind=item["kind"], position=item["position"])
+            for node in node_list
+            for item in snapshot["items"]
+        )
+        node_ids = [n.pk for n in node_list]
+        if enqueue:
+            transaction.on_commit(lambda: _enqueue(run.pk, node_ids))
+    return run
+
+
+def _check_timeout_nesting(snapshot: dict[str, Any]) -> None:
+    from worker.timeouts import node_task_limits
+
+    _, hard = node_task_limits(
+        command_budgets=[item["timeout_s"] for item in snapshot["items"]],
+        connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
+    )
+    visibility = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}).get("visibility_timeout")
+    if visibility is not None and hard >= visibility:
+        raise RunStartError(
+            f"plan needs up to {hard}s per node, more than the broker visibility timeout ({visibility}s): "
+            "raise KILN_MAX_CHECK_SECONDS or shorten the plan"
+        )
+
+
+def _enqueue(run_id: int, node_ids: list[int]) -> None:
+    from worker.tasks import enqueue_node
+
+    for node_id in node_ids:
+        enqueue_node(run_id=run_id, node_id=node_id)
+
+
+def run_mark_started(*, run_id: int) -> None:
+    Run.objects.filter(pk=run_id, status=Status.QUEUED).update(status=Status.RUNNING, started_at=timezone.now())
+
+
+def results_claim(*, run_id: int, node_id: int, claim: str) -> list[CheckResult]:
+    """Claim this node's unfinished results for a task. Returns them in plan order.
+
+    Rows still `queued`, or `running` under the same claim (the same task redelivered after its
+    worker died), are taken; rows another live task holds are left alone. Conditional UPDATE, so
+    two deliveries of the same message never both run a check.
+    """
+    now = timezone.now()
+    claimable = Q(status=Status.QUEUED) | Q(status=Status.RUNNING, claimed_by=claim)
+    CheckResult.objects.filter(claimable, run_id=run_id, node_id=node_id).update(
+        status=Status.RUNNING, claimed_by=claim, attempt=F("attempt") + 1, started_at=now
+    )
+    return list(
+        CheckResult.objects.filter(run_id=run_id, node_id=node_id, status=Status.RUNNING, claimed_by=claim).order_by(
+            "position"
+        )
+    )
+
+
+def _cap(text: str) -> tuple[str, bool]:
+    cap = settings.KILN_OUTPUT_CAP
+    if len(text) <= cap:
+        return text, False
+    head = cap * 3 // 4
+    return text[:head] + f"\n[... {len(text) - cap} characters cut by Kiln ...]\n" + text[-(cap - head) :], True
+
+
+def result_record(
+    *,
+    result: CheckResult,
+    claim: str,
+    verdict: Verdict,
+    measurements: list[CheckMeasurement],
+    command: str = "",
+    stdout: str = "",
+    stderr: str = "",
+    exit_code: int | None = None,
+    duration_s: float | None = None,
+) -> bool:
+    """Finish a claimed result exactly once. Returns False when it was already finished or taken."""
+    stdout, cut_out = _cap(stdout)
+    stderr, cut_err = _cap(stderr)
+    with transaction.atomic():
+        updated = CheckResult.objects.filter(pk=result.pk, status=Status.RUNNING, claimed_by=claim).update(
+            status=verdict.status,
+            reason=verdict.reason[:4000],
+            command=command,
+            stdout=stdout,
+            stderr=stderr,
+            output_truncated=cut_out or cut_err,
+            exit_code=exit_code,
+            finished_at=timezone.now(),
+            duration_s=duration_s,
+        )
+        if not updated:
+            return False
+        Measurement.objects.filter(result=result).delete()
+        Measurement.objects.bulk_create(
+            Measurement(
+                result=result,
+                name=m.name[:100],
+                value=m.value,
+                text=(m.text or "")[:500],
+                unit=m.unit[:20],
+                gpu=m.gpu,
+                threshold=(m.threshold or "")[:100],
+                ok=m.ok,
+                labels=m.labels or {},
+            )
+            for m in measurements
+        )
+    return True
+
+
+def results_fail_remaining(*, run_id: int, node_id: int, claim: str, status: str, reason: str) -> int:
+    """Close every result this task still holds (connection refused, time limit, ...)."""
+    return CheckResult.objects.filter(
+        run_id=run_id, node_id=node_id, status=Status.RUNNING, claimed_by=claim
+    ).update(status=status, reason=reason[:4000], finished_at=timezone.now())
+
+
+def run_finalize(*, run_id: int) -> Run | None:
+    """Fan-in: when no result of the run is active, apply cross-node checks and close the run.
+
+    Called by every node task when it ends; the row lock makes the last caller the one that closes.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status not in ACTIVE_STATUSES:
+            return run
+        if run.results.filter(status__in=ACTIVE_STATUSES).exists():
+            return run
+        _apply_inventory_consensus(run)
+        statuses = list(run.results.values_list("status", flat=True).distinct())
+        if Status.CANCELLED in statuses:
+            final = Status.CANCELLED
+        else:
+            final = worst_status([s for s in statuses if s != Status.SKIPPED]) if statuses else Status.ERROR
+        counts = {s: run.results.filter(status=s).count() for s in statuses}
+        run.status = final
+        run.reason = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        run.finished_at = timezone.now()
+        if run.started_at is None:
+            run.started_at = run.finished_at
+        run.save(update_fields=["status", "reason", "finished_at", "started_at"])
+    logger.info("run %s finished: %s (%s)", run.pk, run.status, run.reason)
+    return run
+
+
+def _apply_inventory_consensus(run: Run) -> None:
+    """Flag nodes whose driver/model/CUDA/GPU count differ from the strict majority of the run."""
+    from checks.inventory import inventory_consensus
+
+    facts: dict[str, dict[str, str]] = {}
+    result_by_node: dict[str, CheckResult] = {}
+    results = run.results.filter(kind="gpu_inventory", status__in=[Status.PASS, Status.WARN, Status.FAIL])
+    for result in results.select_related("node").prefetch_related("measurements"):
+        node_facts: dict[str, str] = {}
+        for m in result.measurements.all():
+            if m.name in ("driver_version", "cuda_version"):
+                node_facts[m.name] = m.text
+            elif m.name == "gpu_model" and m.gpu == 0:
+                node_facts["gpu_model"] = m.text
+            elif m.name == "gpu_count" and m.value is not None:
+                node_facts["gpu_count"] = str(int(m.value))
+        if node_facts:
+            facts[result.node.hostname] = node_facts
+            result_by_node[result.node.hostname] = result
+    if len(facts) < 3:
+        return  # a majority of two says nothing
+    for hostname, reason in inventory_consensus(facts).items():
+        result = result_by_node[hostname]
+        result.reason = f"{result.reason}; {reason}" if result.status == Status.FAIL else reason
+        result.status = Status.FAIL
+        result.save(update_fields=["status", "reason"])
+
+
+def run_cancel(*, run: Run, reason: str = "cancelled by user") -> int:
+    """Cancel what has not started yet. Running checks finish and are recorded."""
+    with transaction.atomic():
+        count = CheckResult.objects.filter(run=run, status=Status.QUEUED).update(
+            status=Status.CANCELLED, reason=reason, finished_at=timezone.now()
+        )
+    run_finalize(run_id=run.pk)
+    return count
+
+
+def record_from_check(
+    *,
+    result: CheckResult,
+    claim: str,
+    verdict: Verdict,
+    measurements: list[CheckMeasurement],
+    outputs: list[Any],
+) -> bool:
+    """Record a check's verdict with its commands' raw outputs joined (one section per command)."""
+    if len(outputs) == 1:
+        out = outputs[0]
+        return result_record(
+            result=result,
+            claim=claim,
+            verdict=verdict,
+            measurements=measurements,
+            command=out.command.display(),
+            stdout=out.stdout,
+            stderr=out.stderr,
+            exit_code=out.exit_code,
+            duration_s=out.duration_s,
+        )
+    return result_record(
+        result=result,
+        claim=claim,
+        verdict=verdict,
+        measurements=measurements,
+        command="\n".join(o.command.display() for o in outputs),
+        stdout="".join(f"### {o.command.display()}\n{o.stdout}\n" for o in outputs),
+        stderr="".join(f"### {o.command.display()}\n{o.stderr}\n" for o in outputs if o.stderr),
+        exit_code=next((o.exit_code for o in outputs if o.exit_code not in (0, None)), outputs[-1].exit_code)
+        if outputs
+        else None,
+        duration_s=sum(o.duration_s or 0 for o in outputs),
+    )

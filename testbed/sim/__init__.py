@@ -1,0 +1,185 @@
+"""Simulated GPU node tools: a fake libnvidia-ml.so.1 and a fake nvidia-smi.
+
+A simulated node is a process environment (see `node_env`) whose PATH finds the fake nvidia-smi,
+whose LD_LIBRARY_PATH finds the fake NVML (loaded by the real pynvml), and whose KILN_SIM_STATE
+names a key=value state file describing the node and its injected faults:
+
+    build = build_simulator(Path("testbed/build/sim"))
+    write_state(state_file, node="gpu01", ecc_uncorrectable_gpu=3)
+    subprocess.run(["python3", "-"], input=probe_source(), env=node_env(build, state_file), ...)
+
+State keys (absent = the healthy default, an 8x H100 SXM node):
+    gpus=8  model=NVIDIA H100 80GB HBM3  driver=550.54.15  cuda=12040 (NVML int form)
+    vbios=96.00.89.00.01  serial_prefix=16549220
+    node=NAME (seeds UUIDs/serials; default gethostname(); `uuid_seed` is an alias)
+Faults (GPU values are physical slots, "3" or a list "1,5"):
+    missing_gpu  ecc_uncorrectable_gpu (+ ecc_uncorrectable_count=2)  ecc_corrected_gpu
+    (+ ecc_corrected_count=5)  remap_pending_gpu  remap_failure_gpu  ecc_disabled_gpu
+    temp_gpu (+ temp_value=90)  pcie_degraded_gpu (gen 4 x8)
+    hang=1 (nvmlInit and nvidia-smi block forever)  garbage=1 (nvmlInit fails with a
+    driver/library version mismatch and nvidia-smi prints junk)  nvml_absent=1 (nvmlInit fails
+    with LIBRARY_NOT_FOUND; nvidia-smi works)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+SIM_DIR = Path(__file__).resolve().parent
+NVML_SOURCE = SIM_DIR / "fake_nvml.c"
+NVIDIA_SMI_SOURCE = SIM_DIR / "nvidia-smi"
+LIB_NAME = "libnvidia-ml.so.1"
+
+# Written explicitly into every state file so that the file documents the whole node.
+DEFAULTS: dict[str, str] = {
+    "gpus": "8",
+    "model": "NVIDIA H100 80GB HBM3",
+    "driver": "550.54.15",
+    "cuda": "12040",
+    "vbios": "96.00.89.00.01",
+    "serial_prefix": "16549220",
+}
+FAULT_KEYS: frozenset[str] = frozenset(
+    {
+        "missing_gpu",
+        "ecc_uncorrectable_gpu",
+        "ecc_uncorrectable_count",
+        "ecc_corrected_gpu",
+        "ecc_corrected_count",
+        "remap_pending_gpu",
+        "remap_failure_gpu",
+        "ecc_disabled_gpu",
+        "temp_gpu",
+        "temp_value",
+        "pcie_degraded_gpu",
+        "hang",
+        "garbage",
+        "nvml_absent",
+    }
+)
+KNOWN_KEYS: frozenset[str] = frozenset(DEFAULTS) | FAULT_KEYS | {"node", "uuid_seed"}
+
+
+@dataclass(frozen=True)
+class SimPaths:
+    """Where a built simulator lives: put bin_dir on PATH and lib_dir on LD_LIBRARY_PATH."""
+
+    bin_dir: Path
+    lib_dir: Path
+
+
+def _up_to_date(target: Path, source: Path) -> bool:
+    return target.exists() and target.stat().st_mtime >= source.stat().st_mtime
+
+
+def build_simulator(dest: Path) -> SimPaths:
+    """Compile the fake NVML into dest/lib and install nvidia-smi into dest/bin.
+
+    Skips work that is up to date. Each file is written to a temporary name and renamed into
+    place, so parallel test workers sharing `dest` never load a half-written library.
+    """
+    dest = Path(dest).resolve()
+    bin_dir, lib_dir = dest / "bin", dest / "lib"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    lib_dir.mkdir(parents=True, exist_ok=True)
+
+    lib = lib_dir / LIB_NAME
+    if not _up_to_date(lib, NVML_SOURCE):
+        compiler = os.environ.get("CC") or shutil.which("gcc") or "/usr/bin/gcc"
+        fd, tmp_name = tempfile.mkstemp(prefix=".libnvidia-ml.", dir=lib_dir)
+        os.close(fd)
+        argv = [
+            compiler,
+            "-O2",
+            "-Wall",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname," + LIB_NAME,
+            "-o",
+            tmp_name,
+            str(NVML_SOURCE),
+        ]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        except OSError as err:
+            os.unlink(tmp_name)
+            raise RuntimeError(f"cannot run {compiler}: {err}") from err
+        if proc.returncode != 0:
+            os.unlink(tmp_name)
+            raise RuntimeError(f"building {LIB_NAME} failed ({' '.join(argv)}):\n{proc.stderr}")
+        os.replace(tmp_name, lib)
+
+    smi = bin_dir / "nvidia-smi"
+    if not _up_to_date(smi, NVIDIA_SMI_SOURCE):
+        # A copy, not a symlink: dest can then be carried to other hosts or namespaces as is.
+        fd, tmp_name = tempfile.mkstemp(prefix=".nvidia-smi.", dir=bin_dir)
+        os.close(fd)
+        shutil.copyfile(NVIDIA_SMI_SOURCE, tmp_name)
+        os.chmod(tmp_name, 0o755)
+        os.replace(tmp_name, smi)
+    return SimPaths(bin_dir=bin_dir, lib_dir=lib_dir)
+
+
+def write_state(path: Path, *, node: str, **faults: str | int) -> None:
+    """Atomically write a node's state file: healthy defaults, overridden by `faults`.
+
+    Unknown keys raise ValueError (a typo must not silently make a healthy node). Clearing
+    faults is writing the state again without them.
+    """
+    unknown = sorted(set(faults) - KNOWN_KEYS)
+    if unknown:
+        raise ValueError(
+            f"unknown simulator state key(s): {', '.join(unknown)}; known: {', '.join(sorted(KNOWN_KEYS))}"
+        )
+    values: dict[str, str] = {**DEFAULTS, "node": node}
+    for key, value in faults.items():
+        if isinstance(value, bool):
+            value = int(value)
+        values[key] = str(value)
+    for key, value in values.items():
+        if "\n" in value or "\r" in value:
+            raise ValueError(f"state value for {key!r} must be one line: {value!r}")
+    text = "# Kiln simulated GPU node state (testbed/sim)\n" + "".join(f"{k}={v}\n" for k, v in values.items())
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp_name, 0o644)  # sshd-spawned node shells may run as another user
+        os.replace(tmp_name, path)
+    except BaseException:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+        raise
+
+
+def read_state(path: Path) -> dict[str, str]:
+    """Parse a state file (key=value lines, `#` comments) into a dict; no defaults added."""
+    state: dict[str, str] = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        state[key.strip()] = value.strip()
+    return state
+
+
+def node_env(paths: SimPaths, state_file: Path) -> dict[str, str]:
+    """The environment of a simulated node (only these keys; merge into a base env if needed).
+
+    python3 resolves to this interpreter's directory (it has pynvml), after the simulator's bin.
+    """
+    python_dir = str(Path(sys.executable).parent)
+    return {
+        "PATH": f"{paths.bin_dir}:{python_dir}:/usr/bin:/bin",
+        "LD_LIBRARY_PATH": str(paths.lib_dir),
+        "KILN_SIM_STATE": str(Path(state_file).resolve()),
+    }
