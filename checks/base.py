@@ -21,7 +21,9 @@ cannot trust its input returns nothing rather than half a picture.
 A missing single fact (one counter the driver did not report) is not a parse
 failure: parse records a Measurement with value None / text "" and, where
 known, `labels["missing"]` = the reason; evaluate turns it into an `error`
-finding that names the GPU and the fact.
+finding that names the GPU and the fact. `evaluate()` may annotate the
+measurements it judged with `threshold` ("<= 0") and `ok`; run_check returns
+those same objects.
 """
 
 from __future__ import annotations

@@ -126,11 +126,16 @@ else:
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Slack, in seconds, between a node's summed command budgets and its task's soft time limit
+# (connects, recording results). See worker/timeouts.py.
+KILN_TASK_SLACK_S = int(os.environ.get("KILN_TASK_SLACK_S", "60"))
 # The broker must not redeliver a task while it is still legitimately running: the visibility
-# timeout is the outermost of the nested timeouts (see worker/timeouts.py).
-KILN_MAX_CHECK_SECONDS = int(os.environ.get("KILN_MAX_CHECK_SECONDS", "86400"))
+# timeout is the outermost of the nested timeouts. Default 25 h: a 24 h burn-in plus slack.
+# It is also how long a task of a killed worker waits before another worker picks it up.
 if CELERY_BROKER_URL.startswith("redis"):
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": KILN_MAX_CHECK_SECONDS + 3600}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": int(os.environ.get("KILN_BROKER_VISIBILITY_TIMEOUT", str(25 * 3600)))
+    }
 
 # --- Kiln ---------------------------------------------------------------------------------------
 # Seconds to wait for an SSH TCP connect + handshake before calling a node unreachable.

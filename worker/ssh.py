@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import os
 import shlex
 import signal
@@ -31,7 +30,7 @@ from checks.base import Command, CommandOutput
 REMOTE_KILL_GRACE_S = 5
 # fabric's own run timeout sits above the remote `timeout` (+ grace), so the remote side always
 # gets to kill its process first; fabric's limit is only the backstop for a dead channel.
-CHANNEL_SLACK_S = 15
+CHANNEL_SLACK_S = 5
 
 
 class TransportError(Exception):
@@ -101,6 +100,22 @@ class Transport(Protocol):
     def run(self, command: Command) -> CommandOutput: ...
 
     def close(self) -> None: ...
+
+
+def _drain(channel: paramiko.Channel, out: bytearray, err: bytearray) -> bool:
+    """Read what is available on both streams; True when anything was read."""
+    got = False
+    while channel.recv_stderr_ready():
+        err += channel.recv_stderr(65536)
+        got = True
+    try:
+        chunk = channel.recv(65536)
+    except TimeoutError:
+        return got
+    if chunk:
+        out += chunk
+        return True
+    return got
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -229,33 +244,49 @@ class SSHTransport:
         self._opened = True
 
     def run(self, command: Command) -> CommandOutput:
+        """Run one command on a fresh channel of the node's connection.
+
+        Plain paramiko channel I/O (no reader threads): stdin is sent whole and closed, then
+        stdout/stderr are drained until the exit status arrives or the channel backstop passes.
+        """
         if not self._opened:
             self.open()
-        line = remote_shell_line(command)
+        transport = self.connection.transport
+        if transport is None or not transport.is_active():
+            raise UnreachableError(f"{self.target.hostname}: connection lost before running {command.argv[0]}")
         started = time.monotonic()
-        in_stream = io.StringIO(command.stdin) if command.stdin is not None else False
+        deadline = started + command.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S
+        out, err = bytearray(), bytearray()
         try:
-            result = self.connection.run(
-                line,
-                hide=True,
-                warn=True,
-                in_stream=in_stream,
-                timeout=command.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S,
-            )
-        except Exception as exc:  # invoke's CommandTimedOut, channel closed, ...
-            from invoke.exceptions import CommandTimedOut
-
-            duration = time.monotonic() - started
-            if isinstance(exc, CommandTimedOut):
-                self.close()  # closing the channel is what is left to stop the remote side
-                return CommandOutput(command, exc.result.stdout, exc.result.stderr, None, True, duration)
-            if isinstance(exc, (OSError, EOFError, paramiko.SSHException)):
-                raise UnreachableError(f"{self.target.hostname}: connection lost: {exc}") from None
-            raise
+            channel = transport.open_session(timeout=self.target.connect_timeout)
+            channel.settimeout(0.2)
+            channel.exec_command(remote_shell_line(command))
+            if command.stdin is not None:
+                channel.sendall(command.stdin.encode())
+            channel.shutdown_write()
+            while True:
+                drained = _drain(channel, out, err)
+                if channel.exit_status_ready() and not drained:
+                    _drain(channel, out, err)
+                    break
+                if not drained and channel.eof_received:
+                    time.sleep(0.01)  # output closed, exit status not yet in: do not spin
+                if time.monotonic() > deadline:
+                    channel.close()  # the backstop: closing the channel hangs up the remote session
+                    return CommandOutput(
+                        command, out.decode(errors="replace"), err.decode(errors="replace"), None, True,
+                        time.monotonic() - started,
+                    )  # fmt: skip
+            exit_code = channel.recv_exit_status()
+            channel.close()
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise UnreachableError(f"{self.target.hostname}: connection lost: {exc or type(exc).__name__}") from None
         duration = time.monotonic() - started
         # GNU timeout exits 124 (TERM) or 137 (KILL after the grace) when it had to stop the command.
-        timed_out = result.exited in (124, 137) and duration >= command.timeout - 0.5
-        return CommandOutput(command, result.stdout, result.stderr, result.exited, timed_out, duration)
+        timed_out = exit_code in (124, 137) and duration >= command.timeout - 0.5
+        return CommandOutput(
+            command, out.decode(errors="replace"), err.decode(errors="replace"), exit_code, timed_out, duration
+        )
 
     def close(self) -> None:
         try:

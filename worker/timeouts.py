@@ -2,21 +2,24 @@
 
 Each layer leaves room for the one inside it to act first, so a hung command is killed on the node
 and recorded as `error: timed out`, rather than the worker being killed with nothing recorded.
+`portal.runs.services.run_start` refuses a plan whose hard limit would reach the broker's
+visibility timeout (a redelivery while the first delivery still runs).
 """
 
 from __future__ import annotations
 
-from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S
+from django.conf import settings
 
-# Soft limit slack over the node's summed command budgets: SSH connect + the channel backstop of
-# each command + recording results in the database.
-SOFT_LIMIT_SLACK_S = 60
-# Between the soft limit (SoftTimeLimitExceeded, the task records `error`) and the hard kill.
-HARD_LIMIT_SLACK_S = 30
+from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S
 
 
 def node_task_limits(*, command_budgets: list[float], connect_timeout: float) -> tuple[int, int]:
-    """(soft, hard) Celery time limits for one node's task running the given commands in order."""
+    """(soft, hard) Celery time limits for one node's task running the given commands in order.
+
+    Soft = every command's budget + its kill grace + the channel backstop, two connect timeouts
+    (node and jump host), and KILN_TASK_SLACK_S for recording results. Hard = soft + half that slack.
+    """
+    slack = settings.KILN_TASK_SLACK_S
     per_command = sum(b + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S for b in command_budgets)
-    soft = int(per_command + 2 * connect_timeout + SOFT_LIMIT_SLACK_S)
-    return soft, soft + HARD_LIMIT_SLACK_S
+    soft = int(per_command + 2 * connect_timeout + slack)
+    return soft, soft + max(5, slack // 2)

@@ -69,6 +69,17 @@ def execute_node(*, run_id: int, node_id: int, claim: str) -> int:
         recorded += services.results_fail_remaining(
             run_id=run_id, node_id=node_id, claim=claim, status=Status.ERROR, reason=f"{exc.kind}: {exc.message}"
         )
+    except Exception as exc:
+        # A bug must not leave results `running` forever: record it, then let Celery log the traceback.
+        logger.exception("run %s node %s: internal error", run_id, node.hostname)
+        services.results_fail_remaining(
+            run_id=run_id,
+            node_id=node_id,
+            claim=claim,
+            status=Status.ERROR,
+            reason=f"internal error in Kiln: {type(exc).__name__}: {exc}",
+        )
+        raise
     finally:
         transport.close()
     return recorded

@@ -148,7 +148,7 @@ def _check_timeout_nesting(snapshot: dict[str, Any]) -> None:
     if visibility is not None and hard >= visibility:
         raise RunStartError(
             f"plan needs up to {hard}s per node, more than the broker visibility timeout ({visibility}s): "
-            "raise KILN_MAX_CHECK_SECONDS or shorten the plan"
+            "raise KILN_BROKER_VISIBILITY_TIMEOUT or shorten the plan"
         )
 
 

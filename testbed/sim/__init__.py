@@ -18,7 +18,8 @@ Faults (GPU values are physical slots, "3" or a list "1,5"):
     temp_gpu (+ temp_value=90)  pcie_degraded_gpu (gen 4 x8)
     hang=1 (nvmlInit and nvidia-smi block forever)  garbage=1 (nvmlInit fails with a
     driver/library version mismatch and nvidia-smi prints junk)  nvml_absent=1 (nvmlInit fails
-    with LIBRARY_NOT_FOUND; nvidia-smi works)
+    with LIBRARY_NOT_FOUND; nvidia-smi works)  delay_ms=N (a slow, healthy node: nvmlInit and
+    nvidia-smi take N ms)
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ FAULT_KEYS: frozenset[str] = frozenset(
         "hang",
         "garbage",
         "nvml_absent",
+        "delay_ms",
     }
 )
 KNOWN_KEYS: frozenset[str] = frozenset(DEFAULTS) | FAULT_KEYS | {"node", "uuid_seed"}

@@ -49,6 +49,7 @@ typedef struct {
     int ecc_corrected_count;
     int temp_value;
     int hang, garbage, nvml_absent;
+    int delay_ms; /* a slow but healthy node: nvmlInit takes this long */
 } sim_state_t;
 
 typedef struct {
@@ -128,6 +129,7 @@ static void apply(sim_state_t *s, const char *key, const char *value) {
     else if (!strcmp(key, "temp_value")) s->temp_value = atoi(value);
     else if (!strcmp(key, "pcie_degraded_gpu")) s->pcie_degraded = parse_set(value);
     else if (!strcmp(key, "hang")) s->hang = atoi(value);
+    else if (!strcmp(key, "delay_ms")) s->delay_ms = atoi(value);
     else if (!strcmp(key, "garbage")) s->garbage = atoi(value);
     else if (!strcmp(key, "nvml_absent")) s->nvml_absent = atoi(value);
     /* unknown keys are ignored: the Python writer validates them */
@@ -232,6 +234,7 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
         /* A wedged driver: only the caller's timeout gets us out. */
         for (;;) sleep(60);
     }
+    if (g_state.delay_ms > 0) usleep((useconds_t)g_state.delay_ms * 1000);
     if (g_state.nvml_absent) return NVML_ERROR_LIBRARY_NOT_FOUND;
     if (g_state.garbage) return NVML_ERROR_LIB_RM_VERSION_MISMATCH; /* "Driver/library version mismatch" */
     build_gpus();

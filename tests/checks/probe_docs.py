@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from checks.base import Command, CommandOutput
+
+REPO = Path(__file__).resolve().parents[2]
+A100_MIG = "nvsmi_q_x_A100-SXM4-80GB_MIG_drv535.xml"
+RTX_ADA = "nvsmi_q_x_RTX4000Ada_drv595_v13schema.xml"
 
 H100 = "NVIDIA H100 80GB HBM3"
 DRIVER = "550.54.15"
@@ -74,3 +81,11 @@ def output(
     text = stdout if isinstance(stdout, str) else json.dumps(stdout)
     command = Command(argv=("python3", "-"), timeout=timeout, stdin="#probe", label="probe.py")
     return [CommandOutput(command=command, stdout=text, stderr=stderr, exit_code=exit_code, timed_out=timed_out)]
+
+
+def fixture(name: str) -> Path:
+    """A real nvidia-smi capture: tests/fixtures first, then ../shared/fixtures."""
+    for folder in (REPO / "tests/fixtures/nvidia-smi", REPO.parent / "shared/fixtures/nvidia-smi"):
+        if (folder / name).exists():
+            return folder / name
+    pytest.skip(f"fixture {name} not found")

@@ -249,3 +249,34 @@ def test_it_raises_with_the_compiler_output_when_the_build_fails(
     with pytest.raises(RuntimeError, match="error"):
         build_simulator(tmp_path / "out")
     assert not list((tmp_path / "out" / "lib").iterdir())  # no half-written library left behind
+
+
+def test_it_tolerates_functions_missing_from_old_drivers_and_old_pynvml() -> None:
+    import types
+
+    import pynvml
+
+    from checks.probe import probe
+
+    def not_found(*_args: object) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    def not_supported(*_args: object) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    # An old driver: no ClocksEventReasons symbol (ThrottleReasons instead), no field values,
+    # no remapped rows; an old pynvml: no nvmlDeviceGetFieldValues wrapper at all.
+    nv = types.SimpleNamespace(
+        NVMLError=pynvml.NVMLError,
+        nvmlDeviceGetHandleByIndex=lambda i: object(),
+        nvmlDeviceGetName=lambda h: "Tesla V100-SXM2-32GB",
+        nvmlDeviceGetCurrentClocksEventReasons=not_found,
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0x4,
+        nvmlDeviceGetRemappedRows=not_supported,
+    )
+    gpu = probe._nvml_gpu(nv, 0)
+    assert gpu["name"] == "Tesla V100-SXM2-32GB"
+    assert gpu["clock_event_reasons"] == {"mask": 4, "active": ["sw_power_cap"]}
+    assert gpu["remapped_rows"] is None and gpu["errors"]["remapped_rows"] == "Not Supported"
+    assert gpu["temperature"]["memory"] is None and "temperature.memory" in gpu["errors"]
+    assert gpu["uuid"] is None and "uuid" in gpu["errors"]

@@ -1,0 +1,150 @@
+"""Shared fixtures: users with roles, a real Celery worker process, the sshd testbed as a cluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+pytest_plugins = ["testbed.pytest_plugin"]
+
+REPO = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def skip_or_fail(reason: str) -> None:
+    """Integration prerequisites missing: skip locally, fail under CI (CI must never skip them)."""
+    if IN_CI:
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def real_services() -> None:
+    """The integration tests talk to real PostgreSQL and Redis (see the Makefile's test target)."""
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if "postgresql" not in engine:
+        skip_or_fail(f"integration tests need PostgreSQL (DATABASE_URL), got {engine}")
+    if not settings.CELERY_BROKER_URL.startswith("redis"):
+        skip_or_fail(f"integration tests need Redis (CELERY_BROKER_URL), got {settings.CELERY_BROKER_URL}")
+
+
+@pytest.fixture
+def make_user(db):  # noqa: ANN001, ANN201
+    from django.contrib.auth.models import Group, User
+
+    def make(username: str, *roles: str, superuser: bool = False) -> User:
+        user = User.objects.create_user(username=username, password="pw-" + username, is_superuser=superuser)
+        for role in roles:
+            user.groups.add(Group.objects.get(name=role))
+        return user
+
+    return make
+
+
+class WorkerProcess:
+    """A real `celery -A worker worker` process on the test database and broker."""
+
+    def __init__(self, log_path: Path, *, concurrency: int = 8) -> None:
+        self.log_path = log_path
+        self.concurrency = concurrency
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def env(self) -> dict[str, str]:
+        db = settings.DATABASES["default"]
+        env = dict(os.environ)
+        env["DATABASE_URL"] = (
+            f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        )
+        env["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
+        env["KILN_DATA_DIR"] = str(settings.DATA_DIR)
+        env["KILN_SSH_CONNECT_TIMEOUT"] = str(settings.KILN_SSH_CONNECT_TIMEOUT)
+        env["KILN_TASK_SLACK_S"] = str(settings.KILN_TASK_SLACK_S)
+        visibility = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout")
+        if visibility:
+            env["KILN_BROKER_VISIBILITY_TIMEOUT"] = str(visibility)
+        return env
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "worker", "worker",
+                "--loglevel=INFO", f"--concurrency={self.concurrency}", "--pool=prefork",
+                "--without-gossip", "--without-mingle", "-n", f"itest-{os.getpid()}-{time.monotonic_ns()}@%h",
+            ],
+            cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"celery worker exited {self.process.returncode}:\n{self.log_path.read_text()}")
+            if b"ready." in self.log_path.read_bytes():
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"celery worker not ready after 60s:\n{self.log_path.read_text()}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (main process and pool): no warm shutdown, nothing acked."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _flush_broker() -> None:
+    import redis
+
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+
+
+@pytest.fixture
+def celery_worker_process(real_services, transactional_db, tmp_path: Path) -> Iterator[WorkerProcess]:  # noqa: ANN001
+    _flush_broker()
+    worker = WorkerProcess(tmp_path / "worker.log")
+    worker.start()
+    yield worker
+    worker.stop()
+    _flush_broker()
+
+
+@pytest.fixture
+def testbed_cluster(clean_testbed, transactional_db):  # noqa: ANN001, ANN201
+    """The shared 8-node sshd testbed registered as cluster `tb`, with a test plan `itest` whose
+    checks time out after 5 s (the hung-command case must finish quickly)."""
+    from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+    from portal.inventory.services import cluster_create, nodes_add
+
+    tb = clean_testbed
+    cluster = cluster_create(
+        name="tb",
+        ssh_user=tb.ssh_user,
+        ssh_key_path=str(tb.client_key_path),
+        known_hosts_path=str(tb.known_hosts_path),
+        profile="H100-SXM-8",
+    )
+    for node in tb.nodes:
+        nodes_add(cluster=cluster, hostnames=node.hostname, addresses=node.address)
+    plan = TestPlan.objects.create(slug="itest", name="Integration test plan")
+    for order, slug in enumerate(["gpu-inventory", "ecc-health"]):
+        TestPlanItem.objects.create(
+            plan=plan,
+            check_definition=CheckDefinition.objects.get(slug=slug),
+            order=order,
+            param_overrides={"timeout_s": 5},
+        )
+    return cluster

@@ -1,3 +1,0 @@
-from __future__ import annotations
-
-pytest_plugins = ["testbed.pytest_plugin"]
