@@ -57,6 +57,8 @@ def validate_check_config(kind: str, params: object, thresholds: object) -> None
 class TestPlan(models.Model):
     """An ordered list of checks. Built-in plans have stable slugs: `quick` and `acceptance`."""
 
+    __test__ = False  # not a pytest class, whatever its name
+
     slug = models.SlugField(max_length=64, unique=True, validators=[validate_slug])
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
@@ -71,6 +73,8 @@ class TestPlan(models.Model):
 
 class TestPlanItem(models.Model):
     """One check in a plan, with per-plan param and threshold overrides."""
+
+    __test__ = False
 
     plan = models.ForeignKey(TestPlan, on_delete=models.CASCADE, related_name="items")
     check_definition = models.ForeignKey(CheckDefinition, on_delete=models.PROTECT, related_name="plan_items")

@@ -79,3 +79,60 @@ def test_it_exits_zero_when_every_node_passes(testbed_cluster, celery_worker_pro
     inventory = by_node(data, "gpu-inventory")["gpu01"]
     uuids = [m for m in inventory["measurements"] if m["name"] == "gpu_uuid"]
     assert len(uuids) == 8
+
+
+def test_it_reaches_nodes_through_a_jump_host(testbed_cluster, clean_testbed, celery_worker_process) -> None:
+    jump = clean_testbed.node("gpu01")
+    testbed_cluster.jump_host = f"root@{jump.address}"
+    testbed_cluster.save()
+    code, data = kiln_run_json("tb", "itest", "--nodes", "gpu[02-03]")
+    assert code == 0, data
+    assert {r["status"] for r in data["results"]} == {"pass"}
+
+
+def test_it_refuses_a_node_whose_pinned_fingerprint_differs(
+    testbed_cluster, clean_testbed, celery_worker_process
+) -> None:
+    testbed_cluster.nodes.filter(hostname="gpu03").update(host_key_fingerprint="SHA256:" + "A" * 43)
+    code, data = kiln_run_json("tb", "itest", "--nodes", "gpu[02-03]")
+    assert code == 2
+    gpu03 = by_node(data, "ecc-health")["gpu03"]
+    assert gpu03["status"] == "error"
+    assert "pinned SHA256:AAAA" in gpu03["reason"]
+    assert by_node(data, "ecc-health")["gpu02"]["status"] == "pass"
+
+
+def test_it_fills_the_grid_live_for_a_run_started_from_the_web_page(
+    testbed_cluster, clean_testbed, celery_worker_process, client, make_user
+) -> None:
+    import re
+
+    client.force_login(make_user("olivia", "operator"))
+    for node in clean_testbed.nodes:
+        clean_testbed.set_faults(node.hostname, delay_ms=400)
+    clean_testbed.set_faults("gpu06", delay_ms=400, ecc_uncorrectable_gpu=2)
+    response = client.post("/clusters/tb/run/", {"plan": "itest", "node_set": ""})
+    assert response.status_code == 302
+    run_url = response["Location"]
+    page = client.get(run_url)
+    assert b'hx-trigger="every 2s"' in page.content, "an active run's grid polls for updates"
+
+    seen_states: list[str] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        fragment = client.get(run_url, HTTP_HX_REQUEST="true").content.decode()
+        assert "<html" not in fragment, "htmx gets the grid fragment, not the whole page"
+        seen_states.append(re.search(r'data-status="(\w+)"', fragment).group(1))
+        if "hx-trigger" not in fragment:
+            break
+        time.sleep(0.3)
+    assert seen_states[-1] == "fail", seen_states
+    assert {"queued", "running"} & set(seen_states), "the grid was seen before the run finished"
+    assert "GPU 2: 2 uncorrectable volatile ECC errors" in fragment
+    assert fragment.count('class="cell pass"') == 15
+
+    result = CheckResult.objects.get(run__cluster=testbed_cluster, node__hostname="gpu06", item_key="ecc-health")
+    detail = client.get(f"/results/{result.pk}/").content.decode()
+    assert "ecc_volatile_uncorrected" in detail
+    assert "python3 - &lt; probe.py" in detail
+    assert '"schema": 1' in detail or "&quot;schema&quot;: 1" in detail, "the raw probe output is shown"

@@ -1,0 +1,77 @@
+"""Kill the Celery worker mid-run, start another: the run completes, nothing lost, nothing doubled."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db.models import Count
+
+from portal.catalog.models import TestPlan
+from portal.runs import services
+from portal.runs.models import CheckResult, Measurement, Run
+
+pytestmark = pytest.mark.integration
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_it_completes_a_run_after_the_worker_is_killed(
+    settings, testbed_cluster, clean_testbed, real_services, tmp_path
+) -> None:
+    from tests.conftest import WorkerProcess, _flush_broker
+
+    # Short nested timeouts so the broker's visibility timeout (how long a killed worker's task
+    # waits before redelivery) can be short too: check 2 s < task soft/hard limit < visibility.
+    settings.KILN_SSH_CONNECT_TIMEOUT = 3
+    settings.KILN_TASK_SLACK_S = 5
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 45}
+    TestPlan.objects.get(slug="itest").items.update(param_overrides={"timeout_s": 2})
+    for node in clean_testbed.nodes:
+        clean_testbed.set_faults(node.hostname, delay_ms=1200)  # slow, healthy nodes
+
+    _flush_broker()
+    first = WorkerProcess(tmp_path / "worker-1.log", concurrency=2)
+    first.start()
+    run = services.run_start(cluster=testbed_cluster, plan=TestPlan.objects.get(slug="itest"))
+    results = CheckResult.objects.filter(run=run)
+    try:
+        wait_for(
+            lambda: results.filter(status="pass").exists() and results.filter(status="running").exists(),
+            60,
+            "one finished and one running check",
+        )
+        first.kill()
+        interrupted = set(results.filter(status="running").values_list("id", flat=True))
+        done_before = results.filter(status="pass").count()
+        assert interrupted and done_before < results.count()
+        assert Run.objects.get(pk=run.pk).status == "running"
+
+        second = WorkerProcess(tmp_path / "worker-2.log", concurrency=4)
+        second.start()
+        try:
+            wait_for(lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"), 150, "the run to end")
+        finally:
+            second.stop()
+    finally:
+        first.kill()
+        _flush_broker()
+
+    run.refresh_from_db()
+    assert run.status == "pass", (run.status, list(results.values_list("node__hostname", "item_key", "reason")))
+    assert results.count() == 8 * 2
+    assert set(results.values_list("status", flat=True)) == {"pass"}
+    # The checks the dead worker held were claimed again by the redelivered task (same claim id).
+    assert set(results.filter(attempt__gte=2).values_list("id", flat=True)) >= interrupted
+    # No doubled evidence: each inventory result has exactly one UUID per GPU.
+    per_result = (
+        Measurement.objects.filter(result__run=run, name="gpu_uuid").values("result").annotate(n=Count("id"))
+    )
+    assert sorted(row["n"] for row in per_result) == [8] * 8
