@@ -45,10 +45,12 @@ def plan_snapshot_build(*, plan: TestPlan, cluster: Cluster) -> dict[str, Any]:
         check_class = REGISTRY.get(definition.kind)
         if check_class is None:
             raise RunStartError(f"plan item {definition.slug!r}: unknown check kind {definition.kind!r}")
-        params = _merge(check_class.default_params(), definition.params, item.param_overrides)
+        params = _merge(
+            check_class.default_params(), profile.params_for(definition.kind), definition.params, item.param_overrides
+        )
         thresholds = _merge(
             check_class.default_thresholds(),
-            profile.thresholds.get(definition.kind, {}),
+            profile.thresholds_for(definition.kind),
             definition.thresholds,
             item.threshold_overrides,
             (cluster.threshold_overrides or {}).get(definition.kind, {}),

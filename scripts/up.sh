@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Start web, worker and beat on the embedded default (SQLite + filesystem broker) in the foreground.
+# Ctrl-C stops all three. Called by `make up` after migrate and kiln_demo.
+set -euo pipefail
+HOST="${1:-127.0.0.1}"
+PORT="${2:-8000}"
+BIN=".venv/bin"
+LOG_DIR="${KILN_DATA_DIR:-data}/logs"
+mkdir -p "$LOG_DIR"
+
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup INT TERM EXIT
+
+"$BIN/celery" -A worker worker --loglevel=INFO --concurrency="${KILN_WORKER_CONCURRENCY:-8}" >"$LOG_DIR/worker.log" 2>&1 &
+pids+=($!)
+"$BIN/celery" -A worker beat --loglevel=INFO >"$LOG_DIR/beat.log" 2>&1 &
+pids+=($!)
+"$BIN/gunicorn" portal.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --access-logfile - \
+  >"$LOG_DIR/web.log" 2>&1 &
+pids+=($!)
+
+for _ in $(seq 1 50); do
+  if "$BIN/python" - "$HOST" "$PORT" <<'PY' 2>/dev/null; then break; fi
+import socket, sys
+socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=0.5).close()
+PY
+  sleep 0.2
+done
+
+echo
+echo "Kiln is running at http://$HOST:$PORT/"
+"$BIN/python" manage.py kiln_admin
+echo "The demo cluster is at http://$HOST:$PORT/clusters/demo/ (start a run with 'Start a run')."
+echo "Logs: $LOG_DIR/{web,worker,beat}.log. Press Ctrl-C to stop."
+wait -n "${pids[@]}"
