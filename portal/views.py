@@ -19,7 +19,6 @@ from portal.roles import OPERATOR, VIEWER, has_role
 from portal.runs import selectors, services
 from portal.runs.models import STATUS_COLOURS, Run
 
-
 View = Callable[..., HttpResponse]
 
 

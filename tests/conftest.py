@@ -37,7 +37,7 @@ def real_services() -> None:
 
 
 @pytest.fixture
-def make_user(db):  # noqa: ANN001, ANN201
+def make_user(db):
     from django.contrib.auth.models import Group, User
 
     def make(username: str, *roles: str, superuser: bool = False) -> User:
@@ -60,9 +60,7 @@ class WorkerProcess:
     def env(self) -> dict[str, str]:
         db = settings.DATABASES["default"]
         env = dict(os.environ)
-        env["DATABASE_URL"] = (
-            f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-        )
+        env["DATABASE_URL"] = f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
         env["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
         env["KILN_DATA_DIR"] = str(settings.DATA_DIR)
         env["KILN_SSH_CONNECT_TIMEOUT"] = str(settings.KILN_SSH_CONNECT_TIMEOUT)
@@ -113,7 +111,7 @@ def _flush_broker() -> None:
 
 
 @pytest.fixture
-def celery_worker_process(real_services, transactional_db, tmp_path: Path) -> Iterator[WorkerProcess]:  # noqa: ANN001
+def celery_worker_process(real_services, transactional_db, tmp_path: Path) -> Iterator[WorkerProcess]:
     _flush_broker()
     worker = WorkerProcess(tmp_path / "worker.log")
     worker.start()
@@ -123,7 +121,7 @@ def celery_worker_process(real_services, transactional_db, tmp_path: Path) -> It
 
 
 @pytest.fixture
-def testbed_cluster(clean_testbed, transactional_db):  # noqa: ANN001, ANN201
+def testbed_cluster(clean_testbed, transactional_db):
     """The shared 8-node sshd testbed registered as cluster `tb`, with a test plan `itest` whose
     checks time out after 5 s (the hung-command case must finish quickly)."""
     from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem

@@ -222,7 +222,7 @@ class SSHTransport:
             ) from None
         except paramiko.AuthenticationException as exc:
             raise AuthenticationError(f"authentication failed for {self.target.user}@{where}: {exc}") from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise UnreachableError(f"{where}: connection timed out after {self.target.connect_timeout:g}s") from None
         except (OSError, paramiko.SSHException, EOFError) as exc:
             raise UnreachableError(f"{where}: {exc or type(exc).__name__}") from None

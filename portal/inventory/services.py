@@ -116,7 +116,9 @@ def nodes_import_csv(*, cluster: Cluster, text: str) -> AddReport:
     """Import nodes from CSV with a header row; `hostname` is required. All rows or none."""
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames or "hostname" not in [f.strip() for f in reader.fieldnames]:
-        raise InventoryError(f"CSV needs a header row with a 'hostname' column; columns allowed: {', '.join(CSV_FIELDS)}")
+        raise InventoryError(
+            f"CSV needs a header row with a 'hostname' column; columns allowed: {', '.join(CSV_FIELDS)}"
+        )
     unknown = sorted({f.strip() for f in reader.fieldnames} - set(CSV_FIELDS))
     if unknown:
         raise InventoryError(f"unknown CSV column(s): {', '.join(unknown)}; allowed: {', '.join(CSV_FIELDS)}")

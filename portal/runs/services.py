@@ -12,7 +12,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from checks.base import REGISTRY, Measurement as CheckMeasurement, ParamsError, Verdict, worst_status
+from checks.base import REGISTRY, ParamsError, Verdict, worst_status
+from checks.base import Measurement as CheckMeasurement
 from checks.profiles import get_profile
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster, Node
@@ -241,9 +242,9 @@ def result_record(
 
 def results_fail_remaining(*, run_id: int, node_id: int, claim: str, status: str, reason: str) -> int:
     """Close every result this task still holds (connection refused, time limit, ...)."""
-    return CheckResult.objects.filter(
-        run_id=run_id, node_id=node_id, status=Status.RUNNING, claimed_by=claim
-    ).update(status=status, reason=reason[:4000], finished_at=timezone.now())
+    return CheckResult.objects.filter(run_id=run_id, node_id=node_id, status=Status.RUNNING, claimed_by=claim).update(
+        status=status, reason=reason[:4000], finished_at=timezone.now()
+    )
 
 
 def run_finalize(*, run_id: int) -> Run | None:

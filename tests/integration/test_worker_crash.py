@@ -14,7 +14,7 @@ from portal.runs.models import CheckResult, Measurement, Run
 pytestmark = pytest.mark.integration
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
+def wait_for(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -71,7 +71,5 @@ def test_it_completes_a_run_after_the_worker_is_killed(
     # The checks the dead worker held were claimed again by the redelivered task (same claim id).
     assert set(results.filter(attempt__gte=2).values_list("id", flat=True)) >= interrupted
     # No doubled evidence: each inventory result has exactly one UUID per GPU.
-    per_result = (
-        Measurement.objects.filter(result__run=run, name="gpu_uuid").values("result").annotate(n=Count("id"))
-    )
+    per_result = Measurement.objects.filter(result__run=run, name="gpu_uuid").values("result").annotate(n=Count("id"))
     assert sorted(row["n"] for row in per_result) == [8] * 8

@@ -2,60 +2,137 @@
 
 import django.core.validators
 import django.db.models.deletion
-import portal.inventory.models
 from django.db import migrations, models
+
+import portal.inventory.models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Cluster',
+            name="Cluster",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=63, unique=True, validators=[django.core.validators.RegexValidator('^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$', "letters, digits, '.', '_' and '-' only")])),
-                ('customer', models.CharField(blank=True, max_length=200)),
-                ('site', models.CharField(blank=True, max_length=200)),
-                ('profile', models.CharField(choices=portal.inventory.models.profile_choices, default='H100-SXM-8', max_length=40)),
-                ('transport', models.CharField(choices=[('ssh', 'SSH'), ('local', 'Local (this host)')], default='ssh', max_length=10)),
-                ('ssh_user', models.CharField(default='root', max_length=64)),
-                ('ssh_port', models.PositiveIntegerField(default=22)),
-                ('ssh_key_path', models.CharField(blank=True, help_text='Path on the worker hosts, not the key.', max_length=500)),
-                ('jump_host', models.CharField(blank=True, help_text='[user@]host[:port], like ssh -J', max_length=255)),
-                ('known_hosts', models.TextField(blank=True, help_text='known_hosts lines for every node (and the jump host).')),
-                ('scheduler', models.CharField(choices=[('none', 'None'), ('slurm', 'Slurm'), ('k8s', 'Kubernetes')], default='none', max_length=10)),
-                ('threshold_overrides', models.JSONField(blank=True, default=dict, help_text='Per check kind, e.g. {"gpu_inventory": {"expected_driver": "550.54.15"}}')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=63,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", "letters, digits, '.', '_' and '-' only"
+                            )
+                        ],
+                    ),
+                ),
+                ("customer", models.CharField(blank=True, max_length=200)),
+                ("site", models.CharField(blank=True, max_length=200)),
+                (
+                    "profile",
+                    models.CharField(
+                        choices=portal.inventory.models.profile_choices, default="H100-SXM-8", max_length=40
+                    ),
+                ),
+                (
+                    "transport",
+                    models.CharField(
+                        choices=[("ssh", "SSH"), ("local", "Local (this host)")], default="ssh", max_length=10
+                    ),
+                ),
+                ("ssh_user", models.CharField(default="root", max_length=64)),
+                ("ssh_port", models.PositiveIntegerField(default=22)),
+                (
+                    "ssh_key_path",
+                    models.CharField(blank=True, help_text="Path on the worker hosts, not the key.", max_length=500),
+                ),
+                (
+                    "jump_host",
+                    models.CharField(blank=True, help_text="[user@]host[:port], like ssh -J", max_length=255),
+                ),
+                (
+                    "known_hosts",
+                    models.TextField(blank=True, help_text="known_hosts lines for every node (and the jump host)."),
+                ),
+                (
+                    "scheduler",
+                    models.CharField(
+                        choices=[("none", "None"), ("slurm", "Slurm"), ("k8s", "Kubernetes")],
+                        default="none",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "threshold_overrides",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text='Per check kind, e.g. {"gpu_inventory": {"expected_driver": "550.54.15"}}',
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Node',
+            name="Node",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('hostname', models.CharField(max_length=253, validators=[django.core.validators.RegexValidator('^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$', "a hostname: letters, digits, '.' and '-' only")])),
-                ('address', models.CharField(blank=True, help_text='IP or DNS name; the hostname when empty.', max_length=255)),
-                ('ssh_port', models.PositiveIntegerField(blank=True, help_text="The cluster's port when empty.", null=True)),
-                ('rack', models.CharField(blank=True, max_length=64)),
-                ('position', models.CharField(blank=True, max_length=16)),
-                ('group', models.CharField(blank=True, help_text='Switch / rail group.', max_length=64)),
-                ('serial', models.CharField(blank=True, max_length=128)),
-                ('expected_gpus', models.PositiveIntegerField(blank=True, help_text="The profile's count when empty.", null=True)),
-                ('host_key_fingerprint', models.CharField(blank=True, help_text='SHA256:... pinned host key', max_length=100)),
-                ('local_env', models.JSONField(blank=True, default=dict, help_text='Environment for the local transport (simulated demo nodes).')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('cluster', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='nodes', to='inventory.cluster')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "hostname",
+                    models.CharField(
+                        max_length=253,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$", "a hostname: letters, digits, '.' and '-' only"
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "address",
+                    models.CharField(blank=True, help_text="IP or DNS name; the hostname when empty.", max_length=255),
+                ),
+                (
+                    "ssh_port",
+                    models.PositiveIntegerField(blank=True, help_text="The cluster's port when empty.", null=True),
+                ),
+                ("rack", models.CharField(blank=True, max_length=64)),
+                ("position", models.CharField(blank=True, max_length=16)),
+                ("group", models.CharField(blank=True, help_text="Switch / rail group.", max_length=64)),
+                ("serial", models.CharField(blank=True, max_length=128)),
+                (
+                    "expected_gpus",
+                    models.PositiveIntegerField(blank=True, help_text="The profile's count when empty.", null=True),
+                ),
+                (
+                    "host_key_fingerprint",
+                    models.CharField(blank=True, help_text="SHA256:... pinned host key", max_length=100),
+                ),
+                (
+                    "local_env",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="Environment for the local transport (simulated demo nodes).",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="nodes", to="inventory.cluster"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['cluster', 'hostname'],
-                'constraints': [models.UniqueConstraint(fields=('cluster', 'hostname'), name='node_unique_hostname')],
+                "ordering": ["cluster", "hostname"],
+                "constraints": [models.UniqueConstraint(fields=("cluster", "hostname"), name="node_unique_hostname")],
             },
         ),
     ]

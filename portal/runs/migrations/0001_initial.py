@@ -6,90 +6,161 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('catalog', '0001_initial'),
-        ('inventory', '0001_initial'),
+        ("catalog", "0001_initial"),
+        ("inventory", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='CheckResult',
+            name="CheckResult",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('item_key', models.CharField(help_text="The plan item's slug in the snapshot.", max_length=64)),
-                ('kind', models.CharField(max_length=64)),
-                ('position', models.PositiveIntegerField(default=0)),
-                ('status', models.CharField(choices=[('queued', 'queued'), ('running', 'running'), ('pass', 'pass'), ('warn', 'warn'), ('fail', 'fail'), ('error', 'error'), ('skipped', 'skipped'), ('cancelled', 'cancelled')], db_index=True, default='queued', max_length=10)),
-                ('reason', models.TextField(blank=True)),
-                ('attempt', models.PositiveIntegerField(default=0, help_text='How many times a worker claimed it.')),
-                ('claimed_by', models.CharField(blank=True, help_text='Celery task id that holds it.', max_length=64)),
-                ('command', models.TextField(blank=True)),
-                ('exit_code', models.IntegerField(blank=True, null=True)),
-                ('stdout', models.TextField(blank=True)),
-                ('stderr', models.TextField(blank=True)),
-                ('output_truncated', models.BooleanField(default=False)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('duration_s', models.FloatField(blank=True, null=True)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='results', to='inventory.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("item_key", models.CharField(help_text="The plan item's slug in the snapshot.", max_length=64)),
+                ("kind", models.CharField(max_length=64)),
+                ("position", models.PositiveIntegerField(default=0)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "queued"),
+                            ("running", "running"),
+                            ("pass", "pass"),
+                            ("warn", "warn"),
+                            ("fail", "fail"),
+                            ("error", "error"),
+                            ("skipped", "skipped"),
+                            ("cancelled", "cancelled"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                ("reason", models.TextField(blank=True)),
+                ("attempt", models.PositiveIntegerField(default=0, help_text="How many times a worker claimed it.")),
+                ("claimed_by", models.CharField(blank=True, help_text="Celery task id that holds it.", max_length=64)),
+                ("command", models.TextField(blank=True)),
+                ("exit_code", models.IntegerField(blank=True, null=True)),
+                ("stdout", models.TextField(blank=True)),
+                ("stderr", models.TextField(blank=True)),
+                ("output_truncated", models.BooleanField(default=False)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("duration_s", models.FloatField(blank=True, null=True)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="results", to="inventory.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'node__hostname', 'position'],
+                "ordering": ["run", "node__hostname", "position"],
             },
         ),
         migrations.CreateModel(
-            name='Measurement',
+            name="Measurement",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('value', models.FloatField(blank=True, null=True)),
-                ('text', models.CharField(blank=True, max_length=500)),
-                ('unit', models.CharField(blank=True, max_length=20)),
-                ('gpu', models.IntegerField(blank=True, null=True)),
-                ('threshold', models.CharField(blank=True, max_length=100)),
-                ('ok', models.BooleanField(null=True)),
-                ('labels', models.JSONField(blank=True, default=dict)),
-                ('result', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='measurements', to='runs.checkresult')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                ("value", models.FloatField(blank=True, null=True)),
+                ("text", models.CharField(blank=True, max_length=500)),
+                ("unit", models.CharField(blank=True, max_length=20)),
+                ("gpu", models.IntegerField(blank=True, null=True)),
+                ("threshold", models.CharField(blank=True, max_length=100)),
+                ("ok", models.BooleanField(null=True)),
+                ("labels", models.JSONField(blank=True, default=dict)),
+                (
+                    "result",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="measurements", to="runs.checkresult"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['result', 'gpu', 'name', 'id'],
+                "ordering": ["result", "gpu", "name", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('plan_snapshot', models.JSONField()),
-                ('node_set', models.TextField(blank=True, help_text='The folded node set (ClusterShell syntax).')),
-                ('status', models.CharField(choices=[('queued', 'queued'), ('running', 'running'), ('pass', 'pass'), ('warn', 'warn'), ('fail', 'fail'), ('error', 'error'), ('skipped', 'skipped'), ('cancelled', 'cancelled')], db_index=True, default='queued', max_length=10)),
-                ('reason', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('cluster', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='runs', to='inventory.cluster')),
-                ('parent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='reruns', to='runs.run')),
-                ('plan', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='catalog.testplan')),
-                ('requested_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("plan_snapshot", models.JSONField()),
+                ("node_set", models.TextField(blank=True, help_text="The folded node set (ClusterShell syntax).")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "queued"),
+                            ("running", "running"),
+                            ("pass", "pass"),
+                            ("warn", "warn"),
+                            ("fail", "fail"),
+                            ("error", "error"),
+                            ("skipped", "skipped"),
+                            ("cancelled", "cancelled"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                ("reason", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="runs", to="inventory.cluster"
+                    ),
+                ),
+                (
+                    "parent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="reruns",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "plan",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="catalog.testplan",
+                    ),
+                ),
+                (
+                    "requested_by",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddField(
-            model_name='checkresult',
-            name='run',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='results', to='runs.run'),
+            model_name="checkresult",
+            name="run",
+            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="results", to="runs.run"),
         ),
         migrations.AddIndex(
-            model_name='checkresult',
-            index=models.Index(fields=['node', '-id'], name='runs_checkr_node_id_0a8465_idx'),
+            model_name="checkresult",
+            index=models.Index(fields=["node", "-id"], name="runs_checkr_node_id_0a8465_idx"),
         ),
         migrations.AddConstraint(
-            model_name='checkresult',
-            constraint=models.UniqueConstraint(fields=('run', 'node', 'item_key'), name='result_unique_per_item'),
+            model_name="checkresult",
+            constraint=models.UniqueConstraint(fields=("run", "node", "item_key"), name="result_unique_per_item"),
         ),
     ]

@@ -32,7 +32,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "list":
             for cluster in Cluster.objects.all():
-                self.stdout.write(f"{cluster.name}\t{cluster.profile}\t{cluster.transport}\t{cluster.nodes.count()} nodes")
+                self.stdout.write(
+                    f"{cluster.name}\t{cluster.profile}\t{cluster.transport}\t{cluster.nodes.count()} nodes"
+                )
             return
         if Cluster.objects.filter(name=options["name"]).exists():
             raise CommandError(f"cluster {options['name']!r} already exists")

@@ -60,7 +60,9 @@ class Command(BaseCommand):
                     },
                 )
         what = "created" if created else "refreshed"
-        faults = "no faults" if options["healthy"] else ", ".join(
-            f"{h}: {', '.join(f'{k}={v}' for k, v in f.items())}" for h, f in DEMO_FAULTS.items()
+        faults = (
+            "no faults"
+            if options["healthy"]
+            else ", ".join(f"{h}: {', '.join(f'{k}={v}' for k, v in f.items())}" for h, f in DEMO_FAULTS.items())
         )
         self.stdout.write(f"{what} cluster demo with {len(DEMO_NODES)} simulated nodes ({faults})")
