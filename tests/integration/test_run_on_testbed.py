@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -19,6 +21,17 @@ def kiln_run_json(*args: str) -> tuple[int, dict]:
     with pytest.raises(SystemExit) as exit_info:
         call_command("kiln_run", *args, "--json", "--timeout", "180", stdout=out, stderr=io.StringIO())
     return exit_info.value.code, json.loads(out.getvalue())
+
+
+def processes_in_netns(netns: str) -> set[str]:
+    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, check=True).stdout.split()
+    names = set()
+    for pid in pids:
+        try:
+            names.add(Path(f"/proc/{pid}/comm").read_text().strip())
+        except OSError:
+            pass  # exited meanwhile
+    return names
 
 
 def by_node(data: dict, check: str) -> dict[str, dict]:
@@ -67,6 +80,8 @@ def test_it_runs_the_plan_on_the_testbed_with_every_failure_mode(
         "duration_s", flat=True
     )
     assert max(healthy_durations) < 5
+    # ...and the hung probe was killed on the node itself: nothing but sshd is left in its namespace.
+    assert processes_in_netns(tb.node("gpu05").netns) <= {"sshd"}
     assert elapsed < 60
     assert Run.objects.get(pk=data["run"]).status == "error"
 
