@@ -123,5 +123,5 @@ def result_detail(request: HttpRequest, result_id: int) -> HttpResponse:
     return render(
         request,
         "runs/result_detail.html",
-        {"result": result, "measurements": result.measurements.all(), "colours": STATUS_COLOURS},
+        {"result": result, "table": selectors.measurement_table(result=result), "colours": STATUS_COLOURS},
     )

@@ -134,3 +134,29 @@ def run_json(*, run: Run) -> dict[str, Any]:
             for r in results
         ],
     }
+
+
+@dataclass
+class MeasurementTable:
+    """A result's measurements for reading: node-level facts, and a GPU × metric pivot."""
+
+    node_level: list[Any]
+    gpu_columns: list[str]
+    gpu_rows: list[tuple[int, list[Any]]]
+    column_thresholds: list[str] = field(default_factory=list)
+
+
+def measurement_table(*, result: CheckResult) -> MeasurementTable:
+    measurements = list(result.measurements.all())
+    node_level = [m for m in measurements if m.gpu is None]
+    per_gpu = [m for m in measurements if m.gpu is not None]
+    columns: list[str] = []
+    for m in per_gpu:
+        if m.name not in columns:
+            columns.append(m.name)
+    cells: dict[int, dict[str, Any]] = {}
+    for m in per_gpu:
+        cells.setdefault(m.gpu, {})[m.name] = m
+    rows = [(gpu, [cells[gpu].get(name) for name in columns]) for gpu in sorted(cells)]
+    thresholds = [next((m.threshold for m in per_gpu if m.name == name and m.threshold), "") for name in columns]
+    return MeasurementTable(node_level=node_level, gpu_columns=columns, gpu_rows=rows, column_thresholds=thresholds)

@@ -1,0 +1,31 @@
+"""Template filters for showing measurements."""
+
+from __future__ import annotations
+
+import json
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def num(value: float | None) -> str:
+    """Whole numbers without '.0'; others with up to 3 significant decimals."""
+    if value is None:
+        return ""
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
+
+
+@register.filter
+def pretty_json(text: str) -> str:
+    """Indent raw output that is one JSON document (the probe's); anything else is shown as is."""
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")):
+        return text
+    try:
+        return json.dumps(json.loads(stripped), indent=2)
+    except ValueError:
+        return text
