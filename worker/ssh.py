@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import shlex
 import signal
@@ -24,6 +25,8 @@ import paramiko
 from fabric import Config, Connection
 
 from checks.base import Command, CommandOutput
+
+logger = logging.getLogger(__name__)
 
 # Seconds the remote `timeout` waits after SIGTERM before SIGKILL: enough for a tool to flush its
 # output, short enough that a hung NVML call cannot outlive the check by much.
@@ -136,7 +139,11 @@ def _known_hosts(text: str) -> paramiko.HostKeys:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+        except Exception as exc:  # bad base64 or key bytes: skip the line, as ssh does, never trust it
+            logger.warning("known_hosts line %d skipped: %s", lineno, exc)
+            continue
         if entry is None:
             continue
         for name in entry.hostnames:

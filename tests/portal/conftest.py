@@ -1,0 +1,35 @@
+"""Fixtures for the portal unit tests: a cluster with nodes, runs built through the services."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from portal.catalog.models import TestPlan
+from portal.inventory.models import Cluster, Node
+from portal.runs import services
+from portal.runs.models import Run
+
+
+@pytest.fixture
+def cluster(db) -> Cluster:
+    """`c1`: an H100 cluster on the local transport with four nodes n01..n04."""
+    cluster = Cluster.objects.create(name="c1", profile="H100-SXM-8", transport="local")
+    Node.objects.bulk_create(Node(cluster=cluster, hostname=f"n{i:02d}", rack="R1") for i in range(1, 5))
+    return cluster
+
+
+@pytest.fixture
+def quick_plan(db) -> TestPlan:
+    return TestPlan.objects.get(slug="quick")
+
+
+@pytest.fixture
+def make_run(quick_plan: TestPlan) -> Callable[..., Run]:
+    """Start a run through the service without enqueueing anything (no broker in unit tests)."""
+
+    def make(cluster: Cluster, *, nodes: list[Node] | None = None, plan: TestPlan | None = None) -> Run:
+        return services.run_start(cluster=cluster, plan=plan or quick_plan, nodes=nodes, enqueue=False)
+
+    return make

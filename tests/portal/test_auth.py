@@ -1,0 +1,149 @@
+"""Who may see and do what: login everywhere, viewer reads, operator starts and cancels runs."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+from django.urls import reverse
+
+from portal.runs.models import CheckResult, Run
+from portal.urls import urlpatterns
+from tests.portal.helpers import set_result
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def objects(cluster, make_run):
+    run = make_run(cluster)
+    result = set_result(run, "n01", "gpu-inventory", "pass", "all within spec")
+    return {"cluster": cluster, "run": run, "result": result}
+
+
+def page_urls(objects: dict) -> dict[str, str]:
+    """One real URL per named Kiln page (admin and auth views excluded)."""
+    cluster, run, result = objects["cluster"], objects["run"], objects["result"]
+    return {
+        "cluster_list": reverse("cluster_list"),
+        "cluster_detail": reverse("cluster_detail", args=[cluster.name]),
+        "run_start": reverse("run_start", args=[cluster.name]),
+        "run_detail": reverse("run_detail", args=[run.pk]),
+        "run_cancel": reverse("run_cancel", args=[run.pk]),
+        "result_detail": reverse("result_detail", args=[result.pk]),
+    }
+
+
+READ_PAGES = ("cluster_list", "cluster_detail", "run_detail", "result_detail")
+
+
+def test_it_covers_every_named_page_of_the_urlconf(objects) -> None:
+    named = {p.name for p in urlpatterns if getattr(p, "name", None)} - {"login", "logout"}
+    assert named == set(page_urls(objects))
+
+
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_it_redirects_anonymous_users_to_login(client, objects, method) -> None:
+    for name, url in page_urls(objects).items():
+        response = getattr(client, method)(url)
+        assert response.status_code == 302, name
+        assert response["Location"] == f"/login/?next={quote(url)}", name
+    assert Run.objects.count() == 1
+    assert not CheckResult.objects.exclude(status__in=["queued", "pass"]).exists()
+
+
+def test_it_forbids_users_without_a_role(client, make_user, objects) -> None:
+    client.force_login(make_user("nobody"))
+    urls = page_urls(objects)
+    for name in (*READ_PAGES, "run_start"):
+        assert client.get(urls[name]).status_code == 403, name
+    assert client.post(urls["run_start"], {"plan": "quick", "node_set": "n01"}).status_code == 403
+    assert client.post(urls["run_cancel"]).status_code == 403
+    assert Run.objects.count() == 1
+    assert not CheckResult.objects.filter(status="cancelled").exists()
+
+
+def test_it_lets_a_viewer_read_every_page(client, make_user, objects) -> None:
+    client.force_login(make_user("vera", "viewer"))
+    urls = page_urls(objects)
+    for name in READ_PAGES:
+        assert client.get(urls[name]).status_code == 200, name
+
+
+def test_it_forbids_a_viewer_to_start_or_cancel_runs(client, make_user, objects) -> None:
+    client.force_login(make_user("vera", "viewer"))
+    urls = page_urls(objects)
+    assert client.get(urls["run_start"]).status_code == 403
+    assert client.post(urls["run_start"], {"plan": "quick", "node_set": "n01"}).status_code == 403
+    assert client.post(urls["run_cancel"]).status_code == 403
+    assert Run.objects.count() == 1
+    assert not CheckResult.objects.filter(status="cancelled").exists()
+
+
+def test_it_hides_the_start_button_from_viewers(client, make_user, objects) -> None:
+    url = reverse("cluster_detail", args=[objects["cluster"].name])
+    start = reverse("run_start", args=[objects["cluster"].name])
+    client.force_login(make_user("vera", "viewer"))
+    assert start not in client.get(url).content.decode()
+    client.force_login(make_user("otto", "operator"))
+    assert start in client.get(url).content.decode()
+
+
+def test_it_lets_an_operator_start_a_run(
+    client, make_user, cluster, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    import worker.tasks
+
+    enqueued: list[dict] = []
+    monkeypatch.setattr(worker.tasks, "enqueue_node", lambda **kwargs: enqueued.append(kwargs))
+    client.force_login(make_user("otto", "operator"))
+    assert client.get(reverse("run_start", args=[cluster.name])).status_code == 200
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(reverse("run_start", args=[cluster.name]), {"plan": "quick", "node_set": "n[01-03]"})
+
+    run = Run.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == reverse("run_detail", args=[run.pk])
+    assert run.requested_by.username == "otto"
+    assert run.node_set == "n[01-03]"
+    results = CheckResult.objects.filter(run=run)
+    assert results.count() == 3 * 2  # nodes x quick plan items
+    assert set(results.values_list("status", flat=True)) == {"queued"}
+    assert len(callbacks) == 1
+    node_ids = sorted(cluster.nodes.filter(hostname__in=["n01", "n02", "n03"]).values_list("pk", flat=True))
+    assert sorted(e["node_id"] for e in enqueued) == node_ids
+    assert {e["run_id"] for e in enqueued} == {run.pk}
+
+
+def test_it_lets_an_operator_cancel_a_run(client, make_user, objects) -> None:
+    client.force_login(make_user("otto", "operator"))
+    run = objects["run"]
+    response = client.post(reverse("run_cancel", args=[run.pk]))
+    assert response.status_code == 302
+    assert response["Location"] == reverse("run_detail", args=[run.pk])
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    assert CheckResult.objects.filter(run=run, status="cancelled").count() == 4 * 2 - 1
+
+
+@pytest.mark.parametrize(
+    ("node_set", "message"),
+    [
+        ("nope[1-2]", "not nodes of cluster c1: nope[1-2]"),
+        ("n01,zz99", "not nodes of cluster c1: zz99"),
+        ("n[01-", "node set"),
+    ],
+)
+def test_it_shows_a_bad_node_set_on_the_form_and_starts_nothing(
+    client, make_user, cluster, django_capture_on_commit_callbacks, node_set, message
+) -> None:
+    client.force_login(make_user("otto", "operator"))
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client.post(reverse("run_start", args=[cluster.name]), {"plan": "quick", "node_set": node_set})
+    assert response.status_code == 200
+    assert message in response.content.decode()
+    assert response.context["form"].non_field_errors()
+    assert Run.objects.count() == 0
+    assert CheckResult.objects.count() == 0
+    assert callbacks == []
