@@ -108,6 +108,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+# Serve straight from the app's static folders too, so a checkout works before collectstatic.
+WHITENOISE_USE_FINDERS = True
 
 # --- Celery -------------------------------------------------------------------------------------
 _broker = os.environ.get("CELERY_BROKER_URL", "")
