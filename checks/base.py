@@ -145,10 +145,50 @@ def worst_status(statuses: list[str]) -> str:
 
 @dataclass(frozen=True)
 class NodeContext:
-    """What a check may know about the node it runs on."""
+    """What a check may know about the node it runs on.
+
+    `since` is the run's start (Unix seconds): log scanners (Xid) only count events after it.
+    `settings` carries per-cluster configuration a check may need (e.g. sensor names)."""
 
     hostname: str
     expected_gpus: int | None = None
+    address: str = ""
+    since: float | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroupContext:
+    """A multi-node check's view: the nodes it spans and the launcher it runs from."""
+
+    nodes: tuple[NodeContext, ...]
+    launcher: NodeContext
+    tag: str = "group"  # unique per run+item (and per pair), for temp file names on the launcher
+
+    @property
+    def hostnames(self) -> list[str]:
+        return [n.hostname for n in self.nodes]
+
+
+@dataclass
+class Series:
+    """A time series (burn-in telemetry) or a curve (busbw vs message size): `x` and `y` in step."""
+
+    name: str
+    unit: str
+    x: list[float]
+    y: list[float | None]
+    gpu: int | None = None
+    x_unit: str = "s"
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class GroupVerdict(Verdict):
+    """A group check's verdict, with per-node attribution where the output allows it:
+    hostname -> Verdict for the nodes it can name (a slow pair's common node, a slow writer)."""
+
+    node_verdicts: dict[str, Verdict] = field(default_factory=dict)
 
 
 class Check:
@@ -163,6 +203,13 @@ class Check:
     # Exit codes that mean "the tool ran and printed its evidence". Anything
     # else is an `error` verdict in run_check, before parse is called.
     ok_exit_codes: ClassVar[tuple[int, ...]] = (0,)
+    # "node": runs on every node of the run. "group": runs once, from a launcher node, over the
+    # run's reachable nodes (subclass GroupCheck).
+    scope: ClassVar[str] = "node"
+    # Per hardware profile key, threshold (and param) values on top of the check's defaults.
+    # Every number carries a comment with its source. Merged by HardwareProfile.thresholds_for.
+    profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {}
+    profile_params: ClassVar[dict[str, dict[str, Any]]] = {}
 
     @classmethod
     def make_params(cls, values: dict[str, Any] | None) -> Any:
@@ -192,6 +239,17 @@ class Check:
     def timeout(self, params: Any) -> float:
         """Total remote time budget of this check's commands, in seconds."""
         return sum(c.timeout for c in self.commands(params, NodeContext(hostname="-")))
+
+    def series(self, outputs: list[CommandOutput]) -> list[Series]:
+        """Time series / curves to store beside the measurements (telemetry, busbw by size).
+        Pure; called only when run_check found the outputs usable."""
+        return []
+
+    @classmethod
+    def consensus(cls, per_node: dict[str, list[Measurement]]) -> dict[str, str]:
+        """Cross-node agreement, after every node ran: hostname -> reason for the odd ones out.
+        Checks whose facts must match across a cluster (driver, firmware) override this."""
+        return {}
 
     def describe_failure(self, output: CommandOutput) -> str:
         """Why a command failed, for the `error` reason: the last stderr line
@@ -330,3 +388,58 @@ def run_check(
         reason = f"internal error in {check.key} evaluation: {type(exc).__name__}: {exc}"
         return measurements, Verdict(status=ERROR, reason=reason)
     return measurements, verdict
+
+
+class GroupCheck(Check):
+    """A check that spans nodes (NCCL across nodes, aggregate filesystem): it runs from a launcher
+    node (mpirun/srun with a hostfile) and records one result for the group, with per-node
+    attribution in `GroupVerdict.node_verdicts`.
+
+    `commands(params, node)` is not used; `group_commands(params, group)` is. `evaluate` receives
+    the launcher's NodeContext; `evaluate_group` receives the GroupContext and is what the executor
+    calls. A check that supports pairwise localisation sets `pairwise = True`: when the group
+    verdict is not pass (or on demand), the executor runs `group_commands` on node pairs and calls
+    `localise(pair_verdicts)` to name the node(s) common to the bad pairs."""
+
+    scope: ClassVar[str] = "group"
+    pairwise: ClassVar[bool] = False
+    min_nodes: ClassVar[int] = 2
+
+    def commands(self, params: Any, node: NodeContext) -> list[Command]:
+        return self.group_commands(params, GroupContext(nodes=(node,), launcher=node))
+
+    def group_commands(self, params: Any, group: GroupContext) -> list[Command]:
+        raise NotImplementedError
+
+    def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
+        return self.evaluate_group(measurements, thresholds, GroupContext(nodes=(node,), launcher=node))
+
+    def evaluate_group(self, measurements: list[Measurement], thresholds: Any, group: GroupContext) -> GroupVerdict:
+        raise NotImplementedError
+
+    def localise(self, pair_verdicts: dict[tuple[str, str], Verdict]) -> GroupVerdict:
+        """From the verdicts of node pairs, name the node(s) to blame. Default: nodes all of whose
+        pairs are bad, when at least one pair is good (otherwise the problem is not one node)."""
+        return localise_pairs(pair_verdicts)
+
+
+def localise_pairs(pair_verdicts: dict[tuple[str, str], Verdict]) -> GroupVerdict:
+    bad_pairs = [pair for pair, v in pair_verdicts.items() if v.status in (FAIL, ERROR, WARN)]
+    if not bad_pairs:
+        return GroupVerdict(status=PASS, reason=f"all {len(pair_verdicts)} node pairs within spec")
+    nodes = sorted({n for pair in pair_verdicts for n in pair})
+    suspects = [
+        n for n in nodes if all(pair_verdicts[p].status in (FAIL, ERROR, WARN) for p in pair_verdicts if n in p)
+    ]
+    if not suspects or len(bad_pairs) == len(pair_verdicts):
+        reason = f"{len(bad_pairs)} of {len(pair_verdicts)} node pairs are slow or failing; no single node is common"
+        return GroupVerdict(status=FAIL, reason=reason)
+    node_verdicts = {}
+    for n in suspects:
+        pairs = [p for p in bad_pairs if n in p]
+        peers = ", ".join(sorted(q for p in pairs for q in p if q != n))
+        node_verdicts[n] = Verdict(status=FAIL, reason=f"every pair with {n} is slow or failing (with {peers})")
+    names = ", ".join(suspects)
+    reason = f"localised to {names}: the only node(s) common to the {len(bad_pairs)} bad pairs"
+    return GroupVerdict(status=FAIL, reason=reason, node_verdicts=node_verdicts)
+

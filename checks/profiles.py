@@ -15,6 +15,15 @@ from typing import Any
 from checks.base import ParamsError, get_check
 
 
+def _check_class(check_key: str) -> Any:
+    from checks.base import REGISTRY
+
+    cls = REGISTRY.get(check_key)
+    if cls is None:
+        raise KeyError(f"unknown check kind {check_key!r}")
+    return cls
+
+
 @dataclass(frozen=True)
 class HardwareProfile:
     """One kind of node: GPU count and models, driver floor, threshold overrides.
@@ -39,11 +48,14 @@ class HardwareProfile:
             values["expected_gpu_count"] = self.gpu_count
             values["expected_models"] = ",".join(self.gpu_models)
             values["min_driver"] = self.min_driver or ""
+        values.update(_check_class(check_key).profile_thresholds.get(self.key, {}))
         values.update(self.thresholds.get(check_key, {}))
         return values
 
     def params_for(self, check_key: str) -> dict[str, Any]:
-        return dict(self.params.get(check_key, {}))
+        values = dict(_check_class(check_key).profile_params.get(self.key, {}))
+        values.update(self.params.get(check_key, {}))
+        return values
 
 
 PROFILES: dict[str, HardwareProfile] = {

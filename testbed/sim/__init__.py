@@ -35,6 +35,8 @@ from pathlib import Path
 SIM_DIR = Path(__file__).resolve().parent
 NVML_SOURCE = SIM_DIR / "fake_nvml.c"
 NVIDIA_SMI_SOURCE = SIM_DIR / "nvidia-smi"
+# Every file here is a simulated node-side tool, installed into bin/ under its own name.
+TOOLS_DIR = SIM_DIR / "tools"
 LIB_NAME = "libnvidia-ml.so.1"
 
 # Written explicitly into every state file so that the file documents the whole node.
@@ -63,6 +65,38 @@ FAULT_KEYS: frozenset[str] = frozenset(
         "garbage",
         "nvml_absent",
         "delay_ms",
+        # NCCL (all_reduce_perf, mpirun): slow NVLink = this node's busbw x factor; wrong results;
+        # a slow network port: any multi-node run that includes this node is slow.
+        "nccl_busbw_factor",
+        "nccl_wrong",
+        "net_slow_factor",
+        # gpu_burn: compute errors on a GPU; "OK" with 0 Gflop/s; gflops per GPU.
+        "burn_errors_gpu",
+        "burn_errors_count",
+        "burn_zero_gflops",
+        "burn_gflops",
+        # Under load (while gpu_burn runs): one GPU hotter by hot_delta C; a thermal throttle.
+        "hot_gpu",
+        "hot_delta",
+        "throttle_gpu",
+        # Kernel log: an Xid event (code, on GPU slot).
+        "xid",
+        "xid_gpu",
+        # InfiniBand: a port down, or at a lower rate ("mlx5_2:200").
+        "ib_port_down",
+        "ib_port_rate",
+        # NVLink: links of a GPU inactive.
+        "nvlink_down_gpu",
+        # Filesystem: this node's fio throughput x factor.
+        "fs_factor",
+        # Software and firmware identity.
+        "kernel",
+        "os_release",
+        "nic_fw",
+        # Coolant/leak sensors (ipmitool sdr, Redfish): inlet/outlet C, leak detected.
+        "coolant_inlet",
+        "coolant_outlet",
+        "leak",
     }
 )
 KNOWN_KEYS: frozenset[str] = frozenset(DEFAULTS) | FAULT_KEYS | {"node", "uuid_seed"}
@@ -117,14 +151,18 @@ def build_simulator(dest: Path) -> SimPaths:
             raise RuntimeError(f"building {LIB_NAME} failed ({' '.join(argv)}):\n{proc.stderr}")
         os.replace(tmp_name, lib)
 
-    smi = bin_dir / "nvidia-smi"
-    if not _up_to_date(smi, NVIDIA_SMI_SOURCE):
+    # nvidia-smi, then every simulated tool in tools/ (all_reduce_perf, gpu_burn, fio, ibstat, ...).
+    sources = [NVIDIA_SMI_SOURCE, *sorted(p for p in TOOLS_DIR.iterdir() if p.is_file() and not p.name.startswith("."))]
+    for source in sources:
+        target = bin_dir / source.name
+        if _up_to_date(target, source):
+            continue
         # A copy, not a symlink: dest can then be carried to other hosts or namespaces as is.
-        fd, tmp_name = tempfile.mkstemp(prefix=".nvidia-smi.", dir=bin_dir)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{source.name}.", dir=bin_dir)
         os.close(fd)
-        shutil.copyfile(NVIDIA_SMI_SOURCE, tmp_name)
+        shutil.copyfile(source, tmp_name)
         os.chmod(tmp_name, 0o755)
-        os.replace(tmp_name, smi)
+        os.replace(tmp_name, target)
     return SimPaths(bin_dir=bin_dir, lib_dir=lib_dir)
 
 
