@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -356,12 +357,35 @@ def run_check(
     `error` (see the module docstring). `params`/`thresholds` may be schema
     instances or plain dicts (validated through make_params/make_thresholds,
     so a bad key raises ParamsError before anything is judged)."""
+    check, thresholds = _prepare(check, params, thresholds)
+    return _judge(check, outputs, lambda measurements: check.evaluate(measurements, thresholds, node))
+
+
+def run_group_check(
+    check: GroupCheck | type[GroupCheck],
+    params: Any,
+    thresholds: Any,
+    outputs: list[CommandOutput],
+    group: GroupContext,
+) -> tuple[list[Measurement], Verdict]:
+    """`run_check` for a group check: the same error rules, then `evaluate_group`."""
+    check, thresholds = _prepare(check, params, thresholds)
+    return _judge(check, outputs, lambda measurements: check.evaluate_group(measurements, thresholds, group))
+
+
+def _prepare(check: Check | type[Check], params: Any, thresholds: Any) -> tuple[Any, Any]:
     if isinstance(check, type):
         check = check()
     if params is None or isinstance(params, dict):
-        params = check.make_params(params)
+        check.make_params(params)
     if thresholds is None or isinstance(thresholds, dict):
         thresholds = check.make_thresholds(thresholds)
+    return check, thresholds
+
+
+def _judge(
+    check: Check, outputs: list[CommandOutput], evaluate: Callable[[list[Measurement]], Verdict]
+) -> tuple[list[Measurement], Verdict]:
     if not outputs:
         return [], Verdict(status=ERROR, reason="no command output to judge (nothing ran)")
     for out in outputs:
@@ -381,7 +405,7 @@ def run_check(
     except Exception as exc:  # a parser bug must not become a pass, nor crash the caller
         return [], Verdict(status=ERROR, reason=f"internal error in {check.key} parser: {type(exc).__name__}: {exc}")
     try:
-        verdict = check.evaluate(measurements, thresholds, node)
+        verdict = evaluate(measurements)
     except EvidenceError as exc:
         return measurements, Verdict(status=ERROR, reason=str(exc))
     except Exception as exc:

@@ -61,6 +61,11 @@ class GpuInventory(ProbeCheck):
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = InventoryThresholds
 
+    @classmethod
+    def consensus(cls, per_node: dict[str, list[Measurement]]) -> dict[str, str]:
+        facts = {node: inventory_facts(measurements) for node, measurements in per_node.items()}
+        return inventory_consensus({node: f for node, f in facts.items() if f})
+
     def measure(self, probe: Probe) -> list[Measurement]:
         out = [
             probe.top_text("driver_version", "driver_version"),

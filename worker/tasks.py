@@ -46,3 +46,44 @@ def enqueue_node(*, run_id: int, node_id: int) -> None:
         connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
     )
     run_node.apply_async(args=(run_id, node_id), soft_time_limit=soft, time_limit=hard)
+
+
+@kiln_task(name="kiln.run_group")
+def run_group(self, run_id: int, result_id: int) -> bool:
+    """Run one multi-node check of a run from its launcher, then let the run go on (fan-in)."""
+    from portal.runs import services
+    from portal.runs.execution import execute_group
+    from portal.runs.models import CheckResult, Status
+
+    claim = self.request.id or f"eager-group-{result_id}"
+    try:
+        return execute_group(run_id=run_id, result_id=result_id, claim=claim)
+    except SoftTimeLimitExceeded:
+        CheckResult.objects.filter(pk=result_id, status=Status.RUNNING, claimed_by=claim).update(
+            status=Status.ERROR, reason="timed out: the group task passed its soft time limit"
+        )
+        return False
+    except Exception:
+        CheckResult.objects.filter(pk=result_id, status=Status.RUNNING, claimed_by=claim).update(
+            status=Status.ERROR, reason="internal error in Kiln while running the group check (see worker log)"
+        )
+        raise
+    finally:
+        services.run_finalize(run_id=run_id)
+
+
+def enqueue_group(*, run_id: int, result_id: int) -> None:
+    """Send a group check's task. Its budget covers the group run and one run per node pair."""
+    from portal.runs.models import CheckResult, Run
+    from worker.timeouts import node_task_limits
+
+    run = Run.objects.only("plan_snapshot", "node_set").get(pk=run_id)
+    result = CheckResult.objects.only("item_key").get(pk=result_id)
+    item = next(i for i in run.plan_snapshot["items"] if i["key"] == result.item_key)
+    from ClusterShell.NodeSet import NodeSet
+
+    runs_needed = 1 + len(NodeSet(run.node_set))  # the group, then at most one run per ring pair
+    soft, hard = node_task_limits(
+        command_budgets=[item["timeout_s"]] * runs_needed, connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT
+    )
+    run_group.apply_async(args=(run_id, result_id), soft_time_limit=soft, time_limit=hard)

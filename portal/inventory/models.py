@@ -50,6 +50,11 @@ class Cluster(models.Model):
     threshold_overrides = models.JSONField(
         default=dict, blank=True, help_text='Per check kind, e.g. {"gpu_inventory": {"expected_driver": "550.54.15"}}'
     )
+    check_settings = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Site facts checks may need, e.g. {"sensors": {"inlet": "Coolant Inlet", "leak": "Leak Detect"}}',
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -8,9 +8,27 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ClusterShell.NodeSet import NodeSet
 from django.conf import settings
 
-from checks.base import ERROR, NodeContext, Verdict, get_check, run_check
+from checks.base import (
+    ERROR,
+    PASS,
+    Check,
+    Command,
+    CommandOutput,
+    GroupCheck,
+    GroupContext,
+    GroupVerdict,
+    Measurement,
+    NodeContext,
+    Series,
+    Verdict,
+    get_check,
+    run_check,
+    run_group_check,
+    worst_status,
+)
 from portal.inventory.models import Node
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, Status
@@ -93,16 +111,186 @@ def _run_one(*, run: Run, node: Node, result: CheckResult, transport: Transport,
     if item["kind"] == "gpu_inventory" and node.expected_gpus:
         thresholds_raw["expected_gpu_count"] = node.expected_gpus  # a node-level exception to the profile
     thresholds = check.make_thresholds(thresholds_raw)
-    context = NodeContext(hostname=node.hostname, expected_gpus=node.expected_gpus)
-    outputs = []
-    for command in check.commands(params, context):
-        output = transport.run(command)
-        outputs.append(output)
-        if output.timed_out:
-            break  # the rest would only wait on the same hung device
+    context = node_context(run, node)
+    outputs = _run_commands(transport, check.commands(params, context))
     measurements, verdict = run_check(check, params, thresholds, outputs, context)
     if not outputs:
         verdict = Verdict(status=ERROR, reason="the check produced no command to run")
     return services.record_from_check(
-        result=result, claim=claim, verdict=verdict, measurements=measurements, outputs=outputs
+        result=result,
+        claim=claim,
+        verdict=verdict,
+        measurements=measurements,
+        outputs=outputs,
+        series=_series(check, outputs, verdict),
     )
+
+
+def node_context(run: Run, node: Node) -> NodeContext:
+    started = run.started_at or run.created_at
+    return NodeContext(
+        hostname=node.hostname,
+        expected_gpus=node.expected_gpus,
+        address=node.address,
+        since=started.timestamp() if started else None,
+        settings=dict(node.cluster.check_settings or {}),
+    )
+
+
+def _run_commands(transport: Transport, commands: list[Command]) -> list[CommandOutput]:
+    outputs = []
+    for command in commands:
+        output = transport.run(command)
+        outputs.append(output)
+        if output.timed_out:
+            break  # the rest would only wait on the same hung device
+    return outputs
+
+
+def _series(check: Check, outputs: list[CommandOutput], verdict: Verdict) -> list[Series]:
+    if verdict.status == ERROR and not outputs:
+        return []
+    try:
+        return check.series(outputs)
+    except Exception:  # a series is an illustration; its failure must not change the verdict
+        logger.exception("series of %s failed", check.key)
+        return []
+
+
+def execute_group(*, run_id: int, result_id: int, claim: str) -> bool:
+    """Run one multi-node check from its launcher over the run's reachable nodes.
+
+    Nodes whose per-node checks ended in `error` (unreachable, hung) are left out, so one dead
+    node does not fail the collective for everyone; they are named in the reason. When the
+    check supports it and the group is not healthy, node pairs are run to localise the culprit.
+    """
+    result = services.group_result_claim(result_id=result_id, claim=claim)
+    if result is None:
+        return False
+    run = Run.objects.select_related("cluster").get(pk=run_id)
+    item = snapshot_item(run, result.item_key)
+    check = get_check(item["kind"])
+    params = check.make_params(item["params"])
+    thresholds = check.make_thresholds(item["thresholds"])
+    members, excluded = group_members(run)
+    if len(members) < check.min_nodes:
+        why = f"needs at least {check.min_nodes} reachable nodes, has {len(members)}"
+        if excluded:
+            why += f" ({NodeSet.fromlist(excluded)} left out after per-node errors)"
+        status = Status.SKIPPED if not excluded else Status.ERROR
+        return services.record_from_check(
+            result=result, claim=claim, verdict=Verdict(status=status, reason=why), measurements=[], outputs=[]
+        )
+    launcher = members[0]
+    contexts = tuple(node_context(run, n) for n in members)
+    group = GroupContext(nodes=contexts, launcher=contexts[0], tag=f"kiln-{run.pk}-{result.pk}")
+    try:
+        transport = open_transport(node_target(launcher))
+    except TransportError as exc:
+        verdict = Verdict(status=ERROR, reason=f"launcher {launcher.hostname}: {exc.kind}: {exc.message}")
+        return services.record_from_check(result=result, claim=claim, verdict=verdict, measurements=[], outputs=[])
+    try:
+        outputs = _run_commands(transport, check.group_commands(params, group))
+        measurements, verdict = run_group_check(check, params, thresholds, outputs, group)
+        attribution = dict(getattr(verdict, "node_verdicts", {}) or {})
+        if check.pairwise and len(members) >= 3 and (verdict.status != PASS or item["params"].get("pairwise_always")):
+            pair_outputs, pair_measurements, localised = _localise(check, params, thresholds, transport, group)
+            outputs += pair_outputs
+            measurements += pair_measurements
+            attribution.update(localised.node_verdicts)
+            verdict = Verdict(status=worst_status([verdict.status, localised.status]), reason=_join(verdict, localised))
+    except TransportError as exc:
+        verdict = Verdict(status=ERROR, reason=f"launcher {launcher.hostname}: {exc.kind}: {exc.message}")
+        return services.record_from_check(result=result, claim=claim, verdict=verdict, measurements=[], outputs=[])
+    finally:
+        transport.close()
+    if excluded:
+        verdict.reason += f" (left out after per-node errors: {NodeSet.fromlist(excluded)})"
+        for hostname in excluded:
+            attribution[hostname] = Verdict(status=Status.SKIPPED, reason="left out: per-node checks errored")
+    return services.record_from_check(
+        result=result,
+        claim=claim,
+        verdict=verdict,
+        measurements=measurements,
+        outputs=outputs,
+        series=_series(check, outputs, verdict),
+        attribution={h: {"status": v.status, "reason": v.reason} for h, v in attribution.items()},
+        node_set=str(NodeSet.fromlist([n.hostname for n in members])),
+    )
+
+
+def group_members(run: Run) -> tuple[list[Node], list[str]]:
+    """The run's nodes in hostname order, less those whose per-node checks errored."""
+    nodes = {r.node_id: r.node for r in run.results.filter(scope="node").select_related("node__cluster")}
+    if not nodes:  # a plan of group checks only: every node of the run
+        from ClusterShell.NodeSet import NodeSet as _NodeSet
+
+        names = list(_NodeSet(run.node_set))
+        members = list(Node.objects.filter(cluster=run.cluster, hostname__in=names).select_related("cluster"))
+        return sorted(members, key=lambda n: n.hostname), []
+    errored = set(run.results.filter(scope="node", status=Status.ERROR).values_list("node_id", flat=True))
+    members = sorted((n for pk, n in nodes.items() if pk not in errored), key=lambda n: n.hostname)
+    excluded = sorted(n.hostname for pk, n in nodes.items() if pk in errored)
+    return members, excluded
+
+
+def ring_pairs(nodes: tuple[NodeContext, ...]) -> list[tuple[NodeContext, NodeContext]]:
+    """Each node with its successor (wrapping): every node is in exactly two pairs, n runs in all."""
+    if len(nodes) == 3:
+        return [(nodes[0], nodes[1]), (nodes[1], nodes[2]), (nodes[0], nodes[2])]
+    return [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
+
+
+def _localise(
+    check: GroupCheck, params: Any, thresholds: Any, transport: Transport, group: GroupContext
+) -> tuple[list[CommandOutput], list[Measurement], GroupVerdict]:
+    outputs: list[CommandOutput] = []
+    measurements: list[Measurement] = []
+    pair_verdicts: dict[tuple[str, str], Verdict] = {}
+    for index, (a, b) in enumerate(ring_pairs(group.nodes)):
+        pair = GroupContext(nodes=(a, b), launcher=group.launcher, tag=f"{group.tag}-pair{index}")
+        pair_outputs = _run_commands(transport, check.group_commands(params, pair))
+        pair_measurements, pair_verdict = run_group_check(check, params, thresholds, pair_outputs, pair)
+        for m in pair_measurements:
+            m.labels = {**(m.labels or {}), "pair": f"{a.hostname},{b.hostname}"}
+        outputs += pair_outputs
+        measurements += pair_measurements
+        pair_verdicts[(a.hostname, b.hostname)] = pair_verdict
+        measurements.append(
+            Measurement(
+                name="pair_status",
+                text=pair_verdict.status,
+                labels={"pair": f"{a.hostname},{b.hostname}", "reason": pair_verdict.reason[:200]},
+            )
+        )
+    return outputs, measurements, check.localise(pair_verdicts)
+
+
+def _join(group: Verdict, localised: Verdict) -> str:
+    return f"{group.reason}; pairwise: {localised.reason}" if group.reason else localised.reason
+
+
+def execute_run_inline(*, run_id: int, node_ids: list[int], max_workers: int = 32) -> None:
+    """Run a whole run in this process (kiln_run --inline): node checks in threads, then groups."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    def one(node_id: int) -> None:
+        try:
+            execute_node(run_id=run_id, node_id=node_id, claim=f"inline-{run_id}-{node_id}")
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(node_ids)))) as pool:
+        list(pool.map(one, node_ids))
+    while True:
+        services.run_finalize(run_id=run_id, dispatch=False)
+        group = CheckResult.objects.filter(run_id=run_id, scope="group", status=Status.QUEUED).order_by("position")
+        result = group.first()
+        if result is None:
+            break
+        CheckResult.objects.filter(pk=result.pk, claimed_by="").update(claimed_by="dispatched")
+        execute_group(run_id=run_id, result_id=result.pk, claim=f"inline-group-{result.pk}")
+    services.run_finalize(run_id=run_id, dispatch=False)

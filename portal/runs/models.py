@@ -80,6 +80,13 @@ class CheckResult(models.Model):
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="results")
     item_key = models.CharField(max_length=64, help_text="The plan item's slug in the snapshot.")
     kind = models.CharField(max_length=64)
+    scope = models.CharField(
+        max_length=10, default="node", help_text="node: one node; group: a multi-node check run from `node`."
+    )
+    node_set = models.TextField(blank=True, help_text="Group results: the nodes it spanned.")
+    attribution = models.JSONField(
+        default=dict, blank=True, help_text="Group results: hostname -> {status, reason} where the output names nodes."
+    )
     position = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED, db_index=True)
     reason = models.TextField(blank=True)
@@ -101,6 +108,28 @@ class CheckResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.item_key} on {self.node_id}: {self.status}"
+
+
+class Series(models.Model):
+    """A curve or time series of a result: burn-in telemetry per GPU, busbw by message size.
+
+    Stored whole (the full data stays available for export); pages downsample on the way out."""
+
+    result = models.ForeignKey(CheckResult, on_delete=models.CASCADE, related_name="series")
+    name = models.CharField(max_length=100)
+    unit = models.CharField(max_length=20, blank=True)
+    x_unit = models.CharField(max_length=20, blank=True, default="s")
+    gpu = models.IntegerField(null=True, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    x = models.JSONField(default=list)
+    y = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["result", "name", "gpu", "id"]
+        verbose_name_plural = "series"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({len(self.x)} points)"
 
 
 class Measurement(models.Model):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ClusterShell.NodeSet import NodeSet
 from django.db.models import Count, Max, QuerySet
 
 from portal.inventory.models import Cluster, Node
@@ -12,9 +13,18 @@ from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run
 
 
 @dataclass
+class GroupCell:
+    """A node's view of a multi-node result (links to the group result)."""
+
+    pk: int
+    status: str
+    reason: str
+
+
+@dataclass
 class GridRow:
     node: Node
-    cells: list[CheckResult | None]
+    cells: list[CheckResult | GroupCell | None]
     worst: str = ""
 
 
@@ -49,17 +59,44 @@ def run_grid(*, run: Run, problems_only: bool = False) -> RunGrid:
     results = (
         CheckResult.objects.filter(run=run)
         .select_related("node")
-        .only("id", "status", "reason", "item_key", "node__id", "node__hostname", "node__rack", "run_id")
+        .only(
+            "id",
+            "status",
+            "reason",
+            "item_key",
+            "scope",
+            "node_set",
+            "attribution",
+            "node__id",
+            "node__hostname",
+            "node__rack",
+            "run_id",
+        )  # fmt: skip
         .order_by("node__hostname", "position")
     )
     rows: dict[int, GridRow] = {}
     counts: dict[str, int] = {}
+    groups: list[CheckResult] = []
     for result in results:
         row = rows.get(result.node_id)
         if row is None:
             row = rows[result.node_id] = GridRow(node=result.node, cells=[None] * len(columns))
-        row.cells[positions.get(result.item_key, 0)] = result
         counts[result.status] = counts.get(result.status, 0) + 1
+        if result.scope == "group":
+            groups.append(result)
+            continue
+        row.cells[positions.get(result.item_key, 0)] = result
+    for group in groups:
+        # A multi-node check shows in every member's row: the node's own attribution when the
+        # output named it, else the group's status.
+        members = set(NodeSet(group.node_set)) if group.node_set else set()
+        for row in rows.values():
+            hostname = row.node.hostname
+            attributed = (group.attribution or {}).get(hostname)
+            if attributed:
+                row.cells[positions[group.item_key]] = GroupCell(group.pk, attributed["status"], attributed["reason"])
+            elif hostname in members:
+                row.cells[positions[group.item_key]] = GroupCell(group.pk, group.status, group.reason)
     from checks.base import worst_status
 
     for row in rows.values():
@@ -120,19 +157,7 @@ def run_json(*, run: Run) -> dict[str, Any]:
     return {
         "run": run.pk,
         "status": run.status,
-        "results": [
-            {
-                "node": r.node.hostname,
-                "check": r.item_key,
-                "status": r.status,
-                "reason": r.reason,
-                "measurements": [
-                    {"name": m.name, "value": m.value if m.value is not None else m.text, "unit": m.unit, "gpu": m.gpu}
-                    for m in r.measurements.all()
-                ],
-            }
-            for r in results
-        ],
+        "results": [_result_json(r) for r in results],
     }
 
 
@@ -160,3 +185,27 @@ def measurement_table(*, result: CheckResult) -> MeasurementTable:
     rows = [(gpu, [cells[gpu].get(name) for name in columns]) for gpu in sorted(cells)]
     thresholds = [next((m.threshold for m in per_gpu if m.name == name and m.threshold), "") for name in columns]
     return MeasurementTable(node_level=node_level, gpu_columns=columns, gpu_rows=rows, column_thresholds=thresholds)
+
+
+def _result_json(r: CheckResult) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "node": r.node.hostname if r.scope == "node" else r.node_set,
+        "check": r.item_key,
+        "status": r.status,
+        "reason": r.reason,
+        "measurements": [
+            {
+                "name": m.name,
+                "value": m.value if m.value is not None else m.text,
+                "unit": m.unit,
+                "gpu": m.gpu,
+                **({"labels": m.labels} if m.labels else {}),
+            }
+            for m in r.measurements.all()
+        ],
+    }
+    if r.scope == "group":
+        row["scope"] = "group"
+        row["launcher"] = r.node.hostname
+        row["nodes"] = r.attribution or {}
+    return row

@@ -12,12 +12,13 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from checks.base import REGISTRY, ParamsError, Verdict, worst_status
+from checks.base import REGISTRY, Check, ParamsError, Verdict, worst_status
 from checks.base import Measurement as CheckMeasurement
+from checks.base import Series as CheckSeries
 from checks.profiles import get_profile
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster, Node
-from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Status
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Series, Status
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ def plan_snapshot_build(*, plan: TestPlan, cluster: Cluster) -> dict[str, Any]:
                 "params": params,
                 "thresholds": thresholds,
                 "timeout_s": check.timeout(typed_params),
+                "scope": check_class.scope,
             }
         )
     if not items:
@@ -129,10 +131,26 @@ def run_start(
             requested_by=requested_by if getattr(requested_by, "pk", None) else None,
             parent=parent,
         )
+        node_items = [item for item in snapshot["items"] if item.get("scope", "node") == "node"]
+        group_items = [item for item in snapshot["items"] if item.get("scope", "node") == "group"]
         CheckResult.objects.bulk_create(
             CheckResult(run=run, node=node, item_key=item["key"], kind=item["kind"], position=item["position"])
             for node in node_list
-            for item in snapshot["items"]
+            for item in node_items
+        )
+        # One result per multi-node item, held by the first node (the default launcher); the members
+        # are fixed when it starts, after the per-node checks said which nodes are reachable.
+        CheckResult.objects.bulk_create(
+            CheckResult(
+                run=run,
+                node=node_list[0],
+                item_key=item["key"],
+                kind=item["kind"],
+                position=item["position"],
+                scope="group",
+                node_set=run.node_set,
+            )
+            for item in group_items
         )
         node_ids = [n.pk for n in node_list]
         if enqueue:
@@ -155,6 +173,12 @@ def _check_timeout_nesting(snapshot: dict[str, Any]) -> None:
         )
 
 
+def _enqueue_group(run_id: int, result_id: int) -> None:
+    from worker.tasks import enqueue_group
+
+    enqueue_group(run_id=run_id, result_id=result_id)
+
+
 def _enqueue(run_id: int, node_ids: list[int]) -> None:
     from worker.tasks import enqueue_node
 
@@ -175,14 +199,25 @@ def results_claim(*, run_id: int, node_id: int, claim: str) -> list[CheckResult]
     """
     now = timezone.now()
     claimable = Q(status=Status.QUEUED) | Q(status=Status.RUNNING, claimed_by=claim)
-    CheckResult.objects.filter(claimable, run_id=run_id, node_id=node_id).update(
+    CheckResult.objects.filter(claimable, run_id=run_id, node_id=node_id, scope="node").update(
         status=Status.RUNNING, claimed_by=claim, attempt=F("attempt") + 1, started_at=now
     )
     return list(
-        CheckResult.objects.filter(run_id=run_id, node_id=node_id, status=Status.RUNNING, claimed_by=claim).order_by(
-            "position"
-        )
+        CheckResult.objects.filter(
+            run_id=run_id, node_id=node_id, scope="node", status=Status.RUNNING, claimed_by=claim
+        ).order_by("position")
     )
+
+
+def group_result_claim(*, result_id: int, claim: str) -> CheckResult | None:
+    """Claim a dispatched group result for its task (or re-claim it after a redelivery)."""
+    claimable = Q(status=Status.QUEUED, claimed_by__in=["dispatched", claim]) | Q(
+        status=Status.RUNNING, claimed_by=claim
+    )
+    updated = CheckResult.objects.filter(claimable, pk=result_id, scope="group").update(
+        status=Status.RUNNING, claimed_by=claim, attempt=F("attempt") + 1, started_at=timezone.now()
+    )
+    return CheckResult.objects.get(pk=result_id) if updated else None
 
 
 def _cap(text: str) -> tuple[str, bool]:
@@ -204,6 +239,9 @@ def result_record(
     stderr: str = "",
     exit_code: int | None = None,
     duration_s: float | None = None,
+    series: list[CheckSeries] | None = None,
+    attribution: dict[str, dict[str, str]] | None = None,
+    node_set: str | None = None,
 ) -> bool:
     """Finish a claimed result exactly once. Returns False when it was already finished or taken."""
     stdout, cut_out = _cap(stdout)
@@ -219,9 +257,25 @@ def result_record(
             exit_code=exit_code,
             finished_at=timezone.now(),
             duration_s=duration_s,
+            **({"attribution": attribution} if attribution is not None else {}),
+            **({"node_set": node_set} if node_set is not None else {}),
         )
         if not updated:
             return False
+        Series.objects.filter(result=result).delete()
+        Series.objects.bulk_create(
+            Series(
+                result=result,
+                name=sr.name[:100],
+                unit=sr.unit[:20],
+                x_unit=sr.x_unit[:20],
+                gpu=sr.gpu,
+                labels=sr.labels or {},
+                x=list(sr.x),
+                y=list(sr.y),
+            )
+            for sr in series or []
+        )
         Measurement.objects.filter(result=result).delete()
         Measurement.objects.bulk_create(
             Measurement(
@@ -247,7 +301,7 @@ def results_fail_remaining(*, run_id: int, node_id: int, claim: str, status: str
     )
 
 
-def run_finalize(*, run_id: int) -> Run | None:
+def run_finalize(*, run_id: int, dispatch: bool = True) -> Run | None:
     """Fan-in: when no result of the run is active, apply cross-node checks and close the run.
 
     Called by every node task when it ends; the row lock makes the last caller the one that closes.
@@ -256,9 +310,20 @@ def run_finalize(*, run_id: int) -> Run | None:
         run = Run.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.status not in ACTIVE_STATUSES:
             return run
-        if run.results.filter(status__in=ACTIVE_STATUSES).exists():
+        if run.results.filter(status__in=ACTIVE_STATUSES, scope="node").exists():
             return run
-        _apply_inventory_consensus(run)
+        if run.results.filter(status=Status.RUNNING, scope="group").exists():
+            return run
+        if not run.results.filter(scope="group").exclude(status__in=ACTIVE_STATUSES).exists():
+            _apply_consensus(run)  # once, when the per-node checks are all in
+        next_group = run.results.filter(scope="group", status=Status.QUEUED).order_by("position").first()
+        if next_group is not None:
+            # Multi-node checks run one at a time (two would share the fabric and skew each other).
+            if dispatch and next_group.claimed_by == "":
+                CheckResult.objects.filter(pk=next_group.pk, claimed_by="").update(claimed_by="dispatched")
+                result_id = next_group.pk
+                transaction.on_commit(lambda: _enqueue_group(run.pk, result_id))
+            return run
         statuses = list(run.results.values_list("status", flat=True).distinct())
         if Status.CANCELLED in statuses:
             final = Status.CANCELLED
@@ -275,32 +340,37 @@ def run_finalize(*, run_id: int) -> Run | None:
     return run
 
 
-def _apply_inventory_consensus(run: Run) -> None:
-    """Flag nodes whose driver/model/CUDA/GPU count differ from the strict majority of the run."""
-    from checks.inventory import inventory_consensus
+def _apply_consensus(run: Run) -> None:
+    """Cross-node agreement: each check's `consensus` names the nodes whose facts (driver,
+    firmware, kernel...) differ from the strict majority of the run; those results become `fail`."""
+    for item in run.plan_snapshot["items"]:
+        if item.get("scope", "node") != "node" or item["kind"] not in REGISTRY:
+            continue
+        check_class = REGISTRY[item["kind"]]
+        if check_class.consensus.__func__ is Check.consensus.__func__:
+            continue  # this kind has nothing to agree on
+        results = list(
+            run.results.filter(item_key=item["key"], status__in=[Status.PASS, Status.WARN, Status.FAIL])
+            .select_related("node")
+            .prefetch_related("measurements")
+        )
+        if len(results) < 3:
+            continue  # a majority of two says nothing
+        per_node = {r.node.hostname: [_to_check_measurement(m) for m in r.measurements.all()] for r in results}
+        by_node = {r.node.hostname: r for r in results}
+        for hostname, reason in check_class.consensus(per_node).items():
+            result = by_node[hostname]
+            if reason in result.reason:
+                continue  # finalize runs more than once per run; consensus is applied once
+            result.reason = f"{result.reason}; {reason}" if result.status == Status.FAIL else reason
+            result.status = Status.FAIL
+            result.save(update_fields=["status", "reason"])
 
-    facts: dict[str, dict[str, str]] = {}
-    result_by_node: dict[str, CheckResult] = {}
-    results = run.results.filter(kind="gpu_inventory", status__in=[Status.PASS, Status.WARN, Status.FAIL])
-    for result in results.select_related("node").prefetch_related("measurements"):
-        node_facts: dict[str, str] = {}
-        for m in result.measurements.all():
-            if m.name in ("driver_version", "cuda_version"):
-                node_facts[m.name] = m.text
-            elif m.name == "gpu_model" and m.gpu == 0:
-                node_facts["gpu_model"] = m.text
-            elif m.name == "gpu_count" and m.value is not None:
-                node_facts["gpu_count"] = str(int(m.value))
-        if node_facts:
-            facts[result.node.hostname] = node_facts
-            result_by_node[result.node.hostname] = result
-    if len(facts) < 3:
-        return  # a majority of two says nothing
-    for hostname, reason in inventory_consensus(facts).items():
-        result = result_by_node[hostname]
-        result.reason = f"{result.reason}; {reason}" if result.status == Status.FAIL else reason
-        result.status = Status.FAIL
-        result.save(update_fields=["status", "reason"])
+
+def _to_check_measurement(m: Measurement) -> CheckMeasurement:
+    return CheckMeasurement(
+        name=m.name, value=m.value, unit=m.unit, gpu=m.gpu, text=m.text, threshold=m.threshold, ok=m.ok, labels=m.labels
+    )
 
 
 def run_cancel(*, run: Run, reason: str = "cancelled by user") -> int:
@@ -320,11 +390,14 @@ def record_from_check(
     verdict: Verdict,
     measurements: list[CheckMeasurement],
     outputs: list[Any],
+    **extra: Any,
 ) -> bool:
-    """Record a check's verdict with its commands' raw outputs joined (one section per command)."""
+    """Record a check's verdict with its commands' raw outputs joined (one section per command).
+    `extra` (series, attribution, node_set) goes to result_record."""
     if len(outputs) == 1:
         out = outputs[0]
         return result_record(
+            **extra,
             result=result,
             claim=claim,
             verdict=verdict,
@@ -336,6 +409,7 @@ def record_from_check(
             duration_s=out.duration_s,
         )
     return result_record(
+        **extra,
         result=result,
         claim=claim,
         verdict=verdict,

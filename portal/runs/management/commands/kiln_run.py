@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
 
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster
@@ -62,24 +63,15 @@ class Command(BaseCommand):
         sys.exit(exit_code(run))
 
     def _run_inline(self, *, cluster: Cluster, plan: TestPlan, nodes: list) -> Run:
-        from concurrent.futures import ThreadPoolExecutor
+        from django.db import transaction
 
-        from django.db import connection, transaction
-
-        from portal.runs.execution import execute_node
+        from portal.runs.execution import execute_run_inline
 
         with transaction.atomic():
             run = services.run_start(cluster=cluster, plan=plan, nodes=nodes, enqueue=False)
-
-        def one(node_id: int) -> None:
-            try:
-                execute_node(run_id=run.pk, node_id=node_id, claim=f"inline-{run.pk}-{node_id}")
-            finally:
-                connection.close()
-
-        with ThreadPoolExecutor(max_workers=min(32, len(nodes))) as pool:
-            list(pool.map(one, [n.pk for n in nodes]))
-        services.run_finalize(run_id=run.pk)
+        # SQLite allows one writer at a time: threads would only queue on its lock.
+        workers = 1 if connection.vendor == "sqlite" else 32
+        execute_run_inline(run_id=run.pk, node_ids=[n.pk for n in nodes], max_workers=workers)
         return run
 
     def _wait(self, run: Run, *, timeout: float, quiet: bool) -> Run:
