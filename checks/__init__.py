@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from checks import ecc, inventory  # noqa: F401  (import registers the checks)
+from checks import ecc, inventory, nvidia_smi  # noqa: F401  (import registers the checks and parsers)
 from checks.base import REGISTRY, get_check, run_check
 
 __all__ = ["REGISTRY", "get_check", "run_check"]

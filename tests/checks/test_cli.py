@@ -44,7 +44,7 @@ def test_it_reports_unusable_output_as_an_error_verdict(tmp_path: Path) -> None:
 
 def test_it_converts_nvidia_smi_xml_for_every_probe_check() -> None:
     pytest.importorskip("checks.probe.probe")
-    result = run("parse", "nvidia_smi_xml", str(fixture(A100_MIG)), "--profile", "H100-SXM-8")
+    result = run("judge", "nvidia_smi_xml", str(fixture(A100_MIG)), "--profile", "H100-SXM-8")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["kind"] == "nvidia_smi_xml"
