@@ -9,7 +9,7 @@ V13 = "nvsmi_q_x_RTX4000Ada_drv595_v13schema.xml"
 DRV535 = "nvsmi_q_x_A100-SXM4-80GB_MIG_drv535.xml"
 
 
-def values(parsed, gpu=None) -> dict:  # noqa: ANN001
+def values(parsed, gpu=None) -> dict:
     return {m.name: (m.value if m.value is not None else (m.text or None)) for m in parsed.measurements if m.gpu == gpu}
 
 
