@@ -82,7 +82,8 @@ def enqueue_group(*, run_id: int, result_id: int) -> None:
     item = next(i for i in run.plan_snapshot["items"] if i["key"] == result.item_key)
     from ClusterShell.NodeSet import NodeSet
 
-    runs_needed = 1 + len(NodeSet(run.node_set))  # the group, then at most one run per ring pair
+    # The group run, one run per ring pair, and at most one verification pair per node.
+    runs_needed = 1 + 2 * len(NodeSet(run.node_set))
     soft, hard = node_task_limits(
         command_budgets=[item["timeout_s"]] * runs_needed, connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT
     )

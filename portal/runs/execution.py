@@ -245,17 +245,22 @@ def ring_pairs(nodes: tuple[NodeContext, ...]) -> list[tuple[NodeContext, NodeCo
 def _localise(
     check: GroupCheck, params: Any, thresholds: Any, transport: Transport, group: GroupContext
 ) -> tuple[list[CommandOutput], list[Measurement], GroupVerdict]:
+    """Ring pairs first (each node in two pairs); then every suspect is paired once more with a node
+    already cleared by a good pair. A node sitting between two bad nodes has only bad ring pairs;
+    the extra pair clears it, so only nodes bad with a known-good partner are named."""
     outputs: list[CommandOutput] = []
     measurements: list[Measurement] = []
     pair_verdicts: dict[tuple[str, str], Verdict] = {}
-    for index, (a, b) in enumerate(ring_pairs(group.nodes)):
-        pair = GroupContext(nodes=(a, b), launcher=group.launcher, tag=f"{group.tag}-pair{index}")
+    by_name = {n.hostname: n for n in group.nodes}
+
+    def run_pair(a: NodeContext, b: NodeContext) -> None:
+        pair = GroupContext(nodes=(a, b), launcher=group.launcher, tag=f"{group.tag}-pair{len(pair_verdicts)}")
         pair_outputs = _run_commands(transport, check.group_commands(params, pair))
         pair_measurements, pair_verdict = run_group_check(check, params, thresholds, pair_outputs, pair)
         for m in pair_measurements:
             m.labels = {**(m.labels or {}), "pair": f"{a.hostname},{b.hostname}"}
-        outputs += pair_outputs
-        measurements += pair_measurements
+        outputs.extend(pair_outputs)
+        measurements.extend(pair_measurements)
         pair_verdicts[(a.hostname, b.hostname)] = pair_verdict
         measurements.append(
             Measurement(
@@ -264,7 +269,27 @@ def _localise(
                 labels={"pair": f"{a.hostname},{b.hostname}", "reason": pair_verdict.reason[:200]},
             )
         )
-    return outputs, measurements, check.localise(pair_verdicts)
+
+    for a, b in ring_pairs(group.nodes):
+        run_pair(a, b)
+    cleared = sorted({n for pair, v in pair_verdicts.items() if v.status == PASS for n in pair})
+    if cleared:
+        for index, suspect in enumerate(sorted(check.localise(pair_verdicts).node_verdicts)):
+            partners = [c for c in cleared if c != suspect and (suspect, c) not in pair_verdicts]
+            partners = [c for c in partners if (c, suspect) not in pair_verdicts]
+            if partners:
+                run_pair(by_name[suspect], by_name[partners[index % len(partners)]])
+    localised = check.localise(pair_verdicts)
+    if localised.node_verdicts:
+        # Clear the others by name: a node with a good pair is not the one slowing the group.
+        suspects = set(localised.node_verdicts)
+        for (a, b), verdict in pair_verdicts.items():
+            if verdict.status != PASS:
+                continue
+            for node, peer in ((a, b), (b, a)):
+                if node not in suspects and node not in localised.node_verdicts:
+                    localised.node_verdicts[node] = Verdict(status=PASS, reason=f"pair with {peer} within spec")
+    return outputs, measurements, localised
 
 
 def _join(group: Verdict, localised: Verdict) -> str:

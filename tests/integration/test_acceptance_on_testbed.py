@@ -1,0 +1,100 @@
+"""The acceptance plan on a 12-node sshd testbed with one fault mode per faulty node.
+
+`kiln_run CLUSTER acceptance --json`, executed by a real Celery worker over real SSH, must fail
+exactly the faulty nodes, each on the check that owns the fault, with a reason naming the GPU, port or
+peer; every healthy node passes everything; pairwise localisation names the node with the slow link.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from ClusterShell.NodeSet import NodeSet
+from django.core.management import call_command
+
+from portal.catalog.models import TestPlan
+
+pytestmark = pytest.mark.integration
+
+# node -> (simulator faults, check slug that must fail, words its reason must contain)
+FAULTS: dict[str, tuple[dict, str, list[str]]] = {
+    "gpu01": ({"nccl_wrong": 3}, "nccl-allreduce", ["wrong"]),
+    "gpu02": ({"nccl_busbw_factor": 0.4}, "nccl-allreduce", ["busbw"]),
+    "gpu03": ({"net_slow_factor": 0.3}, "nccl-allreduce-multi", ["gpu03"]),
+    "gpu04": ({"burn_errors_gpu": 2}, "burn-in", ["GPU 2"]),
+    "gpu05": ({"burn_zero_gflops": 1}, "burn-in", ["0 Gflop/s"]),
+    "gpu06": ({"hot_gpu": 5, "hot_delta": 12}, "dlc-temperature", ["GPU 5"]),
+    "gpu07": ({"throttle_gpu": 1}, "dlc-temperature", ["GPU 1", "thermal"]),
+    "gpu08": ({"fs_factor": 0.3}, "fs-throughput", ["write"]),
+    "gpu09": ({"ib_port_down": "mlx5_3", "ib_port_rate": "mlx5_2:200"}, "ib-ports", ["mlx5_3", "mlx5_2"]),
+    "gpu10": ({"xid": 79, "xid_gpu": 4}, "ecc-health", ["GPU 4", "79"]),
+    "gpu11": ({"driver": "535.104.05"}, "gpu-inventory", ["535.104.05"]),
+}
+HEALTHY = ["gpu12"]
+
+
+@pytest.fixture
+def acceptance_testbed(testbed_factory, transactional_db):  # noqa: ANN001, ANN201
+    from portal.inventory.services import cluster_create, nodes_add
+    from tests.integration.fast_plans import make_acceptance_fast
+
+    tb = testbed_factory.make(12, name="acc")
+    cluster = cluster_create(
+        name="acc",
+        ssh_user=tb.ssh_user,
+        ssh_key_path=str(tb.client_key_path),
+        known_hosts_path=str(tb.known_hosts_path),
+        profile="H100-SXM-8",
+    )
+    for node in tb.nodes:
+        nodes_add(cluster=cluster, hostnames=node.hostname, addresses=node.address)
+    make_acceptance_fast(TestPlan.objects.get(slug="acceptance"))
+    for hostname, (faults, _, _) in FAULTS.items():
+        tb.set_faults(hostname, **faults)
+    yield tb, cluster
+    tb.down()
+
+
+def node_statuses(data: dict) -> dict[str, dict[str, tuple[str, str]]]:
+    """hostname -> check -> (status, reason), group results spread over their members."""
+    out: dict[str, dict[str, tuple[str, str]]] = {}
+    for r in data["results"]:
+        if r.get("scope") == "group":
+            for hostname in NodeSet(r["node"]):
+                verdict = r["nodes"].get(hostname, {"status": r["status"], "reason": r["reason"]})
+                out.setdefault(hostname, {})[r["check"]] = (verdict["status"], verdict["reason"])
+            for hostname, verdict in r["nodes"].items():
+                out.setdefault(hostname, {})[r["check"]] = (verdict["status"], verdict["reason"])
+        else:
+            out.setdefault(r["node"], {})[r["check"]] = (r["status"], r["reason"])
+    return out
+
+
+def test_it_fails_exactly_the_faulty_nodes_on_the_right_check(acceptance_testbed, celery_worker_process) -> None:
+    celery_worker_process.stop()
+    celery_worker_process.concurrency = 12
+    celery_worker_process.start()
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("kiln_run", "acc", "acceptance", "--json", "--timeout", "600", stdout=out, stderr=io.StringIO())
+    data = json.loads(out.getvalue())
+    assert exit_info.value.code == 1, "failures and no errors"
+    statuses = node_statuses(data)
+    assert set(statuses) == {f"gpu{i:02d}" for i in range(1, 13)}
+
+    for hostname in HEALTHY:
+        bad = {check: v for check, v in statuses[hostname].items() if v[0] != "pass"}
+        assert not bad, f"healthy {hostname} did not pass: {bad}"
+    for hostname, (_, check, words) in FAULTS.items():
+        status, reason = statuses[hostname][check]
+        assert status == "fail", (hostname, check, status, reason)
+        for word in words:
+            assert word in reason, (hostname, check, reason)
+    # Nothing errored: "could not tell" would hide a fault behind a missing verdict.
+    errors = [(h, c, v) for h, checks in statuses.items() for c, v in checks.items() if v[0] == "error"]
+    assert not errors, errors
+
+    multi = next(r for r in data["results"] if r["check"] == "nccl-allreduce-multi")
+    assert "gpu03" in multi["reason"]
