@@ -18,6 +18,21 @@ MIG-partitioned GPUs can set `allow_remap_unavailable`.
 A GPU with ECC disabled fails (when required) and its null counters are not
 reported again as errors: disabled ECC explains them, and the fail is the
 actionable finding.
+
+Kernel log (second command, checks/xid.py): Xid/SXid events since the run
+started (`journalctl -k --since @EPOCH`, else `dmesg --time-format iso`
+filtered by time; the whole current boot when NodeContext.since is None).
+Events map to GPUs through the probe's pci_bus_id. A `critical` event (per
+checks/xid.XID_CATALOGUE) or a code in `xid_fail_codes` fails ("GPU 3: Xid 79
+(GPU has fallen off the bus) at ..."), a `warn` event warns, `info` is
+recorded only, codes in `xid_ignore_codes` are recorded and not judged. A
+kernel log that cannot be read (no journalctl and no dmesg, permission
+denied, journalctl blind to the system journal) is `error` "kernel log
+unreadable: ...", never a silent pass. A GPU that stopped answering the probe
+after a critical Xid is a `fail` (the Xid explains it), not an `error`.
+Outputs without the kernel log command (a probe file given to `python -m
+checks parse`) are judged on the probe alone; the pass reason then does not
+mention Xids.
 """
 
 from __future__ import annotations
@@ -25,8 +40,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from checks.base import ERROR, FAIL, PASS, WARN, Finding, Measurement, NodeContext, ParamsError, Verdict, register
-from checks.probe_check import Facts, Probe, ProbeCheck, ProbeParams, gpu_list, judge_max
+from checks.base import (
+    ERROR,
+    FAIL,
+    PASS,
+    WARN,
+    Command,
+    CommandOutput,
+    Finding,
+    Measurement,
+    NodeContext,
+    ParamsError,
+    Verdict,
+    register,
+)
+from checks.probe_check import Facts, Probe, ProbeCheck, ProbeParams, gpu_list, judge_max, load_probe
+from checks.xid import (
+    CRITICAL,
+    INFO,
+    KERNEL_LOG_LABEL,
+    kernel_log_command,
+    normalise_pci,
+    read_kernel_log,
+    xid_measurements,
+)
+from checks.xid import WARN as XID_WARN
+
+# Reading the kernel log since the run start takes well under a second; 60 s covers a huge
+# journal on a slow disk (conservative default; tune per site).
+KERNEL_LOG_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -64,8 +106,16 @@ class EccThresholds:
     # Waiver for GPUs that cannot report row remapping (MIG-enabled A100/H100:
     # "querying the number of remapped rows is not supported" - NVML docs).
     allow_remap_unavailable: bool = False
+    # Extra Xid/SXid codes that fail on top of the catalogue's `critical` ones (checks/xid.py,
+    # from NVIDIA's Xid catalog), e.g. "94,92" for a zero-tolerance site. "" = the catalogue only.
+    xid_fail_codes: str = ""
+    # Codes recorded but not judged, e.g. "13,31,43" where user jobs routinely fault (those are
+    # application errors per NVIDIA's Xid catalog: "restart the application"). "" = judge all.
+    xid_ignore_codes: str = ""
 
     def __post_init__(self) -> None:
+        for name in ("xid_fail_codes", "xid_ignore_codes"):
+            parse_codes(getattr(self, name), name)
         for name in (
             "max_volatile_uncorrected",
             "max_volatile_corrected",
@@ -76,6 +126,18 @@ class EccThresholds:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ParamsError(f"threshold {name!r}: must be >= 0 or None, got {value}")
+
+
+def parse_codes(text: str, name: str = "codes") -> frozenset[int]:
+    """'79, 48' -> {79, 48}; ParamsError naming the threshold on anything else."""
+    codes = set()
+    for part in str(text).replace(" ", "").split(","):
+        if not part:
+            continue
+        if not part.isdigit():
+            raise ParamsError(f"threshold {name!r}: expected comma-separated Xid codes like '79,48', got {text!r}")
+        codes.add(int(part))
+    return frozenset(codes)
 
 
 # (measurement, threshold attribute, what it counts for a fail, what it is for an error)
@@ -109,6 +171,25 @@ class EccHealth(ProbeCheck):
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = EccThresholds
 
+    def commands(self, params: Any, node: NodeContext) -> list[Command]:
+        return [*super().commands(params, node), kernel_log_command(node.since, KERNEL_LOG_TIMEOUT_S)]
+
+    def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
+        kernel = [o for o in outputs if o.command.label == KERNEL_LOG_LABEL]
+        probe_outputs = [o for o in outputs if o.command.label != KERNEL_LOG_LABEL]
+        measurements = super().parse(probe_outputs)
+        if not kernel:
+            return measurements  # judged on the probe alone (see the module docstring)
+        log = read_kernel_log(kernel[0])  # EvidenceError "kernel log unreadable: ..." -> error
+        gpu_by_pci = {}
+        for gpu in load_probe(probe_outputs).gpus:
+            bus_id = gpu.get("pci_bus_id")
+            if isinstance(bus_id, str) and bus_id:
+                gpu_by_pci[normalise_pci(bus_id)] = gpu.index
+        since = "" if log.since is None else str(int(log.since))
+        source = Measurement(name="kernel_log", text=log.source, labels={"since": since})
+        return [*measurements, source, *xid_measurements(log.events, gpu_by_pci)]
+
     def measure(self, probe: Probe) -> list[Measurement]:
         out: list[Measurement] = []
         for gpu in probe.gpus:
@@ -137,16 +218,64 @@ class EccHealth(ProbeCheck):
     def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
         t: EccThresholds = thresholds
         facts = Facts(measurements)
-        findings = self._coverage(facts)
+        xid_findings, fatal_xid = self._xids(measurements, t)
+        findings = self._coverage(facts, fatal_xid)
         for i in facts.answered:
             findings += self._gpu(facts, t, i)
+        findings += xid_findings
         n = len(facts.answered)
         pass_reason = f"{n} GPU{'s' if n != 1 else ''}: ECC on, no uncorrectable errors, no pending or failed repairs"
+        log = next((m for m in measurements if m.name == "kernel_log"), None)
+        if log is not None:
+            pass_reason += f"; no Xid events in the kernel log ({log.text})"
         if not findings:
             return Verdict(status=ERROR, reason="no GPU was judged")  # unreachable: _coverage errors first
         return Verdict.from_findings(findings, pass_reason=pass_reason)
 
-    def _coverage(self, facts: Facts) -> list[Finding]:
+    def _xids(self, measurements: list[Measurement], t: EccThresholds) -> tuple[list[Finding], dict[int, str]]:
+        """Findings for the Xid events (one per GPU/device and code), and GPU -> its critical Xid."""
+        fail_codes = parse_codes(t.xid_fail_codes, "xid_fail_codes")
+        ignore = parse_codes(t.xid_ignore_codes, "xid_ignore_codes")
+        groups: dict[tuple[str, str, int, str], list[Measurement]] = {}
+        fatal: dict[int, str] = {}
+        for m in measurements:
+            if m.name != "xid" or m.value is None:
+                continue
+            code = int(m.value)
+            severity = m.labels.get("severity", XID_WARN)
+            if code in ignore:
+                m.threshold = "ignored (xid_ignore_codes)"
+                continue
+            if code in fail_codes or severity == CRITICAL:
+                status = FAIL
+            elif severity == INFO:
+                m.threshold, m.ok = "info only", True
+                continue
+            else:
+                status = WARN
+            m.threshold, m.ok = "no fail/warn Xid", False
+            kind = m.labels.get("kind", "xid")
+            if m.gpu is not None:
+                who = f"GPU {m.gpu}"
+            elif kind == "sxid":
+                who = f"NVSwitch {m.labels.get('pci', '?')}"
+            else:
+                who = f"PCI {m.labels.get('pci', '?')}"
+            groups.setdefault((status, who, code, kind), []).append(m)
+            if status == FAIL and m.gpu is not None:
+                fatal.setdefault(m.gpu, f"Xid {code}")
+        findings = []
+        for (status, who, code, kind), events in groups.items():
+            label = "SXid" if kind == "sxid" else "Xid"
+            meaning = events[0].labels.get("meaning", "")
+            first = events[0].labels.get("time") or "an unknown time"
+            when = f"at {first}" if len(events) == 1 else f"x{len(events)}, first at {first}"
+            findings.append(Finding(status, f"{who}: {label} {code} ({meaning}) {when}"))
+        order = {FAIL: 0, WARN: 1}
+        findings.sort(key=lambda f: order.get(f.status, 2))
+        return findings, fatal
+
+    def _coverage(self, facts: Facts, fatal_xid: dict[int, str] | None = None) -> list[Finding]:
         findings: list[Finding] = []
         count = facts.value("gpu_count")
         if count is None:
@@ -166,7 +295,11 @@ class EccHealth(ProbeCheck):
                 )
             )
         for i, why in facts.silent.items():
-            findings.append(Finding(ERROR, f"GPU {i}: no ECC data (GPU not responding: {why})"))
+            if fatal_xid and i in fatal_xid:
+                # The kernel log says why it stopped answering: that is a verdict, not a blind spot.
+                findings.append(Finding(FAIL, f"GPU {i}: not responding after {fatal_xid[i]} ({why})"))
+            else:
+                findings.append(Finding(ERROR, f"GPU {i}: no ECC data (GPU not responding: {why})"))
         return findings
 
     def _gpu(self, facts: Facts, t: EccThresholds, i: int) -> list[Finding]:

@@ -14,10 +14,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import xml.etree.ElementTree as ET
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -40,6 +44,7 @@ NVML_AGGREGATE_ECC = 1
 NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
 NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
 NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_CLOCK_SM = 1
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 
 # Clock-event reason bits (nvmlClocksEventReason*), in bit order, with the schema's names.
@@ -671,11 +676,259 @@ def exit_code(result: Dict[str, Any]) -> int:
     return EXIT_NOTHING_READ if result.get("source") == "none" else EXIT_OK
 
 
+# ----------------------------------------------------------------------------- sampling mode
+# `--sample INTERVAL [--duration S] [-- CMD ARG...]`: telemetry over time (SCHEMA.md "Sampling mode").
+
+PR_SET_PDEATHSIG = 1
+CHILD_KILL_GRACE_S = 5.0
+
+
+def _sample_gpu(nv: Any, index: int, handle: Any) -> Dict[str, Any]:
+    """One GPU's fast-changing facts; a failed read is null (no evidence), never zero."""
+
+    def read(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception:  # noqa: BLE001 - a bad read is a null, the sample goes on
+            return None
+
+    power = read(lambda: nv.nvmlDeviceGetPowerUsage(handle))
+    return {
+        "index": index,
+        "temp_gpu": read(
+            lambda: int(_call_first(nv, ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"), handle, 0))
+        ),
+        "temp_memory": read(lambda: _memory_temperature(nv, handle)),
+        "power_w": None if power is None else round(power / 1000.0, 3),
+        "sm_clock_mhz": read(lambda: int(nv.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM))),
+        "clock_event_reasons": read(
+            lambda: int(
+                _call_first(
+                    nv,
+                    ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+                    handle,
+                )
+            )
+        ),
+        "ecc_volatile_uncorrected": read(
+            lambda: int(nv.nvmlDeviceGetTotalEccErrors(handle, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC))
+        ),
+        "ecc_volatile_corrected": read(
+            lambda: int(nv.nvmlDeviceGetTotalEccErrors(handle, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC))
+        ),
+    }
+
+
+class _Sampler:
+    """NVML opened once for the whole sampling run (re-initialising per sample costs seconds on 8 GPUs)."""
+
+    def __init__(self, errors: List[str]) -> None:
+        self.errors = errors
+        self.nv: Any = None
+        self.handles: List[Tuple[int, Any]] = []
+
+    def open(self) -> bool:
+        try:
+            import pynvml as nv  # type: ignore[import-not-found]
+        except Exception as err:  # noqa: BLE001
+            self.errors.append("sample: pynvml not importable: %s: %s" % (type(err).__name__, _err_text(err)))
+            return False
+        try:
+            nv.nvmlInit()
+        except Exception as err:  # noqa: BLE001
+            self.errors.append("sample: nvmlInit failed: %s: %s" % (type(err).__name__, _err_text(err)))
+            return False
+        self.nv = nv
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except Exception as err:  # noqa: BLE001
+            self.errors.append("sample: nvmlDeviceGetCount failed: %s" % _err_text(err))
+            return False
+        for index in range(count):
+            try:
+                self.handles.append((index, nv.nvmlDeviceGetHandleByIndex(index)))
+            except Exception as err:  # noqa: BLE001 - a lost GPU is simply absent from the samples
+                self.errors.append("sample: GPU %d: no handle: %s" % (index, _err_text(err)))
+        return True
+
+    def sample(self, t: float) -> Dict[str, Any]:
+        return {"t": round(t, 3), "gpus": [_sample_gpu(self.nv, i, h) for i, h in self.handles]}
+
+    def close(self) -> None:
+        if self.nv is not None:
+            try:
+                self.nv.nvmlShutdown()
+            except Exception:  # noqa: BLE001,S110
+                pass
+
+
+def _child_setup() -> None:
+    """In the forked child, before exec: its own process group (so the probe can kill the whole
+    tree gpu_burn forks), and SIGKILL when the probe dies, even by SIGKILL (Linux prctl)."""
+    os.setpgrp()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # noqa: BLE001,S110 - not Linux: the signal handlers below still kill it
+        pass
+
+
+def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
+    """SIGTERM the child's process group, then SIGKILL it if it does not go in time."""
+    for sig, wait_s in ((signal.SIGTERM, CHILD_KILL_GRACE_S), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            return  # already gone
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class _Terminated(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _drain(stream: Any, into: List[bytes]) -> None:
+    for chunk in iter(lambda: stream.read(65536), b""):
+        into.append(chunk)
+
+
+def run_sampling(interval: float, duration: Optional[float], child_argv: Sequence[str]) -> Tuple[Dict[str, Any], int]:
+    """The sampling document and the exit code (the child's, else 0; 3 when NVML is unreadable)."""
+    doc: Dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "mode": "sample",
+        "interval_s": interval,
+        "before": None,
+        "after": None,
+        "samples": [],
+        "child": None,
+        "errors": [],
+    }
+    errors: List[str] = doc["errors"]
+    samples: List[Dict[str, Any]] = doc["samples"]
+    proc: Optional["subprocess.Popen[bytes]"] = None
+    out_chunks: List[bytes] = []
+    err_chunks: List[bytes] = []
+    readers: List[threading.Thread] = []
+    code = EXIT_OK
+    started = 0.0
+    sampler = _Sampler(errors)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        raise _Terminated(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    try:
+        doc["before"] = collect()
+        usable = sampler.open()
+        if child_argv:
+            try:
+                proc = subprocess.Popen(
+                    list(child_argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    preexec_fn=_child_setup,  # noqa: PLW1509 - setpgrp + PDEATHSIG need it (3.8: no process_group)
+                )
+            except OSError as err:
+                errors.append("child: could not start %s: %s" % (child_argv[0], _err_text(err)))
+                doc["child"] = {"argv": list(child_argv), "exit_code": 127, "stdout": "", "stderr": _err_text(err)}
+                code = 127
+            if proc is not None:
+                for stream, into in ((proc.stdout, out_chunks), (proc.stderr, err_chunks)):
+                    reader = threading.Thread(target=_drain, args=(stream, into), daemon=True)
+                    reader.start()
+                    readers.append(reader)
+        started = time.monotonic()
+        deadline = None if duration is None else started + duration
+        while True:
+            now = time.monotonic()
+            if usable:
+                samples.append(sampler.sample(now - started))
+            if proc is not None and proc.poll() is not None:
+                break
+            if proc is None and (deadline is None or now >= deadline):
+                break
+            next_at = now + interval
+            if deadline is not None:
+                next_at = min(next_at, deadline)
+            # Wake early when the child exits, so its end is not a whole interval late.
+            while time.monotonic() < next_at:
+                if proc is not None and proc.poll() is not None:
+                    break
+                time.sleep(min(0.05, max(0.0, next_at - time.monotonic())))
+            if deadline is not None and time.monotonic() >= deadline and proc is None:
+                if usable:
+                    samples.append(sampler.sample(time.monotonic() - started))
+                break
+        if not usable:
+            code = EXIT_NOTHING_READ
+    except _Terminated as term:
+        errors.append("probe: terminated by signal %d; child killed" % term.signum)
+        code = 128 + term.signum
+    except Exception as err:  # noqa: BLE001 - the probe must always print JSON
+        errors.append("probe: internal error while sampling: %s: %s" % (type(err).__name__, _err_text(err)))
+        code = 1
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)  # finish the cleanup and print, whatever comes next
+        if proc is not None and proc.poll() is None:
+            _kill_group(proc)
+        sampler.close()
+    if proc is not None:
+        for reader in readers:
+            reader.join(timeout=5.0)
+        exit_status = proc.returncode
+        doc["child"] = {
+            "argv": list(child_argv),
+            "exit_code": exit_status,
+            "stdout": b"".join(out_chunks).decode("utf-8", "replace"),
+            "stderr": b"".join(err_chunks).decode("utf-8", "replace"),
+            "duration_s": round(time.monotonic() - started, 3),
+        }
+        child_code = exit_status if exit_status >= 0 else 128 - exit_status  # killed by N -> 128+N
+        # A crashed tool must reach the caller; a clean run without telemetry still exits 3.
+        if code == EXIT_OK or (code == EXIT_NOTHING_READ and child_code != 0):
+            code = child_code
+    try:
+        doc["after"] = collect()
+    except Exception as err:  # noqa: BLE001
+        errors.append("probe: after-probe failed: %s" % _err_text(err))
+    return doc, code
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    child: List[str] = []
+    if "--" in args_in:
+        cut = args_in.index("--")
+        args_in, child = args_in[:cut], args_in[cut + 1 :]
     parser = argparse.ArgumentParser(prog="probe.py", description="Kiln GPU node probe (JSON on stdout)")
     parser.add_argument("--source", choices=("auto", "nvml", "nvidia-smi"), default="auto")
     parser.add_argument("--nvidia-smi-timeout", type=float, default=NVIDIA_SMI_TIMEOUT_S, metavar="SECONDS")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    parser.add_argument("--sample", type=float, default=None, metavar="INTERVAL_S", help="sampling mode")
+    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="idle sampling length")
+    args = parser.parse_args(args_in)
+    if args.sample is not None:
+        if args.sample <= 0:
+            parser.error("--sample must be > 0")
+        if not child and args.duration is None:
+            parser.error("--sample needs --duration S or a command after --")
+        doc, code = run_sampling(args.sample, args.duration, child)
+        sys.stdout.write(json.dumps(doc) + "\n")
+        sys.stdout.flush()
+        return code
+    if child or args.duration is not None:
+        parser.error("a command after -- and --duration need --sample")
     result = collect(source=args.source, nvidia_smi_timeout=args.nvidia_smi_timeout)
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()

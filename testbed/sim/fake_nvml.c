@@ -12,11 +12,23 @@
  * Struct layouts and symbol names follow pynvml (nvidia-ml-py 13): e.g. nvmlInit() calls
  * nvmlInitWithFlags, nvmlDeviceGetCount() calls nvmlDeviceGetCount_v2, nvmlDeviceGetPciInfo()
  * calls nvmlDeviceGetPciInfo_v3. Reads the fake node cannot answer return NOT_SUPPORTED.
+ *
+ * Load: while the simulated gpu_burn runs it keeps a marker file "$KILN_SIM_STATE.load" holding
+ * its pid. Every temperature/power/clock/clock-reason query looks at it (a marker whose pid is dead
+ * is stale and ignored): under load temperatures ramp over LOAD_RAMP_S to ~65-72 C (HBM ~73-80 C),
+ * power to ~650-685 W, SM clock to 1980 MHz, and the "GPU idle" clock reason clears. Faults under
+ * load: hot_gpu (+hot_delta C, default 12) and throttle_gpu (sw+hw thermal slowdown, the
+ * temperature at the slowdown threshold, a reduced clock and power).
  */
+#include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int nvmlReturn_t;
@@ -45,6 +57,8 @@ typedef struct {
     char node[MAX_TEXT];
     /* Fault sets: bit N set = physical GPU slot N has the fault. */
     uint64_t missing, ecc_unc, ecc_corr, remap_pending, remap_failure, ecc_disabled, temp_gpus, pcie_degraded;
+    uint64_t hot, throttle; /* under load only */
+    int hot_delta;
     int ecc_uncorrectable_count;
     int ecc_corrected_count;
     int temp_value;
@@ -99,6 +113,7 @@ static void set_defaults(sim_state_t *s) {
     s->ecc_uncorrectable_count = 2;
     s->ecc_corrected_count = 5;
     s->temp_value = 90;
+    s->hot_delta = 12;
 }
 
 static char *trim(char *text) {
@@ -128,6 +143,9 @@ static void apply(sim_state_t *s, const char *key, const char *value) {
     else if (!strcmp(key, "temp_gpu")) s->temp_gpus = parse_set(value);
     else if (!strcmp(key, "temp_value")) s->temp_value = atoi(value);
     else if (!strcmp(key, "pcie_degraded_gpu")) s->pcie_degraded = parse_set(value);
+    else if (!strcmp(key, "hot_gpu")) s->hot = parse_set(value);
+    else if (!strcmp(key, "hot_delta")) s->hot_delta = atoi(value);
+    else if (!strcmp(key, "throttle_gpu")) s->throttle = parse_set(value);
     else if (!strcmp(key, "hang")) s->hang = atoi(value);
     else if (!strcmp(key, "delay_ms")) s->delay_ms = atoi(value);
     else if (!strcmp(key, "garbage")) s->garbage = atoi(value);
@@ -194,9 +212,56 @@ static int has(uint64_t set, const sim_gpu_t *g) {
     return (set & ((uint64_t)1 << g->slot)) != 0;
 }
 
-static int gpu_temp(const sim_gpu_t *g) {
+/* ------------------------------------------------------------------------------------ load */
+
+#define LOAD_RAMP_S 1.5       /* seconds from idle to steady load: short, tests burn for 2-5 s */
+#define SLOWDOWN_TEMP 87      /* nvmlDeviceGetTemperatureThreshold(SLOWDOWN) below */
+#define MAX_OPERATING_TEMP 85 /* nvmlDeviceGetTemperatureThreshold(GPU_MAX) below */
+
+/* 0 when idle, rising linearly to 1 over LOAD_RAMP_S after the marker appeared. Read on every
+ * query (the probe's sampler keeps NVML initialised for the whole run). */
+static double load_level(void) {
+    char path[4096];
+    char text[64];
+    const char *state = getenv("KILN_SIM_STATE");
+    struct stat st;
+    struct timespec now;
+    FILE *f;
+    long pid;
+    double age;
+    if (!state || !*state) return 0.0;
+    snprintf(path, sizeof(path), "%s.load", state);
+    f = fopen(path, "r");
+    if (!f) return 0.0;
+    if (fstat(fileno(f), &st) != 0 || !fgets(text, sizeof(text), f)) {
+        fclose(f);
+        return 0.0;
+    }
+    fclose(f);
+    pid = strtol(text, NULL, 10);
+    /* A marker left by a killed gpu_burn must not keep the node "hot" forever. */
+    if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) return 0.0;
+    clock_gettime(CLOCK_REALTIME, &now);
+    age = (double)(now.tv_sec - st.st_mtim.tv_sec) + (double)(now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
+    if (age <= 0.0) return 0.05; /* just started: already drawing some load */
+    return age >= LOAD_RAMP_S ? 1.0 : 0.05 + 0.95 * age / LOAD_RAMP_S;
+}
+
+static int lerp(double from, double to, double level) {
+    return (int)(from + (to - from) * level + 0.5);
+}
+
+static int gpu_temp_at(const sim_gpu_t *g, double load) {
+    double idle = 33 + g->slot % 8; /* 33..40 C, idle */
+    double busy = 65 + g->slot % 8; /* 65..72 C under gpu_burn with healthy cooling */
     if (has(g_state.temp_gpus, g)) return g_state.temp_value;
-    return 33 + g->slot % 8; /* 33..40 C, idle */
+    if (has(g_state.throttle, g)) busy = SLOWDOWN_TEMP;
+    else if (has(g_state.hot, g)) busy += g_state.hot_delta;
+    return lerp(idle, busy, load);
+}
+
+static int gpu_temp(const sim_gpu_t *g) {
+    return gpu_temp_at(g, load_level());
 }
 
 /* ------------------------------------------------------------------------------------ helpers */
@@ -509,7 +574,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(void *device, int valuesCount, nvmlFieldVa
         memset(&v->value, 0, sizeof(v->value));
         if (v->fieldId == NVML_FI_DEV_MEMORY_TEMP) {
             v->valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
-            v->value.uiVal = (unsigned int)(gpu_temp(g) + 5); /* HBM runs a little warmer */
+            double load = load_level();
+            /* HBM runs a little warmer: +5 C idle, +8 C under load (73..80 C) */
+            v->value.uiVal = (unsigned int)(gpu_temp_at(g, load) + lerp(5, 8, load));
             v->nvmlReturn = NVML_SUCCESS;
         } else {
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
@@ -523,7 +590,12 @@ nvmlReturn_t nvmlDeviceGetFieldValues(void *device, int valuesCount, nvmlFieldVa
 nvmlReturn_t nvmlDeviceGetPowerUsage(void *device, unsigned int *milliwatts) {
     GET_GPU(g, device);
     if (!milliwatts) return NVML_ERROR_INVALID_ARGUMENT;
-    *milliwatts = 70000u + (unsigned int)g->slot * 137u; /* idle ~70 W */
+    {
+        double load = load_level();
+        double idle_mw = 70000.0 + g->slot * 137.0;                            /* idle ~70 W */
+        double busy_mw = has(g_state.throttle, g) ? 480000.0 : 650000.0 + g->slot * 5000.0; /* 650-685 W */
+        *milliwatts = (unsigned int)lerp(idle_mw, busy_mw, load);
+    }
     return NVML_SUCCESS;
 }
 
@@ -540,11 +612,46 @@ nvmlReturn_t nvmlDeviceGetPowerManagementLimit(void *device, unsigned int *milli
 }
 
 static unsigned long long clock_reasons(const sim_gpu_t *g) {
-    int t = gpu_temp(g);
+    double load = load_level();
+    int t = gpu_temp_at(g, load);
     unsigned long long mask = 0;
-    if (t >= 85) mask |= 0x20ULL; /* sw thermal slowdown past max operating */
-    if (t >= 87) mask |= 0x40ULL; /* hw thermal slowdown past the slowdown threshold */
-    return mask ? mask : 0x1ULL;  /* otherwise: GPU idle */
+    if (t >= MAX_OPERATING_TEMP) mask |= 0x20ULL; /* sw thermal slowdown past max operating */
+    if (t >= SLOWDOWN_TEMP) mask |= 0x40ULL;      /* hw thermal slowdown past the slowdown threshold */
+    if (load > 0.0 && has(g_state.throttle, g) && load >= 0.5) mask |= 0x60ULL;
+    if (mask) return mask;
+    return load > 0.0 ? 0x0ULL : 0x1ULL; /* busy: no reason at all; otherwise GPU idle */
+}
+
+/* nvmlClockType_t: 0 graphics, 1 SM, 2 memory, 3 video. H100 SXM: 1980 MHz max SM boost. */
+static int sm_clock(const sim_gpu_t *g) {
+    double load = load_level();
+    int busy = (has(g_state.throttle, g) && load >= 0.5) ? 1410 : 1980;
+    return load > 0.0 ? busy : 345; /* idle P0 clock */
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(void *device, unsigned int type, unsigned int *clock) {
+    GET_GPU(g, device);
+    if (!clock) return NVML_ERROR_INVALID_ARGUMENT;
+    switch (type) {
+    case 0:
+    case 1: *clock = (unsigned int)sm_clock(g); return NVML_SUCCESS;
+    case 2: *clock = 2619; return NVML_SUCCESS; /* HBM3 */
+    case 3: *clock = 1545; return NVML_SUCCESS;
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+    }
+}
+
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(void *device, unsigned int type, unsigned int *clock) {
+    GET_GPU(g, device);
+    (void)g;
+    if (!clock) return NVML_ERROR_INVALID_ARGUMENT;
+    switch (type) {
+    case 0:
+    case 1: *clock = 1980; return NVML_SUCCESS;
+    case 2: *clock = 2619; return NVML_SUCCESS;
+    case 3: *clock = 1545; return NVML_SUCCESS;
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+    }
 }
 
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(void *device, unsigned long long *reasons) {

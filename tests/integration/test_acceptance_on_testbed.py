@@ -36,9 +36,10 @@ HEALTHY = ["gpu12"]
 
 
 @pytest.fixture
-def acceptance_testbed(testbed_factory, transactional_db):  # noqa: ANN001, ANN201
-    from portal.inventory.services import cluster_create, nodes_add
+def acceptance_testbed(testbed_factory, transactional_db):
     from tests.integration.fast_plans import make_acceptance_fast
+
+    from portal.inventory.services import cluster_create, nodes_add
 
     tb = testbed_factory.make(12, name="acc")
     cluster = cluster_create(
