@@ -3,7 +3,20 @@
 
 from __future__ import annotations
 
-from checks import ecc, inventory, nvidia_smi  # noqa: F401  (import registers the checks and parsers)
+from checks import (  # noqa: F401  (importing registers the checks and parsers)
+    burnin,
+    dcgm,
+    ecc,
+    filesystem,
+    infiniband,
+    inventory,
+    links,
+    nccl,
+    nvidia_smi,
+    software,
+    thermal,
+    xid,
+)
 from checks.base import REGISTRY, get_check, run_check
 
 __all__ = ["REGISTRY", "get_check", "run_check"]

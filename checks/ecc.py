@@ -37,6 +37,7 @@ mention Xids.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -47,6 +48,7 @@ from checks.base import (
     WARN,
     Command,
     CommandOutput,
+    EvidenceError,
     Finding,
     Measurement,
     NodeContext,
@@ -54,6 +56,7 @@ from checks.base import (
     Verdict,
     register,
 )
+from checks.parsers import Parsed, register_parser
 from checks.probe_check import Facts, Probe, ProbeCheck, ProbeParams, gpu_list, judge_max, load_probe
 from checks.xid import (
     CRITICAL,
@@ -186,8 +189,8 @@ class EccHealth(ProbeCheck):
             bus_id = gpu.get("pci_bus_id")
             if isinstance(bus_id, str) and bus_id:
                 gpu_by_pci[normalise_pci(bus_id)] = gpu.index
-        since = "" if log.since is None else str(int(log.since))
-        source = Measurement(name="kernel_log", text=log.source, labels={"since": since})
+        # Which reader answered (journalctl | dmesg); the window is the run's own start time.
+        source = Measurement(name="kernel_log", text=log.source)
         return [*measurements, source, *xid_measurements(log.events, gpu_by_pci)]
 
     def measure(self, probe: Probe) -> list[Measurement]:
@@ -407,3 +410,46 @@ class EccHealth(ProbeCheck):
                 if bad:
                     findings.append(bad)
         return findings
+
+
+_RETIRED_GPU = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-7])\s*$")
+_RETIRED_FIELD = re.compile(
+    r"^(?P<key>Single Bit ECC|Double Bit ECC|Pending Page Blacklist|Pending)\s*:\s*(?P<value>.+)$"
+)
+
+
+@register_parser("nvsmi_page_retirement")
+def parse_page_retirement(text: str) -> Parsed:
+    """`nvidia-smi -q -d PAGE_RETIREMENT` (pre-Ampere page retirement) -> per GPU, in listing order:
+    retired_pages_single_bit, retired_pages_double_bit (pages), retired_pages_pending (1/0);
+    labels pci (the bus id as printed). N/A values are recorded as missing."""
+    out: list[Measurement] = []
+    index = -1
+    bus = ""
+    names = {
+        "Single Bit ECC": "retired_pages_single_bit",
+        "Double Bit ECC": "retired_pages_double_bit",
+        "Pending Page Blacklist": "retired_pages_pending",
+        "Pending": "retired_pages_pending",
+    }
+    for raw in text.splitlines():
+        line = raw.strip()
+        if match := _RETIRED_GPU.match(line):
+            index, bus = index + 1, match["bus"]
+            continue
+        match = _RETIRED_FIELD.match(line)
+        if not match or index < 0:
+            continue
+        name, value = names[match["key"]], match["value"].strip()
+        m = Measurement(name=name, gpu=index, labels={"pci": bus})
+        if name == "retired_pages_pending":
+            m.value = {"Yes": 1.0, "No": 0.0}.get(value)
+        else:
+            m.unit = "pages"
+            m.value = float(value) if value.isdigit() else None
+        if m.value is None:
+            m.labels["missing"] = value
+        out.append(m)
+    if index < 0:
+        raise EvidenceError("no 'GPU <bus id>' section: not nvidia-smi -q -d PAGE_RETIREMENT output")
+    return Parsed(out)

@@ -837,7 +837,7 @@ def run_sampling(interval: float, duration: Optional[float], child_argv: Sequenc
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
-                    preexec_fn=_child_setup,  # noqa: PLW1509 - setpgrp + PDEATHSIG need it (3.8: no process_group)
+                    preexec_fn=_child_setup,  # setpgrp + PDEATHSIG; Python 3.8 has no process_group=
                 )
             except OSError as err:
                 errors.append("child: could not start %s: %s" % (child_argv[0], _err_text(err)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
@@ -13,18 +15,83 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "GPU inventory",
         "GPU count, model and driver match the profile, and every node agrees with its peers.",
     ),
+    "sw-consistency": (
+        "sw_consistency",
+        "Software and firmware",
+        "Driver, CUDA, VBIOS, kernel, OS and NIC firmware; the odd node out is flagged.",
+    ),
+    "gpu-links": ("gpu_links", "GPU links", "PCIe generation and width, NVLink status."),
+    "ib-ports": ("ib_ports", "InfiniBand ports", "Expected count of active ports at the expected rate."),
+    "nccl-allreduce": (
+        "nccl_allreduce",
+        "NCCL all-reduce (node)",
+        "nccl-tests all_reduce_perf over the node's GPUs: peak bus bandwidth at large sizes, #wrong.",
+    ),
+    "burn-in": (
+        "burn_in",
+        "Burn-in",
+        "gpu_burn under NVML telemetry: errors, Gflop/s, throttling, new ECC errors.",
+    ),
+    "dlc-temperature": (
+        "dlc_temperature",
+        "DLC temperature",
+        "Idle and under-load temperatures vs the slowdown threshold, sibling delta, coolant sensors.",
+    ),
+    "fs-throughput": ("fs_throughput", "Filesystem (node)", "fio sequential write and read per node."),
     "ecc-health": (
         "ecc_health",
-        "ECC health",
-        "No uncorrectable volatile ECC errors, no pending row remap or remap failure, ECC enabled.",
+        "ECC and Xid",
+        "No uncorrectable ECC errors, no pending or failed row remap, ECC enabled, no Xid since the run began.",
     ),
+    "nccl-allreduce-multi": (
+        "nccl_allreduce_multi",
+        "NCCL all-reduce (across nodes)",
+        "all_reduce_perf across the run's nodes from a launcher; slow runs are localised by node pairs.",
+    ),
+    "fs-aggregate": (
+        "fs_aggregate",
+        "Filesystem (aggregate)",
+        "fio on every node at once (client/server); aggregate bandwidth and the slow node.",
+    ),
+    "dcgm-diag": ("dcgm_diag", "DCGM diagnostics", "dcgmi diag; Skip and Not Run are never a pass."),
 }
 
-# Plan slug -> (name, description, [check slugs in order]). `quick` holds the fast checks;
-# `acceptance` is the full plan and grows as checks are added.
-BUILTIN_PLANS: dict[str, tuple[str, str, list[str]]] = {
-    "quick": ("Quick sweep", "Fast health checks for nightly sweeps.", ["gpu-inventory", "ecc-health"]),
-    "acceptance": ("Acceptance", "The full acceptance plan for handover.", ["gpu-inventory", "ecc-health"]),
+# Plan slug -> (name, description, [(check slug, param overrides)]) in order. `quick` holds the
+# fast checks; `acceptance` is the full plan. ECC/Xid runs after the load checks in acceptance, so
+# errors and Xids raised under load are caught. Built-in plans are kept in sync on every migrate:
+# copy one to customise it.
+BUILTIN_PLANS: dict[str, tuple[str, str, list[tuple[str, dict[str, Any]]]]] = {
+    "quick": (
+        "Quick sweep",
+        "Fast health checks for nightly sweeps (built in; copy it to customise).",
+        [
+            ("gpu-inventory", {}),
+            ("sw-consistency", {}),
+            ("ecc-health", {}),
+            ("gpu-links", {}),
+            ("ib-ports", {}),
+            # A short run: fewer iterations at every size; the sizes still reach the peak plateau.
+            ("nccl-allreduce", {"iters": 5, "warmup_iters": 2}),
+        ],
+    ),
+    "acceptance": (
+        "Acceptance",
+        "The full acceptance plan for handover (built in; copy it to customise).",
+        [
+            ("gpu-inventory", {}),
+            ("sw-consistency", {}),
+            ("gpu-links", {}),
+            ("ib-ports", {}),
+            ("nccl-allreduce", {}),
+            # 12 h at full tensor-core load: infant-mortality burn-in before handover.
+            ("burn-in", {"duration_s": 43200, "use_tensor_cores": True}),
+            ("dlc-temperature", {}),
+            ("fs-throughput", {}),
+            ("ecc-health", {}),
+            ("nccl-allreduce-multi", {}),
+            ("fs-aggregate", {}),
+        ],
+    ),
 }
 
 
@@ -33,15 +100,19 @@ def builtin_catalog_ensure() -> None:
     """Create or refresh the built-in definitions and plans. Idempotent; user plans are untouched."""
     definitions: dict[str, CheckDefinition] = {}
     for slug, (kind, name, description) in BUILTIN_CHECKS.items():
-        definition, _ = CheckDefinition.objects.get_or_create(
+        definition, _ = CheckDefinition.objects.update_or_create(
             slug=slug, defaults={"kind": kind, "name": name, "description": description, "builtin": True}
         )
         definitions[slug] = definition
-    for slug, (name, description, check_slugs) in BUILTIN_PLANS.items():
-        plan, created = TestPlan.objects.get_or_create(
+    for slug, (name, description, items) in BUILTIN_PLANS.items():
+        plan, _ = TestPlan.objects.update_or_create(
             slug=slug, defaults={"name": name, "description": description, "builtin": True}
         )
-        present = set(plan.items.values_list("check_definition__slug", flat=True))
-        for order, check_slug in enumerate(check_slugs):
-            if check_slug not in present:
-                TestPlanItem.objects.create(plan=plan, check_definition=definitions[check_slug], order=order)
+        wanted = {check_slug for check_slug, _ in items}
+        plan.items.exclude(check_definition__slug__in=wanted).delete()
+        for order, (check_slug, params) in enumerate(items):
+            TestPlanItem.objects.update_or_create(
+                plan=plan,
+                check_definition=definitions[check_slug],
+                defaults={"order": order, "param_overrides": params},
+            )

@@ -134,7 +134,7 @@ def test_it_rejects_unknown_threshold_keys_before_judging() -> None:
 def test_it_builds_one_probe_command_from_params() -> None:
     from checks.probe import probe_source
 
-    commands = get_check("ecc_health").commands(ProbeParams(timeout_s=45), NODE)
+    commands = get_check("gpu_inventory").commands(ProbeParams(timeout_s=45), NODE)
     assert len(commands) == 1
     command = commands[0]
     assert command.argv == ("python3", "-")

@@ -22,7 +22,13 @@ def cluster(db) -> Cluster:
 
 @pytest.fixture
 def quick_plan(db) -> TestPlan:
-    return TestPlan.objects.get(slug="quick")
+    """A small two-check plan (the unit tests count rows by it; the built-in plans grow)."""
+    from portal.catalog.models import CheckDefinition, TestPlanItem
+
+    plan = TestPlan.objects.create(slug="unit", name="Unit test plan")
+    for order, slug in enumerate(["gpu-inventory", "ecc-health"]):
+        TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug=slug), order=order)
+    return plan
 
 
 @pytest.fixture

@@ -90,7 +90,7 @@ def test_it_hides_the_start_button_from_viewers(client, make_user, objects) -> N
 
 
 def test_it_lets_an_operator_start_a_run(
-    client, make_user, cluster, monkeypatch, django_capture_on_commit_callbacks
+    quick_plan, client, make_user, cluster, monkeypatch, django_capture_on_commit_callbacks
 ) -> None:
     import worker.tasks
 
@@ -100,7 +100,7 @@ def test_it_lets_an_operator_start_a_run(
     assert client.get(reverse("run_start", args=[cluster.name])).status_code == 200
 
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        response = client.post(reverse("run_start", args=[cluster.name]), {"plan": "quick", "node_set": "n[01-03]"})
+        response = client.post(reverse("run_start", args=[cluster.name]), {"plan": "unit", "node_set": "n[01-03]"})
 
     run = Run.objects.get()
     assert response.status_code == 302
@@ -136,11 +136,11 @@ def test_it_lets_an_operator_cancel_a_run(client, make_user, objects) -> None:
     ],
 )
 def test_it_shows_a_bad_node_set_on_the_form_and_starts_nothing(
-    client, make_user, cluster, django_capture_on_commit_callbacks, node_set, message
+    quick_plan, client, make_user, cluster, django_capture_on_commit_callbacks, node_set, message
 ) -> None:
     client.force_login(make_user("otto", "operator"))
     with django_capture_on_commit_callbacks() as callbacks:
-        response = client.post(reverse("run_start", args=[cluster.name]), {"plan": "quick", "node_set": node_set})
+        response = client.post(reverse("run_start", args=[cluster.name]), {"plan": "unit", "node_set": node_set})
     assert response.status_code == 200
     assert message in response.content.decode()
     assert response.context["form"].non_field_errors()

@@ -10,6 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster, Node
 from portal.runs.models import Run
 
@@ -229,21 +230,23 @@ def test_it_runs_the_demo_inline_and_prints_json(demo_settings, monkeypatch) -> 
     data = json.loads(out.getvalue())
     assert set(data) == {"run", "status", "results"}
     assert data["run"] == Run.objects.get().pk and data["status"] == "fail"
-    assert len(data["results"]) == 8 * 2
+    assert len(data["results"]) == 8 * TestPlan.objects.get(slug="quick").items.count()
     for row in data["results"]:
         assert set(row) == {"node", "check", "status", "reason", "measurements"}
         assert row["measurements"], row
         for m in row["measurements"]:
-            assert set(m) == {"name", "value", "unit", "gpu"}
+            assert set(m) - {"labels"} == {"name", "value", "unit", "gpu"}
     verdicts = {(r["node"], r["check"]): r for r in data["results"]}
     ecc = verdicts[("demo03", "ecc-health")]
     assert ecc["status"] == "fail" and "GPU 5" in ecc["reason"], ecc
     inventory = verdicts[("demo06", "gpu-inventory")]
     assert inventory["status"] == "fail" and "driver 535.104.05" in inventory["reason"], inventory
+    software = verdicts[("demo06", "sw-consistency")]
+    assert software["status"] == "fail" and "535.104.05" in software["reason"], software
     rest = {
         key: r["status"]
         for key, r in verdicts.items()
-        if key not in {("demo03", "ecc-health"), ("demo06", "gpu-inventory")}
+        if key not in {("demo03", "ecc-health"), ("demo06", "gpu-inventory"), ("demo06", "sw-consistency")}
     }
     assert set(rest.values()) == {"pass"}, rest
     count = next(m for m in verdicts[("demo01", "gpu-inventory")]["measurements"] if m["name"] == "gpu_count")

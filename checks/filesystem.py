@@ -1,0 +1,586 @@
+"""Filesystem throughput: fs_throughput (one node) and fs_aggregate (all nodes at once).
+
+Execution uses fio only. IOR and elbencho outputs are parse-only alternative engines: a site that
+already benchmarks with them can feed captured outputs to `python -m checks parse ior|elbencho FILE`.
+
+fs_throughput runs on each node: a sequential write job, then (stonewall) a sequential read job of
+the same files, in one fio invocation with `--output-format=json`. Files are named per node
+(`kiln-fio.<host>.<jobnum>.<filenum>`), unlinked by fio after the read, and removed again by the
+wrapping `sh -c` whatever fio's outcome (a failed write must not leave 4 GiB behind).
+
+fs_aggregate runs once from the launcher: `fio --client=HOST,PORT JOBFILE ...` drives a
+`fio --server` already listening on every node (prerequisite: start it with e.g.
+`fio --server --daemonize=/run/fio.pid` or a systemd unit; the check does not start daemons).
+Job options cannot be given on the command line in client mode (fio's parse_cmd_line sends only a
+job file, local or --remote-config, to the servers), so a fixed `sh -c` script writes the job file
+to a temp path named from the run tag, runs fio and removes the file. fio prefixes every file name
+with the server's IP in client mode (HOWTO "Client/Server"), so nodes never collide on the shared
+mount. The JSON then carries one `client_stats` entry per (host, reporting group), with `hostname`:
+per-node attribution names the slow writer.
+
+Measurements (public contract):
+    fio: read_bw / write_bw (bytes/s; fio's `bw_bytes`, not `bw` which is KiB/s), read_iops /
+         write_iops, read_clat_p99 / write_clat_p99 (ns, clat_ns percentile 99.000000; absent when
+         fio ran with lat_percentiles, then read_lat_p99 / write_lat_p99 from lat_ns), read_bytes /
+         write_bytes (io_bytes) - label `job` (+ `host` in client mode); sums read_bw_sum,
+         write_bw_sum, read_iops_sum, write_iops_sum (no `job` label; per host with `host`).
+    ior: write_bw_max / read_bw_max (MiB/s).
+    elbencho: throughput (MiB/s, LAST DONE = whole phase) and throughput_first_done, label `phase`
+         (WRITE/READ/...) and `run` (n-th block of that phase in a sweep); iops likewise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from checks.base import (
+    ERROR,
+    FAIL,
+    PASS,
+    Check,
+    Command,
+    CommandOutput,
+    EvidenceError,
+    Finding,
+    GroupCheck,
+    GroupContext,
+    GroupVerdict,
+    Measurement,
+    NodeContext,
+    ParamsError,
+    Verdict,
+    register,
+)
+from checks.parsers import Parsed, register_parser
+
+GB = 1e9  # thresholds are decimal GB/s, as storage vendors quote them
+FIO_LABEL = "fio"
+ALL_CLIENTS = "All clients"  # fio's summed entry in client mode (client.c handle_ts)
+_SIZE = re.compile(r"^\d+(\.\d+)?[KMGTP]?(i?B)?$", re.IGNORECASE)
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+# --- fio JSON ------------------------------------------------------------------------------------
+
+
+def load_fio_json(text: str) -> dict[str, Any]:
+    """The fio JSON document in `text`, skipping noise before it (fio prints warnings such as
+    "fio: io_u error" or, in client mode, "<host> ..." lines before the JSON)."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"^\s*\{", text, re.MULTILINE):
+        start = text.index("{", match.start())
+        try:
+            doc, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(doc, dict) and ("jobs" in doc or "client_stats" in doc):
+            return doc
+    head = text.strip()[:80]
+    raise EvidenceError(f"fio output holds no JSON result (--output-format=json): {head!r}")
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _p99(stats: Any) -> float | None:
+    if not isinstance(stats, dict):
+        return None
+    pct = stats.get("percentile")
+    return _num(pct.get("99.000000")) if isinstance(pct, dict) else None
+
+
+def fio_measurements(doc: dict[str, Any]) -> tuple[list[Measurement], list[str]]:
+    """Per-job and summed measurements from one fio JSON document (local or client mode)."""
+    warnings: list[str] = []
+    client_mode = "client_stats" in doc
+    entries = doc.get("client_stats") if client_mode else doc.get("jobs")
+    if not isinstance(entries, list):
+        raise EvidenceError("fio JSON has no 'jobs' list")
+    out: list[Measurement] = []
+    sums: dict[tuple[str, str], float] = {}  # (host, name) -> sum; host "" = everything
+    judged = 0
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        job = str(entry.get("jobname", ""))
+        if client_mode and job == ALL_CLIENTS:
+            continue  # fio's own sum; we sum per host ourselves and keep attribution
+        host = str(entry.get("hostname", "")) if client_mode else ""
+        base = {"job": job, **({"host": host} if client_mode else {})}
+        if entry.get("error"):
+            warnings.append(f"fio job {job!r}{' on ' + host if host else ''} reported error {entry['error']}")
+            out.append(Measurement(name="job_error", value=float(entry["error"]), labels=dict(base)))
+        for ddir in ("read", "write"):
+            stats = entry.get(ddir)
+            if not isinstance(stats, dict):
+                continue
+            bw = _num(stats.get("bw_bytes"))
+            if bw is None and _num(stats.get("bw")) is not None:
+                bw = _num(stats.get("bw")) * 1024  # pre-3.x fio: bw only, in KiB/s
+            iops = _num(stats.get("iops"))
+            io_bytes = _num(stats.get("io_bytes"))
+            if bw is None or iops is None:
+                raise EvidenceError(f"fio job {job!r}: {ddir} section has no bw_bytes/iops")
+            out += [
+                Measurement(name=f"{ddir}_bw", value=bw, unit="B/s", labels=dict(base)),
+                Measurement(name=f"{ddir}_iops", value=iops, unit="IOPS", labels=dict(base)),
+            ]
+            if io_bytes is not None:
+                out.append(Measurement(name=f"{ddir}_bytes", value=io_bytes, unit="B", labels=dict(base)))
+            clat = _p99(stats.get("clat_ns"))
+            if clat is not None:
+                out.append(Measurement(name=f"{ddir}_clat_p99", value=clat, unit="ns", labels=dict(base)))
+            lat = _p99(stats.get("lat_ns"))
+            if lat is not None:  # fio ran with lat_percentiles=1: percentiles move to lat_ns
+                out.append(Measurement(name=f"{ddir}_lat_p99", value=lat, unit="ns", labels=dict(base)))
+            for key, value in ((f"{ddir}_bw_sum", bw), (f"{ddir}_iops_sum", iops), (f"{ddir}_bytes_sum", io_bytes)):
+                for scope in {"", host}:
+                    sums[(scope, key)] = sums.get((scope, key), 0.0) + (value or 0.0)
+        judged += 1
+    if not judged:
+        raise EvidenceError("fio produced no job results")
+    units = {"bw": "B/s", "iops": "IOPS", "bytes": "B"}
+    for (scope, key), value in sorted(sums.items()):
+        unit = units[key.split("_")[1]]
+        out.append(Measurement(name=key, value=value, unit=unit, labels={"host": scope} if scope else {}))
+    return out, warnings
+
+
+@register_parser("fio")
+def parse_fio(text: str) -> Parsed:
+    measurements, warnings = fio_measurements(load_fio_json(text))
+    return Parsed(measurements, warnings)
+
+
+# --- IOR -----------------------------------------------------------------------------------------
+
+_IOR_MAX = re.compile(r"^Max (Write|Read):\s+([\d.]+)\s+MiB/sec", re.MULTILINE)
+_IOR_ROW = re.compile(r"^(write|read)\s+([\d.]+)\s", re.MULTILINE)
+
+
+@register_parser("ior")
+def parse_ior(text: str) -> Parsed:
+    """IOR 3.0-4.x stdout: "Max Write: X MiB/sec" lines, else the summary / results table rows."""
+    if "IOR-" not in text and "Max Write" not in text and "Max Read" not in text:
+        raise EvidenceError("not IOR output (no 'IOR-' banner or 'Max Write/Read' summary)")
+    best: dict[str, float] = {}
+    source = "summary"
+    for op, value in _IOR_MAX.findall(text):
+        key = op.lower()
+        best[key] = max(best.get(key, 0.0), float(value))
+    if not best:
+        # Summary of all tests (Max(MiB) is the first number) or the per-iteration results rows.
+        source = "table"
+        for op, value in _IOR_ROW.findall(text):
+            best[op] = max(best.get(op, 0.0), float(value))
+    if not best:
+        raise EvidenceError("IOR output has no write/read bandwidth (run aborted?)")
+    version = re.search(r"IOR-([\d.]+\w*)", text)
+    labels = {"source": source, **({"ior_version": version.group(1)} if version else {})}
+    out = [Measurement(name=f"{op}_bw_max", value=v, unit="MiB/s", labels=dict(labels)) for op, v in best.items()]
+    return Parsed(out)
+
+
+# --- elbencho ------------------------------------------------------------------------------------
+
+_ELB_RESULT = re.compile(
+    r"^(?P<phase>[A-Z][A-Z0-9_]*)?\s*(?P<kind>Elapsed time|Elapsed ms|IOPS|Throughput MiB/s|Total MiB)\s*:"
+    r"\s*(?P<first>\S+)\s+(?P<last>\S+)\s*$"
+)
+
+
+@register_parser("elbencho")
+def parse_elbencho(text: str) -> Parsed:
+    """elbencho result tables: a phase line (WRITE/READ/...) and its indented continuation rows."""
+    out: list[Measurement] = []
+    phase = ""
+    runs: dict[str, int] = {}
+    for line in text.splitlines():
+        m = _ELB_RESULT.match(line.rstrip())
+        if not m:
+            continue
+        if m.group("phase"):
+            phase = m.group("phase")
+            runs[phase] = runs.get(phase, -1) + 1
+        if not phase:
+            continue
+        labels = {"phase": phase, "run": str(runs[phase])}
+        kind = m.group("kind")
+        if kind == "Throughput MiB/s":
+            out.append(Measurement(name="throughput", value=float(m.group("last")), unit="MiB/s", labels=labels))
+            first = float(m.group("first"))
+            out.append(Measurement(name="throughput_first_done", value=first, unit="MiB/s", labels=dict(labels)))
+        elif kind == "IOPS":
+            out.append(Measurement(name="iops", value=float(m.group("last")), unit="IOPS", labels=dict(labels)))
+    if not any(m.name == "throughput" for m in out):
+        raise EvidenceError("elbencho output has no 'Throughput MiB/s' result rows")
+    return Parsed(out)
+
+
+# --- fs_throughput -------------------------------------------------------------------------------
+
+
+def _check_size(name: str, value: str) -> None:
+    if not _SIZE.match(value):
+        raise ParamsError(f"param {name!r}: expected a size like 1M or 4G, got {value!r}")
+
+
+@dataclass
+class FsParams:
+    # The parallel-filesystem mount to test. "/tmp" is only a default that works on the simulator
+    # and any single box; an acceptance plan MUST set the real mount (e.g. /lustre/scratch).
+    path: str = "/tmp"
+    # 1 MiB sequential I/O is the usual streaming-throughput block (IO500 "easy" phases, vendor
+    # parallel-FS sizing guides); it matches Lustre/GPFS full-stripe RPC sizes.
+    block_size: str = "1M"
+    # 4 streams per node: enough to fill one client NIC on most parallel FS clients, small enough
+    # to stay quick. Raise it for 400G clients. Conservative default; tune per site.
+    numjobs: int = 4
+    # Per job. 4 x 1 GiB written then read back; large enough to leave the client cache with
+    # direct=1, small enough for a sweep.
+    size: str = "1G"
+    direct: bool = True  # O_DIRECT: measure the filesystem, not the page cache
+    ioengine: str = "libaio"
+    iodepth: int = 16
+    # None = size-based (each job writes/reads `size` once); N = time_based runs of N s per phase.
+    runtime_s: int | None = None
+    timeout_s: int = 900
+    engine: str = "fio"  # execution engine; IOR/elbencho are parse-only (python -m checks parse)
+
+    def __post_init__(self) -> None:
+        if self.engine != "fio":
+            raise ParamsError(f"param 'engine': only 'fio' runs; IOR/elbencho are parse-only, got {self.engine!r}")
+        if not self.path.startswith("/"):
+            raise ParamsError(f"param 'path': must be an absolute path, got {self.path!r}")
+        _check_size("block_size", self.block_size)
+        _check_size("size", self.size)
+        for name in ("numjobs", "iodepth", "timeout_s"):
+            if getattr(self, name) < 1:
+                raise ParamsError(f"param {name!r}: must be >= 1")
+        if self.runtime_s is not None and self.runtime_s < 1:
+            raise ParamsError("param 'runtime_s': must be >= 1 or None")
+        if not re.fullmatch(r"[a-z0-9_]+", self.ioengine):
+            raise ParamsError(f"param 'ioengine': not an fio engine name: {self.ioengine!r}")
+
+
+@dataclass
+class FsThresholds:
+    # None = no floor (generic): recorded, not judged. Profiles set per-node floors.
+    min_write_gbps: float | None = None
+    min_read_gbps: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("min_write_gbps", "min_read_gbps"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ParamsError(f"threshold {name!r}: must be >= 0 or None")
+
+
+# Per-node floors for HGX/DGX nodes. Conservative default; tune per site. The per-client ceiling
+# of a parallel FS is the client's storage NIC (e.g. one 200/400 Gb/s port = 25/50 GB/s line rate),
+# and real clients reach a fraction of it; NVIDIA's DGX SuperPOD reference architecture storage
+# table quotes per-node guidance in single-digit GB/s (its lowest tier is about 4 GB/s read and
+# 2 GB/s write per node; not re-verified here). Read the site's storage contract before relying
+# on these numbers.
+_HGX_NODE_FLOORS = {"min_write_gbps": 2.0, "min_read_gbps": 4.0}
+
+
+def _fio_common(params: FsParams, prefix: str) -> list[str]:
+    argv = [
+        "fio",
+        "--output-format=json",
+        f"--directory={params.path}",
+        # Both jobs address the same files ($jobnum = clone index), so the read job reads what
+        # the write job wrote; the host prefix keeps nodes apart on a shared mount.
+        f"--filename_format={prefix}.$jobnum.$filenum",
+        f"--bs={params.block_size}",
+        f"--size={params.size}",
+        f"--numjobs={params.numjobs}",
+        f"--ioengine={params.ioengine}",
+        f"--iodepth={params.iodepth}",
+        f"--direct={1 if params.direct else 0}",
+        "--group_reporting",
+    ]
+    if params.runtime_s is not None:
+        argv += ["--time_based", f"--runtime={params.runtime_s}"]
+    return argv
+
+
+# Runs fio, then removes this node's files whatever happened ($1 dir, $2 file prefix, rest = fio).
+_RUN_AND_CLEAN = 'dir=$1 prefix=$2; shift 2; "$@"; rc=$?; rm -f -- "$dir/$prefix".*; exit $rc'
+
+
+def fio_file_prefix(hostname: str) -> str:
+    return "kiln-fio." + (_SAFE_NAME.sub("_", hostname) or "node")
+
+
+def _gbps(value: float | None) -> str:
+    return "?" if value is None else f"{value / GB:.2f}".rstrip("0").rstrip(".")
+
+
+def _fio_failure(output: CommandOutput) -> str:
+    lines = [ln.strip() for ln in (output.stderr + "\n" + output.stdout).splitlines() if ln.strip()]
+    fio_lines = [ln for ln in lines if ln.startswith("fio:") or "error" in ln.lower()]
+    picked = fio_lines[-1] if fio_lines else (lines[-1] if lines else "no output")
+    return picked[:300]
+
+
+def _sum(measurements: list[Measurement], name: str, host: str = "") -> Measurement | None:
+    for m in measurements:
+        if m.name == name and m.labels.get("host", "") == host and "job" not in m.labels:
+            return m
+    return None
+
+
+def _judge_floor(m: Measurement, floor: float | None, what: str, scope: str) -> Finding | None:
+    if floor is None or m.value is None:
+        return None
+    m.threshold = f">= {floor:g} GB/s"
+    m.ok = m.value >= floor * GB
+    if m.ok:
+        return None
+    return Finding(FAIL, f"{what} {_gbps(m.value)} GB/s below the {floor:g} GB/s {scope} floor")
+
+
+@register
+class FsThroughput(Check):
+    key: ClassVar[str] = "fs_throughput"
+    name: ClassVar[str] = "Filesystem throughput (per node)"
+    description: ClassVar[str] = "Sequential write then read with fio on the parallel filesystem mount, per node."
+    Params: ClassVar[type] = FsParams
+    Thresholds: ClassVar[type] = FsThresholds
+    profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
+        "H100-SXM-8": dict(_HGX_NODE_FLOORS),
+        "H200-SXM-8": dict(_HGX_NODE_FLOORS),
+        "A100-SXM-8": dict(_HGX_NODE_FLOORS),
+    }
+
+    def commands(self, params: Any, node: NodeContext) -> list[Command]:
+        p: FsParams = params
+        prefix = fio_file_prefix(node.hostname)
+        argv = _fio_common(p, prefix) + [
+            "--name=seqwrite",
+            "--rw=write",
+            "--name=seqread",
+            "--stonewall",  # starts after the writes finish, and its own reporting group
+            "--rw=read",
+            "--unlink=1",
+        ]
+        return [
+            Command(
+                argv=("sh", "-c", _RUN_AND_CLEAN, "sh", p.path, prefix, *argv),
+                timeout=float(p.timeout_s),
+                label=FIO_LABEL,
+            )
+        ]
+
+    def describe_failure(self, output: CommandOutput) -> str:
+        return _fio_failure(output)
+
+    def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
+        if len(outputs) != 1:
+            raise EvidenceError(f"expected one fio output, got {len(outputs)}")
+        measurements, _ = fio_measurements(load_fio_json(outputs[0].stdout))
+        return measurements
+
+    def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
+        t: FsThresholds = thresholds
+        findings: list[Finding] = []
+        errors = [m for m in measurements if m.name == "job_error"]
+        for m in errors:
+            findings.append(Finding(ERROR, f"fio job {m.labels.get('job')} failed with error {int(m.value or 0)}"))
+        rates: dict[str, Measurement] = {}
+        for ddir, floor in (("write", t.min_write_gbps), ("read", t.min_read_gbps)):
+            bw = _sum(measurements, f"{ddir}_bw_sum")
+            moved = _sum(measurements, f"{ddir}_bytes_sum")
+            if bw is None or bw.value is None or not (moved and moved.value):
+                findings.append(Finding(ERROR, f"fio reported no {ddir} I/O (no {ddir} job result)"))
+                continue
+            rates[ddir] = bw
+            bad = _judge_floor(bw, floor, ddir, "per-node")
+            findings.append(bad or Finding(PASS, f"{ddir} {_gbps(bw.value)} GB/s"))
+        summary = ", ".join(f"{d} {_gbps(m.value)} GB/s" for d, m in rates.items())
+        return Verdict.from_findings(findings, pass_reason=summary or "no rates")
+
+
+# --- fs_aggregate --------------------------------------------------------------------------------
+
+# $1 job file path, $2 job file text, $3 fio server port, rest = hosts. Builds
+# `--client=HOST,PORT JOBFILE` per host (a job file after each --client is that client's job:
+# init.c parse_cmd_line), runs fio, removes the job file, keeps fio's exit code.
+_CLIENT_SCRIPT = (
+    'jobfile=$1 job=$2 port=$3; shift 3; printf "%s\\n" "$job" > "$jobfile" || exit 2; '
+    'for host; do set -- "$@" "--client=$host,$port" "$jobfile"; shift; done; '
+    'fio --output-format=json "$@"; rc=$?; rm -f -- "$jobfile"; exit $rc'
+)
+
+
+@dataclass
+class FsAggregateParams(FsParams):
+    # fio's default server port (HOWTO "Client/Server": `fio --server` listens on 8765).
+    fio_server_port: int = 8765
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 1 <= self.fio_server_port <= 65535:
+            raise ParamsError(f"param 'fio_server_port': not a TCP port: {self.fio_server_port}")
+
+
+@dataclass
+class FsAggregateThresholds:
+    # None = not judged unless the profile or the site sets a number (aggregate throughput is a
+    # property of the storage system bought, not of the GPU node model).
+    min_aggregate_write_gbps: float | None = None
+    min_aggregate_read_gbps: float | None = None
+    # A node this far below the median node in the same concurrent run is the odd one out (client
+    # NIC, cabling, mount options). Conservative default; tune per site.
+    max_node_deficit_pct: float | None = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("min_aggregate_write_gbps", "min_aggregate_read_gbps", "max_node_deficit_pct"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ParamsError(f"threshold {name!r}: must be >= 0 or None")
+
+
+def _job_file(params: FsParams) -> str:
+    lines = [
+        "[global]",
+        f"directory={params.path}",
+        # In client mode fio prefixes file names with the server's IP: unique per node.
+        "filename_format=kiln-fio.$jobnum.$filenum",
+        f"bs={params.block_size}",
+        f"size={params.size}",
+        f"numjobs={params.numjobs}",
+        f"ioengine={params.ioengine}",
+        f"iodepth={params.iodepth}",
+        f"direct={1 if params.direct else 0}",
+        "group_reporting=1",
+    ]
+    if params.runtime_s is not None:
+        lines += ["time_based=1", f"runtime={params.runtime_s}"]
+    lines += ["", "[seqwrite]", "rw=write", "", "[seqread]", "stonewall", "rw=read", "unlink=1"]
+    return "\n".join(lines)
+
+
+@register
+class FsAggregate(GroupCheck):
+    key: ClassVar[str] = "fs_aggregate"
+    name: ClassVar[str] = "Filesystem aggregate throughput"
+    description: ClassVar[str] = (
+        "All selected nodes write then read at once (fio client/server); aggregate and per-node rates."
+    )
+    Params: ClassVar[type] = FsAggregateParams
+    Thresholds: ClassVar[type] = FsAggregateThresholds
+    min_nodes: ClassVar[int] = 2
+    # fio exits 1 when a client failed (e.g. could not connect) but still prints the JSON of the
+    # others; evaluate_group turns a node without results into `error`, so no false pass.
+    ok_exit_codes: ClassVar[tuple[int, ...]] = (0, 1)
+
+    def group_commands(self, params: Any, group: GroupContext) -> list[Command]:
+        p: FsAggregateParams = params
+        hosts = [n.address or n.hostname for n in group.nodes]
+        jobfile = f"/tmp/kiln-fio-{_SAFE_NAME.sub('_', group.tag)}.fio"
+        argv = ("sh", "-c", _CLIENT_SCRIPT, "sh", jobfile, _job_file(p), str(p.fio_server_port), *hosts)
+        return [Command(argv=argv, timeout=float(p.timeout_s), label=FIO_LABEL)]
+
+    def describe_failure(self, output: CommandOutput) -> str:
+        return _fio_failure(output)
+
+    def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
+        if len(outputs) != 1:
+            raise EvidenceError(f"expected one fio output, got {len(outputs)}")
+        doc = load_fio_json(outputs[0].stdout)
+        if "client_stats" not in doc:
+            raise EvidenceError("fio output has no client_stats (not a --client run)")
+        measurements, _ = fio_measurements(doc)
+        # Connection failures are only on stderr ("fio: failed to connect to HOST:PORT").
+        for line in (outputs[0].stderr + "\n" + outputs[0].stdout).splitlines():
+            if line.startswith("fio: failed to connect to"):
+                measurements.append(Measurement(name="client_error", text=line.strip()))
+        return measurements
+
+    def evaluate_group(self, measurements: list[Measurement], thresholds: Any, group: GroupContext) -> GroupVerdict:
+        t: FsAggregateThresholds = thresholds
+        findings: list[Finding] = []
+        node_findings: dict[str, list[Finding]] = {n.hostname: [] for n in group.nodes}
+        by_host = _host_index(group)
+        for m in measurements:
+            if m.name == "job_error":
+                name = by_host.get(m.labels.get("host", ""), m.labels.get("host", "?"))
+                f = Finding(ERROR, f"{name}: fio job {m.labels.get('job')} failed with error {int(m.value or 0)}")
+                node_findings.setdefault(name, []).append(f)
+        rates: dict[str, dict[str, float]] = {"write": {}, "read": {}}
+        for m in measurements:
+            host = m.labels.get("host", "")
+            if m.name in ("write_bw_sum", "read_bw_sum") and host and "job" not in m.labels:
+                name = by_host.get(host) or by_host.get(host.split(",")[0])
+                if name is None:
+                    findings.append(Finding(ERROR, f"fio reported results for unknown host {host!r}"))
+                    continue
+                m.labels["node"] = name
+                if m.value is not None and _moved(measurements, m.name.split("_")[0], host):
+                    rates[m.name.split("_")[0]][name] = m.value
+        for n in group.nodes:
+            missing = [d for d in ("write", "read") if n.hostname not in rates[d]]
+            if missing:
+                node_findings[n.hostname].append(
+                    Finding(ERROR, f"{n.hostname}: no fio {'/'.join(missing)} results (fio server not reachable?)")
+                )
+        for ddir, floor in (("write", t.min_aggregate_write_gbps), ("read", t.min_aggregate_read_gbps)):
+            per_node = rates[ddir]
+            if not per_node:
+                findings.append(Finding(ERROR, f"no node reported {ddir} results"))
+                continue
+            total = sum(per_node.values())
+            agg = Measurement(
+                name=f"aggregate_{ddir}_bw", value=total, unit="B/s", labels={"nodes": str(len(per_node))}
+            )
+            measurements.append(agg)
+            bad = _judge_floor(agg, floor, f"aggregate {ddir}", f"aggregate ({len(per_node)} nodes)")
+            findings.append(bad or Finding(PASS, f"aggregate {ddir} {_gbps(total)} GB/s over {len(per_node)} nodes"))
+            if t.max_node_deficit_pct is None or len(per_node) < 2:
+                continue
+            median = statistics.median(per_node.values())
+            for name, value in sorted(per_node.items()):
+                pct = 100.0 * value / median if median else 100.0
+                if 100.0 - pct > t.max_node_deficit_pct:
+                    node_findings[name].append(
+                        Finding(FAIL, f"{name}: {ddir} {_gbps(value)} GB/s, {pct:.0f}% of the median node")
+                    )
+        node_verdicts: dict[str, Verdict] = {}
+        for name, fs in node_findings.items():
+            if fs:
+                node_verdicts[name] = Verdict.from_findings(fs)
+                findings += fs
+        for m in measurements:
+            if m.name == "client_error":
+                findings.append(Finding(ERROR, m.text))
+        verdict = Verdict.from_findings(findings, pass_reason="all nodes within spec")
+        if verdict.status == PASS:
+            verdict.reason = "; ".join(f.reason for f in findings if f.reason.startswith("aggregate"))
+        return GroupVerdict(
+            status=verdict.status, reason=verdict.reason, findings=verdict.findings, node_verdicts=node_verdicts
+        )
+
+
+def _host_index(group: GroupContext) -> dict[str, str]:
+    """What fio reports as `hostname` (the --client string, less ",port") -> node hostname."""
+    index: dict[str, str] = {}
+    for n in group.nodes:
+        index[n.hostname] = n.hostname
+        if n.address:
+            index[n.address] = n.hostname
+    return index
+
+
+def _moved(measurements: list[Measurement], ddir: str, host: str) -> bool:
+    m = _sum(measurements, f"{ddir}_bytes_sum", host)
+    return bool(m and m.value)

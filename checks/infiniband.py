@@ -1,0 +1,239 @@
+"""ib_ports: InfiniBand (or RoCE) ports of the compute fabric: up, at the expected rate, all there.
+
+Evidence is `ibstat` (infiniband-diags). Parser kind `ibstat`; measurements:
+- `port_state` (text: Active, Down, Initializing, Armed) and `port_rate` (Gb/s) per port, labels
+  `ca`, `port`, `link_layer` (InfiniBand | Ethernet), `physical_state` (LinkUp, Polling,
+  Disabled, ...), `ca_type`;
+- `ca_firmware` (text) per CA, labels `ca`, `ca_type`.
+
+Which ports are judged: those whose link layer is in `link_layers` ("InfiniBand" by default; RoCE
+fabrics are "Ethernet", so a RoCE cluster sets "InfiniBand,Ethernet" or "Ethernet") and whose CA
+is not in `ignore_cas` (front-end / management NICs such as a bonded mlx5_bond_0).
+
+`ibstat` exits 255 when it could not query some CA yet still prints the others: that output is
+kept. With the expected port count met, it is a `warn` naming the exit; otherwise an `error`
+(a port that could not be read is not known to be healthy).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from checks.base import (
+    ERROR,
+    FAIL,
+    PASS,
+    WARN,
+    Check,
+    Command,
+    CommandOutput,
+    EvidenceError,
+    Finding,
+    Measurement,
+    NodeContext,
+    ParamsError,
+    Verdict,
+    register,
+)
+from checks.parsers import Parsed, register_parser
+
+_CA = re.compile(r"^CA '(?P<name>[^']+)'\s*$")
+_PORT = re.compile(r"^Port (?P<port>\d+):\s*$")
+_FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*)$")
+
+
+def split_list(text: str) -> list[str]:
+    return [p.strip() for p in str(text).split(",") if p.strip()]
+
+
+def parse_ibstat_text(text: str) -> list[Measurement]:
+    """ibstat's text -> measurements; EvidenceError when no CA block is found."""
+    out: list[Measurement] = []
+    ca = ca_type = ""
+    port: dict[str, str] | None = None
+    cas = 0
+
+    def flush_port() -> None:
+        if port is None:
+            return
+        labels = {
+            "ca": ca,
+            "port": port["port"],
+            "link_layer": port.get("Link layer", ""),
+            "physical_state": port.get("Physical state", ""),
+            "ca_type": ca_type,
+        }
+        state = port.get("State", "")
+        rate_text = port.get("Rate", "")
+        try:
+            rate: float | None = float(rate_text)
+        except ValueError:
+            rate = None
+        state_m = Measurement(name="port_state", text=state, labels=dict(labels))
+        rate_m = Measurement(name="port_rate", value=rate, unit="Gb/s", labels=dict(labels))
+        if not state:
+            state_m.labels["missing"] = "no State line"
+        if rate is None:
+            rate_m.labels["missing"] = f"Rate {rate_text!r}" if rate_text else "no Rate line"
+        out.extend([state_m, rate_m])
+
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if match := _CA.match(line):
+            flush_port()
+            port = None
+            ca, ca_type = match["name"], ""
+            cas += 1
+            continue
+        if match := _PORT.match(line):
+            flush_port()
+            port = {"port": match["port"]}
+            continue
+        field = _FIELD.match(line)
+        if not field or not ca:
+            continue
+        key, value = field["key"], field["value"].strip()
+        if port is not None:
+            port[key] = value
+        elif key == "CA type":
+            ca_type = value
+        elif key == "Firmware version":
+            out.append(Measurement(name="ca_firmware", text=value, labels={"ca": ca}))
+    flush_port()
+    if not cas:
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        raise EvidenceError(f"ibstat printed no CA ({first[:80]!r})" if first else "ibstat printed nothing")
+    # CA type is printed after the name but before the firmware line; label firmware with it.
+    types = {m.labels["ca"]: m.labels["ca_type"] for m in out if m.name == "port_state"}
+    for m in out:
+        if m.name == "ca_firmware":
+            m.labels["ca_type"] = types.get(m.labels["ca"], "")
+    return out
+
+
+@register_parser("ibstat")
+def parse_ibstat(text: str) -> Parsed:
+    measurements = parse_ibstat_text(text)
+    warnings = [] if any(m.name == "port_state" for m in measurements) else ["no ports listed"]
+    return Parsed(measurements, warnings)
+
+
+@dataclass
+class IbParams:
+    # ibstat reads sysfs and answers in well under a second; 30 s allows a wedged driver to be
+    # reported as a timeout rather than hanging the run (conservative default; tune per site).
+    timeout_s: int = 30
+
+
+@dataclass
+class IbThresholds:
+    # None = not judged (generic nodes). Profiles set the compute-fabric port count.
+    expected_ports: int | None = None
+    # None = not judged. Profiles set NDR 400 / HDR 200 (Gb/s, as ibstat prints "Rate").
+    expected_rate_gbps: float | None = None
+    # Link layers of the compute fabric. RoCE fabrics report "Ethernet": set "InfiniBand,Ethernet".
+    link_layers: str = "InfiniBand"
+    # CAs that are not part of the compute fabric (front-end / storage / management NICs).
+    ignore_cas: str = ""
+
+    def __post_init__(self) -> None:
+        if self.expected_ports is not None and self.expected_ports < 0:
+            raise ParamsError(f"threshold 'expected_ports': must be >= 0, got {self.expected_ports}")
+        if self.expected_rate_gbps is not None and self.expected_rate_gbps <= 0:
+            raise ParamsError(f"threshold 'expected_rate_gbps': must be > 0, got {self.expected_rate_gbps}")
+        if not split_list(self.link_layers):
+            raise ParamsError("threshold 'link_layers': name at least one (InfiniBand, Ethernet)")
+
+
+@register
+class IbPorts(Check):
+    key: ClassVar[str] = "ib_ports"
+    name: ClassVar[str] = "InfiniBand ports"
+    description: ClassVar[str] = "Compute-fabric HCA ports: state, rate and count (ibstat)."
+    Params: ClassVar[type] = IbParams
+    Thresholds: ClassVar[type] = IbThresholds
+    # 255: ibstat could not query some CA but printed the rest (kept; see the module docstring).
+    ok_exit_codes: ClassVar[tuple[int, ...]] = (0, 255)
+    profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
+        # DGX H100 user guide (hardware overview): 8x single-port ConnectX-7 for the compute
+        # fabric, 400 Gb/s NDR InfiniBand each (HGX H100 reference designs use the same 8x NDR).
+        "H100-SXM-8": {"expected_ports": 8, "expected_rate_gbps": 400},
+        # HGX H200 reference configuration: 8x ConnectX-7 / BlueField-3 SuperNIC, 400 Gb/s each
+        # (NVIDIA HGX H200 spec sheet, networking).
+        "H200-SXM-8": {"expected_ports": 8, "expected_rate_gbps": 400},
+        # DGX A100 user guide: 8x single-port ConnectX-6 VPI, 200 Gb/s HDR InfiniBand, compute fabric.
+        "A100-SXM-8": {"expected_ports": 8, "expected_rate_gbps": 200},
+    }
+
+    def commands(self, params: Any, node: NodeContext) -> list[Command]:
+        return [Command(argv=("ibstat",), timeout=float(params.timeout_s), label="ibstat")]
+
+    def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
+        out = outputs[0]
+        try:
+            measurements = parse_ibstat_text(out.stdout)
+        except EvidenceError as exc:
+            hint = [s.strip() for s in out.stderr.splitlines() if s.strip()]
+            raise EvidenceError(f"{exc}; exit {out.exit_code}" + (f": {hint[-1][:200]}" if hint else "")) from None
+        exit_m = Measurement(name="ibstat_exit_code", value=float(out.exit_code or 0))
+        if out.exit_code:
+            lines = [s.strip() for s in out.stderr.splitlines() if s.strip()]
+            exit_m.text = lines[-1][:300] if lines else ""
+        return [exit_m, *measurements]
+
+    def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
+        t: IbThresholds = thresholds
+        layers = {x.lower() for x in split_list(t.link_layers)}
+        ignored = set(split_list(t.ignore_cas))
+        states = [m for m in measurements if m.name == "port_state"]
+        rates = {(m.labels["ca"], m.labels["port"]): m for m in measurements if m.name == "port_rate"}
+        judged = [
+            m for m in states if m.labels.get("link_layer", "").lower() in layers and m.labels["ca"] not in ignored
+        ]
+        findings: list[Finding] = []
+        if not judged:
+            seen = sorted({m.labels.get("link_layer") or "?" for m in states})
+            what = f"{len(states)} ports, link layers {', '.join(seen)}" if states else "no ports listed"
+            hint = "; RoCE fabrics need link_layers=InfiniBand,Ethernet" if "Ethernet" in seen else ""
+            return Verdict(ERROR, f"no {t.link_layers} port to judge ({what}){hint}")
+        active = 0
+        for m in judged:
+            ca, port = m.labels["ca"], m.labels["port"]
+            where = f"{ca} port {port}"
+            m.threshold, m.ok = "== Active", m.text == "Active"
+            if not m.text:
+                findings.append(Finding(ERROR, f"{where}: state unreadable ({m.labels.get('missing')})"))
+                continue
+            if m.text != "Active":
+                phys = m.labels.get("physical_state")
+                findings.append(Finding(FAIL, f"{where}: {m.text}" + (f" ({phys})" if phys else "")))
+                continue
+            active += 1
+            rate = rates.get((ca, port))
+            if t.expected_rate_gbps is None or rate is None:
+                continue
+            if rate.value is None:
+                findings.append(Finding(ERROR, f"{where}: rate unreadable ({rate.labels.get('missing')})"))
+                continue
+            rate.threshold, rate.ok = f">= {t.expected_rate_gbps:g}", rate.value >= t.expected_rate_gbps
+            if not rate.ok:
+                findings.append(Finding(FAIL, f"{where}: {rate.value:g} Gb/s, expected {t.expected_rate_gbps:g}"))
+        if t.expected_ports is not None and active != t.expected_ports:
+            findings.append(Finding(FAIL, f"{active} active ports, expected {t.expected_ports}"))
+        exit_m = next((m for m in measurements if m.name == "ibstat_exit_code"), None)
+        if exit_m is not None and exit_m.value:
+            said = f" ({exit_m.text})" if exit_m.text else ""
+            readable = f"judged the {len(judged)} readable {t.link_layers} ports"
+            if t.expected_ports is not None and len(judged) >= t.expected_ports:
+                findings.append(Finding(WARN, f"ibstat exited {int(exit_m.value)}{said}; {readable}"))
+            else:
+                findings.append(Finding(ERROR, f"ibstat exited {int(exit_m.value)}{said}; only {readable}"))
+        rate_text = sorted({f"{rates[(m.labels['ca'], m.labels['port'])].value or 0:g}" for m in judged})
+        pass_reason = f"{active} {t.link_layers} ports Active at {'/'.join(rate_text)} Gb/s"
+        if not findings:
+            findings.append(Finding(PASS, pass_reason))
+        return Verdict.from_findings(findings, pass_reason=pass_reason)

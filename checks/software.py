@@ -1,0 +1,252 @@
+"""sw_consistency: the software and firmware a node runs, and whether it matches its peers.
+
+Evidence: the probe JSON (driver, CUDA, VBIOS per GPU) and one fixed `sh -c` script (no input is
+interpolated; the os-release path is passed as $1) printing three sections: `uname -r`, the
+os-release file (param `os_release_path`, default /etc/os-release), and `ibstat` for the NIC
+firmware per CA (skipped, and said so, when ibstat is not installed).
+
+Measurements (text): driver_version, cuda_version, vbios (per GPU), kernel, os (PRETTY_NAME,
+labels id / version_id), nic_firmware (per CA, labels ca, ca_type).
+
+A node on its own passes with its facts (or fails a pinned `expected_*` value; "" = not pinned).
+Missing facts (kernel, OS, driver, a GPU's VBIOS) are `error`. What matters most is agreement:
+`consensus(per_node)` names the odd node out per fact when a strict majority of the nodes that
+report it agree ("kernel 6.5.0-1 differs from 11 of 12 nodes (6.8.0-45)"); VBIOS and NIC firmware
+are compared as the set of versions on the node. No majority: nothing is flagged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from checks.base import (
+    ERROR,
+    FAIL,
+    PASS,
+    Command,
+    CommandOutput,
+    EvidenceError,
+    Finding,
+    Measurement,
+    NodeContext,
+    Verdict,
+    register,
+)
+from checks.infiniband import parse_ibstat_text
+from checks.probe_check import Facts, Probe, ProbeCheck
+
+FACTS_LABEL = "kernel, os-release, ibstat"
+# Each section: a header, the tool's output, a blank line, then its exit status.
+FACTS_SCRIPT = r"""printf '@@kiln-section kernel\n'; uname -r; printf '\n@@kiln-rc %s\n' "$?"
+printf '@@kiln-section os_release\n'; cat -- "$1"; printf '\n@@kiln-rc %s\n' "$?"
+printf '@@kiln-section ibstat\n'
+if command -v ibstat >/dev/null 2>&1; then ibstat; printf '\n@@kiln-rc %s\n' "$?"
+else echo 'ibstat: command not found' >&2; printf '@@kiln-rc 127\n'; fi
+"""
+# uname, cat and ibstat answer in well under a second (conservative default; tune per site).
+FACTS_TIMEOUT_S = 30.0
+
+
+@dataclass
+class SoftwareParams:
+    timeout_s: int = 60  # the probe's budget (see checks/probe_check.ProbeParams)
+    # The os-release file to read; a site with a custom image description may point elsewhere.
+    os_release_path: str = "/etc/os-release"
+
+
+@dataclass
+class SoftwareThresholds:
+    # Pinned values; "" = not pinned (only cross-node consensus applies).
+    expected_kernel: str = ""
+    expected_os: str = ""  # PRETTY_NAME, e.g. "Ubuntu 22.04.4 LTS"
+    expected_vbios: str = ""  # every GPU's VBIOS
+    expected_nic_firmware: str = ""  # every compute CA's firmware (ibstat "Firmware version")
+
+
+def split_sections(text: str) -> dict[str, tuple[str, int | None]]:
+    """The script's stdout -> section name -> (text, exit status or None when cut short)."""
+    sections: dict[str, tuple[str, int | None]] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("@@kiln-section "):
+            if name is not None:
+                sections[name] = ("\n".join(lines), None)
+            name, lines = line.split(None, 1)[1].strip(), []
+        elif line.startswith("@@kiln-rc ") and name is not None:
+            rc = line.split(None, 1)[1].strip()
+            sections[name] = ("\n".join(lines), int(rc) if rc.lstrip("-").isdigit() else None)
+            name, lines = None, []
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        sections[name] = ("\n".join(lines), None)
+    return sections
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    values = {}
+    for line in text.splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            values[key.strip()] = value.strip().strip('"').strip("'")
+    return values
+
+
+@register
+class SoftwareConsistency(ProbeCheck):
+    key: ClassVar[str] = "sw_consistency"
+    name: ClassVar[str] = "Software and firmware consistency"
+    description: ClassVar[str] = (
+        "Kernel, OS, driver, CUDA, VBIOS and NIC firmware; the odd node out across the cluster."
+    )
+    Params: ClassVar[type] = SoftwareParams
+    Thresholds: ClassVar[type] = SoftwareThresholds
+
+    def commands(self, params: Any, node: NodeContext) -> list[Command]:
+        facts = Command(
+            argv=("sh", "-c", FACTS_SCRIPT, "sh", params.os_release_path), timeout=FACTS_TIMEOUT_S, label=FACTS_LABEL
+        )
+        return [*super().commands(params, node), facts]
+
+    def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
+        probe_outputs = [o for o in outputs if o.command.label != FACTS_LABEL]
+        script = [o for o in outputs if o.command.label == FACTS_LABEL]
+        measurements = super().parse(probe_outputs)
+        if not script:
+            raise EvidenceError("no kernel / os-release output to judge")
+        sections = split_sections(script[0].stdout)
+        errors = [s.strip() for s in script[0].stderr.splitlines() if s.strip()]
+        return measurements + self._host_facts(sections, errors)
+
+    def _host_facts(self, sections: dict[str, tuple[str, int | None]], errors: list[str]) -> list[Measurement]:
+        def why(tool: str, rc: int | None) -> str:
+            said = [e for e in errors if tool in e] or errors
+            status = "cut short" if rc is None else f"exited {rc}"
+            return f"{tool} {status}" + (f": {said[-1][:200]}" if said else "")
+
+        out: list[Measurement] = []
+        text, rc = sections.get("kernel", ("", None))
+        kernel = text.strip().splitlines()[0].strip() if text.strip() else ""
+        out.append(Measurement(name="kernel", text=kernel if rc == 0 else ""))
+        if rc != 0 or not kernel:
+            out[-1].labels["missing"] = why("uname", rc)
+        text, rc = sections.get("os_release", ("", None))
+        values = parse_os_release(text) if rc == 0 else {}
+        pretty = values.get("PRETTY_NAME") or " ".join(filter(None, [values.get("NAME"), values.get("VERSION")]))
+        os_m = Measurement(
+            name="os", text=pretty, labels={"id": values.get("ID", ""), "version_id": values.get("VERSION_ID", "")}
+        )
+        if not pretty:
+            os_m.labels["missing"] = why("cat", rc) if rc != 0 else "os-release has no PRETTY_NAME or NAME"
+        out.append(os_m)
+        text, rc = sections.get("ibstat", ("", None))
+        if rc == 127:
+            out.append(Measurement(name="nic_firmware", text="", labels={"missing": "ibstat not installed"}))
+            return out
+        try:
+            ib = parse_ibstat_text(text)
+        except EvidenceError as exc:
+            out.append(Measurement(name="nic_firmware", text="", labels={"missing": f"{why('ibstat', rc)} ({exc})"}))
+            return out
+        for m in ib:
+            if m.name == "ca_firmware":
+                out.append(Measurement(name="nic_firmware", text=m.text, labels=dict(m.labels)))
+        return out
+
+    def measure(self, probe: Probe) -> list[Measurement]:
+        out = [probe.top_text("driver_version", "driver_version"), probe.top_text("cuda_version", "cuda_version")]
+        out += [gpu.text("vbios", "vbios_version") for gpu in probe.gpus if gpu.answered]
+        return out
+
+    def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
+        t: SoftwareThresholds = thresholds
+        facts = Facts(measurements)
+        findings: list[Finding] = []
+        for name, label, pinned in (
+            ("kernel", "kernel", t.expected_kernel),
+            ("os", "OS", t.expected_os),
+            ("driver_version", "driver version", ""),
+            ("cuda_version", "CUDA version", ""),
+        ):
+            m = facts.get(name)
+            if not m.text:
+                findings.append(Finding(ERROR, f"{label} unavailable ({facts.missing(name)})"))
+            elif pinned:
+                m.threshold, m.ok = f"== {pinned}", m.text == pinned
+                if not m.ok:
+                    findings.append(Finding(FAIL, f"{label} {m.text}, expected {pinned}"))
+        for i in facts.listed:
+            if i in facts.silent:
+                findings.append(Finding(ERROR, f"GPU {i}: VBIOS unavailable (GPU not responding: {facts.silent[i]})"))
+                continue
+            m = facts.get("vbios", i)
+            if not m.text:
+                findings.append(Finding(ERROR, f"GPU {i}: VBIOS unavailable ({facts.missing('vbios', i)})"))
+            elif t.expected_vbios:
+                m.threshold, m.ok = f"== {t.expected_vbios}", m.text == t.expected_vbios
+                if not m.ok:
+                    findings.append(Finding(FAIL, f"GPU {i}: VBIOS {m.text}, expected {t.expected_vbios}"))
+        nics = [m for m in measurements if m.name == "nic_firmware"]
+        if t.expected_nic_firmware:
+            if not any(m.text for m in nics):
+                why = next((m.labels.get("missing") for m in nics if m.labels.get("missing")), "no CA listed")
+                findings.append(Finding(ERROR, f"NIC firmware unavailable ({why})"))
+            for m in nics:
+                if m.text:
+                    m.threshold, m.ok = f"== {t.expected_nic_firmware}", m.text == t.expected_nic_firmware
+                    if not m.ok:
+                        ca = m.labels.get("ca", "?")
+                        findings.append(Finding(FAIL, f"{ca}: firmware {m.text}, expected {t.expected_nic_firmware}"))
+        summary = _summary(measurements)
+        pass_reason = ", ".join(f"{k} {v}" for k, v in summary.items() if v)
+        if not findings:
+            findings.append(Finding(PASS, pass_reason))
+        return Verdict.from_findings(findings, pass_reason=pass_reason)
+
+    @classmethod
+    def consensus(cls, per_node: dict[str, list[Measurement]]) -> dict[str, str]:
+        facts_by_node = {host: _summary(ms) for host, ms in per_node.items()}
+        odd: dict[str, list[str]] = {}
+        for fact in _FACT_NAMES:
+            values = {host: f[fact] for host, f in facts_by_node.items() if f.get(fact)}
+            if len(values) < 2:
+                continue
+            (top, count), *_ = Counter(values.values()).most_common(1)
+            if count * 2 <= len(values):
+                continue  # no strict majority: nothing to call odd
+            for host, value in values.items():
+                if value != top:
+                    odd.setdefault(host, []).append(
+                        f"{fact} {value} differs from {count} of {len(values)} nodes ({top})"
+                    )
+        return {host: "; ".join(reasons) for host, reasons in odd.items()}
+
+
+_FACT_NAMES = ("kernel", "OS", "driver", "CUDA", "VBIOS", "NIC firmware")
+
+
+def _summary(measurements: list[Measurement]) -> dict[str, str]:
+    """One comparable string per fact; VBIOS and NIC firmware as the sorted set on the node."""
+
+    def first(name: str) -> str:
+        return next((m.text for m in measurements if m.name == name and m.text), "")
+
+    vbios = sorted({m.text for m in measurements if m.name == "vbios" and m.text})
+    nics = sorted(
+        {
+            f"{m.labels.get('ca_type')} {m.text}" if m.labels.get("ca_type") else m.text
+            for m in measurements
+            if m.name == "nic_firmware" and m.text
+        }
+    )
+    return {
+        "kernel": first("kernel"),
+        "OS": first("os"),
+        "driver": first("driver_version"),
+        "CUDA": first("cuda_version"),
+        "VBIOS": ", ".join(vbios),
+        "NIC firmware": ", ".join(nics),
+    }

@@ -1,0 +1,529 @@
+"""dlc_temperature: GPU and HBM temperatures idle and under load, sibling spread, thermal
+throttling, and (optionally) the BMC's coolant/leak sensors of a direct-liquid-cooled node.
+
+Commands (in order, each labelled):
+    "probe idle": `python3 - --sample I --duration IDLE_S` (probe on stdin): idle telemetry;
+    "probe load": `python3 - --sample I -- gpu_burn -tc LOAD_S`: telemetry while gpu_burn runs;
+    "sensors" (only when `sensor_source` is set): `ipmitool sdr` or `curl -sfk URL` (Redfish
+        Thermal / ThermalMetrics; BMC credentials come from the node's ~/.netrc via
+        --netrc-optional, never from argv).
+
+Judged (no evidence, no pass):
+- idle and steady-state-under-load GPU temperature vs the NVML slowdown threshold the probe read,
+  minus `min_margin_c`; HBM temperature vs the NVML memory max-operating threshold, minus
+  `min_memory_margin_c`. A GPU whose threshold is unknown is `error`;
+- sibling delta: a GPU much hotter under load than the median of its siblings (same load, same
+  coolant loop) points at its cold plate / flow, even when it is below the slowdown margin;
+- thermal throttling during the load (NVML clock-event reasons sw/hw thermal slowdown) -> fail;
+- coolant: outlet - inlet delta-T, inlet maximum, and the leak sensor (asserted -> fail). Sensor
+  names come from the cluster (NodeContext.settings["sensors"] = {"inlet", "outlet", "leak"}),
+  params as the fallback; a configured sensor missing from the output is `error`.
+Missing samples (no sampling output, too few samples, a GPU absent from the samples) -> error.
+
+Parsers: `ipmitool_sdr` (compact `ipmitool sdr`) and `redfish_thermal` (Thermal v1.x `Temperatures`
+and ThermalMetrics `TemperatureReadingsCelsius`, LeakDetectors when present) -> `temperature`
+(value C, labels sensor, unit) and `sensor` (text "ok" / "asserted" / "no reading", labels sensor).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from checks.base import (
+    ERROR,
+    FAIL,
+    WARN,
+    Check,
+    Command,
+    CommandOutput,
+    EvidenceError,
+    Finding,
+    Measurement,
+    NodeContext,
+    ParamsError,
+    Series,
+    Verdict,
+    register,
+)
+from checks.parsers import Parsed, register_parser
+from checks.sampling import SamplingDoc, load_sampling, probe_gpu
+
+IDLE, LOAD, SENSORS = "probe idle", "probe load", "sensors"
+PHASES = {IDLE: "idle", LOAD: "load"}
+# Clock-event reasons that mean "too hot" (sampling.py names the NVML bits). hw_slowdown alone
+# may be thermal or a power brake: recorded and warned, not failed, here.
+THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
+
+
+# --- sensor parsers ------------------------------------------------------------------------------
+
+
+def _sensor_state(name: str, condition: str, raw: float | None = None, **labels: str) -> Measurement:
+    return Measurement(name="sensor", text=condition, value=raw, labels={"sensor": name, **labels})
+
+
+@register_parser("ipmitool_sdr")
+def parse_ipmitool_sdr(text: str) -> Parsed:
+    """Compact `ipmitool sdr` ("Name | Reading units | status"): temperatures as `temperature`,
+    discrete sensors (hex readings) as `sensor` with state ok / asserted / no reading."""
+    out: list[Measurement] = []
+    warnings: list[str] = []
+    rows = 0
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) != 3 or not parts[0]:
+            continue
+        rows += 1
+        name, reading, status = parts
+        temp = re.fullmatch(r"(-?[\d.]+) degrees C", reading)
+        if temp:
+            out.append(
+                Measurement(
+                    name="temperature", value=float(temp.group(1)), unit="C", labels={"sensor": name, "unit": "C"}
+                )
+            )
+            if status not in ("ok", ""):
+                out.append(_sensor_state(name, "asserted", None, status=status))
+            continue
+        hexval = re.fullmatch(r"0x([0-9a-fA-F]+)", reading)
+        if hexval:
+            raw = int(hexval.group(1), 16)
+            # A discrete sensor (leak, fault) reads 0x00 when no state is asserted.
+            asserted = raw != 0 or status in ("cr", "nr", "nc")
+            out.append(_sensor_state(name, "asserted" if asserted else "ok", float(raw), status=status))
+        elif status == "ns" or reading in ("no reading", "Not Readable", "disabled"):
+            out.append(_sensor_state(name, "no reading", None, status=status or "ns"))
+    if not rows:
+        raise EvidenceError("not ipmitool sdr output (no 'Name | Reading | Status' rows)")
+    if not out:
+        warnings.append("no temperature or discrete sensors in the output")
+    return Parsed(out, warnings)
+
+
+def _health(item: dict[str, Any]) -> str:
+    status = item.get("Status")
+    return str(status.get("Health") or "") if isinstance(status, dict) else ""
+
+
+@register_parser("redfish_thermal")
+def parse_redfish_thermal(text: str) -> Parsed:
+    """Redfish Thermal (legacy, Temperatures[].ReadingCelsius) or ThermalSubsystem/ThermalMetrics
+    (TemperatureReadingsCelsius[].Reading); LeakDetectors[].DetectorState when present."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EvidenceError(f"Redfish output is not JSON ({exc.msg}): {text.strip()[:80]!r}") from None
+    if not isinstance(doc, dict):
+        raise EvidenceError("Redfish output is not a JSON object")
+    out: list[Measurement] = []
+    warnings: list[str] = []
+    known = False
+    for item in doc.get("Temperatures") or []:  # Thermal v1.x (e.g. Dell iDRAC)
+        known = True
+        if not isinstance(item, dict):
+            continue
+        name = str(item.get("Name") or item.get("MemberId") or "")
+        value = item.get("ReadingCelsius")
+        labels = {"sensor": name, "unit": "C", "context": str(item.get("PhysicalContext") or "")}
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(Measurement(name="temperature", value=float(value), unit="C", labels=labels))
+        else:
+            out.append(_sensor_state(name, "no reading"))
+        if _health(item) not in ("", "OK"):
+            out.append(_sensor_state(name, "asserted", None, health=_health(item)))
+    for item in doc.get("TemperatureReadingsCelsius") or []:  # ThermalMetrics v1.x (e.g. HPE iLO)
+        known = True
+        if not isinstance(item, dict):
+            continue
+        name = str(item.get("DeviceName") or item.get("DataSourceUri") or "")
+        value = item.get("Reading")
+        labels = {"sensor": name, "unit": "C", "context": str(item.get("PhysicalContext") or "")}
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(Measurement(name="temperature", value=float(value), unit="C", labels=labels))
+        else:
+            out.append(_sensor_state(name, "no reading"))
+    for item in doc.get("LeakDetectors") or []:  # LeakDetection v1.x (DMTF, liquid-cooled chassis)
+        known = True
+        if isinstance(item, dict):
+            state = str(item.get("DetectorState") or "")
+            text_state = "ok" if state == "OK" else ("no reading" if not state else "asserted")
+            out.append(_sensor_state(str(item.get("Name") or item.get("Id") or ""), text_state, None, state=state))
+    if "Fans" in doc:
+        known = True
+    if not known:
+        raise EvidenceError("Redfish document has no Temperatures / TemperatureReadingsCelsius / LeakDetectors")
+    if not any(m.name == "temperature" for m in out):
+        warnings.append("no temperature readings in the Redfish document")
+    return Parsed(out, warnings)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# --- the check -----------------------------------------------------------------------------------
+
+
+@dataclass
+class DlcParams:
+    idle_s: int = 10  # idle sampling window
+    # Load long enough for the cold plate and coolant loop to settle; the steady state is the last
+    # half of the run. 120 s is a conservative default; tune per site (fast test run: 3 s).
+    load_s: int = 120
+    sample_interval_s: float = 1.0
+    # "" (none), "ipmitool" (`ipmitool sdr`) or "redfish" (curl of redfish_url from the node).
+    sensor_source: str = ""
+    redfish_url: str = ""  # e.g. https://BMC/redfish/v1/Chassis/1/Thermal
+    timeout_s: int = 60  # per command, on top of its own sampling time
+
+    def __post_init__(self) -> None:
+        for name in ("idle_s", "load_s", "timeout_s"):
+            if getattr(self, name) < 1:
+                raise ParamsError(f"param {name!r}: must be >= 1")
+        if self.sample_interval_s <= 0:
+            raise ParamsError("param 'sample_interval_s': must be > 0")
+        if self.sensor_source not in ("", "ipmitool", "redfish"):
+            raise ParamsError(f"param 'sensor_source': '', 'ipmitool' or 'redfish', got {self.sensor_source!r}")
+        if self.sensor_source == "redfish" and not re.match(r"^https?://[^\s]+$", self.redfish_url):
+            raise ParamsError("param 'redfish_url': an http(s) URL is required with sensor_source='redfish'")
+
+
+@dataclass
+class DlcThresholds:
+    # Degrees C to keep between the GPU core and NVML's slowdown threshold (H100 SXM: 87 C, read
+    # by the probe per GPU) at idle and in the steady state under load. NVIDIA publishes no margin;
+    # 10 C is a conservative default; tune per site.
+    min_margin_c: float | None = 10.0
+    # Degrees C between HBM and NVML's memory max-operating threshold (H100: 95 C, read by the
+    # probe). Conservative default; tune per site.
+    min_memory_margin_c: float | None = 5.0
+    # A GPU this much hotter than its siblings' median under the same load: cold plate / flow
+    # problem (DLC GPUs on one loop normally sit within a few C). Conservative default; tune.
+    max_sibling_delta_c: float | None = 8.0
+    # Any sw/hw thermal slowdown sample during the load fails.
+    allow_thermal_throttle: bool = False
+    # Coolant outlet - inlet under load. DLC loops are typically designed for a ~10 C rise;
+    # 15 C is a conservative default; tune to the CDU design.
+    max_coolant_delta_t_c: float | None = 15.0
+    # ASHRAE TC 9.9 liquid cooling classes: W45 allows facility supply water up to 45 C (W+ above);
+    # a secondary loop inlet above that is out of any standard class. Tune to the site's class.
+    max_coolant_inlet_c: float | None = 45.0
+    # Fewer samples per phase is no evidence.
+    min_samples: int = 2
+    # Which BMC sensors the coolant rules judge, when the cluster's settings["sensors"] does not
+    # name them (names are vendor specific). Here, not in Params, because evaluate() judges with
+    # thresholds only; a sensor output is judged whenever the plan asked for one.
+    inlet_sensor: str = "Coolant Inlet"
+    outlet_sensor: str = "Coolant Outlet"
+    leak_sensor: str = "Leak Detect"
+
+    def __post_init__(self) -> None:
+        if self.min_samples < 1:
+            raise ParamsError("threshold 'min_samples': must be >= 1")
+        for name in (
+            "min_margin_c",
+            "min_memory_margin_c",
+            "max_sibling_delta_c",
+            "max_coolant_delta_t_c",
+            "max_coolant_inlet_c",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ParamsError(f"threshold {name!r}: must be >= 0 or None")
+
+
+def sensor_names(thresholds: DlcThresholds, node: NodeContext) -> dict[str, str]:
+    configured = node.settings.get("sensors") if isinstance(node.settings, dict) else None
+    configured = configured if isinstance(configured, dict) else {}
+    fallback = {"inlet": thresholds.inlet_sensor, "outlet": thresholds.outlet_sensor, "leak": thresholds.leak_sensor}
+    return {role: str(configured.get(role) or fallback[role]) for role in fallback}
+
+
+@register
+class DlcTemperature(Check):
+    key: ClassVar[str] = "dlc_temperature"
+    name: ClassVar[str] = "DLC temperature"
+    description: ClassVar[str] = (
+        "GPU/HBM temperatures idle and under gpu_burn vs NVML thresholds, sibling spread, thermal "
+        "throttling, coolant inlet/outlet delta-T and leak sensor."
+    )
+    Params: ClassVar[type] = DlcParams
+    Thresholds: ClassVar[type] = DlcThresholds
+
+    def commands(self, params: Any, node: NodeContext) -> list[Command]:
+        from checks.probe import probe_source  # lazy: reading the script is I/O, not needed to parse
+
+        p: DlcParams = params
+        source = probe_source()
+        interval = f"{p.sample_interval_s:g}"
+        cmds = [
+            Command(
+                argv=("python3", "-", "--sample", interval, "--duration", str(p.idle_s)),
+                stdin=source,
+                timeout=float(p.idle_s + p.timeout_s),
+                label=IDLE,
+            ),
+            Command(
+                argv=("python3", "-", "--sample", interval, "--", "gpu_burn", "-tc", str(p.load_s)),
+                stdin=source,
+                timeout=float(p.load_s + p.timeout_s),
+                label=LOAD,
+            ),
+        ]
+        if p.sensor_source == "ipmitool":
+            cmds.append(Command(argv=("ipmitool", "sdr"), timeout=float(p.timeout_s), label=SENSORS))
+        elif p.sensor_source == "redfish":
+            argv = ("curl", "-sfk", "--netrc-optional", "--max-time", str(p.timeout_s), p.redfish_url)
+            cmds.append(Command(argv=argv, timeout=float(p.timeout_s + 5), label=SENSORS + " redfish"))
+        return cmds
+
+    def describe_failure(self, output: CommandOutput) -> str:
+        # The sampler exits with the child's code and keeps the child's stderr in its JSON.
+        try:
+            doc = json.loads(output.stdout)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict):
+            child = doc.get("child")
+            if isinstance(child, dict) and child.get("exit_code"):
+                lines = [ln for ln in str(child.get("stderr") or child.get("stdout") or "").splitlines() if ln.strip()]
+                tail = lines[-1].strip()[:200] if lines else "no output"
+                return f"load command {' '.join(child.get('argv') or [])} exited {child['exit_code']}: {tail}"
+            if isinstance(doc.get("errors"), list) and doc["errors"]:
+                return "probe could not sample the GPUs: " + "; ".join(str(e) for e in doc["errors"][:3])
+        return super().describe_failure(output)
+
+    # -- parse --------------------------------------------------------------------------------
+
+    def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
+        by_label = {o.command.label: o for o in outputs}
+        out: list[Measurement] = []
+        for label, phase in PHASES.items():
+            if label not in by_label:
+                raise EvidenceError(f"no {phase} sampling output")
+            doc = self._sampling(by_label[label], phase)
+            out.append(Measurement(name="samples", value=float(len(doc.samples)), labels={"phase": phase}))
+            for error in doc.errors:
+                out.append(Measurement(name="probe_error", text=error, labels={"phase": phase}))
+            for i in doc.gpu_indices():
+                out += self._gpu_phase(doc, i, phase)
+        for label, o in by_label.items():
+            if not label.startswith(SENSORS):
+                continue
+            redfish = "redfish" in label
+            parsed = parse_redfish_thermal(o.stdout) if redfish else parse_ipmitool_sdr(o.stdout)
+            for m in parsed.measurements:
+                m.labels.setdefault("source", "redfish" if redfish else "ipmitool")
+            # Marks that sensors were read, even when the output held none of ours.
+            out.append(Measurement(name="sensor_output", text=label))
+            out += parsed.measurements
+        return out
+
+    @staticmethod
+    def _sampling(output: CommandOutput, phase: str) -> SamplingDoc:
+        try:
+            return load_sampling([output])
+        except EvidenceError as exc:
+            raise EvidenceError(f"{phase} sampling: {exc}") from None
+
+    def _gpu_phase(self, doc: SamplingDoc, i: int, phase: str) -> list[Measurement]:
+        lab = {"phase": phase}
+        out: list[Measurement] = []
+        for field in ("temp_gpu", "temp_memory"):
+            # Idle: the whole window. Load: the last half of the run, so the ramp from idle (cold
+            # plate and loop settling) never dilutes the steady state, in short test runs too.
+            steady = doc.stats(i, field).mean if phase == "idle" else _load_steady(doc, i, field)
+            whole = doc.stats(i, field)
+            out += [
+                Measurement(name=f"{field}_steady", value=steady, unit="C", gpu=i, labels=dict(lab)),
+                Measurement(name=f"{field}_max", value=whole.max, unit="C", gpu=i, labels=dict(lab)),
+            ]
+        readable = doc.stats(i, "temp_gpu").count
+        out.append(Measurement(name="gpu_samples", value=float(readable), gpu=i, labels=dict(lab)))
+        thermal = sum(e.samples for e in doc.throttle_events(THERMAL_REASONS) if e.gpu == i)
+        out.append(Measurement(name="thermal_throttle_samples", value=float(thermal), gpu=i, labels=dict(lab)))
+        hw = sum(e.samples for e in doc.throttle_events(("hw_slowdown",)) if e.gpu == i)
+        out.append(Measurement(name="hw_slowdown_samples", value=float(hw), gpu=i, labels=dict(lab)))
+        if phase == "idle":
+            temps = probe_gpu(doc.before, i).get("temperature")
+            temps = temps if isinstance(temps, dict) else {}
+            for name, key in (("slowdown_temp", "slowdown"), ("memory_max_operating_temp", "memory_max_operating")):
+                value = _number(temps.get(key))
+                m = Measurement(name=name, value=value, unit="C", gpu=i)
+                if value is None:
+                    m.labels["missing"] = "not reported by the probe"
+                out.append(m)
+        return out
+
+    # -- evaluate -----------------------------------------------------------------------------
+
+    def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
+        t: DlcThresholds = thresholds
+        idx = {(m.name, m.gpu, m.labels.get("phase", "")): m for m in measurements}
+        findings: list[Finding] = []
+        gpus = sorted({m.gpu for m in measurements if m.gpu is not None and m.name == "temp_gpu_steady"})
+        load_gpus = {m.gpu for m in measurements if m.name == "temp_gpu_steady" and m.labels.get("phase") == "load"}
+        if not gpus:
+            errors = [m.text for m in measurements if m.name == "probe_error"]
+            why = f" ({'; '.join(errors[:2])})" if errors else ""
+            return Verdict(ERROR, f"no GPU temperature samples{why}")
+        for phase in ("idle", "load"):
+            count = idx.get(("samples", None, phase))
+            if count is None or (count.value or 0) < t.min_samples:
+                n = int(count.value or 0) if count else 0
+                findings.append(Finding(ERROR, f"only {n} {phase} samples (need {t.min_samples})"))
+        for i in gpus:
+            for phase in ("idle", "load"):
+                if (("temp_gpu_steady", i, phase)) not in idx:
+                    findings.append(Finding(ERROR, f"GPU {i}: no {phase} samples"))
+        for i in gpus:
+            findings += self._margins(idx, t, i)
+        findings += self._siblings(idx, t, sorted(load_gpus))
+        for i in sorted(load_gpus):
+            throttle = idx.get(("thermal_throttle_samples", i, "load"))
+            if throttle and throttle.value and not t.allow_thermal_throttle:
+                throttle.threshold, throttle.ok = "== 0", False
+                findings.append(Finding(FAIL, f"GPU {i}: thermal slowdown in {int(throttle.value)} samples under load"))
+            elif throttle:
+                throttle.threshold, throttle.ok = "== 0", not throttle.value
+            hw = idx.get(("hw_slowdown_samples", i, "load"))
+            if hw and hw.value and not (throttle and throttle.value):
+                what = "HW slowdown (thermal or power brake)"
+                findings.append(Finding(WARN, f"GPU {i}: {what} in {int(hw.value)} samples under load"))
+        if any(m.name == "sensor_output" for m in measurements):
+            findings += self._coolant(measurements, t, sensor_names(t, node))
+        hottest = max(
+            (
+                idx[("temp_gpu_steady", i, "load")].value or 0.0
+                for i in load_gpus
+                if ("temp_gpu_steady", i, "load") in idx
+            ),
+            default=0.0,
+        )
+        pass_reason = f"{len(gpus)} GPUs: hottest {hottest:.0f} C under load, no thermal slowdown"
+        return Verdict.from_findings(findings, pass_reason=pass_reason)
+
+    def _margins(self, idx: dict, t: DlcThresholds, i: int) -> list[Finding]:
+        findings: list[Finding] = []
+        for kind, limit_name, margin, label in (
+            ("gpu", "slowdown_temp", t.min_margin_c, "slowdown"),
+            ("memory", "memory_max_operating_temp", t.min_memory_margin_c, "memory max operating"),
+        ):
+            if margin is None:
+                continue
+            limit = idx.get((limit_name, i, ""))
+            if limit is None or limit.value is None:
+                findings.append(Finding(ERROR, f"GPU {i}: {label} threshold unknown; cannot judge the margin"))
+                continue
+            ceiling = limit.value - margin
+            for phase in ("idle", "load"):
+                m = idx.get((f"temp_{kind}_steady", i, phase))
+                if m is None:
+                    continue
+                if m.value is None:
+                    what = "GPU" if kind == "gpu" else "memory"
+                    findings.append(Finding(ERROR, f"GPU {i}: no {what} temperature readings ({phase})"))
+                    continue
+                m.threshold, m.ok = f"<= {ceiling:g}", m.value <= ceiling
+                if not m.ok:
+                    what = "" if kind == "gpu" else "memory "
+                    when = "under load" if phase == "load" else "at idle"
+                    findings.append(
+                        Finding(
+                            FAIL,
+                            f"GPU {i}: {what}{m.value:.0f} C {when}, within {limit.value - m.value:.0f} C of its "
+                            f"{label} threshold ({limit.value:.0f} C; margin {margin:g} C required)",
+                        )
+                    )
+        return findings
+
+    def _siblings(self, idx: dict, t: DlcThresholds, gpus: list[int]) -> list[Finding]:
+        if t.max_sibling_delta_c is None or len(gpus) < 2:
+            return []
+        temps = {i: idx[("temp_gpu_steady", i, "load")].value for i in gpus}
+        findings: list[Finding] = []
+        for i, value in temps.items():
+            others = [v for j, v in temps.items() if j != i and v is not None]
+            if value is None or not others:
+                continue
+            median = statistics.median(others)
+            delta = value - median
+            if delta > t.max_sibling_delta_c:
+                findings.append(
+                    Finding(
+                        FAIL,
+                        f"GPU {i}: {value:.0f} C under load, {delta:.0f} C above its siblings' median "
+                        f"({median:.0f} C): check cold plate / coolant flow",
+                    )
+                )
+        return findings
+
+    def _coolant(self, measurements: list[Measurement], t: DlcThresholds, names: dict[str, str]) -> list[Finding]:
+        temps = {m.labels.get("sensor"): m for m in measurements if m.name == "temperature"}
+        states = {m.labels.get("sensor"): m for m in measurements if m.name == "sensor"}
+        findings: list[Finding] = []
+        inlet, outlet = temps.get(names["inlet"]), temps.get(names["outlet"])
+        for role, m in (("inlet", inlet), ("outlet", outlet)):
+            if m is None:
+                findings.append(Finding(ERROR, f"coolant {role} sensor {names[role]!r} not in the sensor output"))
+        if inlet is not None and t.max_coolant_inlet_c is not None and inlet.value is not None:
+            inlet.threshold, inlet.ok = f"<= {t.max_coolant_inlet_c:g}", inlet.value <= t.max_coolant_inlet_c
+            if not inlet.ok:
+                findings.append(Finding(FAIL, f"coolant inlet {inlet.value:.0f} C above {t.max_coolant_inlet_c:g} C"))
+        if inlet is not None and outlet is not None and inlet.value is not None and outlet.value is not None:
+            delta = outlet.value - inlet.value
+            dm = Measurement(name="coolant_delta_t", value=delta, unit="C")
+            if t.max_coolant_delta_t_c is not None:
+                dm.threshold, dm.ok = f"<= {t.max_coolant_delta_t_c:g}", delta <= t.max_coolant_delta_t_c
+                if not dm.ok:
+                    findings.append(
+                        Finding(
+                            FAIL,
+                            f"coolant delta-T {delta:.0f} C (inlet {inlet.value:.0f} C, outlet {outlet.value:.0f} C) "
+                            f"above {t.max_coolant_delta_t_c:g} C: low coolant flow?",
+                        )
+                    )
+            measurements.append(dm)
+        leak = states.get(names["leak"])
+        if leak is None:
+            findings.append(Finding(ERROR, f"leak sensor {names['leak']!r} not in the sensor output"))
+        elif leak.text == "asserted":
+            leak.threshold, leak.ok = "== ok", False
+            findings.append(Finding(FAIL, f"leak sensor {names['leak']!r} asserted"))
+        elif leak.text != "ok":
+            findings.append(Finding(ERROR, f"leak sensor {names['leak']!r}: {leak.text}"))
+        else:
+            leak.threshold, leak.ok = "== ok", True
+        return findings
+
+    def series(self, outputs: list[CommandOutput]) -> list[Series]:
+        out: list[Series] = []
+        for o in outputs:
+            phase = PHASES.get(o.command.label)
+            if phase is None:
+                continue
+            try:
+                doc = load_sampling([o])
+            except EvidenceError:
+                continue
+            for s in doc.series(("temp_gpu", "temp_memory")):
+                s.labels["phase"] = phase
+                out.append(s)
+        return out
+
+
+def _load_steady(doc: SamplingDoc, gpu: int, field: str) -> float | None:
+    """Mean of `field` over the second half of the load. The sampler takes its last sample when it
+    sees the child gone (probe.py wakes early on exit), so that one is left out: the load is over."""
+    points = doc.values(gpu, field)
+    if doc.child is not None and len(points) > 2:
+        points = points[:-1]
+    if not points:
+        return None
+    start = points[0][0] + (points[-1][0] - points[0][0]) / 2.0
+    numbers = [float(v) for t, v in points if t >= start and v is not None]
+    return sum(numbers) / len(numbers) if numbers else None

@@ -1,0 +1,361 @@
+"""Xid / SXid events in the kernel log: the parser, the severity catalogue, and the kernel log reader.
+
+The NVIDIA driver reports GPU faults as `NVRM: Xid (PCI:0000:9b:00): 119, pid=..., <message>`
+and the NVSwitch driver as `nvidia-nvswitch2: SXid (PCI:0000:85:00.0): 12028, Non-fatal, ...`.
+Kernel log lines come in several timestamp styles, all understood here:
+
+- `[2397166.983093] ...`                        plain `dmesg` (seconds since boot; raw in `time`)
+- `[Sun Feb 23 16:24:18 2025] ...`              `dmesg -T` (node-local time, no zone)
+- `2025-01-21T04:41:44,283302+00:00 ...`        `dmesg --time-format iso` (optionally with
+                                                `--decode`'s `kern  :warn  : ` prefix)
+- `2026-11-30T15:00:00+0000 host kernel: ...`   `journalctl -o short-iso` (+ `-precise`)
+
+One `xid` Measurement per event line: value = the code; `gpu` = the GPU index when the caller
+maps the PCI address (probe `pci_bus_id`), else None; `text` = the driver's message; labels:
+`kind` (xid|sxid), `pci` (normalised `dddd:bb:dd`, function dropped), `severity`
+(critical|warn|info, from `XID_CATALOGUE` / `SXID_CATALOGUE`), `meaning`, `time` (ISO 8601 when
+the line says when, else the raw stamp) and `time_format` (iso|ctime|monotonic|syslog).
+
+Severity follows NVIDIA's "Xid Errors" documentation (the Ampere+ Xid catalog's "Resolution
+Bucket (Immediate Action)" column) and the GPU debug guidelines: an event whose immediate action
+is a GPU reset, node reboot or hardware service is `critical` (the check fails); an event whose
+action is "restart the application" (usually the workload's own fault) is `warn`; events NVIDIA
+says to ignore or that only follow another Xid are `info`. An Xid missing from the catalogue is
+`warn`: unknown is never silently fine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+from checks.base import Command, CommandOutput, EvidenceError, Measurement
+from checks.parsers import Parsed, register_parser
+
+CRITICAL = "critical"
+WARN = "warn"
+INFO = "info"
+
+# Sources named by the catalogue entries.
+XID_DOC = "NVIDIA Xid Errors doc, Xid catalog (docs.nvidia.com/deploy/xid-errors)"
+DEBUG_GUIDE = "NVIDIA GPU Debug Guidelines (docs.nvidia.com/deploy/gpu-debug-guidelines)"
+MEMORY_DOC = "NVIDIA GPU Memory Error Management / Dynamic Page Retirement docs"
+NVSWITCH_DOC = "NVIDIA Fabric Manager user guide, NVSwitch SXid errors"
+
+
+@dataclass(frozen=True)
+class XidInfo:
+    meaning: str
+    severity: str
+    action: str
+    source: str = XID_DOC
+
+
+XID_CATALOGUE: dict[int, XidInfo] = {
+    8: XidInfo("GPU stopped processing (channel idle timeout)", WARN, "restart the application", XID_DOC),
+    13: XidInfo("Graphics engine exception", WARN, "restart the application; usually an application bug", XID_DOC),
+    31: XidInfo("GPU memory page fault (MMU fault)", WARN, "restart the application; usually an application bug"),
+    32: XidInfo("Invalid or corrupted push buffer stream", WARN, "restart the application"),
+    43: XidInfo("GPU stopped processing (reset channel verification)", WARN, "restart the application", DEBUG_GUIDE),
+    45: XidInfo("Preemptive cleanup after a previous error or a killed process", INFO, "none; follows other events"),
+    46: XidInfo("GPU stopped processing", CRITICAL, "reset the GPU; service if it recurs"),
+    48: XidInfo("Double-bit ECC error (DBE)", CRITICAL, "reset the GPU (Xid 48 workflow)", MEMORY_DOC),
+    56: XidInfo("Display engine error", WARN, "restart the application"),
+    61: XidInfo("Internal micro-controller breakpoint/warning (PMU)", CRITICAL, "reset the GPU", DEBUG_GUIDE),
+    62: XidInfo("Internal micro-controller halt (PMU)", CRITICAL, "reset the GPU", DEBUG_GUIDE),
+    # 63 records a successful page retirement / row remap; the repair takes effect at the next
+    # reset, and the probe's remap-pending flag already fails until then.
+    63: XidInfo("ECC page retirement or row remapping recorded", WARN, "reset the GPU to activate", MEMORY_DOC),
+    64: XidInfo("ECC page retirement or row remapping failed", CRITICAL, "reset the GPU; RMA candidate", MEMORY_DOC),
+    68: XidInfo("Video processor (NVDEC) exception", WARN, "restart the application"),
+    69: XidInfo("Graphics engine class error", WARN, "restart the application"),
+    74: XidInfo("NVLink error", CRITICAL, "reset the GPU; check NVLink / NVSwitch", DEBUG_GUIDE),
+    79: XidInfo("GPU has fallen off the bus", CRITICAL, "reboot the node; check PCIe seating and power", DEBUG_GUIDE),
+    # Reported alongside rising corrected-error counts; the counters and row remapping are judged
+    # from the probe, so the event itself is a warning.
+    92: XidInfo("High single-bit ECC error rate", WARN, "watch ECC counters and remapping", MEMORY_DOC),
+    94: XidInfo("Contained ECC error", WARN, "restart the application; reset the GPU to remap", MEMORY_DOC),
+    95: XidInfo("Uncontained ECC error", CRITICAL, "reset the GPU", MEMORY_DOC),
+    109: XidInfo("Context switch timeout", WARN, "restart the application"),
+    119: XidInfo("GSP RPC timeout", CRITICAL, "reset the GPU", DEBUG_GUIDE),
+    120: XidInfo("GSP error", CRITICAL, "reset the GPU", DEBUG_GUIDE),
+    121: XidInfo("C2C link corrected error", WARN, "watch for recurrence (Grace Hopper)"),
+    122: XidInfo("SPI PMU RPC read failure", WARN, "restart the application; contact support if it recurs"),
+    123: XidInfo("SPI PMU RPC write failure", CRITICAL, "reset the GPU"),
+    140: XidInfo("Unrecovered ECC error", CRITICAL, "reset the GPU", MEMORY_DOC),
+    143: XidInfo("GPU initialization failure", CRITICAL, "reset the GPU; service if it recurs"),
+    # Blackwell NVLink5 (NETIR) link events: the driver's message names the recovery; a link event
+    # on an acceptance run is judged as a fault until someone reads it.
+    149: XidInfo("NVLink NETIR error", CRITICAL, "follow the action in the message; check NVLink"),
+    # 154 states the recovery the driver now requires; "(None)" clears it (see _xid154_severity).
+    154: XidInfo("GPU recovery action changed", CRITICAL, "perform the named recovery (reset / reboot)"),
+}
+
+SXID_CATALOGUE: dict[int, XidInfo] = {
+    11004: XidInfo("NVSwitch ingress invalid ACL", CRITICAL, "reset the NVSwitch tray / node", NVSWITCH_DOC),
+    12028: XidInfo("NVSwitch egress non-posted PRIV error", WARN, "watch for recurrence", NVSWITCH_DOC),
+    20034: XidInfo("NVSwitch LTSSM fault (NVLink link down)", CRITICAL, "check the NVLink / trunk link", NVSWITCH_DOC),
+    22013: XidInfo("NVSwitch minion link DLREQ fault", CRITICAL, "reset the NVSwitch tray / node", NVSWITCH_DOC),
+}
+
+_XID = re.compile(
+    r"\b(?P<kind>S?Xid) \((?:PCI:)?(?P<pci>[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+(?:\.[0-7])?)\): "
+    r"(?P<code>\d+),?\s*(?P<message>.*)$"
+)
+_DECODE = re.compile(r"^[a-z]+\s*:[a-z]+\s*:\s+")  # dmesg --decode: "kern  :warn  : "
+_ISO = re.compile(r"^(?P<stamp>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[,.]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
+_CTIME = re.compile(r"^\[(?P<stamp>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]\s?")
+_MONOTONIC = re.compile(r"^\[\s*(?P<stamp>\d+\.\d+)\]\s?")
+_SYSLOG = re.compile(r"^(?P<stamp>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2})\s+\S+\s")
+# journalctl's own lines: an empty result, boot separators, the reboot marker.
+_JOURNAL_META = re.compile(r"^-- (No entries|Boot |Logs begin|Journal begins|Reboot) ")
+_RECOVERY_NONE = re.compile(r"to 0x0 \(None\)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    kind: str  # "xid" | "sxid"
+    code: int
+    pci: str
+    message: str
+    time: str  # ISO 8601 when known, else the raw stamp ("" when the line had none)
+    time_format: str  # iso | ctime | monotonic | syslog | none
+    epoch: float | None  # Unix seconds when the stamp carries a zone (ISO), else None
+    severity: str
+    meaning: str
+
+
+def normalise_pci(text: str) -> str:
+    """'00000000:18:00.0', '0000:18:00', 'PCI:0000:18:00' -> '0000:18:00' (domain:bus:device).
+
+    Xid lines drop the PCI function and NVML pads the domain to 8 digits; both sides of the
+    GPU mapping go through here so they compare equal."""
+    text = text.strip().removeprefix("PCI:").split(".")[0]
+    parts = text.split(":")
+    if len(parts) == 2:  # bus:device without a domain
+        parts = ["0", *parts]
+    try:
+        domain, bus, device = (int(p, 16) for p in parts[-3:])
+    except ValueError:
+        return text.lower()
+    return f"{domain:04x}:{bus:02x}:{device:02x}"
+
+
+def catalogue_entry(kind: str, code: int, message: str = "") -> XidInfo:
+    if kind == "sxid":
+        known = SXID_CATALOGUE.get(code)
+        if known:
+            return known
+        # The NVSwitch driver says itself whether the error is fatal (Fabric Manager guide).
+        fatal = message.lstrip().lower().startswith("fatal")
+        severity = CRITICAL if fatal else WARN
+        return XidInfo(
+            "NVSwitch error (not in Kiln's catalogue)", severity, "see the Fabric Manager guide", NVSWITCH_DOC
+        )
+    known = XID_CATALOGUE.get(code)
+    if known is None:
+        return XidInfo("not in Kiln's catalogue", WARN, "look the code up in NVIDIA's Xid catalog")
+    if code == 154 and _RECOVERY_NONE.search(message):
+        return XidInfo(known.meaning, INFO, "none: the required recovery was cleared", known.source)
+    return known
+
+
+def _parse_iso(stamp: str) -> tuple[str, float | None]:
+    text = stamp.replace(",", ".")
+    match = re.match(r"^(.*T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:?\d{2})?$", text)
+    if not match:
+        return stamp, None
+    base, frac, zone = match.groups()
+    if frac:
+        base += "." + (frac + "000000")[:6]
+    if zone:
+        zone = "+00:00" if zone == "Z" else zone if ":" in zone else f"{zone[:3]}:{zone[3:]}"
+        base += zone
+    try:
+        when = dt.datetime.fromisoformat(base)
+    except ValueError:
+        return stamp, None
+    return when.isoformat(), when.timestamp() if when.tzinfo else None
+
+
+def _split_stamp(line: str) -> tuple[str, str, float | None, str] | None:
+    """(time, time_format, epoch, rest of the line), or None when the line has no known stamp."""
+    line = _DECODE.sub("", line, count=1)
+    if match := _ISO.match(line):
+        when, epoch = _parse_iso(match["stamp"])
+        return when, "iso", epoch, line[match.end() :]
+    if match := _CTIME.match(line):
+        try:
+            when = dt.datetime.strptime(" ".join(match["stamp"].split()), "%a %b %d %H:%M:%S %Y").isoformat()
+        except ValueError:
+            when = match["stamp"]
+        return when, "ctime", None, line[match.end() :]
+    if match := _MONOTONIC.match(line):
+        return match["stamp"], "monotonic", None, line[match.end() :]
+    if match := _SYSLOG.match(line):
+        return match["stamp"], "syslog", None, line[match.end() :]
+    return None
+
+
+def parse_kernel_log(text: str) -> tuple[list[XidEvent], int]:
+    """Every Xid/SXid event in a kernel log, and how many lines were recognised as kernel log."""
+    events: list[XidEvent] = []
+    recognised = 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if _JOURNAL_META.match(line):
+            recognised += 1
+            continue
+        stamped = _split_stamp(line)
+        if stamped is None:
+            when, fmt, epoch, rest = "", "none", None, line
+        else:
+            recognised += 1
+            when, fmt, epoch, rest = stamped
+        match = _XID.search(rest)
+        if not match:
+            continue
+        kind = match["kind"].lower()
+        code = int(match["code"])
+        message = match["message"].strip()
+        info = catalogue_entry(kind, code, message)
+        pci = normalise_pci(match["pci"])
+        events.append(XidEvent(kind, code, pci, message, when, fmt, epoch, info.severity, info.meaning))
+    return events, recognised
+
+
+def since_filter(events: list[XidEvent], since: float | None) -> list[XidEvent]:
+    """Events at or after `since`. An event whose time cannot be compared is kept: an old event
+    counted again is a visible false alarm, a new one dropped would be a silent pass."""
+    if since is None:
+        return events
+    return [e for e in events if e.epoch is None or e.epoch >= since]
+
+
+def xid_measurements(events: list[XidEvent], gpu_by_pci: dict[str, int] | None = None) -> list[Measurement]:
+    mapping = gpu_by_pci or {}
+    out = []
+    for e in events:
+        labels = {
+            "kind": e.kind,
+            "pci": e.pci,
+            "severity": e.severity,
+            "meaning": e.meaning,
+            "time": e.time,
+            "time_format": e.time_format,
+        }
+        gpu = mapping.get(e.pci) if e.kind == "xid" else None
+        out.append(Measurement(name="xid", value=float(e.code), gpu=gpu, text=e.message, labels=labels))
+    return out
+
+
+@register_parser("dmesg")
+def parse_dmesg(text: str) -> Parsed:
+    """`dmesg` (any time format) or `journalctl -k` output -> one `xid` measurement per event."""
+    events, recognised = parse_kernel_log(text)
+    if not recognised and not events:
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        raise EvidenceError(f"not a kernel log: no timestamped line ({first[:80]!r})")
+    warnings = [] if events else ["no Xid or SXid events"]
+    return Parsed(xid_measurements(events), warnings)
+
+
+# --- reading the kernel log on a node ------------------------------------------------------------
+
+KERNEL_LOG_LABEL = "kernel log"
+_MARK = "@@kiln-kernel-log"
+# journalctl says these (on stderr) when it shows less than the whole system journal: without
+# them recognised, a user outside `systemd-journal`/`adm` would read "-- No entries --" and pass.
+_JOURNAL_BLIND = (
+    "insufficient permissions",
+    "not seeing messages from other users and the system",
+    "No journal files were found",
+    "No journal files were opened",
+)
+# Fixed script, the epoch passed as $1 (never interpolated). journalctl first (its --since is
+# exact and it survives ring-buffer wrap), dmesg when journalctl is absent, fails, or is blind.
+# Each reader's output is followed by a marker line with its exit status; stderr is passed on.
+KERNEL_LOG_SCRIPT = r"""since="$1"
+use_dmesg=1
+if command -v journalctl >/dev/null 2>&1; then
+  if [ -n "$since" ]; then
+    { jerr=$(journalctl -k --since "@$since" -o short-iso --no-pager 2>&1 >&3); jrc=$?; } 3>&1
+  else
+    { jerr=$(journalctl -k -o short-iso --no-pager 2>&1 >&3); jrc=$?; } 3>&1
+  fi
+  [ -n "$jerr" ] && printf '%s\n' "$jerr" >&2
+  printf '\n@@kiln-kernel-log source=journalctl rc=%s\n' "$jrc"
+  use_dmesg=
+  [ "$jrc" -ne 0 ] && use_dmesg=1
+  case "$jerr" in
+    *"insufficient permissions"*|*"not seeing messages from other users"*|*"No journal files were"*) use_dmesg=1;;
+  esac
+fi
+if [ -n "$use_dmesg" ]; then
+  if command -v dmesg >/dev/null 2>&1; then
+    dmesg --time-format iso
+    printf '\n@@kiln-kernel-log source=dmesg rc=%s\n' "$?"
+  else
+    echo "dmesg: command not found" >&2
+    printf '\n@@kiln-kernel-log source=dmesg rc=127\n'
+  fi
+fi
+"""
+
+
+def kernel_log_command(since: float | None, timeout: float = 60.0) -> Command:
+    epoch = "" if since is None else str(int(since))
+    return Command(argv=("sh", "-c", KERNEL_LOG_SCRIPT, "sh", epoch), timeout=timeout, label=KERNEL_LOG_LABEL)
+
+
+@dataclass
+class KernelLog:
+    source: str  # journalctl | dmesg
+    since: float | None
+    events: list[XidEvent]
+
+
+def read_kernel_log(output: CommandOutput) -> KernelLog:
+    """The usable section of the kernel log command's output, Xid events since the run start.
+
+    EvidenceError("kernel log unreadable: ...") when no reader gave a trustworthy answer."""
+    since_arg = output.command.argv[-1] if output.command.argv else ""
+    since = float(since_arg) if since_arg.strip().isdigit() else None
+    sections: list[tuple[str, int, str]] = []
+    lines: list[str] = []
+    for line in output.stdout.splitlines():
+        if line.startswith(_MARK):
+            fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+            rc = fields.get("rc", "")
+            sections.append((fields.get("source", "?"), int(rc) if rc.lstrip("-").isdigit() else -1, "\n".join(lines)))
+            lines = []
+        else:
+            lines.append(line)
+    stderr_lines = [s.strip() for s in output.stderr.splitlines() if s.strip()]
+    if not sections:
+        hint = f": {stderr_lines[-1][:200]}" if stderr_lines else ""
+        raise EvidenceError(f"kernel log unreadable: the reader printed no end marker{hint}")
+    problems = []
+    for source, rc, text in reversed(sections):  # the fallback (last) is what the script chose
+        blind = [s for s in stderr_lines if any(p in s for p in _JOURNAL_BLIND)] if source == "journalctl" else []
+        if rc == 0 and not blind:
+            events, recognised = parse_kernel_log(text)
+            if text.strip() and not recognised:
+                first = text.strip().splitlines()[0][:80]
+                problems.append(f"{source} printed no kernel log lines ({first!r})")
+                continue
+            return KernelLog(source=source, since=since, events=since_filter(events, since))
+        why = blind[0] if blind else _reason_for(source, stderr_lines)
+        problems.append(f"{source} exited {rc}: {why}" if rc else f"{source}: {why}")
+    raise EvidenceError("kernel log unreadable: " + "; ".join(reversed(problems)))
+
+
+def _reason_for(source: str, stderr_lines: list[str]) -> str:
+    mine = [s for s in stderr_lines if s.startswith(source)]
+    if mine:
+        return mine[-1][:200]
+    others = [s for s in stderr_lines if not any(p in s for p in _JOURNAL_BLIND)]
+    return (others or stderr_lines or ["no stderr"])[-1][:200]

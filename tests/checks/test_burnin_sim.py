@@ -1,0 +1,110 @@
+"""burn_in end to end on a simulated node: the probe in sampling mode wrapping the simulated
+gpu_burn, through the real LocalTransport, judged by run_check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from checks import run_check
+from checks.base import ERROR, FAIL, PASS, NodeContext
+from checks.burnin import BurnIn
+from checks.profiles import resolve_params, resolve_thresholds
+from testbed.sim import SimPaths, build_simulator, node_env, write_state
+from worker.ssh import LocalTransport, NodeTarget
+
+pytest.importorskip("pynvml")
+
+FAST = {"duration_s": 3, "sample_interval_s": 0.5}
+NODE = NodeContext(hostname="gpu01", expected_gpus=8)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> SimPaths:
+    return build_simulator(tmp_path_factory.mktemp("sim"))
+
+
+def burn(sim: SimPaths, tmp_path: Path, params: dict | None = None, **faults: str | int):
+    state = tmp_path / "gpu01.state"
+    write_state(state, node="gpu01", **faults)
+    transport = LocalTransport(NodeTarget(hostname="gpu01", transport="local", local_env=node_env(sim, state)))
+    check = BurnIn()
+    merged = resolve_params("burn_in", "H100-SXM-8", FAST, params)
+    thresholds = resolve_thresholds("burn_in", "H100-SXM-8")
+    outputs = [transport.run(c) for c in check.commands(check.make_params(merged), NODE)]
+    measurements, verdict = run_check(check, merged, thresholds, outputs, NODE)
+    return measurements, verdict, check.series(outputs), outputs
+
+
+def test_it_passes_a_healthy_node_with_telemetry_series(sim: SimPaths, tmp_path: Path) -> None:
+    measurements, verdict, series, _ = burn(sim, tmp_path)
+    assert verdict.status == PASS, verdict.reason
+    assert verdict.reason.startswith("8 GPUs burned for 3s (fp32): ")
+    assert "Xid: see the ECC/Xid check" in verdict.reason
+    assert {(s.name, s.gpu) for s in series} == {
+        (name, gpu) for name in ("temp_gpu", "temp_memory", "power_w", "sm_clock_mhz") for gpu in range(8)
+    }
+    temp = next(s for s in series if s.name == "temp_gpu" and s.gpu == 0)
+    assert len(temp.x) >= 5 and temp.x == sorted(temp.x)
+    assert max(v for v in temp.y if v is not None) >= 60  # rose under load
+    gflops = next(m for m in measurements if m.name == "gflops" and m.gpu == 3)
+    assert gflops.ok is True and 45000 < gflops.value < 55000
+
+
+def test_it_fails_compute_errors_naming_the_gpu(sim: SimPaths, tmp_path: Path) -> None:
+    _, verdict, _, _ = burn(sim, tmp_path, burn_errors_gpu=4)
+    assert verdict.status == FAIL
+    assert "GPU 4: " in verdict.reason and "compute errors (gpu_burn FAULTY)" in verdict.reason
+    assert "GPU 3" not in verdict.reason
+
+
+def test_it_fails_zero_gflops_even_though_gpu_burn_printed_ok(sim: SimPaths, tmp_path: Path) -> None:
+    measurements, verdict, _, outputs = burn(sim, tmp_path, burn_zero_gflops=1)
+    assert "GPU 0: OK" in json.loads(outputs[0].stdout)["child"]["stdout"]
+    assert verdict.status == FAIL
+    assert "GPU 0: 0 Gflop/s (gpu_burn printed OK but made no progress)" in verdict.reason
+
+
+def test_it_fails_a_thermal_throttle_naming_gpu_reason_and_time(sim: SimPaths, tmp_path: Path) -> None:
+    measurements, verdict, _, _ = burn(sim, tmp_path, throttle_gpu=5)
+    assert verdict.status == FAIL
+    throttle = [f.reason for f in verdict.findings if "clock slowdown" in f.reason]
+    assert len(throttle) == 1 and throttle[0].startswith("GPU 5: clock slowdown during the burn: ")
+    assert "hw_thermal_slowdown t=" in throttle[0] and "sw_thermal_slowdown" in throttle[0]
+    # gpu_burn's rate on the throttled GPU is also far below its siblings.
+    assert any(f.reason.startswith("GPU 5: 35,") and "below the node's median" in f.reason for f in verdict.findings)
+
+
+def test_it_errors_when_gpu_burn_is_missing(sim: SimPaths, tmp_path: Path) -> None:
+    _, verdict, _, _ = burn(sim, tmp_path, {"gpu_burn_path": "no_such_gpu_burn"})
+    assert verdict.status == ERROR
+    assert "exited 127" in verdict.reason and "no_such_gpu_burn" in verdict.reason
+
+
+def test_it_errors_when_a_gpu_was_not_burned(sim: SimPaths, tmp_path: Path) -> None:
+    # The driver (probe before the burn) counts 9 GPUs, gpu_burn tested 8: GPU 8 was never burned.
+    _, _, _, outputs = burn(sim, tmp_path)
+    doc = json.loads(outputs[0].stdout)
+    doc["before"]["gpu_count"] = 9
+    out = outputs[0].__class__(outputs[0].command, json.dumps(doc), "", 0)
+    _, verdict = run_check(BurnIn, FAST, None, [out], NODE)
+    assert (verdict.status, verdict.reason) == (ERROR, "GPU 8: not in gpu_burn's output (it was not tested)")
+
+
+def test_it_errors_with_no_samples_and_no_gpu_burn_output(sim: SimPaths, tmp_path: Path) -> None:
+    _, _, _, outputs = burn(sim, tmp_path)
+    doc = json.loads(outputs[0].stdout)
+    doc["samples"] = []
+    doc["errors"] = ["sample: nvmlInit failed: NVMLError_Unknown"]
+    out = outputs[0].__class__(outputs[0].command, json.dumps(doc), "", 0)
+    _, verdict = run_check(BurnIn, FAST, None, [out], NODE)
+    assert (verdict.status, verdict.reason) == (
+        ERROR,
+        "no telemetry samples during the burn (sample: nvmlInit failed: NVMLError_Unknown)",
+    )
+    doc["child"]["stdout"] = ""
+    out = outputs[0].__class__(outputs[0].command, json.dumps(doc), "", 0)
+    _, verdict = run_check(BurnIn, FAST, None, [out], NODE)
+    assert (verdict.status, verdict.reason) == (ERROR, "gpu_burn printed nothing on stdout (exit code 0)")

@@ -1,0 +1,299 @@
+"""Xid/SXid parsing on real kernel logs, and ecc_health's kernel-log evidence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from checks import get_check, run_check
+from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, NodeContext
+from checks.ecc import parse_page_retirement
+from checks.parsers import PARSERS
+from checks.profiles import resolve_thresholds
+from checks.xid import (
+    CRITICAL,
+    KERNEL_LOG_LABEL,
+    XID_CATALOGUE,
+    kernel_log_command,
+    normalise_pci,
+    parse_dmesg,
+    read_kernel_log,
+)
+from tests.checks.probe_docs import REPO, gpu_doc, output, probe_doc
+
+FIXTURES = REPO / "tests/fixtures/dmesg-xid"
+NODE = NodeContext(hostname="gpu001")
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def kernel_output(stdout: str, *, since: float | None = None, stderr: str = "") -> CommandOutput:
+    return CommandOutput(command=kernel_log_command(since), stdout=stdout, stderr=stderr, exit_code=0)
+
+
+def judge(log: str, doc: dict | None = None, *, since: float | None = None, stderr: str = "", **overrides):
+    outputs = [*output(doc or probe_doc()), kernel_output(log, since=since, stderr=stderr)]
+    thresholds = resolve_thresholds("ecc_health", "H100-SXM-8", overrides)
+    return run_check(get_check("ecc_health"), None, thresholds, outputs, NodeContext(hostname="gpu001", since=since))
+
+
+JOURNAL_XID79 = (
+    "2026-11-30T15:00:00+0000 gpu001 kernel: Linux version 5.15.0-122-generic\n"
+    "2026-11-30T15:10:02+0000 gpu001 kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid='<unknown>', "
+    "name=<unknown>, GPU has fallen off the bus.\n"
+    "\n@@kiln-kernel-log source=journalctl rc=0\n"
+)
+
+
+def test_it_parses_every_dmesg_fixture() -> None:
+    names = sorted(p.name for p in FIXTURES.glob("*.txt") if not p.name.endswith(".source.txt"))
+    assert len(names) == 4
+    for name in names:
+        assert parse_dmesg(fixture(name)).measurements, name
+
+
+def test_it_reads_xid119_from_dmesg_ctime_style() -> None:
+    ms = parse_dmesg(fixture("dmesg_T_xid119_gsp_timeout_gpud.txt")).measurements
+    assert [int(m.value) for m in ms] == [119] * 5
+    first = ms[0]
+    assert first.labels["pci"] == "0000:9b:00"
+    assert (first.labels["kind"], first.labels["severity"]) == ("xid", CRITICAL)
+    assert (first.labels["time"], first.labels["time_format"]) == ("2025-02-23T16:24:18", "ctime")
+    assert "Timeout after 6s of waiting for RPC response from GPU4 GSP" in first.text
+    assert first.gpu is None
+
+
+def test_it_reads_xid31_and_xid48_with_their_severities() -> None:
+    ms = parse_dmesg(fixture("dmesg_T_xid31_xid48_gcm.txt")).measurements
+    assert [(int(m.value), m.labels["severity"]) for m in ms] == [(31, "warn"), (48, "critical")]
+    assert ms[0].labels["pci"] == "000d:00:00"
+
+
+def test_it_reads_iso_decoded_dmesg_and_ignores_other_kernel_lines() -> None:
+    ms = parse_dmesg(fixture("dmesg_decode_iso_xid13_gpud.txt")).measurements
+    assert [int(m.value) for m in ms] == [13] * 16 + [43]
+    assert ms[0].labels["time"] == "2025-01-21T04:41:44.283302+00:00"
+    assert ms[-1].labels["pci"] == "0000:38:00"
+
+
+def test_it_reads_monotonic_stamps_and_sxids() -> None:
+    ms = parse_dmesg(fixture("dmesg_xid94_xid64_sxid_pcie_limited_imbue.txt")).measurements
+    assert [(int(m.value), m.labels["kind"]) for m in ms] == [(94, "xid"), (64, "xid"), (12028, "sxid")]
+    assert ms[1].labels["severity"] == CRITICAL  # all reserved rows remapped: RMA candidate
+    assert (ms[2].labels["pci"], ms[2].labels["severity"]) == ("0000:85:00", "warn")
+    assert ms[0].labels["time"] == "2397166.983093"
+
+
+def test_it_registers_the_dmesg_parser_and_rejects_non_logs() -> None:
+    assert PARSERS["dmesg"] is parse_dmesg
+    with pytest.raises(EvidenceError, match="not a kernel log"):
+        parse_dmesg("Segmentation fault\n")
+
+
+def test_it_catalogues_every_required_xid_with_a_source() -> None:
+    required = {13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 121, 140, 143, 149, 154}
+    assert required <= set(XID_CATALOGUE)
+    assert all(info.meaning and info.action and info.source for info in XID_CATALOGUE.values())
+    assert {c for c in (48, 74, 79, 95, 119, 120) if XID_CATALOGUE[c].severity == CRITICAL} == {
+        48,
+        74,
+        79,
+        95,
+        119,
+        120,
+    }
+
+
+def test_it_clears_xid154_when_the_recovery_action_is_none() -> None:
+    line = (
+        "[  10.0] NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x1 "
+        "(GPU Reset Required) to 0x0 (None)"
+    )
+    assert parse_dmesg(line).measurements[0].labels["severity"] == "info"
+
+
+def test_it_normalises_pci_addresses_from_nvml_and_xid_lines() -> None:
+    assert normalise_pci("00000000:1B:00.0") == normalise_pci("PCI:0000:1b:00") == "0000:1b:00"
+
+
+def test_it_parses_page_retirement_text_fixtures() -> None:
+    folder = REPO / "tests/fixtures/nvidia-smi"
+    bad = parse_page_retirement((folder / "nvsmi_q_page_retirement_8xGPU_bad.txt").read_text()).measurements
+    clean = parse_page_retirement((folder / "nvsmi_q_page_retirement_8xGPU_clean.txt").read_text()).measurements
+    assert len(bad) == len(clean) == 24
+    gpu1 = {m.name: m.value for m in bad if m.gpu == 1}
+    assert gpu1 == {"retired_pages_single_bit": 2, "retired_pages_double_bit": 61, "retired_pages_pending": 1}
+    assert all(m.value == 0 for m in clean)
+
+
+# --- ecc_health with the kernel log ----------------------------------------------------------------
+
+
+def test_it_fails_ecc_naming_the_gpu_of_an_xid79() -> None:
+    doc = probe_doc(8, gpus=[gpu_doc(i) for i in range(8)])  # gpu_doc: bus 0x18 + index -> GPU 3 at 1b
+    measurements, verdict = judge(JOURNAL_XID79, doc)
+    assert verdict.status == FAIL
+    assert verdict.reason == "GPU 3: Xid 79 (GPU has fallen off the bus) at 2026-11-30T15:10:02+00:00"
+    xid = next(m for m in measurements if m.name == "xid")
+    assert (xid.gpu, xid.value, xid.ok) == (3, 79, False)
+    assert next(m for m in measurements if m.name == "kernel_log").text == "journalctl"
+
+
+def test_it_passes_with_a_clean_kernel_log_and_says_so() -> None:
+    _, verdict = judge("-- No entries --\n\n@@kiln-kernel-log source=journalctl rc=0\n", since=1.7e9)
+    assert verdict.status == PASS
+    assert verdict.reason.endswith("; no Xid events in the kernel log (journalctl)")
+
+
+def test_it_warns_on_application_xids_and_ignores_listed_codes() -> None:
+    log = (
+        "[1.0] NVRM: Xid (PCI:0000:18:00): 13, pid=1, Graphics SM Warp Exception\n@@kiln-kernel-log source=dmesg rc=0\n"
+    )
+    _, verdict = judge(log)
+    assert (verdict.status, verdict.reason) == (WARN, "GPU 0: Xid 13 (Graphics engine exception) at 1.0")
+    _, verdict = judge(log, xid_ignore_codes="13, 31")
+    assert verdict.status == PASS
+
+
+def test_it_fails_extra_codes_named_in_xid_fail_codes() -> None:
+    log = "[1.0] NVRM: Xid (PCI:0000:18:00): 94, pid=1, Ch 00000008\n@@kiln-kernel-log source=dmesg rc=0\n"
+    assert judge(log)[1].status == WARN
+    assert judge(log, xid_fail_codes="94")[1].status == FAIL
+
+
+def test_it_rejects_badly_written_code_lists() -> None:
+    from checks.base import ParamsError
+
+    with pytest.raises(ParamsError, match="xid_fail_codes"):
+        resolve_thresholds("ecc_health", None, {"xid_fail_codes": "79;48"})
+
+
+def test_it_drops_dmesg_events_from_before_the_run() -> None:
+    log = (
+        "2026-11-30T14:00:00,000000+00:00 NVRM: Xid (PCI:0000:18:00): 79, old\n"
+        "2026-11-30T15:30:00,000000+00:00 NVRM: Xid (PCI:0000:19:00): 48, new\n"
+        "@@kiln-kernel-log source=dmesg rc=0\n"
+    )
+    since = 1796050800.0  # 2026-11-30T15:00:00Z
+    measurements, verdict = judge(log, since=since)
+    assert [int(m.value) for m in measurements if m.name == "xid"] == [48]
+    assert verdict.reason.startswith("GPU 1: Xid 48 (Double-bit ECC error (DBE))")
+
+
+def test_it_fails_rather_than_errors_for_a_gpu_silent_after_a_critical_xid() -> None:
+    gpus = [gpu_doc(i) for i in range(8)]
+    gpus[3] = {"index": 3, "pci_bus_id": "00000000:1B:00.0", "errors": {"handle": "GPU is lost"}}
+    _, verdict = judge(JOURNAL_XID79, probe_doc(8, gpus=gpus))
+    assert verdict.status == FAIL
+    assert "GPU 3: not responding after Xid 79 (GPU is lost)" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("stdout", "stderr", "expected"),
+    [
+        (
+            "-- No entries --\n@@kiln-kernel-log source=journalctl rc=0\n@@kiln-kernel-log source=dmesg rc=1\n",
+            "Hint: You are currently not seeing messages from other users and the system.\n"
+            "dmesg: read kernel buffer failed: Operation not permitted\n",
+            "kernel log unreadable: journalctl: Hint: You are currently not seeing messages from other users "
+            "and the system.; dmesg exited 1: dmesg: read kernel buffer failed: Operation not permitted",
+        ),
+        (
+            "@@kiln-kernel-log source=dmesg rc=127\n",
+            "dmesg: command not found\n",
+            "kernel log unreadable: dmesg exited 127: dmesg: command not found",
+        ),
+        ("", "sh: 1: cannot fork\n", "kernel log unreadable: the reader printed no end marker: sh: 1: cannot fork"),
+    ],
+)
+def test_it_errors_when_the_kernel_log_is_unreadable(stdout: str, stderr: str, expected: str) -> None:
+    measurements, verdict = judge(stdout, stderr=stderr)
+    assert (verdict.status, verdict.reason) == (ERROR, expected)
+    assert measurements == []
+
+
+def test_it_builds_the_kernel_log_command_as_argv_with_the_run_start() -> None:
+    commands = get_check("ecc_health").commands(
+        get_check("ecc_health").make_params(None), NodeContext("n", since=1.5e9)
+    )
+    kernel = commands[-1]
+    assert kernel.label == KERNEL_LOG_LABEL
+    assert kernel.argv[:2] == ("sh", "-c") and kernel.argv[3:] == ("sh", "1500000000")
+    assert "journalctl -k --since" in kernel.argv[2]
+    assert kernel_log_command(None).argv[-1] == ""
+
+
+def test_it_treats_a_log_with_no_timestamps_as_unreadable() -> None:
+    out = CommandOutput(
+        Command(("sh",), 5, label=KERNEL_LOG_LABEL), "garbage\n@@kiln-kernel-log source=dmesg rc=0\n", "", 0
+    )
+    with pytest.raises(EvidenceError, match="dmesg printed no kernel log lines"):
+        read_kernel_log(out)
+
+
+# --- the simulators, end to end through the real local transport -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory):
+    from testbed.sim import build_simulator
+
+    return build_simulator(tmp_path_factory.mktemp("sim"))
+
+
+def run_on_sim(sim, tmp_path: Path, kind: str, *, since: float | None, path: str | None = None, **faults):
+    from testbed.sim import node_env, write_state
+    from worker.ssh import LocalTransport, NodeTarget
+
+    state = tmp_path / "gpu01" / "state"
+    write_state(state, node="gpu01", **faults)
+    env = node_env(sim, state)
+    if path is not None:
+        env["PATH"] = path
+    transport = LocalTransport(NodeTarget(hostname="gpu01", transport="local", local_env=env))
+    check = get_check(kind)
+    node = NodeContext(hostname="gpu01", since=since)
+    outputs = [transport.run(c) for c in check.commands(check.make_params(None), node)]
+    return run_check(check, None, resolve_thresholds(kind, "H100-SXM-8"), outputs, node)
+
+
+def test_it_passes_ecc_on_a_healthy_simulated_node(sim, tmp_path: Path) -> None:
+    import time
+
+    pytest.importorskip("pynvml")
+    _, verdict = run_on_sim(sim, tmp_path, "ecc_health", since=time.time() - 2)
+    assert verdict.status == PASS, verdict.reason
+    assert "(journalctl)" in verdict.reason
+
+
+def test_it_fails_ecc_on_a_simulated_xid79(sim, tmp_path: Path) -> None:
+    import time
+
+    pytest.importorskip("pynvml")
+    measurements, verdict = run_on_sim(sim, tmp_path, "ecc_health", since=time.time() - 2, xid=79, xid_gpu=3)
+    assert verdict.status == FAIL
+    assert verdict.reason.startswith("GPU 3: Xid 79 (GPU has fallen off the bus) at ")
+    assert [m.gpu for m in measurements if m.name == "xid"] == [3]
+
+
+def test_it_falls_back_to_dmesg_without_journalctl(sim, tmp_path: Path) -> None:
+    import os
+    import sys
+    import time
+
+    pytest.importorskip("pynvml")
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("dmesg", "nvidia-smi"):
+        os.symlink(sim.bin_dir / tool, bare / tool)
+    os.symlink("/bin/sh", bare / "sh")
+    path = f"{bare}:{Path(sys.executable).parent}"
+    measurements, verdict = run_on_sim(sim, tmp_path, "ecc_health", since=time.time() - 2, path=path, xid=48, xid_gpu=1)
+    assert verdict.status == FAIL
+    assert verdict.reason.startswith("GPU 1: Xid 48 (Double-bit ECC error (DBE)) at ")
+    assert next(m for m in measurements if m.name == "kernel_log").text == "dmesg"
+    # Boot messages an hour old are before the run start: only the Xid remains.
+    assert len([m for m in measurements if m.name == "xid"]) == 1
