@@ -466,4 +466,3 @@ def localise_pairs(pair_verdicts: dict[tuple[str, str], Verdict]) -> GroupVerdic
     names = ", ".join(suspects)
     reason = f"localised to {names}: the only node(s) common to the {len(bad_pairs)} bad pairs"
     return GroupVerdict(status=FAIL, reason=reason, node_verdicts=node_verdicts)
-
