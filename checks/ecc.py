@@ -175,7 +175,9 @@ class EccHealth(ProbeCheck):
     Thresholds: ClassVar[type] = EccThresholds
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
-        return [*super().commands(params, node), kernel_log_command(node.since, KERNEL_LOG_TIMEOUT_S)]
+        # The same budget as the probe, capped: a check given a short budget stays short.
+        log_timeout = min(KERNEL_LOG_TIMEOUT_S, float(params.timeout_s))
+        return [*super().commands(params, node), kernel_log_command(node.since, log_timeout)]
 
     def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
         kernel = [o for o in outputs if o.command.label == KERNEL_LOG_LABEL]

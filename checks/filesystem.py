@@ -486,7 +486,9 @@ class FsAggregate(GroupCheck):
 
     def group_commands(self, params: Any, group: GroupContext) -> list[Command]:
         p: FsAggregateParams = params
-        hosts = [n.address or n.hostname for n in group.nodes]
+        # Hostnames, as in NCCL's hostfile: the launcher resolves them inside the cluster; the address
+        # Kiln uses to reach a node over SSH may be a management or NAT address.
+        hosts = [n.hostname for n in group.nodes]
         jobfile = f"/tmp/kiln-fio-{_SAFE_NAME.sub('_', group.tag)}.fio"
         argv = ("sh", "-c", _CLIENT_SCRIPT, "sh", jobfile, _job_file(p), str(p.fio_server_port), *hosts)
         return [Command(argv=argv, timeout=float(p.timeout_s), label=FIO_LABEL)]

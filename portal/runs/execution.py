@@ -204,6 +204,11 @@ def execute_group(*, run_id: int, result_id: int, claim: str) -> bool:
         return services.record_from_check(result=result, claim=claim, verdict=verdict, measurements=[], outputs=[])
     finally:
         transport.close()
+    if attribution:
+        # The output named the nodes at fault; the other members were measured and are fine.
+        named = ", ".join(sorted(h for h, v in attribution.items() if v.status != PASS)) or "no node"
+        for node in members:
+            attribution.setdefault(node.hostname, Verdict(status=PASS, reason=f"within spec (attributed: {named})"))
     if excluded:
         verdict.reason += f" (left out after per-node errors: {NodeSet.fromlist(excluded)})"
         for hostname in excluded:

@@ -37,11 +37,10 @@ HEALTHY = ["gpu12"]
 
 @pytest.fixture
 def acceptance_testbed(testbed_factory, transactional_db):
+    from portal.inventory.services import cluster_create, nodes_add
     from tests.integration.fast_plans import make_acceptance_fast
 
-    from portal.inventory.services import cluster_create, nodes_add
-
-    tb = testbed_factory.make(12, name="acc")
+    tb = testbed_factory(12, name="acc")
     cluster = cluster_create(
         name="acc",
         ssh_user=tb.ssh_user,
@@ -81,8 +80,11 @@ def test_it_fails_exactly_the_faulty_nodes_on_the_right_check(acceptance_testbed
     with pytest.raises(SystemExit) as exit_info:
         call_command("kiln_run", "acc", "acceptance", "--json", "--timeout", "600", stdout=out, stderr=io.StringIO())
     data = json.loads(out.getvalue())
-    assert exit_info.value.code == 1, "failures and no errors"
     statuses = node_statuses(data)
+    # Nothing errored: "could not tell" would hide a fault behind a missing verdict.
+    errors = [(h, c, v) for h, checks in statuses.items() for c, v in checks.items() if v[0] == "error"]
+    assert not errors, errors
+    assert exit_info.value.code == 1, "failures and no errors"
     assert set(statuses) == {f"gpu{i:02d}" for i in range(1, 13)}
 
     for hostname in HEALTHY:
@@ -93,9 +95,10 @@ def test_it_fails_exactly_the_faulty_nodes_on_the_right_check(acceptance_testbed
         assert status == "fail", (hostname, check, status, reason)
         for word in words:
             assert word in reason, (hostname, check, reason)
-    # Nothing errored: "could not tell" would hide a fault behind a missing verdict.
-    errors = [(h, c, v) for h, checks in statuses.items() for c, v in checks.items() if v[0] == "error"]
-    assert not errors, errors
 
     multi = next(r for r in data["results"] if r["check"] == "nccl-allreduce-multi")
     assert "gpu03" in multi["reason"]
+    # Pairwise localisation names exactly the node with the slow link and the one with wrong
+    # results; gpu02, between them in the ring, is cleared by its verification pair.
+    blamed = {h for h, v in multi["nodes"].items() if v["status"] == "fail"}
+    assert blamed == {"gpu01", "gpu03"}, multi["nodes"]

@@ -40,9 +40,9 @@ def test_it_completes_a_run_after_the_worker_is_killed(
     _flush_broker()
     first = WorkerProcess(tmp_path / "worker-1.log", concurrency=2)
     first.start()
-    run = services.run_start(cluster=testbed_cluster, plan=TestPlan.objects.get(slug="itest"))
-    results = CheckResult.objects.filter(run=run)
     try:
+        run = services.run_start(cluster=testbed_cluster, plan=TestPlan.objects.get(slug="itest"))
+        results = CheckResult.objects.filter(run=run)
         wait_for(
             lambda: results.filter(status="pass").exists() and results.filter(status="running").exists(),
             60,
@@ -69,7 +69,9 @@ def test_it_completes_a_run_after_the_worker_is_killed(
     assert results.count() == 8 * 2
     assert set(results.values_list("status", flat=True)) == {"pass"}
     # The checks the dead worker held were claimed again by the redelivered task (same claim id).
-    assert set(results.filter(attempt__gte=2).values_list("id", flat=True)) >= interrupted
+    assert set(results.filter(attempt__gte=2).values_list("id", flat=True)) >= interrupted, list(
+        results.values_list("id", "node__hostname", "item_key", "attempt", "claimed_by", "started_at", "finished_at")
+    )
     # No doubled evidence: each inventory result has exactly one UUID per GPU.
     per_result = Measurement.objects.filter(result__run=run, name="gpu_uuid").values("result").annotate(n=Count("id"))
     assert sorted(row["n"] for row in per_result) == [8] * 8
