@@ -1,0 +1,102 @@
+"""Every captured output of a supported kind parses through `python -m checks parse`.
+
+Each fixture is also pinned value by value in its check's own tests; this guards the whole set:
+a new fixture of a supported kind that does not parse fails here, and every shared fixture of a
+supported kind must be copied into tests/fixtures with its .source.txt.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+SHARED = REPO.parent / "shared" / "fixtures"
+
+# fixture file (glob, under tests/fixtures) -> parser kind
+KINDS: dict[str, str] = {
+    "dcgmi/*.json": "dcgmi_diag",
+    "dcgmi/*.txt": "dcgmi_diag",
+    "dmesg-xid/*.txt": "dmesg",
+    "elbencho/*.txt": "elbencho",
+    "fio/*.json": "fio",
+    "gpu-burn/*.txt": "gpu_burn",
+    "ibstat/*.txt": "ibstat",
+    "ior/*.txt": "ior",
+    "ipmitool/*.txt": "ipmitool_sdr",
+    "nccl-tests/all_reduce_perf_*.txt": "nccl",
+    "nvidia-smi/*.xml": "nvidia_smi_xml",
+    "nvidia-smi/nvsmi_nvlink_status_*.txt": "nvlink_status",
+    "nvidia-smi/nvsmi_q_page_retirement_*.txt": "nvsmi_page_retirement",
+    "redfish/*.json": "redfish_thermal",
+}
+# Captures of a crashed tool: there is nothing to parse, and the CLI must say so (exit 2).
+UNPARSEABLE: dict[str, str] = {"nccl-tests/mpirun_not_enough_slots_failure_gcm.txt": "nccl"}
+SUPPORTED_DIRS = {pattern.split("/")[0] for pattern in KINDS}
+
+
+def cases() -> list[tuple[str, str]]:
+    found = []
+    for pattern, kind in KINDS.items():
+        for path in sorted(FIXTURES.glob(pattern)):
+            if not path.name.endswith(".source.txt"):
+                found.append((str(path.relative_to(FIXTURES)), kind))
+    return found
+
+
+def parse(kind: str, path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "checks", "parse", kind, str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(("relative", "kind"), cases())
+def test_it_parses_every_fixture_of_a_supported_kind(relative: str, kind: str) -> None:
+    result = parse(kind, FIXTURES / relative)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["kind"] == kind
+    assert out["measurements"], f"{relative}: no measurements"
+    for m in out["measurements"]:
+        assert set(m) == {"name", "value", "unit", "gpu", "labels"}
+
+
+@pytest.mark.parametrize(("relative", "kind"), sorted(UNPARSEABLE.items()))
+def test_it_exits_2_with_a_reason_on_a_crashed_run(relative: str, kind: str) -> None:
+    result = parse(kind, FIXTURES / relative)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "not enough slots" in result.stderr
+
+
+def test_it_has_copied_every_shared_fixture_of_a_supported_kind_with_its_source() -> None:
+    if not SHARED.is_dir():
+        pytest.skip(f"no shared fixtures at {SHARED}")
+    missing = [
+        str(path.relative_to(SHARED))
+        for path in SHARED.rglob("*")
+        if path.is_file() and path.parent.name in SUPPORTED_DIRS and not (FIXTURES / path.relative_to(SHARED)).exists()
+    ]
+    assert not missing
+    covered = {relative for relative, _ in cases()} | set(UNPARSEABLE)
+    for relative in covered:
+        source = (FIXTURES / relative).with_suffix(".source.txt")
+        assert source.exists(), f"{relative} has no .source.txt"
+    uncovered = [
+        str(p.relative_to(FIXTURES))
+        for d in SUPPORTED_DIRS
+        for p in (FIXTURES / d).iterdir()
+        if not p.name.endswith(".source.txt") and str(p.relative_to(FIXTURES)) not in covered
+    ]
+    assert not uncovered, f"fixtures no parser covers: {uncovered}"
