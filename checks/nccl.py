@@ -487,6 +487,30 @@ def _peak_floor(outputs: list[CommandOutput]) -> int:
     return parse_size(DEFAULT_PEAK_MIN_BYTES)
 
 
+def _pass_reason(measurements: list[Measurement], t: NcclThresholds) -> str:
+    """The evidence in one line: peak busbw, where, against which floor, and #wrong."""
+    facts = {m.name: m for m in measurements}
+    peak, size = facts.get("busbw_peak"), facts.get("size_at_peak")
+    if peak is None or peak.value is None:
+        return "all within spec"
+    text = f"busbw {peak.value:.1f} GB/s"
+    if size is not None and size.value:
+        text += f" at {_human_size(int(size.value))}"
+    if t.min_busbw_gbps is not None:
+        text += f" (floor {t.min_busbw_gbps:g})"
+    wrong = facts.get("wrong")
+    if wrong is not None and wrong.value is not None:
+        text += f", #wrong {int(wrong.value)}"
+    return text
+
+
+def _human_size(size: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} B"
+
+
 def _test_output(outputs: list[CommandOutput]) -> CommandOutput:
     """The nccl-tests output among a check's outputs (the last command; earlier ones set it up)."""
     return outputs[-1]
@@ -616,7 +640,7 @@ class NcclAllReduce(_NcclBase):
                 reason = f"ran on {int(ranks.value)} GPUs, the node has {node.expected_gpus}: not every GPU measured"
                 findings.append(Finding(ERROR, reason))
         findings += self.judge(measurements, t, where="")
-        return Verdict.from_findings(findings)
+        return Verdict.from_findings(findings, pass_reason=_pass_reason(measurements, t))
 
 
 @dataclass
@@ -736,7 +760,7 @@ class NcclAllReduceMulti(GroupCheck, _NcclBase):
                     reason = f"ran {int(ranks.value)} ranks, expected {expected} (one per GPU){where}"
                     findings.append(Finding(ERROR, reason))
         findings += self.judge(measurements, t, where=where)
-        verdict = Verdict.from_findings(findings)
+        verdict = Verdict.from_findings(findings, pass_reason=_pass_reason(measurements, t) + where)
         # One run over the whole group cannot say which node is slow: node_verdicts stays empty and
         # the executor's pairwise runs (localise) name the node.
         return GroupVerdict(status=verdict.status, reason=verdict.reason, findings=verdict.findings)

@@ -95,6 +95,43 @@ BUILTIN_PLANS: dict[str, tuple[str, str, list[tuple[str, dict[str, Any]]]]] = {
 }
 
 
+# The acceptance plan at simulator speed: seconds per check instead of hours (the demo cluster's
+# `demo-acceptance` plan, and the integration tests).
+FAST_PARAMS: dict[str, dict[str, Any]] = {
+    "nccl-allreduce": {"min_bytes": "1M", "max_bytes": "1G", "peak_min_bytes": "512M", "iters": 5, "warmup_iters": 1},
+    "nccl-allreduce-multi": {
+        "min_bytes": "1M",
+        "max_bytes": "1G",
+        "peak_min_bytes": "512M",
+        "iters": 5,
+        "warmup_iters": 1,
+    },
+    "burn-in": {"duration_s": 3, "sample_interval_s": 0.5},
+    "dlc-temperature": {"idle_s": 2, "load_s": 3, "sensor_source": "ipmitool"},
+    "fs-throughput": {"size": "64M", "numjobs": 2},
+    "fs-aggregate": {"size": "64M", "numjobs": 2},
+}
+
+
+@transaction.atomic
+def fast_plan_ensure(*, slug: str, name: str, source: str = "acceptance") -> TestPlan:
+    """A copy of a built-in plan with FAST_PARAMS applied (for simulated clusters)."""
+    base = TestPlan.objects.get(slug=source)
+    plan, _ = TestPlan.objects.update_or_create(
+        slug=slug, defaults={"name": name, "description": f"{base.name} at simulator speed.", "builtin": False}
+    )
+    plan.items.all().delete()
+    for item in base.items.select_related("check_definition").order_by("order"):
+        TestPlanItem.objects.create(
+            plan=plan,
+            check_definition=item.check_definition,
+            order=item.order,
+            param_overrides={**item.param_overrides, **FAST_PARAMS.get(item.check_definition.slug, {})},
+            threshold_overrides=item.threshold_overrides,
+        )
+    return plan
+
+
 @transaction.atomic
 def builtin_catalog_ensure() -> None:
     """Create or refresh the built-in definitions and plans. Idempotent; user plans are untouched."""

@@ -3,21 +3,7 @@
 from __future__ import annotations
 
 from portal.catalog.models import TestPlan
-
-FAST_PARAMS: dict[str, dict] = {
-    "nccl-allreduce": {"min_bytes": "1M", "max_bytes": "1G", "peak_min_bytes": "512M", "iters": 5, "warmup_iters": 1},
-    "nccl-allreduce-multi": {
-        "min_bytes": "1M",
-        "max_bytes": "1G",
-        "peak_min_bytes": "512M",
-        "iters": 5,
-        "warmup_iters": 1,
-    },
-    "burn-in": {"duration_s": 3, "sample_interval_s": 0.5},
-    "dlc-temperature": {"idle_s": 2, "load_s": 3, "sensor_source": "ipmitool"},
-    "fs-throughput": {"size": "64M", "numjobs": 2},
-    "fs-aggregate": {"size": "64M", "numjobs": 2},
-}
+from portal.catalog.services import FAST_PARAMS
 
 
 def make_acceptance_fast(plan: TestPlan) -> None:

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from portal.catalog.services import fast_plan_ensure
 from portal.inventory.models import Cluster, Node
 from testbed.sim import build_simulator, node_env, write_state
 
@@ -59,6 +60,7 @@ class Command(BaseCommand):
                         "local_env": node_env(paths, state_file),
                     },
                 )
+        fast_plan_ensure(slug="demo-acceptance", name="Acceptance (demo speed)")
         what = "created" if created else "refreshed"
         faults = (
             "no faults"
@@ -66,3 +68,4 @@ class Command(BaseCommand):
             else ", ".join(f"{h}: {', '.join(f'{k}={v}' for k, v in f.items())}" for h, f in DEMO_FAULTS.items())
         )
         self.stdout.write(f"{what} cluster demo with {len(DEMO_NODES)} simulated nodes ({faults})")
+        self.stdout.write("plans: quick, demo-acceptance (the acceptance plan at simulator speed)")
