@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import RedirectView
 
 from portal import views
@@ -16,4 +16,6 @@ urlpatterns = [
     path("runs/<int:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<int:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("results/<int:result_id>/", views.result_detail, name="result_detail"),
+    path("", include("portal.charts.urls")),
+    path("", include("portal.history.urls")),
 ]
