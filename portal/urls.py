@@ -10,6 +10,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("assets/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("clusters/", views.cluster_list, name="cluster_list"),
     path("clusters/<str:name>/", views.cluster_detail, name="cluster_detail"),
     path("clusters/<str:name>/run/", views.run_start, name="run_start"),

@@ -125,3 +125,17 @@ def result_detail(request: HttpRequest, result_id: int) -> HttpResponse:
         "runs/result_detail.html",
         {"result": result, "table": selectors.measurement_table(result=result), "colours": STATUS_COLOURS},
     )
+
+
+def plotly_js(request: HttpRequest) -> HttpResponse:
+    """plotly.js from the installed plotly package: air-gapped sites load nothing from a CDN, and the
+    JS always matches the Python figure builder's version."""
+    from pathlib import Path
+
+    import plotly
+    from django.http import FileResponse
+
+    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    response = FileResponse(path.open("rb"), content_type="application/javascript")
+    response["Cache-Control"] = f"private, max-age={7 * 24 * 3600}"
+    return response
