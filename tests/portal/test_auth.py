@@ -31,6 +31,7 @@ def page_urls(objects: dict) -> dict[str, str]:
         "run_detail": reverse("run_detail", args=[run.pk]),
         "run_cancel": reverse("run_cancel", args=[run.pk]),
         "result_detail": reverse("result_detail", args=[result.pk]),
+        "plotly_js": reverse("plotly_js"),
     }
 
 
