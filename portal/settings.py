@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "portal.inventory",
     "portal.catalog",
     "portal.runs",
+    "portal.certificates",
 ]
 
 MIDDLEWARE = [

@@ -16,7 +16,9 @@ urlpatterns = [
     path("clusters/<str:name>/run/", views.run_start, name="run_start"),
     path("runs/<int:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<int:run_id>/cancel/", views.run_cancel, name="run_cancel"),
+    path("runs/<int:run_id>/rerun/", views.run_rerun, name="run_rerun"),
     path("results/<int:result_id>/", views.result_detail, name="result_detail"),
     path("", include("portal.charts.urls")),
     path("", include("portal.history.urls")),
+    path("", include("portal.certificates.urls")),
 ]

@@ -1,0 +1,1 @@
+"""Acceptance campaigns, sign-off and sealed certificates."""
