@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "portal.catalog",
     "portal.runs",
     "portal.certificates",
+    "portal.health",
 ]
 
 MIDDLEWARE = [

@@ -21,4 +21,5 @@ urlpatterns = [
     path("", include("portal.charts.urls")),
     path("", include("portal.history.urls")),
     path("", include("portal.certificates.urls")),
+    path("", include("portal.health.urls")),
 ]

@@ -1,0 +1,1 @@
+"""After handover: node health state, scheduled sweeps, alerts, scheduler hooks, reaper, metrics."""
