@@ -40,7 +40,7 @@ def test_it_shows_a_clusters_nodes_with_their_latest_status(viewer_client, clust
     assert rows["n03"]["last"] == [] and rows["n03"]["worst"] == ""
     html = response.content.decode()
     for hostname in rows:
-        assert f"<td>{hostname}</td>" in html
+        assert f"{hostname}</a></td>" in html
     assert "GPU 7: row remap pending" in html
     assert "GPU 3: 2 uncorrectable ECC errors" not in html  # superseded by the newer pass
     assert html.count("never checked") == 2

@@ -1,0 +1,236 @@
+"""History pages: a node's timeline and trends, a cluster's runs, run comparison, result search and
+exports. Thin views: forms adapt the query string, selectors read, figures draw."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+from django import forms
+from django.core.paginator import Page, Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+
+from portal.history import exports, figures, selectors
+from portal.inventory.models import Cluster, Node
+from portal.roles import VIEWER
+from portal.runs.models import STATUS_COLOURS, Run, Status
+from portal.views import role_required
+
+PAGE_SIZE = 50
+MAX_NODES_IN_FILTER = 20000
+
+
+def _page(request: HttpRequest, items: Any, per_page: int = PAGE_SIZE) -> Page:
+    """The requested page; a bad or too-large page number gives the nearest valid page, not a 404."""
+    return Paginator(items, per_page).get_page(request.GET.get("page"))
+
+
+def _result_url(pk: int) -> str:
+    return reverse("result_detail", args=[pk])
+
+
+def _run_url(pk: int) -> str:
+    return reverse("run_detail", args=[pk])
+
+
+@role_required(VIEWER)
+def node_detail(request: HttpRequest, name: str, hostname: str) -> HttpResponse:
+    try:
+        node = selectors.node_get(cluster_name=name, hostname=hostname)
+    except Node.DoesNotExist:
+        raise Http404("no such node") from None
+    page = _page(request, selectors.node_results(node=node))
+    trends = selectors.node_trends(node=node)
+    charts = [
+        {"div": f"trend-{t.metric.key}", "figure": figures.trend_figure(trend=t, result_url=_result_url)}
+        for t in trends
+    ]
+    return render(
+        request,
+        "history/node_detail.html",
+        {
+            "node": node,
+            "cluster": node.cluster,
+            "page": page,
+            "entries": selectors.timeline_entries(results=page.object_list, hostname=node.hostname),
+            "charts": charts,
+            "trend_runs": selectors.TREND_RUNS,
+            "metrics": selectors.KEY_METRICS,
+            "colours": STATUS_COLOURS,
+        },
+    )
+
+
+@role_required(VIEWER)
+def cluster_runs(request: HttpRequest, name: str) -> HttpResponse:
+    cluster = get_object_or_404(Cluster, name=name)
+    page = _page(request, selectors.cluster_runs(cluster=cluster), per_page=25)
+    counts = selectors.cluster_run_counts(cluster=cluster)
+    chart = figures.run_counts_figure(rows=counts, run_url=_run_url) if counts else None
+    return render(
+        request,
+        "history/cluster_runs.html",
+        {"cluster": cluster, "page": page, "charts": [{"div": "run-counts", "figure": chart}] if chart else []},
+    )
+
+
+class CompareForm(forms.Form):
+    a = forms.IntegerField(
+        label="Run A", min_value=1, widget=forms.NumberInput(attrs={"list": "recent-runs", "style": "width: 8em"})
+    )
+    b = forms.IntegerField(
+        label="Run B (baseline)",
+        min_value=1,
+        required=False,
+        help_text="empty: the run before A on its cluster",
+        widget=forms.NumberInput(attrs={"list": "recent-runs", "style": "width: 8em"}),
+    )
+    worse = forms.BooleanField(label="Only what got worse", required=False)
+
+
+@role_required(VIEWER)
+def run_compare(request: HttpRequest) -> HttpResponse:
+    form = CompareForm(request.GET or None)
+    context: dict[str, Any] = {"form": form, "comparison": None}
+    status = 200
+    if form.is_bound and form.is_valid():
+        a_id, b_id = form.cleaned_data["a"], form.cleaned_data["b"]
+        runs = {r.pk: r for r in Run.objects.select_related("cluster").filter(pk__in=[a_id, b_id or a_id])}
+        a = runs.get(a_id)
+        b = runs.get(b_id) if b_id else (selectors.run_previous(run=a) if a else None)
+        if a is None:
+            form.add_error("a", f"there is no run #{a_id}")
+        elif b_id and b is None:
+            form.add_error("b", f"there is no run #{b_id}")
+        elif b is None:
+            form.add_error("b", f"run #{a.pk} is the first run of {a.cluster.name}: pick a run to compare it with")
+        elif a.pk == b.pk:
+            form.add_error("b", "pick two different runs")
+        else:
+            comparison = selectors.runs_compare(a=a, b=b, only_worse=form.cleaned_data["worse"])
+            context.update(comparison=comparison, page=_page(request, comparison.nodes, per_page=100))
+            form = CompareForm({**request.GET.dict(), "b": b.pk})  # show the default baseline in the form
+            form.is_valid()
+            context["form"] = form
+    if form.is_bound and form.errors:
+        status = 400
+    cluster = context["comparison"].a.cluster if context["comparison"] else None
+    context["recent"] = selectors.runs_recent(cluster=cluster)
+    return render(request, "history/compare.html", context, status=status)
+
+
+class ResultSearchForm(forms.Form):
+    cluster = forms.CharField(required=False, widget=forms.TextInput(attrs={"list": "clusters", "size": 12}))
+    node = forms.CharField(
+        required=False,
+        help_text="a node set, e.g. gpu[01-08,12]",
+        widget=forms.TextInput(attrs={"placeholder": "gpu[01-08]", "size": 18}),
+    )
+    check = forms.CharField(
+        required=False, help_text="check key or kind", widget=forms.TextInput(attrs={"list": "checks", "size": 16})
+    )
+    status = forms.ChoiceField(required=False, choices=[("", "any")] + list(Status.choices))
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}), help_text="inclusive")
+
+    def clean_cluster(self) -> Cluster | None:
+        name = self.cleaned_data["cluster"].strip()
+        if not name:
+            return None
+        try:
+            return Cluster.objects.get(name=name)
+        except Cluster.DoesNotExist:
+            raise forms.ValidationError(f"there is no cluster named {name!r}") from None
+
+    def clean_node(self) -> NodeSet | None:
+        text = self.cleaned_data["node"].strip()
+        if not text:
+            return None
+        try:
+            nodes = NodeSet(text)
+        except (NodeSetException, ValueError) as exc:
+            raise forms.ValidationError(f"not a node set ({exc}); write e.g. gpu[01-08,12]") from None
+        if len(nodes) > MAX_NODES_IN_FILTER:
+            raise forms.ValidationError(f"{len(nodes)} nodes: narrow it to {MAX_NODES_IN_FILTER} at most")
+        return nodes
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            raise forms.ValidationError("'since' is after 'until'")
+        return data
+
+    def filters(self) -> selectors.ResultFilter:
+        def day(d: dt.date | None, *, plus: int = 0) -> dt.datetime | None:
+            if d is None:
+                return None
+            return timezone.make_aware(dt.datetime.combine(d + dt.timedelta(days=plus), dt.time()))
+
+        data = self.cleaned_data
+        return selectors.ResultFilter(
+            cluster=data["cluster"],
+            nodes=data["node"],
+            check=data["check"].strip(),
+            status=data["status"],
+            since=day(data["since"]),
+            until=day(data["until"], plus=1),  # inclusive: up to the end of that day
+        )
+
+
+_FORMATS = ("csv", "json")
+
+
+@role_required(VIEWER)
+def result_search(request: HttpRequest) -> HttpResponse:
+    form = ResultSearchForm(request.GET)
+    fmt = request.GET.get("format", "")
+    if fmt and fmt not in _FORMATS:
+        form.add_error(None, f"unknown export format {fmt!r}: use csv or json")
+    if not form.is_valid():
+        if fmt:
+            return HttpResponse(_error_text(form), status=400, content_type="text/plain; charset=utf-8")
+        return render(request, "history/results.html", _search_context(form, None), status=400)
+    results = selectors.results_search(filters=form.filters())
+    if fmt:
+        meta = {"filters": {k: v for k, v in request.GET.items() if k not in ("format", "page") and v}}
+        return exports.results_export(results=results, fmt=fmt, filename="kiln-results", meta=meta)
+    return render(request, "history/results.html", _search_context(form, _page(request, results)))
+
+
+def _error_text(form: forms.Form) -> str:
+    lines = [
+        "; ".join(errors) if field == "__all__" else f"{field}: {'; '.join(errors)}"
+        for field, errors in form.errors.items()
+    ]
+    return "bad filter:\n" + "\n".join(lines) + "\n"
+
+
+def _search_context(form: ResultSearchForm, page: Page | None) -> dict[str, Any]:
+    return {
+        "form": form,
+        "page": page,
+        "colours": STATUS_COLOURS,
+        "cluster_names": list(Cluster.objects.values_list("name", flat=True)),
+        "check_names": selectors.check_names(),
+    }
+
+
+@role_required(VIEWER)
+def run_results_export(request: HttpRequest, run_id: int, fmt: str) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("cluster"), pk=run_id)
+    results = selectors.results_search(filters=selectors.ResultFilter(run=run)).order_by(
+        "node__hostname", "position", "id"
+    )
+    meta = {"run": run.pk, "cluster": run.cluster.name, "plan": run.plan_snapshot.get("slug"), "status": run.status}
+    return exports.results_export(results=results, fmt=fmt, filename=f"kiln-run-{run.pk}-results", meta=meta)
+
+
+@role_required(VIEWER)
+def run_measurements_export(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    return exports.measurements_export(run=run)

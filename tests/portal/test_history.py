@@ -1,0 +1,468 @@
+"""History pages: a node's timeline and trends, a cluster's runs, run comparison, result search and
+exports; their content, filters, pagination, query counts and access rules."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+from collections.abc import Callable
+
+import plotly.graph_objects as go
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+from portal.inventory.models import Cluster, Node
+from portal.runs.models import CheckResult, Measurement, Run
+from tests.portal.helpers import add_measurement, set_result
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def viewer_client(client, make_user):
+    client.force_login(make_user("vera", "viewer"))
+    return client
+
+
+@pytest.fixture
+def history_plan(db) -> TestPlan:
+    """NCCL on each node, burn-in, ECC, and the filesystem aggregate (a group check)."""
+    plan = TestPlan.objects.create(slug="hist", name="History plan")
+    for order, slug in enumerate(["nccl-allreduce", "burn-in", "ecc-health", "fs-aggregate"]):
+        TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug=slug), order=order)
+    return plan
+
+
+@pytest.fixture
+def hist_run(make_run, history_plan) -> Callable[..., Run]:
+    def make(cluster: Cluster, *, started: str | None = None) -> Run:
+        run = make_run(cluster, plan=history_plan)
+        if started:
+            at = dt.datetime.fromisoformat(started).replace(tzinfo=dt.UTC)
+            Run.objects.filter(pk=run.pk).update(created_at=at, started_at=at)
+            run.refresh_from_db()
+        return run
+
+    return make
+
+
+def _chart(response, key: str) -> dict:
+    return next(c["figure"] for c in response.context["charts"] if c["div"] == f"trend-{key}")
+
+
+def _fill(run: Run, hostname: str, *, busbw: float, gflops: list[float], ecc_uncorrected: int = 0) -> None:
+    nccl = set_result(run, hostname, "nccl-allreduce", "pass" if busbw >= 460 else "fail")
+    add_measurement(nccl, "busbw_peak", value=busbw, unit="GB/s", threshold=">= 460", ok=busbw >= 460)
+    burn = set_result(run, hostname, "burn-in", "pass")
+    for gpu, value in enumerate(gflops):
+        add_measurement(burn, "gflops", value=value, unit="Gflop/s", gpu=gpu, ok=True)
+    ecc = set_result(run, hostname, "ecc-health", "fail" if ecc_uncorrected else "pass")
+    add_measurement(ecc, "ecc_volatile_uncorrected", value=ecc_uncorrected, gpu=0, ok=not ecc_uncorrected)
+
+
+# --- access ------------------------------------------------------------------------------------
+
+
+def _urls(run: Run) -> list[str]:
+    return [
+        reverse("node_detail", args=["c1", "n01"]),
+        reverse("cluster_runs", args=["c1"]),
+        reverse("run_compare") + f"?a={run.pk}",
+        reverse("result_search"),
+        reverse("run_results_csv", args=[run.pk]),
+        reverse("run_results_json", args=[run.pk]),
+        reverse("run_measurements_csv", args=[run.pk]),
+    ]
+
+
+def test_it_redirects_anonymous_visitors_to_the_login_page(client, cluster, make_run) -> None:
+    run = make_run(cluster)
+    for url in _urls(run):
+        response = client.get(url)
+        assert response.status_code == 302, url
+        assert response["Location"].startswith(reverse("login")), url
+
+
+def test_it_forbids_users_without_a_role(client, make_user, cluster, make_run) -> None:
+    run = make_run(cluster)
+    client.force_login(make_user("nobody"))
+    for url in _urls(run):
+        assert client.get(url).status_code == 403, url
+
+
+# --- node page ---------------------------------------------------------------------------------
+
+
+def test_it_shows_a_nodes_timeline_with_the_group_results_that_include_it(viewer_client, cluster, hist_run) -> None:
+    old = hist_run(cluster, started="2025-01-01T10:00:00")
+    new = hist_run(cluster, started="2025-02-01T10:00:00")
+    set_result(old, "n02", "ecc-health", "pass", "all fine")
+    set_result(new, "n02", "ecc-health", "fail", "GPU 3: 2 uncorrectable ECC errors")
+    set_result(
+        new, "n01", "fs-aggregate", "fail", "n02 is slow",
+        attribution={"n02": {"status": "fail", "reason": "n02 writes at 1 GB/s"}},
+    )  # fmt: skip
+    other = Cluster.objects.create(name="c2", transport="local")
+    Node.objects.create(cluster=other, hostname="n02")
+
+    response = viewer_client.get(reverse("node_detail", args=["c1", "n02"]))
+
+    assert response.status_code == 200
+    entries = response.context["entries"]
+    assert [e.result.run_id for e in entries] == [new.pk] * 4 + [old.pk] * 4  # newest run first
+    assert all(e.result.run.cluster_id == cluster.pk for e in entries)
+    group = next(e for e in entries if e.result.item_key == "fs-aggregate" and e.result.run_id == new.pk)
+    assert group.is_group and group.status == "fail" and group.reason == "n02 writes at 1 GB/s"
+    html = response.content.decode()
+    assert "n02 writes at 1 GB/s" in html and "GPU 3: 2 uncorrectable ECC errors" in html
+    ecc = CheckResult.objects.get(run=new, node__hostname="n02", item_key="ecc-health")
+    assert f'<a class="cell fail" href="{reverse("result_detail", args=[ecc.pk])}"' in html
+    assert reverse("node_detail", args=["c1", "n03"]) not in html
+    assert viewer_client.get(reverse("node_detail", args=["c1", "nope"])).status_code == 404
+
+
+def test_it_paginates_the_timeline(viewer_client, cluster, hist_run) -> None:
+    for _ in range(13):  # 13 runs x 4 results = 52 results of n01: two pages of 50
+        hist_run(cluster)
+
+    first = viewer_client.get(reverse("node_detail", args=["c1", "n01"]))
+    second = viewer_client.get(reverse("node_detail", args=["c1", "n01"]) + "?page=2")
+
+    assert len(first.context["entries"]) == 50
+    assert len(second.context["entries"]) == 2
+    assert "page 1 of 2 (52 in all)" in first.content.decode()
+    assert {e.result.pk for e in first.context["entries"]}.isdisjoint({e.result.pk for e in second.context["entries"]})
+
+
+def test_it_charts_each_key_metric_across_runs(viewer_client, cluster, hist_run) -> None:
+    runs = [hist_run(cluster, started=f"2025-0{m}-01T10:00:00") for m in (1, 2, 3)]
+    for run, busbw in zip(runs, [470.0, 468.0, 380.0], strict=True):
+        _fill(run, "n01", busbw=busbw, gflops=[100000.0, 99000.0])
+    fs = set_result(runs[2], "n01", "fs-aggregate", "pass")
+    add_measurement(fs, "write_bw_sum", value=5e9, unit="B/s", labels={"host": "n02"})
+    add_measurement(fs, "write_bw_sum", value=4e9, unit="B/s", labels={"host": "n01"})
+    add_measurement(fs, "write_bw_sum", value=40e9, unit="B/s")  # the aggregate: not the node's own
+
+    response = viewer_client.get(reverse("node_detail", args=["c1", "n01"]))
+
+    busbw = _chart(response, "busbw")
+    (line, bad) = busbw["data"]
+    assert line["name"] == "nccl-allreduce"
+    assert line["y"] == [470.0, 468.0, 380.0]
+    assert [x[:10] for x in line["x"]] == ["2025-01-01", "2025-02-01", "2025-03-01"]
+    assert bad["name"] == "out of spec" and bad["y"] == [380.0]  # the drop is marked
+    assert busbw["layout"]["shapes"][0]["y0"] == 460.0  # the threshold is drawn
+    gflops = _chart(response, "gflops")
+    assert [t["name"] for t in gflops["data"]] == ["GPU 0", "GPU 1"]
+    assert gflops["data"][1]["y"] == [99000.0] * 3
+    fs_write = _chart(response, "fs_write")
+    assert [(t["name"], t["y"]) for t in fs_write["data"]] == [("fs-aggregate", [4.0])]  # GB/s, n01's only
+    html = response.content.decode()
+    assert reverse("plotly_js") in html and 'id="history-charts"' in html and 'id="trend-busbw"' in html
+    for chart in response.context["charts"]:
+        go.Figure(chart["figure"])  # plotly accepts every figure as it is (validation was skipped)
+
+
+def _seed(name: str, nodes: int, runs: int, plan: TestPlan, make_run) -> tuple[Cluster, list[Run]]:
+    """A cluster of `nodes` nodes with `runs` runs, every result finished with key measurements."""
+    cluster = Cluster.objects.create(name=name, transport="local")
+    Node.objects.bulk_create(Node(cluster=cluster, hostname=f"{name}n{i:04d}") for i in range(nodes))
+    made = []
+    for r in range(runs):
+        run = make_run(cluster, plan=plan)
+        CheckResult.objects.filter(run=run).update(status="pass" if r == 0 else "fail")
+        Measurement.objects.bulk_create(
+            Measurement(result=result, name=name, value=value, gpu=gpu)
+            for result in CheckResult.objects.filter(run=run, kind="burn_in")
+            for name, value, gpu in [("gflops", 100000.0 - r, 0), ("gflops", 99000.0, 1)]
+        )
+        Measurement.objects.bulk_create(
+            Measurement(result=result, name="busbw_peak", value=470.0 - 10 * r)
+            for result in CheckResult.objects.filter(run=run, kind="nccl_allreduce")
+        )
+        made.append(run)
+    return cluster, made
+
+
+def _queries(client, url: str) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(url)
+        assert response.status_code == 200, url
+        if response.streaming:
+            b"".join(response.streaming_content)
+    return len(ctx)
+
+
+def test_it_keeps_the_history_query_counts_constant_in_the_number_of_nodes(
+    viewer_client, history_plan, make_run, django_assert_max_num_queries
+) -> None:
+    counts: dict[str, list[int]] = {}
+    for size in (10, 100):
+        cluster, runs = _seed(f"q{size}", size, 2, history_plan, make_run)
+        host = f"q{size}n0001"
+        urls = {
+            "node": reverse("node_detail", args=[cluster.name, host]),
+            "runs": reverse("cluster_runs", args=[cluster.name]),
+            "compare": reverse("run_compare") + f"?a={runs[1].pk}",
+            "search": reverse("result_search") + f"?cluster={cluster.name}&node=q{size}n[0000-0099]&status=fail",
+            "csv": reverse("run_results_csv", args=[runs[1].pk]),
+            "measurements": reverse("run_measurements_csv", args=[runs[1].pk]),
+        }
+        for key, url in urls.items():
+            counts.setdefault(key, []).append(_queries(viewer_client, url))
+        with django_assert_max_num_queries(12):
+            viewer_client.get(urls["node"])
+        with django_assert_max_num_queries(12):
+            viewer_client.get(urls["compare"])
+        with django_assert_max_num_queries(10):
+            viewer_client.get(urls["search"])
+    for key, (small, large) in counts.items():
+        assert small == large, f"{key}: {small} queries at 10 nodes, {large} at 100"
+
+
+# --- cluster runs ------------------------------------------------------------------------------
+
+
+def test_it_lists_a_clusters_runs_with_counts_and_pages(viewer_client, cluster, make_run, make_user) -> None:
+    runs = [make_run(cluster) for _ in range(26)]
+    set_result(runs[-1], "n01", "ecc-health", "fail", "bad")
+    set_result(runs[-1], "n02", "ecc-health", "pass")
+    set_result(runs[-1], "n03", "gpu-inventory", "error", "unreachable")
+    Run.objects.filter(pk=runs[-1].pk).update(requested_by=make_user("olga", "operator"))
+
+    response = viewer_client.get(reverse("cluster_runs", args=["c1"]))
+
+    page = response.context["page"]
+    assert [r.pk for r in page.object_list] == [r.pk for r in reversed(runs)][:25]
+    newest = page.object_list[0]
+    assert (newest.n_pass, newest.n_fail, newest.n_error, newest.n_results, newest.n_nodes) == (1, 1, 1, 8, 4)
+    html = response.content.decode()
+    assert '<span class="badge red">1 fail</span>' in html and '<span class="badge purple">1 error</span>' in html
+    assert "olga" in html and reverse("run_results_csv", args=[newest.pk]) in html
+    assert 'id="run-counts"' in html
+    chart = response.context["charts"][0]["figure"]
+    assert [t["name"] for t in chart["data"]] == ["pass", "warn", "fail", "error"]
+    assert chart["data"][2]["y"][-1] == 1  # the newest run's fails, rightmost
+    go.Figure(chart)
+    second = viewer_client.get(reverse("cluster_runs", args=["c1"]) + "?page=2")
+    assert [r.pk for r in second.context["page"].object_list] == [runs[0].pk]
+
+
+# --- compare -----------------------------------------------------------------------------------
+
+
+def test_it_compares_two_runs_with_deltas_in_each_metrics_direction(viewer_client, cluster, hist_run) -> None:
+    base = hist_run(cluster, started="2025-01-01T10:00:00")
+    new = hist_run(cluster, started="2025-02-01T10:00:00")
+    _fill(base, "n01", busbw=470.0, gflops=[100000.0, 100000.0])
+    _fill(new, "n01", busbw=376.0, gflops=[100000.0, 90000.0], ecc_uncorrected=2)
+    _fill(base, "n02", busbw=470.0, gflops=[90000.0, 90000.0])
+    _fill(new, "n02", busbw=471.0, gflops=[99000.0, 99000.0])
+
+    response = viewer_client.get(reverse("run_compare") + f"?a={new.pk}")  # b defaults to the previous run
+
+    assert response.status_code == 200
+    comparison = response.context["comparison"]
+    assert comparison.b.pk == base.pk
+    by = {(n.subject, d.metric.key): d for n in comparison.nodes for d in n.deltas}
+    busbw = by[("n01", "busbw")]
+    assert (busbw.a, busbw.b, busbw.delta, busbw.delta_pct, busbw.direction) == (376.0, 470.0, -94.0, -20.0, "worse")
+    gflops = by[("n01", "gflops")]
+    assert (gflops.a, gflops.a_gpu, gflops.b, gflops.direction) == (90000.0, 1, 100000.0, "worse")  # the worst GPU
+    assert by[("n01", "ecc_uncorrected")].direction == "worse"  # lower is better: 0 -> 2
+    assert by[("n02", "gflops")].direction == "better"
+    assert by[("n02", "busbw")].direction == "same"  # +0.2 %: noise
+    changes = {(c.subject, c.check): c for n in comparison.nodes for c in n.changes}
+    assert changes[("n01", "nccl-allreduce")].direction == "worse"
+    assert (changes[("n01", "ecc-health")].b, changes[("n01", "ecc-health")].a) == ("pass", "fail")
+    assert comparison.counts["status_worse"] == 2 and comparison.counts["metrics_worse"] == 3
+    html = response.content.decode()
+    assert "-94" in html and "-20.0 %" in html and "pass → fail" in html
+    assert html.count('<tr class="worse">') == 5
+
+
+def test_it_compares_lower_is_better_metrics_the_other_way(viewer_client, cluster, hist_run) -> None:
+    base, new = hist_run(cluster), hist_run(cluster)
+    for run, temp in ((base, 70.0), (new, 80.0)):
+        result = set_result(run, "n01", "burn-in", "pass")
+        result.kind = "dlc_temperature"
+        result.save()
+        add_measurement(result, "temp_gpu_steady", value=temp, gpu=0, labels={"phase": "load"})
+        add_measurement(result, "temp_gpu_steady", value=temp - 40, gpu=0, labels={"phase": "idle"})
+
+    comparison = viewer_client.get(reverse("run_compare") + f"?a={new.pk}&b={base.pk}").context["comparison"]
+    (delta,) = [d for n in comparison.nodes for d in n.deltas]
+    assert (delta.metric.key, delta.a, delta.b, delta.direction) == ("temp_gpu", 80.0, 70.0, "worse")
+    reverse_ = viewer_client.get(reverse("run_compare") + f"?a={base.pk}&b={new.pk}").context["comparison"]
+    assert [d.direction for n in reverse_.nodes for d in n.deltas] == ["better"]
+
+
+def test_it_filters_a_comparison_to_what_got_worse(viewer_client, cluster, hist_run) -> None:
+    base, new = hist_run(cluster), hist_run(cluster)
+    _fill(base, "n01", busbw=470.0, gflops=[1.0])
+    _fill(new, "n01", busbw=400.0, gflops=[1.0])
+    _fill(base, "n02", busbw=470.0, gflops=[1.0])
+    _fill(new, "n02", busbw=470.0, gflops=[1.0])
+
+    response = viewer_client.get(reverse("run_compare") + f"?a={new.pk}&b={base.pk}&worse=on")
+
+    nodes = response.context["comparison"].nodes
+    assert [n.subject for n in nodes] == ["n01"]
+    assert [d.metric.key for d in nodes[0].deltas] == ["busbw"]
+    assert [c.check for c in nodes[0].changes] == ["nccl-allreduce"]
+
+
+def test_it_explains_bad_compare_input(viewer_client, cluster, make_run) -> None:
+    first = make_run(cluster)
+    url = reverse("run_compare")
+    cases = {
+        "?a=abc": "Enter a whole number",
+        "?a=99999": "there is no run #99999",
+        f"?a={first.pk}&b=99999": "there is no run #99999",
+        f"?a={first.pk}": "is the first run of c1",
+        f"?a={first.pk}&b={first.pk}": "pick two different runs",
+    }
+    for query, message in cases.items():
+        response = viewer_client.get(url + query)
+        assert response.status_code == 400, query
+        assert message in response.content.decode(), query
+    assert viewer_client.get(url).status_code == 200  # the empty form
+
+
+# --- search and exports ------------------------------------------------------------------------
+
+
+def test_it_searches_results_by_cluster_node_set_check_status_and_date(viewer_client, cluster, make_run) -> None:
+    run = make_run(cluster)
+    set_result(run, "n01", "ecc-health", "fail", "GPU 1 bad", finished_at=dt.datetime(2025, 3, 2, tzinfo=dt.UTC))
+    set_result(run, "n02", "ecc-health", "fail", "GPU 2 bad", finished_at=dt.datetime(2025, 3, 5, tzinfo=dt.UTC))
+    set_result(run, "n03", "ecc-health", "pass", finished_at=dt.datetime(2025, 3, 2, tzinfo=dt.UTC))
+    other = Cluster.objects.create(name="c2", transport="local")
+    Node.objects.create(cluster=other, hostname="n01")
+    make_run(other)
+    url = reverse("result_search")
+
+    def found(query: str) -> list[tuple[str, str, str]]:
+        response = viewer_client.get(url + query)
+        assert response.status_code == 200, query
+        return sorted((r.run.cluster.name, r.node.hostname, r.item_key) for r in response.context["page"].object_list)
+
+    assert found("?cluster=c1&status=fail") == [("c1", "n01", "ecc-health"), ("c1", "n02", "ecc-health")]
+    assert found("?node=n[01-02]&check=ecc_health&status=fail") == [
+        ("c1", "n01", "ecc-health"),
+        ("c1", "n02", "ecc-health"),
+    ]
+    assert found("?node=n01&check=gpu-inventory") == [("c1", "n01", "gpu-inventory"), ("c2", "n01", "gpu-inventory")]
+    assert found("?cluster=c1&since=2025-03-01&until=2025-03-02") == [
+        ("c1", "n01", "ecc-health"),
+        ("c1", "n03", "ecc-health"),
+    ]
+    assert found("?cluster=c1&status=fail&since=2025-03-03") == [("c1", "n02", "ecc-health")]
+    html = viewer_client.get(url + "?cluster=c1&status=fail").content.decode()
+    assert "GPU 2 bad" in html and "2 results" in html
+
+
+def test_it_finds_group_results_by_a_member_node(viewer_client, cluster, history_plan, make_run) -> None:
+    run = make_run(cluster, plan=history_plan)
+    set_result(run, "n01", "fs-aggregate", "fail", "slow")
+
+    response = viewer_client.get(reverse("result_search") + "?node=n03&check=fs-aggregate")
+
+    (result,) = response.context["page"].object_list
+    assert result.scope == "group" and result.node.hostname == "n01"
+    assert "n[01-04]" in response.content.decode()
+
+
+def test_it_paginates_search_results_50_per_page(viewer_client, cluster, make_run) -> None:
+    for _ in range(7):  # 7 runs x 8 results
+        make_run(cluster)
+
+    first = viewer_client.get(reverse("result_search") + "?cluster=c1")
+    last = viewer_client.get(reverse("result_search") + "?cluster=c1&page=2")
+
+    assert len(first.context["page"].object_list) == 50 and len(last.context["page"].object_list) == 6
+    assert "?cluster=c1&amp;page=2" in first.content.decode()  # the filters stay on the page links
+
+
+def test_it_shows_bad_filters_as_errors_on_the_page(viewer_client, cluster) -> None:
+    url = reverse("result_search")
+    cases = {
+        "?node=gpu[01-": "not a node set",
+        "?node=gpu[1-99999]": "narrow it",
+        "?since=2025-03-05&until=2025-03-01": "&#x27;since&#x27; is after &#x27;until&#x27;",
+        "?since=yesterday": "Enter a valid date",
+        "?cluster=nope": "there is no cluster named &#x27;nope&#x27;",
+        "?status=broken": "Select a valid choice",
+    }
+    for query, message in cases.items():
+        response = viewer_client.get(url + query)
+        assert response.status_code == 400, query
+        body = response.content.decode()
+        assert message in body, query
+        assert 'class="form-errors"' in body, query
+    # An export request gets its errors as plain text.
+    response = viewer_client.get(url + "?node=gpu[01-&format=csv")
+    assert response.status_code == 400 and "node: not a node set" in response.content.decode()
+    response = viewer_client.get(url + "?format=xml")
+    assert response.status_code == 400 and "unknown export format 'xml'" in response.content.decode()
+
+
+def test_it_exports_search_results_as_csv_and_json(viewer_client, cluster, make_run) -> None:
+    run = make_run(cluster)
+    set_result(run, "n01", "ecc-health", "fail", '=HYPERLINK("http://evil")')
+    set_result(run, "n02", "ecc-health", "fail", "GPU 2, bad")
+
+    response = viewer_client.get(reverse("result_search") + "?cluster=c1&status=fail&format=csv")
+
+    assert response.streaming and response["Content-Type"] == "text/csv"
+    assert 'filename="kiln-results.csv"' in response["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert sorted((r["node"], r["check"], r["status"]) for r in rows) == [
+        ("n01", "ecc-health", "fail"), ("n02", "ecc-health", "fail"),
+    ]  # fmt: skip
+    reasons = {r["node"]: r["reason"] for r in rows}
+    assert reasons == {"n01": '\'=HYPERLINK("http://evil")', "n02": "GPU 2, bad"}  # no formula runs in Excel
+    response = viewer_client.get(reverse("result_search") + "?cluster=c1&status=fail&format=json")
+    doc = json.loads(b"".join(response.streaming_content))
+    assert doc["filters"] == {"cluster": "c1", "status": "fail"}
+    assert sorted(r["node"] for r in doc["results"]) == ["n01", "n02"]
+    assert doc["results"][0]["url"].startswith("/results/")
+
+
+def test_it_exports_a_runs_results_and_flattened_measurements(viewer_client, cluster, history_plan, make_run) -> None:
+    run = make_run(cluster, plan=history_plan)
+    _fill(run, "n01", busbw=470.0, gflops=[100000.0])
+    fs = set_result(run, "n01", "fs-aggregate", "pass", attribution={"n02": {"status": "warn", "reason": "slow"}})
+    add_measurement(fs, "write_bw_sum", value=5e9, unit="B/s", labels={"host": "n02"})
+
+    doc = json.loads(b"".join(viewer_client.get(reverse("run_results_json", args=[run.pk])).streaming_content))
+    assert (doc["run"], doc["cluster"], doc["plan"]) == (run.pk, "c1", "hist")
+    assert len(doc["results"]) == 4 * 3 + 1
+    group = next(r for r in doc["results"] if r["scope"] == "group")
+    assert (group["node"], group["launcher"], group["attribution"]) == (
+        "n[01-04]",
+        "n01",
+        {"n02": {"status": "warn", "reason": "slow"}},
+    )
+    text = b"".join(viewer_client.get(reverse("run_results_csv", args=[run.pk])).streaming_content).decode()
+    assert len(list(csv.DictReader(io.StringIO(text)))) == 13
+
+    response = viewer_client.get(reverse("run_measurements_csv", args=[run.pk]))
+    assert response.streaming and f"kiln-run-{run.pk}-measurements.csv" in response["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [
+        (r["node"], r["check"], r["name"], r["gpu"], r["value"])
+        for r in rows
+        if r["name"] != "ecc_volatile_uncorrected"
+    ] == [
+        ("n01", "nccl-allreduce", "busbw_peak", "", "470.0"),
+        ("n01", "burn-in", "gflops", "0", "100000.0"),
+        ("n[01-04]", "fs-aggregate", "write_bw_sum", "", "5000000000.0"),
+    ]
+    assert json.loads(rows[-1]["labels"]) == {"host": "n02"}
+    assert rows[0]["threshold"] == ">= 460" and rows[0]["ok"] == "True"
