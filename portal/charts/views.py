@@ -1,0 +1,204 @@
+"""Chart pages and figure endpoints. Thin: selectors read, figures build, views adapt HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from django.core.cache import cache
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from portal.charts import figures, selectors
+from portal.roles import VIEWER
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run
+from portal.views import role_required
+
+# Defaults for the distribution page: the key fleet metrics, in order of preference.
+KEY_METRICS = (
+    ("busbw_peak", ""),
+    ("gflops", ""),
+    ("temp_gpu_steady", "load"),
+    ("write_bw_sum", ""),
+)
+
+
+def _result(result_id: int) -> CheckResult:
+    return get_object_or_404(CheckResult.objects.select_related("run", "node"), pk=result_id)
+
+
+def _run(run_id: int) -> Run:
+    return get_object_or_404(Run.objects.select_related("cluster"), pk=run_id)
+
+
+def result_figure_data(result: CheckResult) -> dict[str, Any]:
+    """The figure JSON of one result. A finished result never changes, so its (downsampled)
+    figure is cached: a 24 h burn-in is read and downsampled once."""
+    kind = selectors.chart_kind(result.kind)
+    if kind not in ("nccl", "burn_in", "dlc"):
+        raise Http404("no chart for this kind of result")
+    final = result.status not in ACTIVE_STATUSES and result.finished_at is not None
+    key = f"kiln:chart:{result.pk}:{result.finished_at.timestamp() if final else ''}:{selectors.MAX_POINTS}"
+    if final and (hit := cache.get(key)) is not None:
+        return hit
+    if kind == "nccl":
+        figure = figures.nccl_figure(selectors.nccl_result(result=result))
+    elif kind == "burn_in":
+        data = selectors.burn_in_result(result=result)
+        figure = figures.burn_in_figure(data)
+        figure["meta"] = {"stored_points": data.stored_points, "drawn_points": data.drawn_points}
+    else:
+        figure = figures.dlc_figure(selectors.dlc_result(result=result))
+    if final:
+        cache.set(key, figure, timeout=24 * 3600)
+    return figure
+
+
+@role_required(VIEWER)
+def result_figure(request: HttpRequest, result_id: int) -> JsonResponse:
+    return JsonResponse(result_figure_data(_result(result_id)))
+
+
+@role_required(VIEWER)
+def result_ecc(request: HttpRequest, result_id: int) -> HttpResponse:
+    result = _result(result_id)
+    if selectors.chart_kind(result.kind) != "ecc":
+        raise Http404("not an ECC/Xid result")
+    return render(request, "charts/_ecc_table.html", {"result": result, "ecc": selectors.ecc_result(result=result)})
+
+
+def _filename(result: CheckResult, ext: str) -> str:
+    return f"kiln-run{result.run_id}-{result.node.hostname}-{result.item_key}-series.{ext}"
+
+
+@role_required(VIEWER)
+def series_csv(request: HttpRequest, result_id: int) -> StreamingHttpResponse:
+    """Every stored point, streamed (no downsampling)."""
+    result = _result(result_id)
+    response = StreamingHttpResponse(selectors.series_csv_lines(result=result), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{_filename(result, "csv")}"'
+    return response
+
+
+def _json_stream(result: CheckResult) -> Iterator[str]:
+    head = {"result": result.pk, "check": result.item_key, "kind": result.kind, "node": result.node.hostname}
+    yield json.dumps(head)[:-1] + ', "series": ['
+    for i, s in enumerate(selectors.result_series(result=result)):
+        row = {"name": s.name, "unit": s.unit, "x_unit": s.x_unit, "gpu": s.gpu, "labels": s.labels or {}}
+        yield ("," if i else "") + json.dumps({**row, "x": s.x, "y": s.y})
+    yield "]}"
+
+
+@role_required(VIEWER)
+def series_json(request: HttpRequest, result_id: int) -> StreamingHttpResponse:
+    """Every stored point as JSON, streamed one series at a time."""
+    result = _result(result_id)
+    response = StreamingHttpResponse(_json_stream(result), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{_filename(result, "json")}"'
+    return response
+
+
+def _page(request: HttpRequest, run: Run, title: str, figure: dict[str, Any] | None, **extra: Any) -> HttpResponse:
+    context = {"run": run, "title": title, "figure": figure, "links": selectors.run_chart_links(run=run), **extra}
+    return render(request, "charts/run_chart.html", context)
+
+
+@role_required(VIEWER)
+def run_links(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run page's chart links, loaded once after the page (htmx): only kinds with data."""
+    run = _run(run_id)
+    return render(request, "charts/_run_links_list.html", {"run": run, "links": selectors.run_chart_links(run=run)})
+
+
+@role_required(VIEWER)
+def run_filesystem_figure(request: HttpRequest, run_id: int) -> JsonResponse:
+    return JsonResponse(figures.fs_figure(selectors.run_filesystem(run=_run(run_id))))
+
+
+@role_required(VIEWER)
+def run_filesystem(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run(run_id)
+    data = selectors.run_filesystem(run=run)
+    figure = figures.fs_figure(data) if data.nodes or data.has_aggregate else None
+    return _page(request, run, "Filesystem throughput", figure, empty="No filesystem results in this run.")
+
+
+@role_required(VIEWER)
+def run_nccl(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run(run_id)
+    item_key = request.GET.get("check", "")
+    data = selectors.nccl_run(run=run, item_key=item_key)
+    figure = figures.nccl_figure(data) if data.curves else None
+    return _page(request, run, f"NCCL busbw ({item_key})", figure, empty="No busbw series for this check in this run.")
+
+
+def _choice(request: HttpRequest, choices: list[selectors.MetricChoice]) -> selectors.MetricChoice | None:
+    """The metric asked for (?pick=check|metric|phase, or ?check=&metric=&phase=), else a key metric."""
+    if pick := request.GET.get("pick"):
+        check, _, rest = pick.partition("|")
+        metric, _, phase = rest.partition("|")
+    else:
+        check, metric, phase = (request.GET.get(k, "") for k in ("check", "metric", "phase"))
+    for c in choices:
+        if (c.item_key, c.name) == (check, metric) and (not phase or c.phase == phase):
+            return c
+    if check or metric:
+        return None
+    for name, phase in KEY_METRICS:
+        for c in choices:
+            if (c.name, c.phase) == (name, phase):
+                return c
+    return choices[0] if choices else None
+
+
+@role_required(VIEWER)
+def run_distribution(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run(run_id)
+    choices = selectors.run_metric_choices(run=run)
+    choice = _choice(request, choices)
+    per = "gpu" if request.GET.get("per") == "gpu" else "node"
+    dist = figure = None
+    if choice is not None:
+        dist = selectors.run_distribution(
+            run=run, item_key=choice.item_key, metric=choice.name, phase=choice.phase, per=per
+        )
+        figure = figures.distribution_figure(dist) if dist.points else None
+    return _page(
+        request,
+        run,
+        "Fleet distribution",
+        figure,
+        choices=choices,
+        choice=choice,
+        per=per,
+        dist=dist,
+        picker=True,
+        empty="No such metric in this run." if choices else "No numeric measurements in this run yet.",
+    )
+
+
+@role_required(VIEWER)
+def run_rack(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run(run_id)
+    metric = request.GET.get("metric") or "status"
+    choices = selectors.run_metric_choices(run=run)
+    valid = {"status"} | {f"{c.item_key}:{c.name}" + (f"@{c.phase}" if c.phase else "") for c in choices}
+    if metric not in valid:
+        metric = "status"
+    data = selectors.run_rack(run=run, metric=metric)
+    name = metric.partition(":")[2].partition("@")[0]
+    better = selectors.worst_aggregate(name) == "min"  # lower is worse -> higher is better
+    figure = figures.rack_figure(data, higher_is_better=better) if data.cells else None
+    rack_choices = [
+        (f"{c.item_key}:{c.name}" + (f"@{c.phase}" if c.phase else ""), c.label) for c in choices
+    ]  # fmt: skip
+    return _page(
+        request,
+        run,
+        "Rack heatmap",
+        figure,
+        rack_choices=rack_choices,
+        metric=metric,
+        empty="No nodes in this run.",
+    )

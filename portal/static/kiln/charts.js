@@ -1,0 +1,62 @@
+/* Kiln charts: draw plotly figures from a JSON endpoint (data-src) or an embedded json_script
+   (data-figure = the script element's id). plotly.js is served by the app itself (no CDN).
+   A point whose customdata is a local URL ("/...") opens it on click (rack heatmap, NCCL lines). */
+(function () {
+  "use strict";
+  var CONFIG = { responsive: true, displaylogo: false };
+
+  function fail(el, message) {
+    el.setAttribute("data-rendered", "error");
+    el.textContent = message;
+    el.className += " chart-error";
+  }
+
+  function draw(el, figure) {
+    if (typeof Plotly === "undefined") {
+      fail(el, "plotly.js did not load: the chart cannot be drawn.");
+      return;
+    }
+    el.textContent = "";
+    Plotly.newPlot(el, figure.data, figure.layout, CONFIG).then(function () {
+      el.setAttribute("data-rendered", "1");
+      el.setAttribute("data-traces", String(figure.data.length));
+    });
+    el.on("plotly_click", function (event) {
+      var point = event && event.points && event.points[0];
+      var url = point && point.customdata;
+      if (typeof url === "string" && url.charAt(0) === "/" && url.charAt(1) !== "/") {
+        window.location.href = url;
+      }
+    });
+  }
+
+  function load(el) {
+    var embedded = el.getAttribute("data-figure");
+    if (embedded) {
+      var script = document.getElementById(embedded);
+      draw(el, JSON.parse(script.textContent));
+      return;
+    }
+    var src = el.getAttribute("data-src");
+    if (!src) return;
+    fetch(src, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error("the chart could not be loaded (HTTP " + response.status + ")");
+        return response.json();
+      })
+      .then(function (figure) { draw(el, figure); })
+      .catch(function (error) { fail(el, String(error.message || error)); });
+  }
+
+  function init() {
+    var charts = document.querySelectorAll(".kiln-chart");
+    for (var i = 0; i < charts.length; i++) load(charts[i]);
+    var pickers = document.querySelectorAll("[data-autosubmit]");
+    for (var j = 0; j < pickers.length; j++) {
+      pickers[j].addEventListener("change", function (event) { event.target.form.submit(); });
+    }
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();
