@@ -150,6 +150,15 @@ KILN_SSH_CONNECT_TIMEOUT = float(os.environ.get("KILN_SSH_CONNECT_TIMEOUT", "10"
 # Raw stdout/stderr kept per result, in characters: enough for a probe or a tool table, bounded.
 KILN_OUTPUT_CAP = int(os.environ.get("KILN_OUTPUT_CAP", "262144"))
 
+# --- Email (alerts) -------------------------------------------------------------------------------
+EMAIL_BACKEND = os.environ.get("KILN_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("KILN_EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("KILN_EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("KILN_EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("KILN_EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("KILN_EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = os.environ.get("KILN_DEFAULT_FROM_EMAIL", "kiln@localhost")
+
 if not DEBUG:
     SESSION_COOKIE_HTTPONLY = True
     X_FRAME_OPTIONS = "DENY"

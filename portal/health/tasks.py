@@ -1,1 +1,57 @@
-"""Celery tasks of the health app (discovered by worker/celery.py). Use worker.decorators.kiln_task."""
+"""Celery tasks of the health app (discovered by worker/celery.py). Thin: they call services."""
+
+from __future__ import annotations
+
+import logging
+
+from worker.decorators import kiln_task
+
+logger = logging.getLogger(__name__)
+
+
+@kiln_task(name="kiln.scheduled_run")
+def scheduled_run(self, schedule_id: int) -> int | None:
+    """Fired by celery beat (DatabaseScheduler) for a Schedule: start its run once per firing."""
+    from portal.health.services import scheduled_run_fire
+
+    run = scheduled_run_fire(schedule_id=schedule_id, task_id=self.request.id or "")
+    return run.pk if run else None
+
+
+@kiln_task(name="kiln.health_evaluate")
+def health_evaluate(self, run_id: int) -> int:
+    from portal.health.services import health_evaluate_run
+
+    return len(health_evaluate_run(run_id=run_id))
+
+
+@kiln_task(name="kiln.alert_deliver", max_retries=None)
+def alert_deliver(self, delivery_id: int) -> str:
+    """Send one alert; on failure retry with exponential backoff until KILN_ALERT_MAX_ATTEMPTS."""
+    from portal.health.models import AlertDelivery, DeliveryStatus
+    from portal.health.services import alert_attempt, alert_retry_delay_s
+
+    delivery = AlertDelivery.objects.filter(pk=delivery_id).first()
+    if delivery is None or delivery.status in (DeliveryStatus.SENT, DeliveryStatus.FAILED):
+        return delivery.status if delivery else "gone"
+    error = alert_attempt(delivery=delivery)
+    if error and delivery.status == DeliveryStatus.RETRYING:
+        delay = alert_retry_delay_s(attempts=delivery.attempts)
+        logger.warning("alert %s attempt %s failed (%s); retrying in %ss", delivery_id, delivery.attempts, error, delay)
+        raise self.retry(countdown=delay)
+    return delivery.status
+
+
+@kiln_task(name="kiln.scheduler_action")
+def scheduler_action_run(self, action_id: int) -> str:
+    from portal.health.services import scheduler_action_execute
+
+    return scheduler_action_execute(action_id=action_id).status
+
+
+@kiln_task(name="kiln.reap")
+def reap(self) -> list[int]:
+    """Periodic (PeriodicTask `kiln-reaper`): results stuck past their deadline become `error`."""
+    from portal.health.services import reap as reap_service
+
+    return reap_service()

@@ -1,0 +1,72 @@
+"""Settings of the health app. Each reads a Django setting of the same name when one is defined,
+else the environment variable, else the default, so the app works before settings.py names them.
+
+    KILN_METRICS_TOKEN               bearer token for /metrics (empty: /metrics answers 403)
+    KILN_ALERT_FROM_EMAIL            sender of alert emails (default: DEFAULT_FROM_EMAIL)
+    KILN_ALERT_MAX_ATTEMPTS          delivery attempts per alert before it is `failed` (5)
+    KILN_ALERT_RETRY_BASE_S          first retry delay; doubles each attempt (30)
+    KILN_WEBHOOK_TIMEOUT_S           webhook POST timeout (10)
+    KILN_PORTAL_URL                  base URL put in alerts, e.g. https://kiln.example.org (empty: none)
+    KILN_REAPER_INTERVAL_S           how often the reaper runs (60)
+    KILN_REAPER_GRACE_S              extra seconds past a result's hard time limit before it is reaped (120)
+    KILN_REAPER_QUEUE_ALLOWANCE_S    how long a result may wait `queued` on top of its run's limits (21600)
+    KILN_HEALTH_TREND_SWEEPS         how many recent results the "at risk" trend rule looks at (5)
+    KILN_SCHEDULER_HOOK_TIMEOUT_S    timeout of one scontrol / kubectl command (30)
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.conf import settings
+
+
+def _get(name: str, default: str) -> str:
+    value = getattr(settings, name, None)
+    if value is not None:
+        return str(value)
+    return os.environ.get(name, default)
+
+
+def metrics_token() -> str:
+    return _get("KILN_METRICS_TOKEN", "").strip()
+
+
+def alert_from_email() -> str:
+    return _get("KILN_ALERT_FROM_EMAIL", "") or settings.DEFAULT_FROM_EMAIL
+
+
+def alert_max_attempts() -> int:
+    return max(1, int(_get("KILN_ALERT_MAX_ATTEMPTS", "5")))
+
+
+def alert_retry_base_s() -> float:
+    return float(_get("KILN_ALERT_RETRY_BASE_S", "30"))
+
+
+def webhook_timeout_s() -> float:
+    return float(_get("KILN_WEBHOOK_TIMEOUT_S", "10"))
+
+
+def portal_url() -> str:
+    return _get("KILN_PORTAL_URL", "").rstrip("/")
+
+
+def reaper_interval_s() -> int:
+    return max(5, int(_get("KILN_REAPER_INTERVAL_S", "60")))
+
+
+def reaper_grace_s() -> float:
+    return float(_get("KILN_REAPER_GRACE_S", "120"))
+
+
+def reaper_queue_allowance_s() -> float:
+    return float(_get("KILN_REAPER_QUEUE_ALLOWANCE_S", str(6 * 3600)))
+
+
+def trend_sweeps() -> int:
+    return max(3, int(_get("KILN_HEALTH_TREND_SWEEPS", "5")))
+
+
+def hook_timeout_s() -> float:
+    return float(_get("KILN_SCHEDULER_HOOK_TIMEOUT_S", "30"))

@@ -1,0 +1,54 @@
+"""Forms of the health pages."""
+
+from __future__ import annotations
+
+from django import forms
+
+from portal.catalog.models import TestPlan
+from portal.health.models import ClusterHealthSettings
+from portal.inventory.models import Cluster
+
+
+class ScheduleForm(forms.Form):
+    name = forms.CharField(max_length=100, initial="Nightly quick sweep")
+    cluster = forms.ModelChoiceField(queryset=Cluster.objects.all(), to_field_name="name", empty_label=None)
+    plan = forms.ModelChoiceField(queryset=TestPlan.objects.all(), to_field_name="slug", empty_label=None)
+    node_set = forms.CharField(
+        required=False,
+        label="Nodes",
+        help_text="A node set such as gpu[01-04,07]. Empty: every node of the cluster.",
+        widget=forms.TextInput(attrs={"placeholder": "all nodes", "size": 40}),
+    )
+    crontab = forms.CharField(
+        max_length=100,
+        initial="0 2 * * *",
+        help_text="minute hour day-of-month month day-of-week, in UTC; e.g. 0 2 * * * (nightly), 0 * * * * (hourly).",
+    )
+
+
+class HealthSettingsForm(forms.ModelForm):
+    webhook_url = forms.URLField(required=False, max_length=500, assume_scheme="https", label="Webhook URL")
+
+    class Meta:
+        model = ClusterHealthSettings
+        fields = [
+            "alert_emails",
+            "webhook_url",
+            "webhook_format",
+            "hook_mode",
+            "controller_transport",
+            "controller_host",
+            "controller_port",
+            "controller_user",
+            "controller_key_path",
+            "controller_known_hosts",
+            "controller_env",
+            "scontrol_path",
+            "kubectl_path",
+            "kubectl_context",
+        ]
+        widgets = {
+            "alert_emails": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+            "controller_known_hosts": forms.Textarea(attrs={"rows": 2, "cols": 80}),
+            "controller_env": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        }

@@ -1,0 +1,222 @@
+"""After handover: node health state and its history, scheduled sweeps, alerts, scheduler hooks."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from portal.inventory.models import Cluster, Node
+
+
+class HealthState(models.TextChoices):
+    """A node's health, derived from its latest results (portal/health/services.py: state_from_results)."""
+
+    UNKNOWN = "unknown", "unknown"
+    HEALTHY = "healthy", "healthy"
+    DEGRADED = "degraded", "degraded"
+    FAILED = "failed", "failed"
+    UNREACHABLE = "unreachable", "unreachable"
+
+
+# NetBox-style: the choice carries its badge colour.
+HEALTH_COLOURS = {"unknown": "grey", "healthy": "green", "degraded": "orange", "failed": "red", "unreachable": "purple"}
+BAD_STATES = (HealthState.FAILED, HealthState.UNREACHABLE)
+# States that take a node out of the scheduler when the cluster opted in to hooks.
+DRAIN_STATES = BAD_STATES
+
+
+class NodeHealth(models.Model):
+    """The current health of one node. `kiln_drain` remembers that Kiln (not an admin) took the node
+    out of the scheduler ("drained"), or would have in dry-run mode ("dry-run"), so only those nodes
+    are resumed when they recover."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="health")
+    state = models.CharField(max_length=12, choices=HealthState.choices, default=HealthState.UNKNOWN, db_index=True)
+    reason = models.TextField(blank=True)
+    since = models.DateTimeField(null=True, blank=True, help_text="When the node entered this state.")
+    last_run = models.ForeignKey("runs.Run", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    checked_at = models.DateTimeField(null=True, blank=True, help_text="When a run last judged this node.")
+    kiln_drain = models.CharField(max_length=8, blank=True)
+
+    class Meta:
+        verbose_name_plural = "node health"
+
+    def __str__(self) -> str:
+        return f"{self.node_id}: {self.state}"
+
+    @property
+    def colour(self) -> str:
+        return HEALTH_COLOURS.get(self.state, "grey")
+
+
+class HealthTransition(models.Model):
+    """One change of a node's health state, with its cause (the worst result's reason and the run)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="health_transitions")
+    run = models.ForeignKey("runs.Run", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    from_state = models.CharField(max_length=12, choices=HealthState.choices)
+    to_state = models.CharField(max_length=12, choices=HealthState.choices)
+    reason = models.TextField(blank=True)
+    sweep = models.BooleanField(default=False, help_text="The run was started by a schedule.")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.describe(self.node.hostname)
+
+    def describe(self, hostname: str) -> str:
+        what = "sweep" if self.sweep else "run"
+        cause = f": {self.reason}" if self.reason else ""
+        where = f" ({what} #{self.run_id})" if self.run_id else ""
+        return f"{hostname}: {self.from_state} → {self.to_state}{cause}{where}"
+
+    @property
+    def is_recovery(self) -> bool:
+        return self.to_state == HealthState.HEALTHY
+
+
+class WebhookFormat(models.TextChoices):
+    JSON = "json", "JSON"
+    SLACK = "slack", "Slack-compatible"
+
+
+class HookMode(models.TextChoices):
+    OFF = "off", "Off"
+    DRY_RUN = "dry_run", "Dry run (record what would be done)"
+    ON = "on", "On"
+
+
+class ClusterHealthSettings(models.Model):
+    """Per-cluster alert targets and scheduler hooks (opt-in). The scheduler kind is the cluster's
+    own `scheduler` field (none / slurm / k8s); this says whether and where Kiln may act on it."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="health_settings")
+    alert_emails = models.TextField(blank=True, help_text="Comma or newline separated addresses.")
+    webhook_url = models.URLField(blank=True, max_length=500)
+    webhook_format = models.CharField(max_length=8, choices=WebhookFormat.choices, default=WebhookFormat.JSON)
+    hook_mode = models.CharField(max_length=8, choices=HookMode.choices, default=HookMode.OFF)
+    # Where scontrol / kubectl run: a controller host reached over SSH (or `local` on this host).
+    controller_transport = models.CharField(max_length=8, default="ssh", choices=[("ssh", "SSH"), ("local", "Local")])
+    controller_host = models.CharField(max_length=255, blank=True)
+    controller_port = models.PositiveIntegerField(default=22)
+    controller_user = models.CharField(max_length=64, default="root")
+    controller_key_path = models.CharField(max_length=500, blank=True, help_text="Path on the worker hosts.")
+    controller_known_hosts = models.TextField(blank=True)
+    controller_env = models.JSONField(default=dict, blank=True, help_text="Environment for the local transport.")
+    scontrol_path = models.CharField(max_length=255, default="scontrol")
+    kubectl_path = models.CharField(max_length=255, default="kubectl")
+    kubectl_context = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        verbose_name_plural = "cluster health settings"
+
+    def __str__(self) -> str:
+        return f"health settings of {self.cluster_id}"
+
+    @property
+    def email_list(self) -> list[str]:
+        return [a.strip() for a in self.alert_emails.replace("\n", ",").split(",") if a.strip()]
+
+
+class Schedule(models.Model):
+    """A recurring sweep: a plan on a cluster (optionally a node set) at a crontab. Beat's
+    DatabaseScheduler reads `periodic_task`, so edits take effect without restarting beat."""
+
+    name = models.CharField(max_length=100)
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="schedules")
+    plan = models.ForeignKey("catalog.TestPlan", on_delete=models.PROTECT, related_name="+")
+    node_set = models.TextField(blank=True, help_text="ClusterShell node set; empty = every node.")
+    crontab = models.CharField(max_length=100, help_text="minute hour day-of-month month day-of-week (UTC)")
+    enabled = models.BooleanField(default=True)
+    periodic_task = models.OneToOneField(
+        "django_celery_beat.PeriodicTask", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.crontab})"
+
+
+class ScheduledFire(models.Model):
+    """One firing of a schedule. Unique per (schedule, fire minute) and per delivery, so a beat
+    tick delivered twice (acks_late redelivery, two beats) starts one run."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="fires")
+    fire_time = models.DateTimeField()
+    task_id = models.CharField(max_length=64, blank=True)
+    run = models.OneToOneField("runs.Run", on_delete=models.SET_NULL, null=True, blank=True, related_name="sweep_fire")
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-fire_time"]
+        constraints = [models.UniqueConstraint(fields=["schedule", "fire_time"], name="fire_unique_per_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id} at {self.fire_time:%Y-%m-%d %H:%M}"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    SENT = "sent", "sent"
+    RETRYING = "retrying", "retrying"
+    FAILED = "failed", "failed"
+
+
+DELIVERY_COLOURS = {"pending": "grey", "sent": "green", "retrying": "orange", "failed": "red"}
+
+
+class AlertDelivery(models.Model):
+    """One alert to one target (an email list or a webhook) for one transition, and its fate."""
+
+    transition = models.ForeignKey(HealthTransition, on_delete=models.CASCADE, related_name="deliveries")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="alert_deliveries")
+    channel = models.CharField(max_length=8, choices=[("email", "email"), ("webhook", "webhook")])
+    target = models.CharField(max_length=1000)
+    status = models.CharField(max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.channel} to {self.target}: {self.status}"
+
+    @property
+    def colour(self) -> str:
+        return DELIVERY_COLOURS.get(self.status, "grey")
+
+
+class SchedulerAction(models.Model):
+    """A drain/resume (Slurm) or cordon/uncordon (Kubernetes) Kiln did, or would do (dry run)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="scheduler_actions")
+    transition = models.ForeignKey(HealthTransition, on_delete=models.SET_NULL, null=True, blank=True)
+    action = models.CharField(max_length=10)  # drain | resume | cordon | uncordon
+    argv = models.JSONField(default=list)
+    dry_run = models.BooleanField(default=False)
+    status = models.CharField(max_length=10, default="pending")  # pending | done | failed | dry-run
+    output = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.node_id}: {self.status}"
+
+    @property
+    def command(self) -> str:
+        import shlex
+
+        return shlex.join(self.argv)

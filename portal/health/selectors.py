@@ -1,0 +1,165 @@
+"""Reads of the health app. Query counts do not grow with the number of nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count, Max, Q, QuerySet
+
+from portal.health import conf, trends
+from portal.health.models import (
+    HEALTH_COLOURS,
+    AlertDelivery,
+    HealthState,
+    HealthTransition,
+    NodeHealth,
+    Schedule,
+    ScheduledFire,
+    SchedulerAction,
+)
+from portal.inventory.models import Cluster, Node
+from portal.runs.models import ACTIVE_STATUSES, Measurement, Run, Status
+
+STATE_ORDER = [
+    HealthState.FAILED,
+    HealthState.UNREACHABLE,
+    HealthState.DEGRADED,
+    HealthState.HEALTHY,
+    HealthState.UNKNOWN,
+]
+
+
+def _cells(counts: dict[str, int]) -> list[tuple[str, int, str]]:
+    return [(s.value, counts.get(s.value, 0), HEALTH_COLOURS[s.value]) for s in STATE_ORDER]
+
+
+def state_counts(*, cluster: Cluster | None = None) -> dict[str, dict[str, int]]:
+    """cluster name -> {state: node count} (nodes never judged count as unknown). One query."""
+    nodes = Node.objects.all() if cluster is None else Node.objects.filter(cluster=cluster)
+    out: dict[str, dict[str, int]] = {}
+    for row in nodes.values("cluster__name", "health__state").annotate(n=Count("id")):
+        counts = out.setdefault(row["cluster__name"], {s.value: 0 for s in STATE_ORDER})
+        counts[row["health__state"] or HealthState.UNKNOWN] += row["n"]
+    return out
+
+
+def problem_nodes(*, cluster: Cluster) -> QuerySet[NodeHealth]:
+    """Nodes that are not healthy (failed first), with why and since when."""
+    bad = [HealthState.FAILED, HealthState.UNREACHABLE, HealthState.DEGRADED]
+    return (
+        NodeHealth.objects.filter(node__cluster=cluster, state__in=bad)
+        .select_related("node", "last_run")
+        .order_by("state", "node__hostname")
+    )
+
+
+def transitions(*, cluster: Cluster) -> QuerySet[HealthTransition]:
+    return HealthTransition.objects.filter(node__cluster=cluster).select_related("node").order_by("-created_at", "-id")
+
+
+def deliveries(*, cluster: Cluster) -> QuerySet[AlertDelivery]:
+    return AlertDelivery.objects.filter(cluster=cluster).select_related("transition", "transition__node")
+
+
+def scheduler_actions(*, cluster: Cluster) -> QuerySet[SchedulerAction]:
+    return SchedulerAction.objects.filter(node__cluster=cluster).select_related("node")
+
+
+def schedules(*, cluster: Cluster | None = None) -> QuerySet[Schedule]:
+    qs = (
+        Schedule.objects.select_related("cluster", "plan", "periodic_task", "created_by")
+        .annotate(last_fire=Max("fires__fire_time"))
+        .order_by("cluster__name", "name", "id")
+    )
+    return qs if cluster is None else qs.filter(cluster=cluster)
+
+
+@dataclass
+class LastSweep:
+    run: Run | None
+    fire_time: Any = None
+    last_run: Run | None = None
+
+
+def last_sweep(*, cluster: Cluster) -> LastSweep:
+    fire = (
+        ScheduledFire.objects.filter(schedule__cluster=cluster, run__isnull=False)
+        .select_related("run")
+        .order_by("-fire_time")
+        .first()
+    )
+    last_run = Run.objects.filter(cluster=cluster).exclude(status__in=ACTIVE_STATUSES).order_by("-finished_at").first()
+    return LastSweep(run=fire.run if fire else None, fire_time=fire.fire_time if fire else None, last_run=last_run)
+
+
+def nodes_at_risk(*, cluster: Cluster, keep: int | None = None) -> list[trends.Risk]:
+    """Trend rule of portal/health/trends.py over the cluster's recent finished runs. Two queries."""
+    keep = keep or conf.trend_sweeps()
+    run_ids = list(
+        Run.objects.filter(cluster=cluster)
+        .exclude(status__in=ACTIVE_STATUSES)
+        .order_by("-id")
+        .values_list("id", flat=True)[: keep * 4]
+    )
+    if not run_ids:
+        return []
+    names = {r.name for r in trends.RULES}
+    kinds = {r.kind for r in trends.RULES}
+    rows = [
+        {
+            "node_id": r["result__node_id"],
+            "hostname": r["result__node__hostname"],
+            "kind": r["result__kind"],
+            "name": r["name"],
+            "gpu": r["gpu"],
+            "phase": (r["labels"] or {}).get("phase", ""),
+            "value": r["value"],
+            "result_id": r["result_id"],
+        }
+        for r in Measurement.objects.filter(
+            result__run_id__in=run_ids,
+            result__scope="node",
+            result__kind__in=kinds,
+            result__status__in=[Status.PASS, Status.WARN],
+            name__in=names,
+        )
+        .exclude(result__node__health__state__in=[HealthState.FAILED, HealthState.UNREACHABLE])
+        .values(
+            "result__node_id", "result__node__hostname", "result__kind", "name", "gpu", "labels", "value", "result_id"
+        )
+        if (r["result__kind"], r["name"]) in trends.RULE_BY_KEY
+    ]
+    return trends.at_risk(rows, keep=keep)
+
+
+@dataclass
+class Dashboard:
+    cluster: Cluster
+    counts: dict[str, int]
+    last_sweep: LastSweep
+    at_risk: list[trends.Risk] = field(default_factory=list)
+
+    @property
+    def cells(self) -> list[tuple[str, int, str]]:
+        return _cells(self.counts)
+
+
+def dashboard(*, cluster: Cluster) -> Dashboard:
+    counts = state_counts(cluster=cluster).get(cluster.name, {s.value: 0 for s in STATE_ORDER})
+    return Dashboard(
+        cluster=cluster, counts=counts, last_sweep=last_sweep(cluster=cluster), at_risk=nodes_at_risk(cluster=cluster)
+    )
+
+
+def clusters_overview() -> list[dict[str, Any]]:
+    counts = state_counts()
+    problems = dict(
+        Cluster.objects.annotate(
+            n=Count("nodes", filter=Q(nodes__health__state__in=[HealthState.FAILED, HealthState.UNREACHABLE]))
+        ).values_list("name", "n")
+    )
+    return [
+        {"name": name, "cells": _cells(counts.get(name, {})), "problems": problems.get(name, 0)}
+        for name in Cluster.objects.order_by("name").values_list("name", flat=True)
+    ]

@@ -1,0 +1,591 @@
+"""Writes of the health app: node health from finished runs, transitions, alert deliveries,
+scheduler hooks, schedules (django-celery-beat), and the reaper. Keyword-only, typed."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.health import conf
+from portal.health.models import (
+    DRAIN_STATES,
+    AlertDelivery,
+    ClusterHealthSettings,
+    DeliveryStatus,
+    HealthState,
+    HealthTransition,
+    HookMode,
+    NodeHealth,
+    Schedule,
+    ScheduledFire,
+    SchedulerAction,
+)
+from portal.inventory.models import Cluster, Node
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run, Status
+
+logger = logging.getLogger(__name__)
+
+# --- node health from results ------------------------------------------------------------------
+
+# Result statuses that judge a node, worst first. skipped/cancelled say nothing about the hardware.
+_RANK = {Status.FAIL: 3, Status.ERROR: 2, Status.WARN: 1, Status.PASS: 0}
+# Error reasons that mean Kiln could not reach the node at all (worker/ssh.py TransportError kinds).
+_UNREACHABLE_PREFIXES = ("unreachable", "authentication", "host key", "transport")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One result as health sees it: status, reason and the check's display name."""
+
+    status: str
+    reason: str
+    check: str
+
+
+def state_from_results(results: list[Judged]) -> tuple[str, str] | None:
+    """A node's health from its results in one run, and the cause (the worst result's reason).
+
+    - any `fail` -> failed (it ran and the hardware is out of spec);
+    - every result `error`, or an error that says the node could not be reached -> unreachable;
+    - any other `error`, or any `warn` -> degraded;
+    - all `pass` -> healthy.
+    None when no result judged the node (all skipped or cancelled): its state is left alone.
+    """
+    judged = [r for r in results if r.status in _RANK]
+    if not judged:
+        return None
+    worst = max(judged, key=lambda r: _RANK[r.status])
+    cause = f"{worst.check}: {worst.reason}" if worst.reason else worst.check
+    if worst.status == Status.FAIL:
+        return HealthState.FAILED, cause
+    errors = [r for r in judged if r.status == Status.ERROR]
+    unreachable = [r for r in errors if r.reason.lower().startswith(_UNREACHABLE_PREFIXES)]
+    if unreachable:
+        r = unreachable[0]
+        return HealthState.UNREACHABLE, f"{r.check}: {r.reason}"
+    if errors and len(errors) == len(judged):
+        return HealthState.UNREACHABLE, cause
+    if worst.status in (Status.ERROR, Status.WARN):
+        return HealthState.DEGRADED, cause
+    return HealthState.HEALTHY, ""
+
+
+def _judged_per_node(run: Run) -> dict[int, list[Judged]]:
+    names = {item["key"]: item.get("name") or item["key"] for item in run.plan_snapshot.get("items", [])}
+    per_node: dict[int, list[Judged]] = {}
+    for node_id, key, status, reason in run.results.filter(scope="node").values_list(
+        "node_id", "item_key", "status", "reason"
+    ):
+        per_node.setdefault(node_id, []).append(Judged(status, reason, names.get(key, key)))
+    # Group results count for the nodes they name (attribution); an unattributed group failure
+    # cannot be pinned on a node, so it does not change anyone's health.
+    groups = list(run.results.filter(scope="group").values_list("item_key", "attribution"))
+    if groups:
+        by_host = dict(run.cluster.nodes.values_list("hostname", "id"))
+        for key, attribution in groups:
+            for host, verdict in (attribution or {}).items():
+                if host in by_host and isinstance(verdict, dict):
+                    per_node.setdefault(by_host[host], []).append(
+                        Judged(str(verdict.get("status", "")), str(verdict.get("reason", "")), names.get(key, key))
+                    )
+    return per_node
+
+
+def health_evaluate_run(*, run_id: int) -> list[HealthTransition]:
+    """Update the health of every node a finished run judged; record transitions; queue their
+    alerts and scheduler hooks (on commit). Idempotent: a second call finds no state change.
+    A run older than the one a node's state already came from does not overwrite it."""
+    run = Run.objects.select_related("cluster").filter(pk=run_id).first()
+    if run is None or run.status in ACTIVE_STATUSES or run.status == Status.CANCELLED:
+        return []
+    per_node = _judged_per_node(run)
+    sweep = ScheduledFire.objects.filter(run_id=run.pk).exists()
+    now = timezone.now()
+    transitions: list[HealthTransition] = []
+    with transaction.atomic():
+        healths = {h.node_id: h for h in NodeHealth.objects.select_for_update().filter(node_id__in=list(per_node))}
+        missing = [NodeHealth(node_id=nid) for nid in per_node if nid not in healths]
+        NodeHealth.objects.bulk_create(missing, ignore_conflicts=True)
+        if missing:
+            healths = {h.node_id: h for h in NodeHealth.objects.select_for_update().filter(node_id__in=list(per_node))}
+        changed: list[NodeHealth] = []
+        for node_id, results in per_node.items():
+            health = healths[node_id]
+            if health.last_run_id and health.last_run_id > run.pk:
+                continue  # a newer run already judged this node
+            verdict = state_from_results(results)
+            if verdict is None:
+                continue
+            state, reason = verdict
+            if state != health.state:
+                transitions.append(
+                    HealthTransition(
+                        node_id=node_id,
+                        run=run,
+                        from_state=health.state,
+                        to_state=state,
+                        reason=reason[:2000],
+                        sweep=sweep,
+                    )
+                )
+                health.since = now
+            health.state, health.reason, health.last_run, health.checked_at = state, reason[:2000], run, now
+            changed.append(health)
+        NodeHealth.objects.bulk_update(changed, ["state", "reason", "since", "last_run", "checked_at"])
+        transitions = HealthTransition.objects.bulk_create(transitions)
+        if transitions:
+            _react(cluster=run.cluster, transitions=transitions, healths=healths)
+    for t in transitions:
+        logger.info("health: %s", t.describe(_hostname(t.node_id)))
+    return transitions
+
+
+def _hostname(node_id: int) -> str:
+    return Node.objects.filter(pk=node_id).values_list("hostname", flat=True).first() or str(node_id)
+
+
+def _react(*, cluster: Cluster, transitions: list[HealthTransition], healths: dict[int, NodeHealth]) -> None:
+    """Alerts and scheduler hooks for new transitions (inside the caller's transaction)."""
+    cfg = ClusterHealthSettings.objects.filter(cluster=cluster).first()
+    if cfg is None:
+        return
+    deliveries = alerts_create(cfg=cfg, transitions=transitions)
+    actions = hooks_plan(cfg=cfg, cluster=cluster, transitions=transitions, healths=healths)
+    delivery_ids = [d.pk for d in deliveries]
+    action_ids = [a.pk for a in actions if not a.dry_run]
+    transaction.on_commit(lambda: _enqueue(delivery_ids, action_ids))
+
+
+def _enqueue(delivery_ids: list[int], action_ids: list[int]) -> None:
+    from portal.health.tasks import alert_deliver, scheduler_action_run
+
+    for pk in delivery_ids:
+        alert_deliver.delay(pk)
+    for pk in action_ids:
+        scheduler_action_run.delay(pk)
+
+
+# --- alerts ------------------------------------------------------------------------------------
+
+
+def alert_wanted(transition: HealthTransition) -> bool:
+    """Alerts fire on transitions only; a node's first verdict being `healthy` is no news."""
+    return not (transition.from_state == HealthState.UNKNOWN and transition.to_state == HealthState.HEALTHY)
+
+
+def alerts_create(*, cfg: ClusterHealthSettings, transitions: list[HealthTransition]) -> list[AlertDelivery]:
+    rows = []
+    for t in transitions:
+        if not alert_wanted(t):
+            continue
+        if cfg.email_list:
+            rows.append(
+                AlertDelivery(
+                    transition=t, cluster_id=cfg.cluster_id, channel="email", target=", ".join(cfg.email_list)
+                )
+            )
+        if cfg.webhook_url:
+            rows.append(
+                AlertDelivery(transition=t, cluster_id=cfg.cluster_id, channel="webhook", target=cfg.webhook_url)
+            )
+    return AlertDelivery.objects.bulk_create(rows)
+
+
+def alert_payload(*, transition: HealthTransition, cluster: Cluster, hostname: str) -> dict[str, Any]:
+    text = transition.describe(hostname)
+    payload: dict[str, Any] = {
+        "event": "kiln.node_health",
+        "cluster": cluster.name,
+        "node": hostname,
+        "from": transition.from_state,
+        "to": transition.to_state,
+        "recovery": transition.is_recovery,
+        "reason": transition.reason,
+        "run_id": transition.run_id,
+        "sweep": transition.sweep,
+        "at": transition.created_at.isoformat(),
+        "text": text,
+    }
+    if conf.portal_url():
+        from django.urls import reverse
+
+        payload["url"] = conf.portal_url() + reverse("health_cluster", args=[cluster.name])
+    return payload
+
+
+def slack_body(payload: dict[str, Any]) -> dict[str, Any]:
+    """A Slack incoming-webhook body (also accepted by Mattermost and Rocket.Chat)."""
+    icon = ":white_check_mark:" if payload["recovery"] else ":rotating_light:"
+    text = f"{icon} Kiln [{payload['cluster']}] {payload['text']}"
+    if payload.get("url"):
+        text += f" <{payload['url']}|details>"
+    return {"text": text}
+
+
+def alert_attempt(*, delivery: AlertDelivery) -> str:
+    """Send one delivery once. Returns "" on success, else the error. Records the attempt."""
+    from portal.health import notify
+
+    transition = HealthTransition.objects.select_related("node", "node__cluster").get(pk=delivery.transition_id)
+    payload = alert_payload(transition=transition, cluster=transition.node.cluster, hostname=transition.node.hostname)
+    try:
+        if delivery.channel == "email":
+            notify.send_email(to=[a.strip() for a in delivery.target.split(",") if a.strip()], payload=payload)
+        else:
+            cfg = ClusterHealthSettings.objects.filter(cluster_id=delivery.cluster_id).first()
+            slack = cfg is not None and cfg.webhook_format == "slack"
+            notify.post_json(url=delivery.target, body=slack_body(payload) if slack else payload)
+        error = ""
+    except notify.DeliveryError as exc:
+        error = str(exc)
+    except Exception as exc:  # an SMTP or encoding error must be recorded, not lost
+        error = f"{type(exc).__name__}: {exc}"
+    delivery.attempts += 1
+    delivery.last_error = error[:2000]
+    if not error:
+        delivery.status, delivery.sent_at = DeliveryStatus.SENT, timezone.now()
+    elif delivery.attempts >= conf.alert_max_attempts():
+        delivery.status = DeliveryStatus.FAILED
+    else:
+        delivery.status = DeliveryStatus.RETRYING
+    delivery.save(update_fields=["attempts", "last_error", "status", "sent_at"])
+    return error
+
+
+def alert_retry_delay_s(*, attempts: int) -> float:
+    """Exponential backoff: base, 2*base, 4*base, ... capped at one hour."""
+    return min(3600.0, conf.alert_retry_base_s() * 2 ** max(0, attempts - 1))
+
+
+# --- scheduler hooks ---------------------------------------------------------------------------
+
+
+def hook_argv(*, cfg: ClusterHealthSettings, scheduler: str, action: str, hostname: str, reason: str = "") -> list[str]:
+    if scheduler == "slurm":
+        argv = [cfg.scontrol_path, "update", f"nodename={hostname}"]
+        if action == "drain":
+            # One argv word: scontrol reads `reason=kiln: ...` whole (the shell form quotes it).
+            return [*argv, "state=drain", f"reason=kiln: {reason}"[:250]]
+        return [*argv, "state=resume"]
+    context = ["--context", cfg.kubectl_context] if cfg.kubectl_context else []
+    return [cfg.kubectl_path, *context, action, hostname]
+
+
+def hooks_plan(
+    *, cfg: ClusterHealthSettings, cluster: Cluster, transitions: list[HealthTransition], healths: dict[int, NodeHealth]
+) -> list[SchedulerAction]:
+    """Drain/cordon nodes that went failed or unreachable; resume/uncordon recovered nodes that
+    Kiln itself drained (never one an admin drained). Dry run records the commands only."""
+    if cfg.hook_mode == HookMode.OFF or cluster.scheduler not in ("slurm", "k8s"):
+        return []
+    dry = cfg.hook_mode == HookMode.DRY_RUN
+    take, give = ("drain", "resume") if cluster.scheduler == "slurm" else ("cordon", "uncordon")
+    hostnames = dict(Node.objects.filter(pk__in=[t.node_id for t in transitions]).values_list("id", "hostname"))
+    actions: list[SchedulerAction] = []
+    touched: list[NodeHealth] = []
+    for t in transitions:
+        health = healths[t.node_id]
+        host = hostnames[t.node_id]
+        if t.to_state in DRAIN_STATES and t.from_state not in DRAIN_STATES and not health.kiln_drain:
+            action, reason = take, f"{t.to_state}: {t.reason}"
+            health.kiln_drain = "dry-run" if dry else "drained"
+        elif t.to_state == HealthState.HEALTHY and health.kiln_drain in ("dry-run" if dry else "drained",):
+            action, reason = give, ""
+            health.kiln_drain = ""
+        else:
+            continue
+        touched.append(health)
+        actions.append(
+            SchedulerAction(
+                node_id=t.node_id,
+                transition=t,
+                action=action,
+                argv=hook_argv(cfg=cfg, scheduler=cluster.scheduler, action=action, hostname=host, reason=reason),
+                dry_run=dry,
+                status="dry-run" if dry else "pending",
+                finished_at=timezone.now() if dry else None,
+            )
+        )
+    NodeHealth.objects.bulk_update(touched, ["kiln_drain"])
+    return SchedulerAction.objects.bulk_create(actions)
+
+
+def controller_target(cfg: ClusterHealthSettings) -> Any:
+    from worker.ssh import NodeTarget
+
+    return NodeTarget(
+        hostname=cfg.controller_host or "localhost",
+        transport=cfg.controller_transport,
+        port=cfg.controller_port,
+        user=cfg.controller_user,
+        key_path=cfg.controller_key_path,
+        known_hosts=cfg.controller_known_hosts,
+        connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
+        local_env={str(k): str(v) for k, v in (cfg.controller_env or {}).items()},
+    )
+
+
+def scheduler_action_execute(*, action_id: int) -> SchedulerAction:
+    """Run a pending scheduler action on the controller. A failed drain clears `kiln_drain` (Kiln
+    did not drain it, so must not resume it later)."""
+    from checks.base import Command
+    from worker.ssh import TransportError, open_transport
+
+    action = SchedulerAction.objects.select_related("node", "node__cluster").get(pk=action_id)
+    if action.status != "pending":
+        return action
+    cfg = ClusterHealthSettings.objects.get(cluster_id=action.node.cluster_id)
+    try:
+        transport = open_transport(controller_target(cfg))
+        try:
+            out = transport.run(Command(argv=tuple(action.argv), timeout=conf.hook_timeout_s(), label=action.action))
+        finally:
+            transport.close()
+        ok = out.exit_code == 0 and not out.timed_out
+        text = (out.stdout + out.stderr).strip() or f"exit {out.exit_code}"
+        if out.timed_out:
+            text = f"timed out after {conf.hook_timeout_s():g}s. {text}"
+    except TransportError as exc:
+        ok, text = False, f"{exc.kind}: {exc.message}"
+    action.status = "done" if ok else "failed"
+    action.output = text[:4000]
+    action.finished_at = timezone.now()
+    action.save(update_fields=["status", "output", "finished_at"])
+    if not ok and action.action in ("drain", "cordon"):
+        NodeHealth.objects.filter(node_id=action.node_id, kiln_drain="drained").update(kiln_drain="")
+    if not ok and action.action in ("resume", "uncordon"):
+        NodeHealth.objects.filter(node_id=action.node_id).update(kiln_drain="drained")  # still ours to resume
+    return action
+
+
+# --- schedules ---------------------------------------------------------------------------------
+
+
+class ScheduleError(ValueError):
+    """The schedule cannot be saved as asked; the message says why."""
+
+
+def crontab_parse(expression: str) -> dict[str, str]:
+    """'m h dom mon dow' -> CrontabSchedule fields, validated by celery's own crontab parser."""
+    from celery.schedules import crontab
+
+    parts = expression.split()
+    if len(parts) != 5:
+        raise ScheduleError(f"crontab {expression!r}: expected 5 fields (minute hour day-of-month month day-of-week)")
+    fields = dict(zip(["minute", "hour", "day_of_month", "month_of_year", "day_of_week"], parts, strict=True))
+    try:
+        crontab(**fields)
+    except (ValueError, TypeError) as exc:
+        raise ScheduleError(f"crontab {expression!r}: {exc}") from None
+    return fields
+
+
+def _periodic_task_sync(schedule: Schedule) -> None:
+    from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+    fields = crontab_parse(schedule.crontab)
+    cron, _ = CrontabSchedule.objects.get_or_create(**fields, timezone="UTC")
+    defaults = {
+        "task": "kiln.scheduled_run",
+        "crontab": cron,
+        "interval": None,
+        "kwargs": json.dumps({"schedule_id": schedule.pk}),
+        "enabled": schedule.enabled,
+        "description": f"Kiln schedule #{schedule.pk}: {schedule.plan.slug} on {schedule.cluster.name}",
+    }
+    task, _ = PeriodicTask.objects.update_or_create(name=f"kiln-schedule-{schedule.pk}", defaults=defaults)
+    if schedule.periodic_task_id != task.pk:
+        schedule.periodic_task = task
+        schedule.save(update_fields=["periodic_task"])
+
+
+@transaction.atomic
+def schedule_create(
+    *, name: str, cluster: Cluster, plan: Any, crontab: str, node_set: str = "", created_by: Any = None
+) -> Schedule:
+    from portal.runs.services import RunStartError, nodes_select
+
+    crontab = " ".join(crontab.split())
+    crontab_parse(crontab)
+    try:
+        nodes_select(cluster=cluster, node_set=node_set)
+    except RunStartError as exc:
+        raise ScheduleError(str(exc)) from None
+    schedule = Schedule.objects.create(
+        name=name,
+        cluster=cluster,
+        plan=plan,
+        crontab=crontab,
+        node_set=node_set.strip(),
+        created_by=created_by if getattr(created_by, "pk", None) else None,
+    )
+    _periodic_task_sync(schedule)
+    return schedule
+
+
+@transaction.atomic
+def schedule_set_enabled(*, schedule: Schedule, enabled: bool) -> Schedule:
+    schedule.enabled = enabled
+    schedule.save(update_fields=["enabled"])
+    _periodic_task_sync(schedule)
+    return schedule
+
+
+@transaction.atomic
+def schedule_delete(*, schedule: Schedule) -> None:
+    task = schedule.periodic_task
+    schedule.delete()
+    if task is not None:
+        task.delete()  # PeriodicTask's own delete signal tells beat to reload
+
+
+def scheduled_run_fire(*, schedule_id: int, task_id: str = "", now: datetime | None = None) -> Run | None:
+    """Start the schedule's run for this firing, once. The firing is the beat tick's minute (crontab
+    granularity); a redelivered message (same task id) or a second beat in the same minute finds
+    the ScheduledFire row and starts nothing."""
+    from portal.runs.services import RunStartError, nodes_select, run_start
+
+    schedule = Schedule.objects.select_related("cluster", "plan", "created_by").filter(pk=schedule_id).first()
+    if schedule is None or not schedule.enabled:
+        return None
+    fire_time = (now or timezone.now()).replace(second=0, microsecond=0)
+    if task_id and ScheduledFire.objects.filter(schedule=schedule, task_id=task_id).exists():
+        return None
+    try:
+        with transaction.atomic():
+            fire = ScheduledFire.objects.create(schedule=schedule, fire_time=fire_time, task_id=task_id)
+            nodes = nodes_select(cluster=schedule.cluster, node_set=schedule.node_set)
+            run = run_start(cluster=schedule.cluster, plan=schedule.plan, nodes=nodes, requested_by=schedule.created_by)
+            fire.run = run
+            fire.save(update_fields=["run"])
+    except IntegrityError:
+        return None  # this minute's firing already happened
+    except RunStartError as exc:
+        ScheduledFire.objects.get_or_create(
+            schedule=schedule, fire_time=fire_time, defaults={"task_id": task_id, "error": str(exc)[:2000]}
+        )
+        logger.warning("schedule %s: %s", schedule.pk, exc)
+        return None
+    logger.info("schedule %s started run %s", schedule.pk, run.pk)
+    return run
+
+
+# --- reaper ------------------------------------------------------------------------------------
+
+
+def _limits(snapshot: dict[str, Any], node_count: int) -> tuple[float, float]:
+    """(node task hard limit, all group tasks' hard limits summed), as the worker enqueues them."""
+    from worker.timeouts import node_task_limits
+
+    items = snapshot.get("items", [])
+    connect = settings.KILN_SSH_CONNECT_TIMEOUT
+    node_items = [i["timeout_s"] for i in items if i.get("scope", "node") == "node"]
+    _, node_hard = node_task_limits(command_budgets=node_items or [0], connect_timeout=connect)
+    group_total = 0.0
+    for item in items:
+        if item.get("scope", "node") == "group":
+            _, hard = node_task_limits(
+                command_budgets=[item["timeout_s"]] * (1 + 2 * node_count), connect_timeout=connect
+            )
+            group_total += hard
+    return float(node_hard), group_total
+
+
+def reap(*, now: datetime | None = None) -> list[int]:
+    """Mark results stuck past their deadline as `error` (with the reason), then finalize their
+    runs. Also finalizes active runs that have no active result left (a worker died between
+    recording and finalizing). Returns the ids of the runs it touched.
+
+    Deadlines (the same nested limits the worker enqueues with, worker/timeouts.py):
+    - running node result: started_at + the node task's hard limit + KILN_REAPER_GRACE_S;
+    - running group result: started_at + that group task's hard limit + grace;
+    - queued result: run.created_at + KILN_REAPER_QUEUE_ALLOWANCE_S + node hard limit + every
+      group hard limit + grace (a queue may be long; a group waits for the node checks).
+    """
+    from ClusterShell.NodeSet import NodeSet
+
+    from portal.runs.services import run_finalize
+    from worker.timeouts import node_task_limits
+
+    now = now or timezone.now()
+    grace = conf.reaper_grace_s()
+    queue_allowance = conf.reaper_queue_allowance_s()
+    active_runs = list(
+        Run.objects.filter(status__in=ACTIVE_STATUSES).only("id", "plan_snapshot", "node_set", "created_at")
+    )
+    touched: set[int] = set()
+    for run in active_runs:
+        node_count = len(NodeSet(run.node_set or ""))
+        node_hard, group_total = _limits(run.plan_snapshot, node_count)
+        items = {i["key"]: i for i in run.plan_snapshot.get("items", [])}
+        reaped = 0
+        stuck_running = CheckResult.objects.filter(
+            run=run, status=Status.RUNNING, scope="node", started_at__lt=now - timedelta(seconds=node_hard + grace)
+        )
+        reaped += stuck_running.update(
+            status=Status.ERROR,
+            reason=(
+                f"reaped: still running {int(node_hard + grace)}s after it started (node task hard limit "
+                f"{int(node_hard)}s + {int(grace)}s grace); its worker probably died"
+            ),
+            finished_at=now,
+        )
+        for result in CheckResult.objects.filter(run=run, status=Status.RUNNING, scope="group").only(
+            "id", "item_key", "started_at"
+        ):
+            item = items.get(result.item_key, {"timeout_s": 0})
+            _, hard = node_task_limits(
+                command_budgets=[item["timeout_s"]] * (1 + 2 * node_count),
+                connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
+            )
+            if result.started_at and result.started_at < now - timedelta(seconds=hard + grace):
+                reaped += CheckResult.objects.filter(pk=result.pk, status=Status.RUNNING).update(
+                    status=Status.ERROR,
+                    reason=(
+                        f"reaped: still running {int(hard + grace)}s after it started (group task hard limit "
+                        f"{int(hard)}s + {int(grace)}s grace); its worker probably died"
+                    ),
+                    finished_at=now,
+                )
+        queue_deadline = run.created_at + timedelta(seconds=queue_allowance + node_hard + group_total + grace)
+        if queue_deadline < now:
+            reaped += CheckResult.objects.filter(run=run, status=Status.QUEUED).update(
+                status=Status.ERROR,
+                reason=(
+                    f"reaped: still queued {int((now - run.created_at).total_seconds())}s after the run was created "
+                    f"(allowance {int(queue_allowance)}s + the run's limits); no worker took it"
+                ),
+                finished_at=now,
+            )
+        stalled = not run.results.filter(Q(status__in=ACTIVE_STATUSES)).exists()
+        if reaped or stalled:
+            if reaped:
+                logger.warning("reaper: run %s: %d result(s) marked error", run.pk, reaped)
+            run_finalize(run_id=run.pk)
+            touched.add(run.pk)
+    return sorted(touched)
+
+
+def reaper_schedule_ensure() -> None:
+    """The reaper's PeriodicTask (every KILN_REAPER_INTERVAL_S). Called at post_migrate."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    every, _ = IntervalSchedule.objects.get_or_create(every=conf.reaper_interval_s(), period=IntervalSchedule.SECONDS)
+    PeriodicTask.objects.update_or_create(
+        name="kiln-reaper",
+        defaults={
+            "task": "kiln.reap",
+            "interval": every,
+            "crontab": None,
+            "enabled": True,
+            "description": "Marks results stuck past their deadline as error and finalizes their runs.",
+        },
+    )
