@@ -53,6 +53,9 @@ from checks.parsers import Parsed, register_parser
 from checks.sampling import SamplingDoc, load_sampling, probe_gpu
 
 IDLE, LOAD, SENSORS = "probe idle", "probe load", "sensors"
+# The idle command's label when no load phase was asked for (load_s=0): parse then knows a missing
+# load output is by design, not lost evidence.
+IDLE_ONLY = "probe idle-only"
 PHASES = {IDLE: "idle", LOAD: "load"}
 # Clock-event reasons that mean "too hot" (sampling.py names the NVML bits). hw_slowdown alone
 # may be thermal or a power brake: recorded and warned, not failed, here.
@@ -173,6 +176,7 @@ class DlcParams:
     idle_s: int = 10  # idle sampling window
     # Load long enough for the cold plate and coolant loop to settle; the steady state is the last
     # half of the run. 120 s is a conservative default; tune per site (fast test run: 3 s).
+    # 0 = idle temperatures only (quick sweeps on a cluster in service: no load is started).
     load_s: int = 120
     sample_interval_s: float = 1.0
     # "" (none), "ipmitool" (`ipmitool sdr`) or "redfish" (curl of redfish_url from the node).
@@ -181,9 +185,11 @@ class DlcParams:
     timeout_s: int = 60  # per command, on top of its own sampling time
 
     def __post_init__(self) -> None:
-        for name in ("idle_s", "load_s", "timeout_s"):
+        for name in ("idle_s", "timeout_s"):
             if getattr(self, name) < 1:
                 raise ParamsError(f"param {name!r}: must be >= 1")
+        if self.load_s < 0:
+            raise ParamsError("param 'load_s': must be >= 0 (0 = idle only)")
         if self.sample_interval_s <= 0:
             raise ParamsError("param 'sample_interval_s': must be > 0")
         if self.sensor_source not in ("", "ipmitool", "redfish"):
@@ -265,15 +271,18 @@ class DlcTemperature(Check):
                 argv=("python3", "-", "--sample", interval, "--duration", str(p.idle_s)),
                 stdin=source,
                 timeout=float(p.idle_s + p.timeout_s),
-                label=IDLE,
-            ),
-            Command(
-                argv=("python3", "-", "--sample", interval, "--", "gpu_burn", "-tc", str(p.load_s)),
-                stdin=source,
-                timeout=float(p.load_s + p.timeout_s),
-                label=LOAD,
+                label=IDLE if p.load_s > 0 else IDLE_ONLY,
             ),
         ]
+        if p.load_s > 0:
+            cmds.append(
+                Command(
+                    argv=("python3", "-", "--sample", interval, "--", "gpu_burn", "-tc", str(p.load_s)),
+                    stdin=source,
+                    timeout=float(p.load_s + p.timeout_s),
+                    label=LOAD,
+                )
+            )
         if p.sensor_source == "ipmitool":
             cmds.append(Command(argv=("ipmitool", "sdr"), timeout=float(p.timeout_s), label=SENSORS))
         elif p.sensor_source == "redfish":
@@ -302,8 +311,14 @@ class DlcTemperature(Check):
     def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
         by_label = {o.command.label: o for o in outputs}
         out: list[Measurement] = []
+        idle_only = IDLE_ONLY in by_label  # load_s=0: no load was asked for
+        if idle_only:
+            by_label[IDLE] = by_label.pop(IDLE_ONLY)
+            out.append(Measurement(name="phases", text="idle"))
         for label, phase in PHASES.items():
             if label not in by_label:
+                if idle_only and phase == "load":
+                    continue
                 raise EvidenceError(f"no {phase} sampling output")
             doc = self._sampling(by_label[label], phase)
             out.append(Measurement(name="samples", value=float(len(doc.samples)), labels={"phase": phase}))
@@ -371,13 +386,15 @@ class DlcTemperature(Check):
             errors = [m.text for m in measurements if m.name == "probe_error"]
             why = f" ({'; '.join(errors[:2])})" if errors else ""
             return Verdict(ERROR, f"no GPU temperature samples{why}")
-        for phase in ("idle", "load"):
+        idle_only = any(m.name == "phases" and m.text == "idle" for m in measurements)
+        phases = ("idle",) if idle_only else ("idle", "load")
+        for phase in phases:
             count = idx.get(("samples", None, phase))
             if count is None or (count.value or 0) < t.min_samples:
                 n = int(count.value or 0) if count else 0
                 findings.append(Finding(ERROR, f"only {n} {phase} samples (need {t.min_samples})"))
         for i in gpus:
-            for phase in ("idle", "load"):
+            for phase in phases:
                 if (("temp_gpu_steady", i, phase)) not in idx:
                     findings.append(Finding(ERROR, f"GPU {i}: no {phase} samples"))
         for i in gpus:
@@ -405,6 +422,16 @@ class DlcTemperature(Check):
             default=0.0,
         )
         pass_reason = f"{len(gpus)} GPUs: hottest {hottest:.0f} C under load, no thermal slowdown"
+        if idle_only:
+            idle_hottest = max(
+                (
+                    idx[("temp_gpu_steady", i, "idle")].value or 0.0
+                    for i in gpus
+                    if ("temp_gpu_steady", i, "idle") in idx
+                ),
+                default=0.0,
+            )
+            pass_reason = f"{len(gpus)} GPUs idle (no load run): hottest {idle_hottest:.0f} C, margins kept"
         return Verdict.from_findings(findings, pass_reason=pass_reason)
 
     def _margins(self, idx: dict, t: DlcThresholds, i: int) -> list[Finding]:

@@ -70,6 +70,8 @@ BUILTIN_PLANS: dict[str, tuple[str, str, list[tuple[str, dict[str, Any]]]]] = {
             ("ecc-health", {}),
             ("gpu-links", {}),
             ("ib-ports", {}),
+            # Idle temperatures only: a sweep on a cluster in service starts no load.
+            ("dlc-temperature", {"idle_s": 5, "load_s": 0}),
             # A short run: fewer iterations at every size; the sizes still reach the peak plateau.
             ("nccl-allreduce", {"iters": 5, "warmup_iters": 2}),
         ],

@@ -274,3 +274,29 @@ def test_it_fails_a_throttling_gpu_on_the_simulator(sim: SimPaths, tmp_path: Pat
 def test_it_fails_a_leak_on_the_simulator(sim: SimPaths, tmp_path: Path) -> None:
     _, verdict, _ = run_sim(sim, tmp_path, leak=1)
     assert (verdict.status, verdict.reason) == (FAIL, "leak sensor 'Leak Detect' asserted")
+
+
+def test_it_judges_idle_temperatures_alone_when_no_load_is_asked(tmp_path) -> None:
+    """load_s=0 (quick sweeps): only the idle probe runs; no gpu_burn; the margins still judged."""
+    from checks.base import NodeContext, get_check, run_check
+    from testbed.sim import build_simulator, node_env, write_state
+    from worker.ssh import LocalTransport, NodeTarget
+
+    paths = build_simulator(tmp_path / "sim")
+    state = tmp_path / "nodes" / "n1" / "state"
+    state.parent.mkdir(parents=True)
+    write_state(state, node="n1")
+    check = get_check("dlc_temperature")
+    params = check.make_params({"idle_s": 2, "load_s": 0})
+    commands = check.commands(params, NodeContext(hostname="n1"))
+    assert [c.label for c in commands] == [commands[0].label] and "gpu_burn" not in commands[0].argv
+    transport = LocalTransport(NodeTarget(hostname="n1", transport="local", local_env=node_env(paths, state)))
+    outputs = [transport.run(c) for c in commands]
+    _, verdict = run_check(check, params, {}, outputs, NodeContext(hostname="n1"))
+    assert verdict.status == "pass", verdict.reason
+    assert "idle" in verdict.reason
+
+    write_state(state, node="n1", temp_gpu=2, temp_value=84)  # 3 C from the 87 C slowdown at idle
+    outputs = [transport.run(c) for c in commands]
+    _, verdict = run_check(check, params, {}, outputs, NodeContext(hostname="n1"))
+    assert verdict.status == "fail" and "GPU 2" in verdict.reason, verdict.reason
