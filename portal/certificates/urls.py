@@ -1,3 +1,19 @@
-from django.urls import path  # noqa: F401
+from __future__ import annotations
 
-urlpatterns: list = []
+from django.urls import path
+
+from portal.certificates import views
+
+urlpatterns = [
+    path("campaigns/", views.campaign_list, name="campaign_list"),
+    path("campaigns/<int:campaign_id>/", views.campaign_detail, name="campaign_detail"),
+    path("campaigns/<int:campaign_id>/run/", views.campaign_run_start, name="campaign_run_start"),
+    path("campaigns/<int:campaign_id>/add-run/", views.campaign_run_add, name="campaign_run_add"),
+    path("campaigns/<int:campaign_id>/scope/", views.campaign_scope, name="campaign_scope"),
+    path("campaigns/<int:campaign_id>/waive/", views.campaign_waive, name="campaign_waive"),
+    path("campaigns/<int:campaign_id>/sign/", views.campaign_sign, name="campaign_sign"),
+    path("certificates/verify/", views.certificate_verify, name="certificate_verify"),
+    path("certificates/<int:certificate_id>.pdf", views.certificate_pdf, name="certificate_pdf"),
+    path("certificates/<int:certificate_id>.json", views.certificate_json, name="certificate_json"),
+    path("certificates/<int:certificate_id>/revoke/", views.certificate_revoke, name="certificate_revoke"),
+]

@@ -1,0 +1,233 @@
+"""The certificate body: what a campaign's current state cites, as plain JSON-able data.
+
+Built from the database only (no clock), so two approvers signing minutes apart see the same body
+digest unless the evidence itself changed. Queries are batched: a fixed number per 500 results."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from portal.certificates import seal
+from portal.certificates.selectors import WAIVED, CampaignState
+from portal.runs.models import CheckResult, Measurement, Run, Series
+
+CHUNK = 500
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _chunks(ids: list[int]) -> Iterator[list[int]]:
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start : start + CHUNK]
+
+
+def _measurement(m: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": m["name"],
+        "value": m["value"],
+        "text": m["text"],
+        "unit": m["unit"],
+        "gpu": m["gpu"],
+        "threshold": m["threshold"],
+        "ok": m["ok"],
+        "labels": m["labels"] or {},
+    }
+
+
+def _strip_taken_at(snapshot: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in snapshot.items() if k != "taken_at"}
+
+
+def body_build(*, state: CampaignState) -> dict[str, Any]:
+    """Everything the certificate asserts except its number, issue date, signatures and seal."""
+    campaign = state.campaign
+    cluster = campaign.cluster
+    cells = state.cells
+    result_ids = sorted({c.result_id for c in cells if c.result_id is not None})
+    results: dict[int, dict[str, Any]] = {}
+    measurements: dict[int, list[dict[str, Any]]] = {rid: [] for rid in result_ids}
+    series_hash: dict[int, list[dict[str, Any]]] = {rid: [] for rid in result_ids}
+    for chunk in _chunks(result_ids):
+        for r in CheckResult.objects.filter(pk__in=chunk).values(
+            "id", "run_id", "item_key", "kind", "status", "reason", "scope", "node_set", "attribution", "command",
+            "exit_code", "stdout", "stderr", "output_truncated", "started_at", "finished_at", "node__hostname",
+        ):  # fmt: skip
+            results[r["id"]] = r
+        for m in (
+            Measurement.objects.filter(result_id__in=chunk)
+            .order_by("result_id", "gpu", "name", "id")
+            .values("result_id", "name", "value", "text", "unit", "gpu", "threshold", "ok", "labels")
+        ):
+            measurements[m["result_id"]].append(_measurement(m))
+        for s in (
+            Series.objects.filter(result_id__in=chunk)
+            .order_by("result_id", "name", "gpu", "id")
+            .values("result_id", "name", "unit", "x_unit", "gpu", "labels", "x", "y")
+        ):
+            series_hash[s.pop("result_id")].append(s)
+
+    def evidence(rid: int) -> dict[str, Any]:
+        r = results[rid]
+        return {
+            "result_id": rid,
+            "run_id": r["run_id"],
+            "kind": r["kind"],
+            "status": r["status"],
+            "reason": r["reason"],
+            "command": r["command"],
+            "exit_code": r["exit_code"],
+            "started_at": _iso(r["started_at"]),
+            "finished_at": _iso(r["finished_at"]),
+            "stdout_sha256": seal.sha256_hex(r["stdout"]),
+            "stderr_sha256": seal.sha256_hex(r["stderr"]),
+            "output_truncated": r["output_truncated"],
+            "series_sha256": seal.sha256_hex(seal.canonical_bytes(series_hash[rid])),
+            "measurements": measurements[rid],
+        }
+
+    # Node identities: serials and GPU UUIDs from the gpu_inventory evidence the certificate cites.
+    inventory_keys = {item["key"] for item in state.items if item["kind"] == "gpu_inventory"}
+    nodes_out = []
+    group_ids: set[int] = set()
+    for node, row_cells in state.rows:
+        gpus: dict[int, dict[str, Any]] = {}
+        checks: dict[str, Any] = {}
+        for cell in row_cells:
+            entry: dict[str, Any] = {"state": cell.state}
+            if cell.result_id is not None:
+                if cell.scope == "group":
+                    group_ids.add(cell.result_id)
+                    entry.update(
+                        {
+                            "result_id": cell.result_id,
+                            "status": cell.result_status,
+                            "reason": cell.reason,
+                            "group": True,
+                        }
+                    )
+                else:
+                    entry.update(evidence(cell.result_id))
+                if cell.state == WAIVED and cell.waiver is not None:
+                    entry["waiver_id"] = cell.waiver.pk
+            checks[cell.item_key] = entry
+            if cell.item_key in inventory_keys and cell.result_id is not None and cell.scope == "node":
+                for m in measurements[cell.result_id]:
+                    if m["gpu"] is not None and m["name"] in ("gpu_uuid", "gpu_serial"):
+                        gpus.setdefault(m["gpu"], {"index": m["gpu"], "uuid": "", "serial": ""})
+                        gpus[m["gpu"]]["uuid" if m["name"] == "gpu_uuid" else "serial"] = m["text"]
+        nodes_out.append(
+            {
+                "hostname": node.hostname,
+                "serial": node.serial,
+                "rack": node.rack,
+                "position": node.position,
+                "group": node.group,
+                "gpus": [gpus[i] for i in sorted(gpus)],
+                "checks": checks,
+            }
+        )
+    group_results = []
+    for rid in sorted(group_ids):
+        r = results[rid]
+        group_results.append(
+            {**evidence(rid), "item_key": r["item_key"], "node_set": r["node_set"], "attribution": r["attribution"]}
+        )
+
+    # Per-check summary.
+    summary = []
+    for item in state.items:
+        item_cells = [c for c in cells if c.item_key == item["key"]]
+        counts: dict[str, int] = {}
+        for c in item_cells:
+            counts[c.state] = counts.get(c.state, 0) + 1
+        summary.append(
+            {"key": item["key"], "name": item["name"], "kind": item["kind"], "nodes": len(item_cells), "states": counts}
+        )
+
+    # The plan snapshot(s) the cited results were judged by (a plan edited mid-campaign shows twice).
+    cited_runs = sorted({results[rid]["run_id"] for rid in result_ids})
+    plans: dict[str, dict[str, Any]] = {}
+    runs_out = []
+    for run in (
+        Run.objects.filter(campaign_link__campaign=campaign).select_related("requested_by").order_by("created_at", "id")
+    ):
+        runs_out.append(
+            {
+                "id": run.pk,
+                "status": run.status,
+                "node_set": run.node_set,
+                "parent_id": run.parent_id,
+                "requested_by": run.requested_by.get_username() if run.requested_by else "",
+                "started_at": _iso(run.started_at),
+                "finished_at": _iso(run.finished_at),
+            }
+        )
+        if run.pk in cited_runs:
+            snap = _strip_taken_at(run.plan_snapshot)
+            digest = seal.sha256_hex(seal.canonical_bytes(snap))
+            plans.setdefault(digest, {"sha256": digest, "runs": [], "snapshot": snap})["runs"].append(run.pk)
+
+    waivers = [
+        {
+            "id": w.pk,
+            "node": w.node.hostname,
+            "item_key": w.item_key,
+            "result_id": w.result_id,
+            "justification": w.justification,
+            "granted_by": w.granted_by.get_username(),
+            "granted_by_name": w.granted_by.get_full_name(),
+            "granted_at": _iso(w.granted_at),
+        }
+        for w in sorted((c.waiver for c in cells if c.waiver is not None), key=lambda w: w.pk)
+    ]
+    out_of_scope = [
+        {
+            "node": e.node.hostname,
+            "serial": e.node.serial,
+            "reason": e.reason,
+            "by": e.excluded_by.get_username() if e.excluded_by else "",
+            "at": _iso(e.excluded_at),
+        }
+        for e in state.excluded
+    ]
+    starts = [r["started_at"] for r in runs_out if r["started_at"]]
+    ends = [r["finished_at"] for r in runs_out if r["finished_at"]]
+    return {
+        "format": seal.FORMAT,
+        "verdict": "PASS WITH WAIVERS" if waivers else "PASS",
+        "cluster": {
+            "name": cluster.name,
+            "customer": cluster.customer,
+            "site": cluster.site,
+            "profile": cluster.profile,
+        },
+        "campaign": {
+            "id": campaign.pk,
+            "name": campaign.name,
+            "plan": campaign.plan_snapshot.get("slug", ""),
+            "opened_at": _iso(campaign.created_at),
+            "testing_started_at": min(starts) if starts else None,
+            "testing_finished_at": max(ends) if ends else None,
+        },
+        "campaign_plan": _strip_taken_at(campaign.plan_snapshot),
+        "plans": sorted(plans.values(), key=lambda p: p["runs"][0]),
+        "runs": runs_out,
+        "summary": summary,
+        "nodes": nodes_out,
+        "group_results": group_results,
+        "waivers": waivers,
+        "out_of_scope": out_of_scope,
+        "counts": {
+            "nodes_in_scope": len(state.rows),
+            "nodes_out_of_scope": len(state.excluded),
+            "checks": len(state.items),
+        },
+    }
+
+
+def body_digest(body: dict[str, Any]) -> str:
+    return seal.sha256_hex(seal.canonical_bytes(body))

@@ -1,0 +1,258 @@
+"""Campaign and certificate pages. Thin: they adapt HTTP to selectors and services."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.catalog.models import TestPlan
+from portal.certificates import selectors, services
+from portal.certificates.models import Campaign, Certificate
+from portal.certificates.seal import NOT_A_CERTIFICATE, TAMPERED, UNKNOWN_KEY, VALID, trusted_keys
+from portal.inventory.models import Cluster, Node
+from portal.roles import APPROVER, OPERATOR, VIEWER, has_role
+from portal.runs.models import STATUS_COLOURS, Run
+from portal.views import role_required
+
+OPEN_PAGE = 50
+AUDIT_PAGE = 50
+MAX_UPLOAD = 50 * 1024 * 1024
+
+
+class CampaignForm(forms.Form):
+    name = forms.CharField(max_length=200, required=False, help_text="Empty: named after the plan and cluster.")
+    cluster = forms.ModelChoiceField(queryset=Cluster.objects.all(), to_field_name="name", empty_label=None)
+    plan = forms.ModelChoiceField(queryset=TestPlan.objects.all(), to_field_name="slug", empty_label=None)
+
+
+class RunStartForm(forms.Form):
+    node_set = forms.CharField(required=False, label="Nodes", widget=forms.TextInput(attrs={"size": 40}))
+
+
+class RunAddForm(forms.Form):
+    run = forms.IntegerField(label="Run #", min_value=1)
+
+
+class ScopeForm(forms.Form):
+    hostname = forms.CharField(max_length=253)
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2, "cols": 50}))
+
+
+class WaiverForm(forms.Form):
+    hostname = forms.CharField(max_length=253, widget=forms.HiddenInput)
+    item_key = forms.CharField(max_length=64, widget=forms.HiddenInput)
+    justification = forms.CharField(widget=forms.Textarea(attrs={"rows": 2, "cols": 50}))
+
+
+class RevokeForm(forms.Form):
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2, "cols": 50}))
+
+
+class VerifyForm(forms.Form):
+    pdf = forms.FileField(label="Certificate PDF")
+
+
+@role_required(VIEWER)
+def campaign_list(request: HttpRequest) -> HttpResponse:
+    form = CampaignForm(request.POST or None)
+    if request.method == "POST":
+        if not has_role(request.user, OPERATOR):
+            return HttpResponse("opening a campaign needs the operator role", status=403)
+        if form.is_valid():
+            try:
+                campaign = services.campaign_create(
+                    cluster=form.cleaned_data["cluster"],
+                    plan=form.cleaned_data["plan"],
+                    name=form.cleaned_data["name"],
+                    user=request.user,
+                )
+            except services.CampaignError as exc:
+                form.add_error(None, str(exc))
+            else:
+                return redirect("campaign_detail", campaign_id=campaign.pk)
+    page = Paginator(selectors.campaign_list(), 50).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "certificates/campaign_list.html",
+        {"page": page, "form": form, "can_operate": has_role(request.user, OPERATOR)},
+    )
+
+
+@role_required(VIEWER)
+def campaign_detail(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign.objects.select_related("cluster", "plan", "created_by"), pk=campaign_id)
+    state = selectors.campaign_state(campaign=campaign)
+    open_page = Paginator(state.open_cells, OPEN_PAGE).get_page(request.GET.get("open"))
+    audit_page = Paginator(selectors.campaign_audit(campaign=campaign), AUDIT_PAGE).get_page(request.GET.get("audit"))
+    side = selectors.signer_side(user=request.user)
+    return render(
+        request,
+        "certificates/campaign_detail.html",
+        {
+            "campaign": campaign,
+            "state": state,
+            "open_page": open_page,
+            "audit_page": audit_page,
+            "runs": [
+                (run, STATUS_COLOURS.get(run.status, "grey")) for run in selectors.campaign_runs(campaign=campaign)[:50]
+            ],
+            "pending": selectors.pending_signatures(campaign=campaign),
+            "certificates": selectors.campaign_certificates(campaign=campaign),
+            "run_form": RunStartForm(initial={"node_set": selectors.open_node_set(state=state)}),
+            "can_operate": has_role(request.user, OPERATOR),
+            "can_approve": has_role(request.user, APPROVER),
+            "side": side,
+        },
+    )
+
+
+def _done(request: HttpRequest, campaign: Campaign, error: Exception | None, ok: str) -> HttpResponse:
+    if error is not None:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, ok)
+    return redirect("campaign_detail", campaign_id=campaign.pk)
+
+
+@role_required(OPERATOR)
+@require_POST
+def campaign_run_start(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign.objects.select_related("cluster", "plan"), pk=campaign_id)
+    form = RunStartForm(request.POST)
+    form.is_valid()
+    try:
+        run = services.campaign_run_start(
+            campaign=campaign, node_set=form.cleaned_data.get("node_set", ""), user=request.user
+        )
+    except services.CampaignError as exc:
+        return _done(request, campaign, exc, "")
+    return _done(request, campaign, None, f"Run #{run.pk} started on {run.node_set}.")
+
+
+@role_required(OPERATOR)
+@require_POST
+def campaign_run_add(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign.objects.select_related("cluster"), pk=campaign_id)
+    form = RunAddForm(request.POST)
+    if not form.is_valid():
+        return _done(request, campaign, ValueError("give a run number"), "")
+    run = Run.objects.filter(pk=form.cleaned_data["run"]).first()
+    if run is None:
+        return _done(request, campaign, ValueError(f"no run #{form.cleaned_data['run']}"), "")
+    try:
+        services.campaign_run_add(campaign=campaign, run=run, user=request.user)
+    except services.CampaignError as exc:
+        return _done(request, campaign, exc, "")
+    return _done(request, campaign, None, f"Run #{run.pk} added.")
+
+
+@role_required(OPERATOR)
+@require_POST
+def campaign_scope(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign.objects.select_related("cluster"), pk=campaign_id)
+    form = ScopeForm(request.POST)
+    if not form.is_valid():
+        return _done(request, campaign, ValueError("give the node and the reason"), "")
+    node = Node.objects.filter(cluster=campaign.cluster, hostname=form.cleaned_data["hostname"]).first()
+    if node is None:
+        return _done(request, campaign, ValueError(f"no node {form.cleaned_data['hostname']} in this cluster"), "")
+    try:
+        services.node_scope_remove(campaign=campaign, node=node, reason=form.cleaned_data["reason"], user=request.user)
+    except services.CampaignError as exc:
+        return _done(request, campaign, exc, "")
+    return _done(request, campaign, None, f"{node.hostname} is out of scope.")
+
+
+@role_required(APPROVER)
+@require_POST
+def campaign_waive(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign.objects.select_related("cluster"), pk=campaign_id)
+    form = WaiverForm(request.POST)
+    if not form.is_valid():
+        return _done(request, campaign, ValueError("a waiver needs a written justification"), "")
+    data = form.cleaned_data
+    try:
+        services.waiver_grant(
+            campaign=campaign,
+            hostname=data["hostname"],
+            item_key=data["item_key"],
+            justification=data["justification"],
+            user=request.user,
+        )
+    except services.CampaignError as exc:
+        return _done(request, campaign, exc, "")
+    return _done(request, campaign, None, f"Waived {data['hostname']} × {data['item_key']}.")
+
+
+@role_required(APPROVER)
+@require_POST
+def campaign_sign(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign.objects.select_related("cluster"), pk=campaign_id)
+    try:
+        outcome = services.certificate_sign(campaign=campaign, user=request.user)
+    except services.CampaignError as exc:
+        return _done(request, campaign, exc, "")
+    if isinstance(outcome, Certificate):
+        return _done(request, campaign, None, f"Certificate {outcome.number} issued.")
+    return _done(request, campaign, None, f"Signed for the {outcome.side} side; the other side signs next.")
+
+
+@role_required(VIEWER)
+def certificate_pdf(request: HttpRequest, certificate_id: int) -> HttpResponse:
+    certificate = get_object_or_404(Certificate.objects.only("number", "pdf"), pk=certificate_id)
+    response = HttpResponse(bytes(certificate.pdf), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="{certificate.number}.pdf"'
+    return response
+
+
+@role_required(VIEWER)
+def certificate_json(request: HttpRequest, certificate_id: int) -> HttpResponse:
+    """The exact sealed payload bytes (what the digest covers), plus the seal in a header-free sibling
+    download would be redundant: the seal is in the PDF and on the campaign page."""
+    certificate = get_object_or_404(Certificate.objects.only("number", "payload"), pk=certificate_id)
+    response = HttpResponse(certificate.payload.encode("utf-8"), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{certificate.number}.json"'
+    return response
+
+
+@role_required(APPROVER)
+@require_POST
+def certificate_revoke(request: HttpRequest, certificate_id: int) -> HttpResponse:
+    certificate = get_object_or_404(Certificate.objects.select_related("campaign").defer("pdf"), pk=certificate_id)
+    form = RevokeForm(request.POST)
+    if not form.is_valid():
+        return _done(request, certificate.campaign, ValueError("say why the certificate is revoked"), "")
+    try:
+        services.certificate_revoke(certificate=certificate, reason=form.cleaned_data["reason"], user=request.user)
+    except services.CampaignError as exc:
+        return _done(request, certificate.campaign, exc, "")
+    return _done(request, certificate.campaign, None, f"{certificate.number} revoked.")
+
+
+VERDICT_COLOURS = {VALID: "green", TAMPERED: "red", UNKNOWN_KEY: "orange", NOT_A_CERTIFICATE: "grey"}
+
+
+@role_required(VIEWER)
+def certificate_verify(request: HttpRequest) -> HttpResponse:
+    form = VerifyForm(request.POST or None, request.FILES or None)
+    verdict = None
+    if request.method == "POST" and form.is_valid():
+        upload = form.cleaned_data["pdf"]
+        if upload.size > MAX_UPLOAD:
+            form.add_error("pdf", f"larger than {MAX_UPLOAD // (1024 * 1024)} MiB")
+        else:
+            verdict = services.certificate_verify(data=upload.read())
+    return render(
+        request,
+        "certificates/verify.html",
+        {
+            "form": form,
+            "verdict": verdict,
+            "colour": VERDICT_COLOURS.get(verdict.status, "grey") if verdict else "",
+            "keys": trusted_keys(),
+        },
+    )

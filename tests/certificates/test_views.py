@@ -1,0 +1,126 @@
+"""Pages: login and roles on every page; approver-only and operator-only actions; verify upload."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from portal.certificates.models import Certificate, Waiver
+
+
+@pytest.fixture
+def pages(issued, campaign) -> list[str]:
+    return [
+        reverse("campaign_list"),
+        reverse("campaign_detail", args=[campaign.pk]),
+        reverse("certificate_verify"),
+        reverse("certificate_pdf", args=[issued.pk]),
+        reverse("certificate_json", args=[issued.pk]),
+    ]
+
+
+def test_it_redirects_anonymous_users_to_login(client, pages):
+    for url in pages:
+        response = client.get(url)
+        assert response.status_code == 302 and response.url.startswith(reverse("login")), url
+
+
+def test_it_answers_403_to_users_without_a_role(client, pages, make_user):
+    client.force_login(make_user("nobody"))
+    for url in pages:
+        assert client.get(url).status_code == 403, url
+
+
+def test_it_shows_the_campaign_to_a_viewer_with_audit_and_certificate(client, pages, users, issued):
+    client.force_login(users["viewer"])
+    for url in pages:
+        assert client.get(url).status_code == 200, url
+    page = client.get(pages[1]).content.decode()
+    assert "waiver granted" in page and issued.number in page and "certificate issued" in page
+    assert "Waive" not in page and "Sign for" not in page  # no approver controls for a viewer
+    assert client.get(pages[3])["Content-Type"] == "application/pdf"
+    assert client.get(pages[4]).content == issued.payload.encode()
+
+
+def test_it_lets_only_approvers_waive_sign_and_revoke(client, campaign, campaign_run, users):
+    campaign_run(statuses={("n02", "ecc-health"): "fail"})
+    waive = reverse("campaign_waive", args=[campaign.pk])
+    sign = reverse("campaign_sign", args=[campaign.pk])
+    data = {"hostname": "n02", "item_key": "ecc-health", "justification": "accepted by both parties"}
+    for role in ("viewer", "operator"):
+        client.force_login(users[role])
+        assert client.post(waive, data).status_code == 403
+        assert client.post(sign).status_code == 403
+    assert not Waiver.objects.exists()
+    client.force_login(users["vendor"])
+    assert client.post(waive, data).status_code == 302
+    assert Waiver.objects.count() == 1
+    client.post(sign)
+    client.force_login(users["customer"])
+    client.post(sign)
+    certificate = Certificate.objects.get()
+    revoke = reverse("certificate_revoke", args=[certificate.pk])
+    client.force_login(users["operator"])
+    assert client.post(revoke, {"reason": "no"}).status_code == 403
+    client.force_login(users["customer"])
+    client.post(revoke, {"reason": "issued against the wrong plan"})
+    certificate.refresh_from_db()
+    assert certificate.revoked
+
+
+def test_it_lets_only_operators_open_run_and_scope(client, cluster, quick_plan, campaign, users):
+    run_url = reverse("campaign_run_start", args=[campaign.pk])
+    scope_url = reverse("campaign_scope", args=[campaign.pk])
+    for role in ("viewer", "vendor"):
+        client.force_login(users[role])
+        assert client.post(run_url, {"node_set": "n01"}).status_code == 403
+        assert client.post(scope_url, {"hostname": "n01", "reason": "RMA"}).status_code == 403
+        assert client.post(reverse("campaign_list"), {"cluster": "c1", "plan": quick_plan.slug}).status_code == 403
+    client.force_login(users["operator"])
+    client.post(run_url, {"node_set": "n01"})
+    client.post(scope_url, {"hostname": "n04", "reason": "sent for RMA"})
+    assert campaign.campaign_runs.count() == 1
+    assert campaign.exclusions.get().reason == "sent for RMA"
+
+
+def test_it_escapes_user_text_on_the_campaign_page(client, campaign, users):
+    from portal.certificates import services
+    from portal.inventory.models import Node
+
+    services.node_scope_remove(
+        campaign=campaign,
+        node=Node.objects.get(hostname="n01"),
+        reason="<script>alert(1)</script>",
+        user=users["operator"],
+    )
+    client.force_login(users["viewer"])
+    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+
+
+def test_it_verifies_an_uploaded_pdf(client, issued, users):
+    client.force_login(users["viewer"])
+    upload = SimpleUploadedFile("c.pdf", bytes(issued.pdf), content_type="application/pdf")
+    page = client.post(reverse("certificate_verify"), {"pdf": upload}).content.decode()
+    assert 'id="verify-status">valid<' in page and issued.number in page
+    assert issued.key_fingerprint in page
+    junk = SimpleUploadedFile("c.pdf", b"%PDF-1.4 garbage", content_type="application/pdf")
+    page = client.post(reverse("certificate_verify"), {"pdf": junk}).content.decode()
+    assert "not a certificate" in page
+
+
+def test_it_shows_the_campaign_in_a_fixed_number_of_queries(
+    client, campaign, campaign_run, users, django_assert_max_num_queries
+):
+    from portal.inventory.models import Node
+
+    campaign_run()
+    client.force_login(users["viewer"])
+    url = reverse("campaign_detail", args=[campaign.pk])
+    with django_assert_max_num_queries(30) as small:
+        client.get(url)
+    Node.objects.bulk_create(Node(cluster=campaign.cluster, hostname=f"n{i:02d}") for i in range(5, 40))
+    campaign_run(node_set="n[05-39]")
+    with django_assert_max_num_queries(len(small.captured_queries)):
+        client.get(url)
