@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from functools import wraps
 from typing import Any
 
@@ -11,6 +12,12 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import escape
+from django.utils.http import urlencode
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.text import Truncator
 from django.views.decorators.http import require_POST
 
 from portal.catalog.models import TestPlan
@@ -93,14 +100,92 @@ def run_start(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
+# The live poll asks for the rows that changed since its last answer, with some overlap: result
+# times come from the workers' clocks, which may run a little behind this server's.
+LIVE_OVERLAP_S = 10.0
+
+
 @role_required(VIEWER)
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run page. htmx polls it while the run is active: `?since=T` (the summary's poll) answers
+    with the summary and only the rows that changed since T, swapped out of band, so a 1,250-node
+    grid is not re-rendered (nor its scroll position lost) every 2 s; a plain htmx request, or one
+    made once the run has finished, gets the whole grid."""
     run = get_object_or_404(Run.objects.select_related("cluster", "requested_by"), pk=run_id)
-    grid = selectors.run_grid(run=run, problems_only=request.GET.get("problems") == "1")
-    context = {"run": run, "grid": grid, "can_operate": has_role(request.user, OPERATOR)}
-    if request.headers.get("HX-Request"):
-        return render(request, "runs/_run_grid.html", context)
-    return render(request, "runs/run_detail.html", context)
+    problems_only = request.GET.get("problems") == "1"
+    since = _timestamp(request.GET.get("since"))
+    now = timezone.now()
+    htmx = bool(request.headers.get("HX-Request"))
+    # The problem filter polls the whole (filtered) grid: a node that turns bad must appear in it.
+    live = htmx and since is not None and run.is_active and not problems_only
+    changed_since = since - timedelta(seconds=LIVE_OVERLAP_S) if live and since else None
+    grid = selectors.run_grid(run=run, problems_only=problems_only, changed_since=changed_since)
+    query = {"problems": "1"} if problems_only else {"since": f"{now.timestamp():.3f}"}
+    compact = live and grid.partial
+    context = {
+        "run": run,
+        "grid": grid,
+        "rows_html": grid_rows_html(grid, oob=compact),
+        "can_operate": has_role(request.user, OPERATOR),
+        "poll_url": f"{reverse('run_detail', args=[run.pk])}?{urlencode(query)}",
+        "compact": compact,
+    }
+    if not htmx:
+        return render(request, "runs/run_detail.html", context)
+    response = render(request, "runs/_run_grid.html", context)
+    if since is not None and not compact:
+        # The summary polled, but the whole grid answers (the run finished, or a multi-node result
+        # moved): swap the grid, not the summary.
+        response["HX-Retarget"] = "#run-grid"
+        response["HX-Reswap"] = "outerHTML"
+    return response
+
+
+def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeString]:
+    """The grid's rows as HTML, every value escaped. Written here rather than in the template on
+    purpose: 1,250 nodes × 8 checks is 10,000 cells, and Django's template engine spends about
+    0.5 s on them where this takes a few tens of ms (bench/bench_pages.py). `oob`: each row is
+    swapped out of band by the live poll, wrapped in <template> so a lone <tr> survives parsing."""
+    prefix, _, suffix = reverse("result_detail", args=[0]).rpartition("/0/")
+    prefix, suffix = escape(prefix), escape(suffix)
+    escaped: dict[str, str] = {}  # most reasons repeat ("all within spec"): escape each once
+
+    def esc(text: str) -> str:
+        out = escaped.get(text)
+        if out is None:
+            out = escaped[text] = escape(text)
+        return out
+
+    open_row, close_row = ("<template>", "</template>") if oob else ("", "")
+    swap = ' hx-swap-oob="true"' if oob else ""
+    around: dict[tuple[str, str], tuple[str, str]] = {}  # (status, reason) -> the cell's markup around its pk
+    rows = []
+    for row in grid.rows:
+        parts = [f'{open_row}<tr id="node-{row.node.id}"{swap}><td>{esc(row.node.hostname)}</td>']
+        for cell in row.cells:
+            if cell is None:
+                parts.append("<td></td>")
+                continue
+            key = (cell.status, cell.reason)
+            head_tail = around.get(key)
+            if head_tail is None:
+                status = esc(cell.status)
+                head_tail = around[key] = (
+                    f'<td><a class="cell {status}" href="{prefix}/',
+                    f'/{suffix}" title="{esc(cell.reason)}">{status}</a></td>',
+                )
+            parts.append(f"{head_tail[0]}{cell.pk}{head_tail[1]}")
+        why = " · ".join(esc(Truncator(c.reason).chars(160)) for c in row.problems)
+        parts.append(f'<td class="reason">{why}</td></tr>{close_row}')
+        rows.append(mark_safe("".join(parts)))  # every value above went through escape()
+    return rows
+
+
+def _timestamp(value: str | None) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(float(value), tz=UTC) if value else None
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 @require_POST
@@ -110,6 +195,21 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     count = services.run_cancel(run=run, reason=f"cancelled by {request.user.get_username()}")
     messages.info(request, f"Cancelled {count} queued check(s); running checks finish and are recorded.")
     return redirect("run_detail", run_id=run.pk)
+
+
+@require_POST
+@role_required(OPERATOR)
+def run_rerun(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("cluster", "plan"), pk=run_id)
+    try:
+        rerun = services.run_rerun(run=run, requested_by=request.user)
+    except services.RunStartError as exc:
+        messages.error(request, f"Nothing re-run: {exc}")
+        return redirect("run_detail", run_id=run.pk)
+    messages.success(
+        request, f"Run #{rerun.pk} re-runs the failed and errored nodes {rerun.node_set} of run #{run.pk}."
+    )
+    return redirect("run_detail", run_id=rerun.pk)
 
 
 @role_required(VIEWER)
@@ -123,7 +223,13 @@ def result_detail(request: HttpRequest, result_id: int) -> HttpResponse:
     return render(
         request,
         "runs/result_detail.html",
-        {"result": result, "table": selectors.measurement_table(result=result), "colours": STATUS_COLOURS},
+        {
+            "result": result,
+            "table": selectors.measurement_table(result=result),
+            # Names only: a 24 h burn-in holds millions of points; the charts fetch them downsampled.
+            "series": list(result.series.defer("x", "y")),
+            "colours": STATUS_COLOURS,
+        },
     )
 
 

@@ -3,41 +3,57 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, Max, Q, QuerySet, Sum
 
-from portal.inventory.models import Cluster, Node
+from portal.inventory.models import Cluster
 from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run, Status
 
 
-@dataclass
-class GroupCell:
-    """A node's view of a multi-node result (links to the group result)."""
+@dataclass(slots=True)
+class GridCell:
+    """One cell of the run grid: a node's result, or its share of a multi-node result (`pk` is then
+    the group result's)."""
 
     pk: int
     status: str
     reason: str
+    item_key: str
 
 
-@dataclass
+# Kept for readers that imported the old name: a group result as seen from one member's row.
+GroupCell = GridCell
+
+
+@dataclass(slots=True)
+class NodeRef:
+    id: int
+    hostname: str
+
+
+@dataclass(slots=True)
 class GridRow:
-    node: Node
-    cells: list[CheckResult | GroupCell | None]
+    node: NodeRef
+    cells: list[GridCell | None]
     worst: str = ""
 
+    @property
+    def problems(self) -> list[GridCell]:
+        """The cells worth reading in the "Why" column."""
+        return [c for c in self.cells if c is not None and c.status != Status.PASS and c.reason]
+
 
 @dataclass
-class RunGrid:
-    run: Run
-    columns: list[dict[str, Any]]
-    rows: list[GridRow]
+class RunProgress:
+    """Counts by status, done/total and an ETA for one run (one aggregate query)."""
+
     counts: dict[str, int]
     total: int
     done: int
-    problems_only: bool = False
-    colours: dict[str, str] = field(default_factory=lambda: STATUS_COLOURS)
+    eta_s: float | None = None
 
     @property
     def percent(self) -> int:
@@ -45,69 +61,214 @@ class RunGrid:
 
     @property
     def count_items(self) -> list[tuple[str, int, str]]:
-        order = [s.value for s in Status]
-        return [(s, self.counts[s], STATUS_COLOURS[s]) for s in order if self.counts.get(s)]
+        return [(s.value, self.counts[s], STATUS_COLOURS[s]) for s in Status if self.counts.get(s)]
+
+    @property
+    def problem_count(self) -> int:
+        return self.counts.get(Status.FAIL, 0) + self.counts.get(Status.ERROR, 0)
+
+    @property
+    def eta_text(self) -> str:
+        return eta_text(self.eta_s)
+
+
+@dataclass
+class RunGrid:
+    run: Run
+    columns: list[dict[str, Any]]
+    rows: list[GridRow]
+    progress: RunProgress
+    problems_only: bool = False
+    partial: bool = False  # only the rows that changed (the live poll)
+    colours: dict[str, str] = field(default_factory=lambda: STATUS_COLOURS)
+
+    # The summary reads through to the progress (templates and older callers use grid.counts...).
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.progress.counts
+
+    @property
+    def total(self) -> int:
+        return self.progress.total
+
+    @property
+    def done(self) -> int:
+        return self.progress.done
+
+    @property
+    def percent(self) -> int:
+        return self.progress.percent
+
+    @property
+    def count_items(self) -> list[tuple[str, int, str]]:
+        return self.progress.count_items
 
 
 _PROBLEMS = {Status.FAIL, Status.ERROR, Status.WARN, Status.CANCELLED}
 
 
-def run_grid(*, run: Run, problems_only: bool = False) -> RunGrid:
-    """Nodes × checks for one run: two queries whatever the node count."""
-    columns = run.plan_snapshot["items"]
-    positions = {item["key"]: i for i, item in enumerate(columns)}
-    results = (
+def run_progress(*, run: Run) -> RunProgress:
+    """Counts by status and an ETA, from one aggregate query (grouped by kind, scope and status)."""
+    rows = list(
         CheckResult.objects.filter(run=run)
-        .select_related("node")
-        .only(
-            "id",
-            "status",
-            "reason",
-            "item_key",
-            "scope",
-            "node_set",
-            "attribution",
-            "node__id",
-            "node__hostname",
-            "node__rack",
-            "run_id",
-        )  # fmt: skip
-        .order_by("node__hostname", "position")
+        .values("kind", "scope", "status")
+        .annotate(n=Count("id"), seconds=Sum("duration_s"), timed=Count("duration_s"))
+        .order_by()
     )
-    rows: dict[int, GridRow] = {}
-    counts: dict[str, int] = {}
-    groups: list[CheckResult] = []
-    for result in results:
-        row = rows.get(result.node_id)
-        if row is None:
-            row = rows[result.node_id] = GridRow(node=result.node, cells=[None] * len(columns))
-        counts[result.status] = counts.get(result.status, 0) + 1
-        if result.scope == "group":
-            groups.append(result)
-            continue
-        row.cells[positions.get(result.item_key, 0)] = result
-    for group in groups:
-        # A multi-node check shows in every member's row: the node's own attribution when the
-        # output named it, else the group's status.
-        members = set(NodeSet(group.node_set)) if group.node_set else set()
-        for row in rows.values():
-            hostname = row.node.hostname
-            attributed = (group.attribution or {}).get(hostname)
-            if attributed:
-                row.cells[positions[group.item_key]] = GroupCell(group.pk, attributed["status"], attributed["reason"])
-            elif hostname in members:
-                row.cells[positions[group.item_key]] = GroupCell(group.pk, group.status, group.reason)
-    from checks.base import worst_status
+    return _progress(run, rows)
 
-    for row in rows.values():
-        row.worst = worst_status([c.status for c in row.cells if c is not None])
-    row_list = list(rows.values())
-    if problems_only:
-        row_list = [r for r in row_list if any(c is not None and c.status in _PROBLEMS for c in r.cells)]
+
+def _progress(run: Run, rows: list[dict[str, Any]]) -> RunProgress:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + row["n"]
     total = sum(counts.values())
     done = total - sum(counts.get(s, 0) for s in ACTIVE_STATUSES)
+    eta = estimate_eta(elapsed_s=run.elapsed_s, rows=rows) if run.is_active else None
+    return RunProgress(counts=counts, total=total, done=done, eta_s=eta)
+
+
+def estimate_eta(*, elapsed_s: float | None, rows: list[dict[str, Any]]) -> float | None:
+    """Seconds left, from rows of (kind, scope, status, n, seconds, timed).
+
+    Node checks run in parallel (a task per node), so the run's throughput so far is what it did
+    per second of wall time: weighting each check by its kind's average duration in this run (a
+    burn-in weighs more than an inventory) gives ETA = elapsed × work left / work done. Multi-node
+    checks run one after another once the node checks are in: their average duration is added as
+    is. Kinds with no finished result yet count at the average of the kinds seen; with no duration
+    at all, each node check counts the same. None while nothing has finished yet.
+    """
+    if not elapsed_s or elapsed_s <= 0:
+        return None
+    seconds: dict[str, float] = {}
+    timed: dict[str, int] = {}
+    for row in rows:
+        if row["timed"]:
+            seconds[row["kind"]] = seconds.get(row["kind"], 0.0) + (row["seconds"] or 0.0)
+            timed[row["kind"]] = timed.get(row["kind"], 0) + row["timed"]
+    avg = {kind: seconds[kind] / timed[kind] for kind in timed}
+    default = sum(avg.values()) / len(avg) if avg else 1.0
+    if avg and default <= 0:
+        default = 1.0
+
+    def weight(kind: str) -> float:
+        return avg.get(kind, default) if avg else 1.0
+
+    done_work = left_work = serial_left = 0.0
+    for row in rows:
+        active = row["status"] in ACTIVE_STATUSES
+        if row["scope"] == "group":
+            if active:
+                serial_left += row["n"] * avg.get(row["kind"], default if avg else 0.0)
+            continue
+        if active:
+            left_work += row["n"] * weight(row["kind"])
+        else:
+            done_work += row["n"] * weight(row["kind"])
+    if left_work > 0 and done_work <= 0:
+        return None
+    parallel_left = elapsed_s * left_work / done_work if left_work > 0 else 0.0
+    return parallel_left + serial_left
+
+
+def eta_text(seconds: float | None) -> str:
+    """ "ETA ~3 min" style, rounded the way a person would say it."""
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f"ETA ~{max(5, int(round(seconds / 5.0)) * 5)} s"
+    minutes = int(round(seconds / 60.0))
+    if minutes < 60:
+        return f"ETA ~{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"ETA ~{hours} h {minutes} min" if minutes else f"ETA ~{hours} h"
+
+
+def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime | None = None) -> RunGrid:
+    """Nodes × checks for one run in a constant number of queries (rows as tuples: a run of 1,250
+    nodes × 8 checks is 10,000 results, and model instances would cost more than the page).
+
+    `changed_since` keeps only the rows of nodes with a result that started or finished since then
+    (the live poll swaps just those rows); the summary always covers the whole run."""
+    columns = run.plan_snapshot["items"]
+    positions = {item["key"]: i for i, item in enumerate(columns)}
+    width = len(columns)
+    results = CheckResult.objects.filter(run=run)
+    group_results = list(
+        results.filter(scope="group").values_list(
+            "id", "item_key", "status", "reason", "node_set", "attribution", "started_at", "finished_at", "duration_s"
+        )
+    )  # a few rows: the multi-node checks, with their member lists
+    node_results = results.filter(scope="node")
+    if changed_since is not None:
+        if any((t or changed_since) > changed_since for g in group_results for t in g[6:8]):
+            changed_since = None  # a multi-node result shows in every member's row: send them all
+        else:
+            changed = Q(started_at__gte=changed_since) | Q(finished_at__gte=changed_since)
+            node_results = node_results.filter(node_id__in=node_results.filter(changed).values("node_id"))
+    # Tuples, not instances, and no JSON columns: this loop sees every result of the run.
+    values = node_results.order_by("node__hostname", "position").values_list(
+        "id", "node_id", "node__hostname", "item_key", "status", "reason", "duration_s"
+    )
+    rows: dict[int, GridRow] = {}
+    # The whole grid also yields the progress (one query less than run_progress): per
+    # (kind, status), the count, the summed durations and how many had one.
+    tally: dict[tuple[str, str], list[Any]] = {}
+    kinds = {item["key"]: item["kind"] for item in columns}
+    for pk, node_id, hostname, item_key, status, reason, duration in values:
+        row = rows.get(node_id)
+        if row is None:
+            row = rows[node_id] = GridRow(node=NodeRef(node_id, hostname), cells=[None] * width)
+        row.cells[positions.get(item_key, 0)] = GridCell(pk, status, reason, item_key)
+        counter = tally.get((item_key, status))
+        if counter is None:
+            counter = tally[(item_key, status)] = [0, 0.0, 0]
+        counter[0] += 1
+        if duration is not None:
+            counter[1] += duration
+            counter[2] += 1
+    if group_results:
+        by_hostname = {row.node.hostname: row for row in rows.values()}
+        for pk, item_key, status, reason, node_set, attribution, *_ in group_results:
+            # A multi-node check shows in every member's row: the node's own attribution when the
+            # output named it, else the group's status.
+            column = positions.get(item_key)
+            if column is None:
+                continue  # not an item of this run's snapshot
+            members = set(NodeSet(node_set)) if node_set else set()
+            for hostname, row in by_hostname.items():
+                attributed = (attribution or {}).get(hostname)
+                if attributed:
+                    row.cells[column] = GridCell(pk, attributed["status"], attributed["reason"], item_key)
+                elif hostname in members:
+                    row.cells[column] = GridCell(pk, status, reason, item_key)
+    from checks.base import worst_status
+
+    row_list = list(rows.values())
+    for row in row_list:
+        row.worst = worst_status([c.status for c in row.cells if c is not None])
+    if problems_only:
+        row_list = [r for r in row_list if any(c is not None and c.status in _PROBLEMS for c in r.cells)]
+    if changed_since is None:
+        tallied = [
+            {"kind": kinds.get(key, key), "scope": "node", "status": status, "n": n, "seconds": sec, "timed": timed}
+            for (key, status), (n, sec, timed) in tally.items()
+        ]
+        tallied += [
+            {"kind": kinds.get(key, key), "scope": "group", "status": status, "n": 1, "seconds": sec}
+            | {"timed": int(sec is not None)}
+            for _, key, status, *_, sec in group_results
+        ]
+        progress = _progress(run, tallied)
+    else:
+        progress = run_progress(run=run)
     return RunGrid(
-        run=run, columns=columns, rows=row_list, counts=counts, total=total, done=done, problems_only=problems_only
+        run=run,
+        columns=columns,
+        rows=row_list,
+        progress=progress,
+        problems_only=problems_only,
+        partial=changed_since is not None,
     )
 
 

@@ -18,6 +18,7 @@ from checks.base import Series as CheckSeries
 from checks.profiles import get_profile
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster, Node
+from portal.runs import outliers
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Series, Status
 
 logger = logging.getLogger(__name__)
@@ -121,6 +122,27 @@ def run_start(
     if foreign:
         raise RunStartError(f"nodes not in cluster {cluster.name}: {', '.join(foreign)}")
     snapshot = plan_snapshot_build(plan=plan, cluster=cluster)
+    return _run_create(
+        cluster=cluster,
+        plan=plan,
+        snapshot=snapshot,
+        node_list=node_list,
+        requested_by=requested_by,
+        parent=parent,
+        enqueue=enqueue,
+    )
+
+
+def _run_create(
+    *,
+    cluster: Cluster,
+    plan: TestPlan | None,
+    snapshot: dict[str, Any],
+    node_list: list[Node],
+    requested_by: Any,
+    parent: Run | None,
+    enqueue: bool,
+) -> Run:
     _check_timeout_nesting(snapshot)
     with transaction.atomic():
         run = Run.objects.create(
@@ -156,6 +178,36 @@ def run_start(
         if enqueue:
             transaction.on_commit(lambda: _enqueue(run.pk, node_ids))
     return run
+
+
+def run_rerun(*, run: Run, requested_by: Any = None, enqueue: bool = True) -> Run:
+    """A new run, linked to `run` by `parent`, of the very same plan snapshot on the nodes that had a
+    `fail` or `error` result. The snapshot is the contract: the re-run judges by the thresholds the
+    first run used, not by today's plan definition.
+
+    A failed multi-node result names its bad nodes through `attribution`; when it names none, every
+    node it spanned is re-run (we cannot tell which one was at fault)."""
+    if run.is_active:
+        raise RunStartError(f"run #{run.pk} is still {run.status}: re-run its failures once it has finished")
+    bad = (Status.FAIL, Status.ERROR)
+    hostnames: set[str] = set(run.results.filter(scope="node", status__in=bad).values_list("node__hostname", flat=True))
+    for node_set, attribution in run.results.filter(scope="group", status__in=bad).values_list(
+        "node_set", "attribution"
+    ):
+        named = {host for host, verdict in (attribution or {}).items() if verdict.get("status") in bad}
+        hostnames |= named or set(NodeSet(node_set or ""))
+    if not hostnames:
+        raise RunStartError(f"run #{run.pk} has no failed or errored result: there is nothing to re-run")
+    nodes = list(run.cluster.nodes.filter(hostname__in=hostnames).order_by("hostname"))
+    return _run_create(
+        cluster=run.cluster,
+        plan=run.plan,
+        snapshot=run.plan_snapshot,
+        node_list=nodes,
+        requested_by=requested_by,
+        parent=run,
+        enqueue=enqueue,
+    )
 
 
 def _check_timeout_nesting(snapshot: dict[str, Any]) -> None:
@@ -316,6 +368,7 @@ def run_finalize(*, run_id: int, dispatch: bool = True) -> Run | None:
             return run
         if not run.results.filter(scope="group").exclude(status__in=ACTIVE_STATUSES).exists():
             _apply_consensus(run)  # once, when the per-node checks are all in
+            _apply_outliers(run)  # after consensus: a node consensus failed is not touched
         next_group = run.results.filter(scope="group", status=Status.QUEUED).order_by("position").first()
         if next_group is not None:
             # Multi-node checks run one at a time (two would share the fabric and skew each other).
@@ -365,6 +418,75 @@ def _apply_consensus(run: Run) -> None:
             result.reason = f"{result.reason}; {reason}" if result.status == Status.FAIL else reason
             result.status = Status.FAIL
             result.save(update_fields=["status", "reason"])
+
+
+def _apply_outliers(run: Run) -> None:
+    """Fleet outliers (portal/runs/outliers.py): a node whose key metric lags the run's median by a
+    robust z-score becomes `warn` when it passed, with the deviation appended to its reason and an
+    `outlier_z` measurement (labels: metric) for the charts. fail/error results are left alone.
+
+    Idempotent: a result that already holds an `outlier_z` for a metric is not flagged again. A
+    handful of queries per run whatever its size."""
+    items = [
+        item
+        for item in run.plan_snapshot["items"]
+        if item.get("scope", "node") == "node" and item["kind"] in outliers.METRICS
+    ]
+    if not items:
+        return
+    names = {name for item in items for metric in outliers.METRICS[item["kind"]] for name in metric.names}
+    rows = Measurement.objects.filter(
+        result__run=run,
+        result__scope="node",
+        result__item_key__in=[item["key"] for item in items],
+        result__status__in=[Status.PASS, Status.WARN, Status.FAIL],  # error results carry no trusted value
+        name__in=names,
+    ).values("result_id", "result__item_key", "result__status", "name", "value", "gpu", "labels")
+    per_item: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    judged: dict[int, str] = {}
+    for row in rows:
+        per_item.setdefault(row["result__item_key"], {}).setdefault(row["result_id"], []).append(row)
+        judged[row["result_id"]] = row["result__status"]
+    done = {
+        (result_id, (labels or {}).get("metric"))
+        for result_id, labels in Measurement.objects.filter(result__run=run, name="outlier_z").values_list(
+            "result_id", "labels"
+        )
+    }
+    found: dict[int, list[tuple[outliers.Metric, outliers.Outlier]]] = {}
+    for item in items:
+        per_node = per_item.get(item["key"], {})
+        for metric in outliers.METRICS[item["kind"]]:
+            for result_id, outlier in outliers.fleet_outliers(metric, per_node).items():
+                if judged[result_id] in (Status.PASS, Status.WARN) and (result_id, metric.key) not in done:
+                    found.setdefault(result_id, []).append((metric, outlier))
+    if not found:
+        return
+    results = list(CheckResult.objects.filter(pk__in=list(found)).only("id", "status", "reason"))
+    new_rows = []
+    for result in results:
+        reasons = [metric.reason(outlier) for metric, outlier in found[result.pk]]
+        result.status = Status.WARN
+        result.reason = "; ".join([result.reason, *reasons] if result.reason else reasons)[:4000]
+        for metric, outlier in found[result.pk]:
+            new_rows.append(
+                Measurement(
+                    result=result,
+                    name="outlier_z",
+                    value=round(outlier.z, 2),
+                    threshold=f"|z| <= {outliers.Z_THRESHOLD}",
+                    ok=False,
+                    labels={
+                        "metric": metric.key,
+                        "value": metric.show(outlier.value),
+                        "median": metric.show(outlier.median),
+                        "deviation_pct": f"{outlier.deviation * 100:.1f}",
+                    },
+                )
+            )
+    CheckResult.objects.bulk_update(results, ["status", "reason"], batch_size=500)
+    Measurement.objects.bulk_create(new_rows, batch_size=500)
+    logger.info("run %s: %d fleet outlier(s)", run.pk, len(new_rows))
 
 
 def _to_check_measurement(m: Measurement) -> CheckMeasurement:

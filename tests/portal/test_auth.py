@@ -30,6 +30,7 @@ def page_urls(objects: dict) -> dict[str, str]:
         "run_start": reverse("run_start", args=[cluster.name]),
         "run_detail": reverse("run_detail", args=[run.pk]),
         "run_cancel": reverse("run_cancel", args=[run.pk]),
+        "run_rerun": reverse("run_rerun", args=[run.pk]),
         "result_detail": reverse("result_detail", args=[result.pk]),
         "plotly_js": reverse("plotly_js"),
     }
