@@ -20,6 +20,10 @@ class CertificatesConfig(AppConfig):
     verbose_name = "Certificates"
 
     def ready(self) -> None:
-        from portal.certificates import signals  # noqa: F401  (connects the immutability guards)
+        from portal.certificates import signals  # connects the immutability guards
+        from portal.runs.models import BULK_WRITE_GUARDS
+
+        if signals.refuse_certified_bulk_write not in BULK_WRITE_GUARDS:
+            BULK_WRITE_GUARDS.append(signals.refuse_certified_bulk_write)
 
         post_migrate.connect(_sides_ensure, sender=self)

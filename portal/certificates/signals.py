@@ -6,11 +6,10 @@ through the admin, a form or code: pre_save / pre_delete raise CertifiedEvidence
 PermissionDenied, so the admin and views answer 403 instead of a stack trace.
 
 Deletes: Model.delete(), QuerySet.delete() and cascades (deleting a Run) all send pre_delete for
-every row once a receiver is connected, so they are covered. The one gap is QuerySet.update() and
-bulk_update(), which send no signal; the runs code only uses them on results of active runs
-(claiming, finishing, consensus, outliers), which a certificate never cites (issuing needs every
-run of the campaign finished). Certificates themselves: only the revocation fields may change,
-once; they cannot be deleted. Audit events are append-only.
+every row once a receiver is connected, so they are covered. QuerySet.update() and bulk_update()
+send no signal: those pass through portal.runs.models.BULK_WRITE_GUARDS, where
+`refuse_certified_bulk_write` refuses any that touches certified evidence. Certificates themselves:
+only the revocation fields may change, once; they cannot be deleted. Audit events are append-only.
 """
 
 from __future__ import annotations
@@ -100,3 +99,20 @@ def _guard_waiver(sender: type, instance: Waiver, **kwargs: Any) -> None:
 def _guard_audit(sender: type, instance: AuditEvent, **kwargs: Any) -> None:
     if instance.pk is not None:
         raise CertifiedEvidenceError("the audit log is append-only")
+
+
+def refuse_certified_bulk_write(queryset: Any) -> None:
+    """Guard for QuerySet.update()/bulk_update() of results, measurements and series (no signals)."""
+    model = queryset.model
+    if model is CheckResult:
+        cited = CertifiedResult.objects.filter(result_id__in=queryset.values("pk"))
+    elif model in (Measurement, Series):
+        cited = CertifiedResult.objects.filter(result_id__in=queryset.values("result_id"))
+    else:
+        return
+    number = cited.order_by("certificate_id").values_list("certificate__number", flat=True).first()
+    if number:
+        raise CertifiedEvidenceError(
+            f"a bulk update would change evidence of certificate {number}: refused (revoke the certificate "
+            "and run the check again instead)"
+        )

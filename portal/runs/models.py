@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -34,6 +37,29 @@ STATUS_COLOURS = {
     "skipped": "grey",
     "cancelled": "grey",
 }
+
+
+# Callables run before every bulk write (QuerySet.update / bulk_update) of results, measurements and
+# series. Those writes send no model signals; apps that must refuse some of them (certificates: the
+# evidence of an issued certificate is immutable) register a guard here instead of patching runs.
+BULK_WRITE_GUARDS: list[Callable[[models.QuerySet], None]] = []
+
+
+class EvidenceQuerySet(models.QuerySet):
+    """A QuerySet whose bulk writes pass through BULK_WRITE_GUARDS first."""
+
+    def update(self, **kwargs: Any) -> int:
+        for guard in BULK_WRITE_GUARDS:
+            guard(self)
+        return super().update(**kwargs)
+
+    def bulk_update(self, objs: Any, fields: Any, batch_size: int | None = None) -> int:
+        objs = list(objs)
+        if BULK_WRITE_GUARDS:
+            touched = self.model._default_manager.filter(pk__in=[o.pk for o in objs])
+            for guard in BULK_WRITE_GUARDS:
+                guard(touched)
+        return super().bulk_update(objs, fields, batch_size=batch_size)
 
 
 class Run(models.Model):
@@ -101,6 +127,8 @@ class CheckResult(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_s = models.FloatField(null=True, blank=True)
 
+    objects = EvidenceQuerySet.as_manager()
+
     class Meta:
         ordering = ["run", "node__hostname", "position"]
         constraints = [models.UniqueConstraint(fields=["run", "node", "item_key"], name="result_unique_per_item")]
@@ -124,6 +152,8 @@ class Series(models.Model):
     x = models.JSONField(default=list)
     y = models.JSONField(default=list)
 
+    objects = EvidenceQuerySet.as_manager()
+
     class Meta:
         ordering = ["result", "name", "gpu", "id"]
         verbose_name_plural = "series"
@@ -144,6 +174,8 @@ class Measurement(models.Model):
     threshold = models.CharField(max_length=100, blank=True)
     ok = models.BooleanField(null=True)
     labels = models.JSONField(default=dict, blank=True)
+
+    objects = EvidenceQuerySet.as_manager()
 
     class Meta:
         ordering = ["result", "gpu", "name", "id"]

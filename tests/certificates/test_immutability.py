@@ -118,3 +118,16 @@ def test_it_keeps_the_audit_log_append_only(issued):
         event.save()
     with pytest.raises(CertifiedEvidenceError), transaction.atomic():
         event.delete()
+
+
+def test_it_refuses_bulk_updates_of_certified_evidence(certified):
+    """QuerySet.update() and bulk_update() send no signals: the runs models' guard hook sees them."""
+    with pytest.raises(CertifiedEvidenceError, match="bulk update"), transaction.atomic():
+        CheckResult.objects.filter(pk=certified.pk).update(status="pass")
+    with pytest.raises(CertifiedEvidenceError), transaction.atomic():
+        Measurement.objects.filter(result=certified).update(value=0)
+    certified.status = "pass"
+    with pytest.raises(CertifiedEvidenceError), transaction.atomic():
+        CheckResult.objects.bulk_update([certified], ["status"])
+    certified.refresh_from_db()
+    assert certified.status == "fail"
