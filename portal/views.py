@@ -138,6 +138,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         # moved): swap the grid, not the summary.
         response["HX-Retarget"] = "#run-grid"
         response["HX-Reswap"] = "outerHTML"
+        response["HX-Trigger"] = "kiln-grid-replaced"  # the chart links reload (charts/_run_links.html)
     return response
 
 

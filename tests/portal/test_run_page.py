@@ -182,6 +182,7 @@ def test_it_swaps_the_whole_grid_when_the_run_finished_between_polls(viewer_clie
     )
 
     assert response.headers["HX-Retarget"] == "#run-grid"
+    assert response.headers["HX-Trigger"] == "kiln-grid-replaced"  # the chart links reload
     assert response.headers["HX-Reswap"] == "outerHTML"
     html = response.content.decode()
     assert html.lstrip().startswith('<div id="run-grid" data-status="cancelled"')
