@@ -178,6 +178,7 @@ class Trend:
     metric: Metric
     lines: dict[str, list[TrendPoint]] = field(default_factory=dict)
     threshold: str = ""
+    node_threshold: bool = False  # whether `threshold` comes from a node-scope check
 
 
 TREND_RUNS = 100
@@ -237,8 +238,11 @@ def node_trends(*, node: Node, runs: int = TREND_RUNS) -> list[Trend]:
         trend = trends.setdefault(metric.key, Trend(metric=metric))
         point = TrendPoint(run_id, result_id, at, value * metric.scale, ok, status, threshold)
         trend.lines.setdefault(line, []).append(point)
-        if threshold:
-            trend.threshold = threshold  # the latest run's threshold (rows come oldest first)
+        if threshold and (scope == "node" or not trend.node_threshold):
+            # The latest run's threshold (rows come oldest first); the node's own check wins over a
+            # multi-node one drawn on the same chart (its floor is a different number).
+            trend.threshold = threshold
+            trend.node_threshold = trend.node_threshold or scope == "node"
     for key, trend in trends.items():
         if len(item_keys.get(key, ())) == 1:  # one check: "GPU 3" says it all
             trend.lines = {k.split(" · ", 1)[-1]: v for k, v in trend.lines.items()}
