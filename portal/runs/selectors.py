@@ -24,10 +24,6 @@ class GridCell:
     item_key: str
 
 
-# Kept for readers that imported the old name: a group result as seen from one member's row.
-GroupCell = GridCell
-
-
 @dataclass(slots=True)
 class NodeRef:
     id: int

@@ -88,4 +88,5 @@ def fixture(name: str) -> Path:
     for folder in (REPO / "tests/fixtures/nvidia-smi", REPO.parent / "shared/fixtures/nvidia-smi"):
         if (folder / name).exists():
             return folder / name
-    pytest.skip(f"fixture {name} not found")
+    # The captures live in the repo: a missing one is a broken test, never a skipped one.
+    pytest.fail(f"fixture {name} not found in tests/fixtures/nvidia-smi")

@@ -8,6 +8,7 @@ supported kind must be copied into tests/fixtures with its .source.txt.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,8 @@ def test_it_exits_2_with_a_reason_on_a_crashed_run(relative: str, kind: str) -> 
 
 def test_it_has_copied_every_shared_fixture_of_a_supported_kind_with_its_source() -> None:
     if not SHARED.is_dir():
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and no shared fixtures at {SHARED}")
         pytest.skip(f"no shared fixtures at {SHARED}")
     missing = [
         str(path.relative_to(SHARED))
