@@ -789,12 +789,6 @@ def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
             continue
 
 
-class _Terminated(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
 def _drain(stream: Any, into: List[bytes]) -> None:
     for chunk in iter(lambda: stream.read(65536), b""):
         into.append(chunk)
@@ -821,16 +815,20 @@ def run_sampling(interval: float, duration: Optional[float], child_argv: Sequenc
     code = EXIT_OK
     started = 0.0
     sampler = _Sampler(errors)
+    # The handler only records the signal and the loop polls it: an exception raised from a
+    # handler can land inside one of the sampler's `except Exception` guards and be swallowed,
+    # which left the probe sampling until its child ended.
+    terminated: List[int] = []
 
     def on_signal(signum: int, frame: Any) -> None:
-        raise _Terminated(signum)
+        terminated.append(signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, on_signal)
     try:
         doc["before"] = collect()
         usable = sampler.open()
-        if child_argv:
+        if child_argv and not terminated:
             try:
                 proc = subprocess.Popen(
                     list(child_argv),
@@ -850,7 +848,7 @@ def run_sampling(interval: float, duration: Optional[float], child_argv: Sequenc
                     readers.append(reader)
         started = time.monotonic()
         deadline = None if duration is None else started + duration
-        while True:
+        while not terminated:
             now = time.monotonic()
             if usable:
                 samples.append(sampler.sample(now - started))
@@ -862,19 +860,19 @@ def run_sampling(interval: float, duration: Optional[float], child_argv: Sequenc
             if deadline is not None:
                 next_at = min(next_at, deadline)
             # Wake early when the child exits, so its end is not a whole interval late.
-            while time.monotonic() < next_at:
+            while time.monotonic() < next_at and not terminated:
                 if proc is not None and proc.poll() is not None:
                     break
                 time.sleep(min(0.05, max(0.0, next_at - time.monotonic())))
-            if deadline is not None and time.monotonic() >= deadline and proc is None:
+            if deadline is not None and time.monotonic() >= deadline and proc is None and not terminated:
                 if usable:
                     samples.append(sampler.sample(time.monotonic() - started))
                 break
-        if not usable:
+        if terminated:
+            errors.append("probe: terminated by signal %d; child killed" % terminated[0])
+            code = 128 + terminated[0]
+        elif not usable:
             code = EXIT_NOTHING_READ
-    except _Terminated as term:
-        errors.append("probe: terminated by signal %d; child killed" % term.signum)
-        code = 128 + term.signum
     except Exception as err:  # noqa: BLE001 - the probe must always print JSON
         errors.append("probe: internal error while sampling: %s: %s" % (type(err).__name__, _err_text(err)))
         code = 1

@@ -4,6 +4,7 @@ gpu_burn loads the fake GPUs (through the real pynvml and the fake libnvidia-ml)
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -110,14 +111,14 @@ def test_it_kills_the_child_process_group_when_terminated(sim: SimPaths, tmp_pat
     assert proc.stdin is not None
     proc.stdin.write(probe_source())
     proc.stdin.close()
+    proc.stdin = None  # sent; communicate() below must not flush it again
     deadline = time.monotonic() + 20
     while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.1)
     child = int(pidfile.read_text())
     proc.send_signal(signal.SIGTERM)
-    assert proc.stdout is not None
-    data = json.loads(proc.stdout.read())
-    proc.wait(timeout=30)
+    stdout, _ = proc.communicate(timeout=30)
+    data = json.loads(stdout)
     assert proc.returncode == 128 + signal.SIGTERM
     assert "terminated by signal 15" in data["errors"][0]
     assert live_members(child) == []  # the whole group (sh and its sleep) is gone
@@ -138,3 +139,46 @@ def live_members(pgid: int) -> list[int]:
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
+
+
+class _SamplerSignalledMidRead:
+    """A sampler whose read is interrupted by SIGTERM inside a broad `except Exception`, as the
+    real GPU reads are: the signal must still stop the probe (it was once swallowed there)."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        self.reads = 0
+
+    def open(self) -> bool:
+        return True
+
+    def sample(self, t: float) -> dict[str, Any]:
+        self.reads += 1
+        try:
+            if self.reads == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)  # the handler runs here, inside the guard
+        except Exception:
+            pass
+        return {"t": t, "gpus": []}
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_signal_during_a_guarded_read_still_stops_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+    from checks.probe import probe
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    monkeypatch.setattr(probe, "_Sampler", _SamplerSignalledMidRead)
+    monkeypatch.setattr(probe, "collect", lambda: {"gpu_count": 0})
+    started = time.monotonic()
+    try:
+        doc, code = probe.run_sampling(0.05, None, ["sleep", "30"])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert time.monotonic() - started < 15
+    assert code == 128 + signal.SIGTERM
+    assert doc["errors"] == ["probe: terminated by signal 15; child killed"]
+    assert doc["child"]["exit_code"] == -signal.SIGTERM
