@@ -147,6 +147,9 @@ if CELERY_BROKER_URL.startswith("redis"):
 # --- Kiln ---------------------------------------------------------------------------------------
 # Seconds to wait for an SSH TCP connect + handshake before calling a node unreachable.
 KILN_SSH_CONNECT_TIMEOUT = float(os.environ.get("KILN_SSH_CONNECT_TIMEOUT", "10"))
+# Node pairs run at once by pairwise localisation, from one SSH connection to the launcher: below
+# OpenSSH's MaxSessions default of 10 sessions per connection (sshd_config(5)), with room to spare.
+KILN_PAIR_PARALLELISM = int(os.environ.get("KILN_PAIR_PARALLELISM", "8"))
 # Raw stdout/stderr kept per result, in characters: enough for a probe or a tool table, bounded.
 KILN_OUTPUT_CAP = int(os.environ.get("KILN_OUTPUT_CAP", "262144"))
 

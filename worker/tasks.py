@@ -49,7 +49,7 @@ def enqueue_node(*, run_id: int, node_id: int) -> None:
 
 
 @kiln_task(name="kiln.run_group")
-def run_group(self, run_id: int, result_id: int) -> bool:
+def run_group(self, run_id: int, result_id: int, time_budget_s: float | None = None) -> bool:
     """Run one multi-node check of a run from its launcher, then let the run go on (fan-in)."""
     from portal.runs import services
     from portal.runs.execution import execute_group
@@ -57,7 +57,7 @@ def run_group(self, run_id: int, result_id: int) -> bool:
 
     claim = self.request.id or f"eager-group-{result_id}"
     try:
-        return execute_group(run_id=run_id, result_id=result_id, claim=claim)
+        return execute_group(run_id=run_id, result_id=result_id, claim=claim, time_budget_s=time_budget_s)
     except SoftTimeLimitExceeded:
         CheckResult.objects.filter(pk=result_id, status=Status.RUNNING, claimed_by=claim).update(
             status=Status.ERROR, reason="timed out: the group task passed its soft time limit"
@@ -73,18 +73,31 @@ def run_group(self, run_id: int, result_id: int) -> bool:
 
 
 def enqueue_group(*, run_id: int, result_id: int) -> None:
-    """Send a group check's task. Its budget covers the group run and one run per node pair."""
+    """Send a group check's task. Its budget covers the group run, the ring of node pairs in rounds
+    of disjoint pairs, and as many rounds again for verification pairs, capped below the broker's
+    visibility timeout; the task stops starting pair rounds when its budget would run out."""
+    from ClusterShell.NodeSet import NodeSet
+
+    from portal.runs.execution import pair_batches, ring_pairs
     from portal.runs.models import CheckResult, Run
-    from worker.timeouts import node_task_limits
+    from worker.timeouts import group_task_limits
 
     run = Run.objects.only("plan_snapshot", "node_set").get(pk=run_id)
     result = CheckResult.objects.only("item_key").get(pk=result_id)
     item = next(i for i in run.plan_snapshot["items"] if i["key"] == result.item_key)
-    from ClusterShell.NodeSet import NodeSet
-
-    # The group run, one run per ring pair, and at most one verification pair per node.
-    runs_needed = 1 + 2 * len(NodeSet(run.node_set))
-    soft, hard = node_task_limits(
-        command_budgets=[item["timeout_s"]] * runs_needed, connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT
+    node_count = len(NodeSet(run.node_set))
+    parallelism = settings.KILN_PAIR_PARALLELISM
+    ring_rounds = len(pair_batches(ring_pairs(range(node_count)), parallelism)) if node_count >= 3 else 0
+    visibility = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}).get("visibility_timeout")
+    soft, hard = group_task_limits(
+        command_budget=item["timeout_s"],
+        runs_wanted=1 + 2 * ring_rounds,
+        connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
+        visibility=visibility,
     )
-    run_group.apply_async(args=(run_id, result_id), soft_time_limit=soft, time_limit=hard)
+    run_group.apply_async(
+        args=(run_id, result_id),
+        kwargs={"time_budget_s": soft - settings.KILN_TASK_SLACK_S},
+        soft_time_limit=soft,
+        time_limit=hard,
+    )

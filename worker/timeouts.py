@@ -23,3 +23,18 @@ def node_task_limits(*, command_budgets: list[float], connect_timeout: float) ->
     per_command = sum(b + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S for b in command_budgets)
     soft = int(per_command + 2 * connect_timeout + slack)
     return soft, soft + max(5, slack // 2)
+
+
+def group_task_limits(
+    *, command_budget: float, runs_wanted: int, connect_timeout: float, visibility: int | None
+) -> tuple[int, int]:
+    """(soft, hard) limits for a group check's task: the group run and up to `runs_wanted - 1`
+    rounds of node pairs, each `command_budget` long. Capped below the broker's visibility timeout
+    (the pair rounds that do not fit are left out by the task, and it says so); the group run
+    itself always fits, because run_start refused plans whose node tasks would not."""
+    soft, hard = node_task_limits(command_budgets=[command_budget] * runs_wanted, connect_timeout=connect_timeout)
+    runs = runs_wanted
+    while visibility is not None and hard >= visibility and runs > 1:
+        runs -= 1
+        soft, hard = node_task_limits(command_budgets=[command_budget] * runs, connect_timeout=connect_timeout)
+    return soft, hard

@@ -6,7 +6,10 @@ This is the service the node task calls. It touches the network only through `wo
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from ClusterShell.NodeSet import NodeSet
 from django.conf import settings
@@ -32,9 +35,10 @@ from checks.base import (
 from portal.inventory.models import Node
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, Status
-from worker.ssh import NodeTarget, Transport, TransportError, open_transport
+from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, NodeTarget, Transport, TransportError, open_transport
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def node_target(node: Node) -> NodeTarget:
@@ -157,13 +161,15 @@ def _series(check: Check, outputs: list[CommandOutput], verdict: Verdict) -> lis
         return []
 
 
-def execute_group(*, run_id: int, result_id: int, claim: str) -> bool:
+def execute_group(*, run_id: int, result_id: int, claim: str, time_budget_s: float | None = None) -> bool:
     """Run one multi-node check from its launcher over the run's reachable nodes.
 
     Nodes whose per-node checks ended in `error` (unreachable, hung) are left out, so one dead
     node does not fail the collective for everyone; they are named in the reason. When the
-    check supports it and the group is not healthy, node pairs are run to localise the culprit.
+    check supports it and the group is not healthy, node pairs are run to localise the culprit,
+    within `time_budget_s` from now (the task's soft limit less its slack; None: no limit).
     """
+    deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
     result = services.group_result_claim(result_id=result_id, claim=claim)
     if result is None:
         return False
@@ -194,7 +200,15 @@ def execute_group(*, run_id: int, result_id: int, claim: str) -> bool:
         measurements, verdict = run_group_check(check, params, thresholds, outputs, group)
         attribution = dict(getattr(verdict, "node_verdicts", {}) or {})
         if check.pairwise and len(members) >= 3 and (verdict.status != PASS or item["params"].get("pairwise_always")):
-            pair_outputs, pair_measurements, localised = _localise(check, params, thresholds, transport, group)
+            pair_outputs, pair_measurements, localised = _localise(
+                check,
+                params,
+                thresholds,
+                transport,
+                group,
+                parallelism=settings.KILN_PAIR_PARALLELISM,
+                deadline=deadline,
+            )
             outputs += pair_outputs
             measurements += pair_measurements
             attribution.update(localised.node_verdicts)
@@ -240,50 +254,113 @@ def group_members(run: Run) -> tuple[list[Node], list[str]]:
     return members, excluded
 
 
-def ring_pairs(nodes: tuple[NodeContext, ...]) -> list[tuple[NodeContext, NodeContext]]:
+def ring_pairs(nodes: Sequence[T]) -> list[tuple[T, T]]:
     """Each node with its successor (wrapping): every node is in exactly two pairs, n runs in all."""
     if len(nodes) == 3:
         return [(nodes[0], nodes[1]), (nodes[1], nodes[2]), (nodes[0], nodes[2])]
     return [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
 
 
+def pair_batches(pairs: Sequence[tuple[T, T]], parallelism: int) -> list[list[tuple[T, T]]]:
+    """The pairs in batches that run at once: disjoint (a node in two concurrent pairs would split
+    its bandwidth between them), at most `parallelism` each, in the given order otherwise."""
+    batches: list[list[tuple[T, T]]] = []
+    pending = list(pairs)
+    while pending:
+        batch: list[tuple[T, T]] = []
+        busy: set[T] = set()
+        later: list[tuple[T, T]] = []
+        for a, b in pending:
+            if len(batch) < max(1, parallelism) and a not in busy and b not in busy:
+                batch.append((a, b))
+                busy.update((a, b))
+            else:
+                later.append((a, b))
+        batches.append(batch)
+        pending = later
+    return batches
+
+
+def pair_run_budget(check: GroupCheck, params: Any) -> float:
+    """Seconds one pair run may take: its commands' budgets with their kill grace and backstop."""
+    commands = check.group_commands(params, _pair_stand_in())
+    return sum(c.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S for c in commands)
+
+
+def _pair_stand_in() -> GroupContext:
+    nodes = (NodeContext(hostname="a"), NodeContext(hostname="b"))
+    return GroupContext(nodes=nodes, launcher=nodes[0], tag="budget")
+
+
 def _localise(
-    check: GroupCheck, params: Any, thresholds: Any, transport: Transport, group: GroupContext
+    check: GroupCheck,
+    params: Any,
+    thresholds: Any,
+    transport: Transport,
+    group: GroupContext,
+    *,
+    parallelism: int = 1,
+    deadline: float | None = None,
 ) -> tuple[list[CommandOutput], list[Measurement], GroupVerdict]:
     """Ring pairs first (each node in two pairs); then every suspect is paired once more with a node
     already cleared by a good pair. A node sitting between two bad nodes has only bad ring pairs;
-    the extra pair clears it, so only nodes bad with a known-good partner are named."""
+    the extra pair clears it, so only nodes bad with a known-good partner are named.
+
+    Disjoint pairs run `parallelism` at a time over the launcher's connection. A batch that could
+    not finish before `deadline` (monotonic) is not started; the verdict says how many pairs were
+    left out, so a cut-short localisation is never mistaken for a complete one."""
     outputs: list[CommandOutput] = []
     measurements: list[Measurement] = []
     pair_verdicts: dict[tuple[str, str], Verdict] = {}
     by_name = {n.hostname: n for n in group.nodes}
+    budget = pair_run_budget(check, params)
+    not_run = 0
 
-    def run_pair(a: NodeContext, b: NodeContext) -> None:
-        pair = GroupContext(nodes=(a, b), launcher=group.launcher, tag=f"{group.tag}-pair{len(pair_verdicts)}")
+    def run_pair(index: int, a: NodeContext, b: NodeContext) -> tuple[list[CommandOutput], list[Measurement], Verdict]:
+        pair = GroupContext(nodes=(a, b), launcher=group.launcher, tag=f"{group.tag}-pair{index}")
         pair_outputs = _run_commands(transport, check.group_commands(params, pair))
         pair_measurements, pair_verdict = run_group_check(check, params, thresholds, pair_outputs, pair)
         for m in pair_measurements:
             m.labels = {**(m.labels or {}), "pair": f"{a.hostname},{b.hostname}"}
-        outputs.extend(pair_outputs)
-        measurements.extend(pair_measurements)
-        pair_verdicts[(a.hostname, b.hostname)] = pair_verdict
-        measurements.append(
+        pair_measurements.append(
             Measurement(
                 name="pair_status",
                 text=pair_verdict.status,
                 labels={"pair": f"{a.hostname},{b.hostname}", "reason": pair_verdict.reason[:200]},
             )
         )
+        return pair_outputs, pair_measurements, pair_verdict
 
-    for a, b in ring_pairs(group.nodes):
-        run_pair(a, b)
+    def run_pairs(pairs: list[tuple[str, str]]) -> None:
+        nonlocal not_run
+        batches = pair_batches(pairs, parallelism)
+        for position, batch in enumerate(batches):
+            if deadline is not None and time.monotonic() + budget > deadline:
+                not_run += sum(len(b) for b in batches[position:])
+                return
+            first = len(pair_verdicts) + not_run
+            jobs = [(first + i, by_name[a], by_name[b]) for i, (a, b) in enumerate(batch)]
+            if len(jobs) == 1:
+                done = [run_pair(*jobs[0])]
+            else:
+                with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="kiln-pair") as pool:
+                    done = list(pool.map(lambda job: run_pair(*job), jobs))
+            for (_, a, b), (pair_outputs, pair_measurements, pair_verdict) in zip(jobs, done, strict=True):
+                outputs.extend(pair_outputs)
+                measurements.extend(pair_measurements)
+                pair_verdicts[(a.hostname, b.hostname)] = pair_verdict
+
+    ring = ring_pairs([n.hostname for n in group.nodes])
+    run_pairs(ring)
     cleared = sorted({n for pair, v in pair_verdicts.items() if v.status == PASS for n in pair})
-    if cleared:
+    if cleared and not not_run:
+        verification: list[tuple[str, str]] = []
         for index, suspect in enumerate(sorted(check.localise(pair_verdicts).node_verdicts)):
             partners = [c for c in cleared if c != suspect and (suspect, c) not in pair_verdicts]
             partners = [c for c in partners if (c, suspect) not in pair_verdicts]
             if partners:
-                run_pair(by_name[suspect], by_name[partners[index % len(partners)]])
+                verification.append((suspect, partners[index % len(partners)]))
+        run_pairs(verification)
     localised = check.localise(pair_verdicts)
     if localised.node_verdicts:
         # Clear the others by name: a node with a good pair is not the one slowing the group.
@@ -294,6 +371,16 @@ def _localise(
             for node, peer in ((a, b), (b, a)):
                 if node not in suspects and node not in localised.node_verdicts:
                     localised.node_verdicts[node] = Verdict(status=PASS, reason=f"pair with {peer} within spec")
+    if not_run:
+        cut = f"localisation cut short by the task's time budget: {not_run} pair run(s) left out"
+        for node, verdict in localised.node_verdicts.items():
+            if verdict.status != PASS:
+                localised.node_verdicts[node] = Verdict(status=verdict.status, reason=f"{verdict.reason} (unverified)")
+        localised = GroupVerdict(
+            status=localised.status,
+            reason=f"{localised.reason}; {cut}" if localised.reason else cut,
+            node_verdicts=localised.node_verdicts,
+        )
     return outputs, measurements, localised
 
 
@@ -303,8 +390,6 @@ def _join(group: Verdict, localised: Verdict) -> str:
 
 def execute_run_inline(*, run_id: int, node_ids: list[int], max_workers: int = 32) -> None:
     """Run a whole run in this process (kiln_run --inline): node checks in threads, then groups."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from django.db import connection
 
     def one(node_id: int) -> None:

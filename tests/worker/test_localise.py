@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from checks.base import (
     FAIL,
@@ -16,7 +21,9 @@ from checks.base import (
     Measurement,
     NodeContext,
 )
-from portal.runs.execution import _localise, ring_pairs
+from portal.runs import execution
+from portal.runs.execution import _localise, pair_batches, pair_run_budget, ring_pairs
+from worker.timeouts import group_task_limits, node_task_limits
 
 
 @dataclass
@@ -98,3 +105,99 @@ def test_it_pairs_every_node_twice_in_the_ring() -> None:
     assert len(pairs) == 5
     for node in group_of(5).nodes:
         assert sum(node in pair for pair in pairs) == 2
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 12, 13, 64, 1250])
+@pytest.mark.parametrize("parallelism", [1, 3, 8])
+def test_its_batches_are_disjoint_bounded_and_cover_every_pair_once(n: int, parallelism: int) -> None:
+    pairs = ring_pairs(list(range(n)))
+    batches = pair_batches(pairs, parallelism)
+    assert sorted(p for b in batches for p in b) == sorted(pairs)
+    for batch in batches:
+        assert 1 <= len(batch) <= parallelism
+        members = [node for pair in batch for node in pair]
+        assert len(members) == len(set(members)), f"a node in two concurrent pairs: {batch}"
+    if n % 2 == 0 and parallelism == 8:
+        assert len(batches) == 2 * -(-n // 16), "an even ring is two perfect matchings"
+
+
+class ConcurrentEchoTransport(EchoTransport):
+    """Records how many pair runs overlap, and fails if one node is in two of them at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+        self.busy: set[str] = set()
+        self.most_at_once = 0
+
+    def run(self, command: Command) -> CommandOutput:
+        hosts = set(command.argv[1:])
+        with self.lock:
+            assert not hosts & self.busy, f"{hosts & self.busy} in two concurrent pair runs"
+            self.busy |= hosts
+            self.most_at_once = max(self.most_at_once, len(self.busy) // 2)
+        time.sleep(0.05)  # long enough for the batch's other pairs to start
+        with self.lock:
+            self.busy -= hosts
+        return super().run(command)
+
+
+def test_it_runs_disjoint_pairs_at_once_with_the_same_verdict() -> None:
+    sequential, _ = localise({"gpu01", "gpu03"})
+    transport = ConcurrentEchoTransport()
+    _, _, concurrent = _localise(PairCheck({"gpu01", "gpu03"}), None, None, transport, group_of(12), parallelism=4)
+    assert transport.most_at_once > 1
+    assert transport.most_at_once <= 4
+    assert concurrent.status == sequential.status
+    assert {h: v.status for h, v in concurrent.node_verdicts.items()} == {
+        h: v.status for h, v in sequential.node_verdicts.items()
+    }
+
+
+class ClockTransport(EchoTransport):
+    """Each run takes one second of a fake clock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def run(self, command: Command) -> CommandOutput:
+        self.now += 1.0
+        return super().run(command)
+
+
+def test_it_stops_starting_pairs_at_its_deadline_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    transport = ClockTransport()
+    monkeypatch.setattr(execution, "time", SimpleNamespace(monotonic=transport.monotonic))
+    check = PairCheck({"gpu07"})
+    budget = pair_run_budget(check, None)
+    # Room for the ring (12 pairs one at a time, 1 s each) but not for the verification pairs.
+    _, _, verdict = _localise(check, None, None, transport, group_of(12), deadline=budget + 11.5)
+    assert len(transport.runs) == 12
+    assert "cut short by the task's time budget: 1 pair run(s) left out" in verdict.reason
+    assert verdict.node_verdicts["gpu07"].status == FAIL
+    assert verdict.node_verdicts["gpu07"].reason.endswith("(unverified)")
+
+
+def test_it_runs_no_pair_when_no_time_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    transport = ClockTransport()
+    monkeypatch.setattr(execution, "time", SimpleNamespace(monotonic=transport.monotonic))
+    _, _, verdict = _localise(PairCheck({"gpu07"}), None, None, transport, group_of(12), deadline=1.0)
+    assert transport.runs == []
+    assert "12 pair run(s) left out" in verdict.reason
+
+
+def test_group_task_limits_stay_below_the_visibility_timeout() -> None:
+    wanted = node_task_limits(command_budgets=[600.0] * 317, connect_timeout=10)
+    soft, hard = group_task_limits(command_budget=600.0, runs_wanted=317, connect_timeout=10, visibility=25 * 3600)
+    assert wanted[1] >= 25 * 3600, "the uncapped budget of 1,250 nodes would pass the visibility timeout"
+    assert hard < 25 * 3600 and soft < hard
+    assert hard + 700 >= 25 * 3600, "only what does not fit is cut"
+    one_run = node_task_limits(command_budgets=[600.0], connect_timeout=10)
+    assert group_task_limits(command_budget=600.0, runs_wanted=5, connect_timeout=10, visibility=1) == one_run
+    assert group_task_limits(command_budget=600.0, runs_wanted=5, connect_timeout=10, visibility=None) == (
+        node_task_limits(command_budgets=[600.0] * 5, connect_timeout=10)
+    )
