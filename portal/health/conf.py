@@ -12,6 +12,8 @@ else the environment variable, else the default, so the app works before setting
     KILN_REAPER_QUEUE_ALLOWANCE_S    how long a result may wait `queued` on top of its run's limits (21600)
     KILN_HEALTH_TREND_SWEEPS         how many recent results the "at risk" trend rule looks at (5)
     KILN_SCHEDULER_HOOK_TIMEOUT_S    timeout of one scontrol / kubectl command (30)
+    KILN_SCHEDULER_HOOK_MAX_ATTEMPTS attempts of one drain/resume before it is `failed` (5)
+    KILN_SCHEDULER_HOOK_RETRY_BASE_S first retry delay of a failed drain/resume; doubles each attempt (30)
 """
 
 from __future__ import annotations
@@ -70,3 +72,13 @@ def trend_sweeps() -> int:
 
 def hook_timeout_s() -> float:
     return float(_get("KILN_SCHEDULER_HOOK_TIMEOUT_S", "30"))
+
+
+def hook_max_attempts() -> int:
+    # 5 attempts, 30 s doubling: retries span ~15 min (30+60+120+240 s), enough to ride out a
+    # slurmctld/API-server restart or failover; a longer outage is shown as `failed`.
+    return max(1, int(_get("KILN_SCHEDULER_HOOK_MAX_ATTEMPTS", "5")))
+
+
+def hook_retry_base_s() -> float:
+    return float(_get("KILN_SCHEDULER_HOOK_RETRY_BASE_S", "30"))

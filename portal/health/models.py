@@ -204,7 +204,9 @@ class SchedulerAction(models.Model):
     action = models.CharField(max_length=10)  # drain | resume | cordon | uncordon
     argv = models.JSONField(default=list)
     dry_run = models.BooleanField(default=False)
-    status = models.CharField(max_length=10, default="pending")  # pending | done | failed | dry-run
+    # pending | retrying | done | failed | superseded | skipped | dry-run
+    status = models.CharField(max_length=10, default="pending")
+    attempts = models.PositiveIntegerField(default=0)
     output = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -333,15 +333,51 @@ def controller_target(cfg: ClusterHealthSettings) -> Any:
     )
 
 
+TAKE_ACTIONS = ("drain", "cordon")
+GIVE_ACTIONS = ("resume", "uncordon")
+
+
 def scheduler_action_execute(*, action_id: int) -> SchedulerAction:
-    """Run a pending scheduler action on the controller. A failed drain clears `kiln_drain` (Kiln
-    did not drain it, so must not resume it later)."""
+    """Run a pending (or retrying) scheduler action on the controller, once.
+
+    A failure is retried (status `retrying`, the task backs off) until KILN_SCHEDULER_HOOK_MAX_ATTEMPTS;
+    then it is `failed`. A failed drain clears `kiln_drain` (Kiln did not drain it, so must not resume
+    it later); a failed resume keeps it (still Kiln's to resume). An action that a newer one for the
+    same node has overtaken is `superseded` and never runs late: a drain retried after the node
+    recovered would take a healthy node out. A resume whose drain never took effect is `skipped`.
+    """
+    with transaction.atomic():
+        # One action per node at a time: a resume deciding "nothing to undo" must not race a drain
+        # attempt that is about to succeed. Held for one scontrol/kubectl call at most.
+        node_id = SchedulerAction.objects.filter(pk=action_id).values_list("node_id", flat=True).get()
+        list(NodeHealth.objects.select_for_update().filter(node_id=node_id))
+        return _scheduler_action_attempt(action_id)
+
+
+def _scheduler_action_attempt(action_id: int) -> SchedulerAction:
     from checks.base import Command
     from worker.ssh import TransportError, open_transport
 
     action = SchedulerAction.objects.select_related("node", "node__cluster").get(pk=action_id)
-    if action.status != "pending":
+    if action.status not in ("pending", "retrying"):
         return action
+    later = SchedulerAction.objects.filter(node_id=action.node_id, dry_run=False, pk__gt=action.pk).order_by("pk")
+    newer = later.first()
+    if newer is not None:
+        return _scheduler_action_close(
+            action, "superseded", f"not run: superseded by {newer.action} #{newer.pk} for this node"
+        )
+    if action.action in GIVE_ACTIONS:
+        taken = (
+            SchedulerAction.objects.filter(
+                node_id=action.node_id, dry_run=False, pk__lt=action.pk, action__in=TAKE_ACTIONS
+            )
+            .order_by("-pk")
+            .first()
+        )
+        if taken is None or taken.status != "done":
+            why = "no earlier drain" if taken is None else f"{taken.action} #{taken.pk} {taken.status}, not done"
+            return _scheduler_action_close(action, "skipped", f"not run: nothing to undo ({why})")
     cfg = ClusterHealthSettings.objects.get(cluster_id=action.node.cluster_id)
     try:
         transport = open_transport(controller_target(cfg))
@@ -355,15 +391,33 @@ def scheduler_action_execute(*, action_id: int) -> SchedulerAction:
             text = f"timed out after {conf.hook_timeout_s():g}s. {text}"
     except TransportError as exc:
         ok, text = False, f"{exc.kind}: {exc.message}"
-    action.status = "done" if ok else "failed"
-    action.output = text[:4000]
-    action.finished_at = timezone.now()
-    action.save(update_fields=["status", "output", "finished_at"])
-    if not ok and action.action in ("drain", "cordon"):
+    action.attempts += 1
+    if ok:
+        return _scheduler_action_close(action, "done", text)
+    if action.attempts < conf.hook_max_attempts():
+        action.status = "retrying"
+        action.output = f"attempt {action.attempts} of {conf.hook_max_attempts()} failed: {text}"[:4000]
+        action.save(update_fields=["status", "attempts", "output"])
+        return action
+    action = _scheduler_action_close(action, "failed", f"failed after {action.attempts} attempt(s): {text}")
+    if action.action in TAKE_ACTIONS:
         NodeHealth.objects.filter(node_id=action.node_id, kiln_drain="drained").update(kiln_drain="")
-    if not ok and action.action in ("resume", "uncordon"):
+    else:
         NodeHealth.objects.filter(node_id=action.node_id).update(kiln_drain="drained")  # still ours to resume
     return action
+
+
+def _scheduler_action_close(action: SchedulerAction, status: str, output: str) -> SchedulerAction:
+    action.status = status
+    action.output = output[:4000]
+    action.finished_at = timezone.now()
+    action.save(update_fields=["status", "attempts", "output", "finished_at"])
+    return action
+
+
+def scheduler_action_retry_delay_s(*, attempts: int) -> float:
+    """Exponential backoff: base, 2*base, 4*base, ... capped at one hour."""
+    return min(3600.0, conf.hook_retry_base_s() * 2 ** max(0, attempts - 1))
 
 
 # --- schedules ---------------------------------------------------------------------------------

@@ -42,11 +42,17 @@ def alert_deliver(self, delivery_id: int) -> str:
     return delivery.status
 
 
-@kiln_task(name="kiln.scheduler_action")
+@kiln_task(name="kiln.scheduler_action", max_retries=None)
 def scheduler_action_run(self, action_id: int) -> str:
-    from portal.health.services import scheduler_action_execute
+    """Drain/resume one node; on failure retry with exponential backoff (KILN_SCHEDULER_HOOK_*)."""
+    from portal.health.services import scheduler_action_execute, scheduler_action_retry_delay_s
 
-    return scheduler_action_execute(action_id=action_id).status
+    action = scheduler_action_execute(action_id=action_id)
+    if action.status == "retrying":
+        delay = scheduler_action_retry_delay_s(attempts=action.attempts)
+        logger.warning("scheduler action %s attempt %s failed; retrying in %ss", action_id, action.attempts, delay)
+        raise self.retry(countdown=delay)
+    return action.status
 
 
 @kiln_task(name="kiln.reap")

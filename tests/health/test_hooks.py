@@ -6,9 +6,16 @@ from __future__ import annotations
 import pytest
 
 from portal.health.models import ClusterHealthSettings, NodeHealth, SchedulerAction
+from portal.health.services import health_evaluate_run, scheduler_action_execute, scheduler_action_retry_delay_s
+from portal.health.tasks import scheduler_action_run
 from tests.health.helpers import finish
 
 pytestmark = pytest.mark.django_db
+
+
+def evaluate(run) -> None:
+    """Judge a finished run's health now; its actions stay pending (on-commit never fires here)."""
+    health_evaluate_run(run_id=run.pk)
 
 
 @pytest.fixture
@@ -52,14 +59,71 @@ def test_it_never_resumes_a_node_it_did_not_drain(
 
 
 def test_it_records_a_failed_drain_and_forgets_it(
-    cluster, make_run, hooked, controller, eager_celery, django_capture_on_commit_callbacks
+    cluster, make_run, hooked, controller, eager_celery, django_capture_on_commit_callbacks, settings
 ) -> None:
+    settings.KILN_SCHEDULER_HOOK_MAX_ATTEMPTS = 1
     hooked.controller_env = {**controller.env, "KILN_SIM_SCHED_FAIL": "1"}
     hooked.save()
     finish(make_run(cluster), {"n02": ("fail", "ECC")}, django_capture_on_commit_callbacks)
     action = SchedulerAction.objects.get()
     assert action.status == "failed" and "Unable to contact slurm controller" in action.output
+    assert action.output.startswith("failed after 1 attempt(s)")
     assert NodeHealth.objects.get(node__hostname="n02").kiln_drain == ""
+
+
+def test_it_retries_a_failed_drain_until_the_controller_answers(
+    cluster, make_run, hooked, controller, settings
+) -> None:
+    settings.KILN_SCHEDULER_HOOK_MAX_ATTEMPTS = 5
+    hooked.controller_env = {**controller.env, "KILN_SIM_SCHED_FAIL_CALLS": "2"}  # a short slurmctld outage
+    hooked.save()
+    evaluate(finish(make_run(cluster), {"n02": ("fail", "ECC")}))  # planned, not yet run (no on-commit here)
+    action = SchedulerAction.objects.get()
+    assert (action.status, action.attempts) == ("pending", 0)
+    scheduler_action_run.apply(args=[action.pk])  # eager: the retries run in place
+    action.refresh_from_db()
+    assert (action.status, action.attempts) == ("done", 3)
+    assert len(controller.calls()) == 3
+    assert NodeHealth.objects.get(node__hostname="n02").kiln_drain == "drained"
+
+
+def test_it_gives_up_after_its_attempts_and_says_so(cluster, make_run, hooked, controller, settings) -> None:
+    settings.KILN_SCHEDULER_HOOK_MAX_ATTEMPTS = 3
+    hooked.controller_env = {**controller.env, "KILN_SIM_SCHED_FAIL": "1"}
+    hooked.save()
+    evaluate(finish(make_run(cluster), {"n02": ("fail", "ECC")}))
+    action = SchedulerAction.objects.get()
+    scheduler_action_run.apply(args=[action.pk])
+    action.refresh_from_db()
+    assert (action.status, action.attempts) == ("failed", 3)
+    assert action.output.startswith("failed after 3 attempt(s): slurm_update error: Unable to contact")
+    assert NodeHealth.objects.get(node__hostname="n02").kiln_drain == ""
+
+
+def test_a_drain_still_retrying_when_the_node_recovers_never_runs(
+    cluster, make_run, hooked, controller, settings
+) -> None:
+    settings.KILN_SCHEDULER_HOOK_MAX_ATTEMPTS = 5
+    hooked.controller_env = {**controller.env, "KILN_SIM_SCHED_FAIL_CALLS": "1"}
+    hooked.save()
+    evaluate(finish(make_run(cluster), {"n02": ("fail", "ECC")}))
+    drain = SchedulerAction.objects.get()
+    scheduler_action_execute(action_id=drain.pk)  # the first attempt fails; a retry is due later
+    drain.refresh_from_db()
+    assert (drain.status, drain.attempts) == ("retrying", 1)
+    evaluate(finish(make_run(cluster)))  # healthy again before the retry: a resume is planned
+    resume = SchedulerAction.objects.get(action="resume")
+    assert scheduler_action_execute(action_id=drain.pk).status == "superseded"
+    resumed = scheduler_action_execute(action_id=resume.pk)
+    assert resumed.status == "skipped" and "nothing to undo" in resumed.output
+    assert len(controller.calls()) == 1, "neither the stale drain nor a needless resume reached scontrol"
+    assert NodeHealth.objects.get(node__hostname="n02").kiln_drain == ""
+
+
+def test_its_retry_delay_doubles_and_is_capped(settings) -> None:
+    settings.KILN_SCHEDULER_HOOK_RETRY_BASE_S = 30
+    assert [scheduler_action_retry_delay_s(attempts=n) for n in (1, 2, 3, 4)] == [30, 60, 120, 240]
+    assert scheduler_action_retry_delay_s(attempts=20) == 3600
 
 
 def test_it_only_records_what_it_would_do_in_dry_run(

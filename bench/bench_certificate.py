@@ -1,0 +1,485 @@
+"""How issuing an acceptance certificate scales: 1,250 nodes × 8 checks, against a 16-node peer.
+
+    python bench/bench_certificate.py [--nodes 1250] [--peer 16] [--series-points 600]
+                                      [--stdout-bytes 2048] [--chart-timeout S] [--tracemalloc]
+
+Seeds its own database, as bench_pages.py does (a fresh SQLite file in a temporary folder, or with
+DATABASE_URL a throw-away database on that server); the site signing key is generated in the
+temporary data folder (KILN_SIGNING_KEY and KILN_TRUSTED_KEYS are ignored), and the folder is removed
+at the end. Each cluster gets serials, racks and positions, one finished run of the 8-check plan
+where every result passes, with about 90 measurements per node (GPU UUIDs and serials from the
+inventory, per-GPU burn-in, temperature, ECC and link figures, a few software and fabric ones), a raw
+output of --stdout-bytes per result, and Series: 8 GPUs × 3 burn-in metrics × --series-points
+points, plus one NCCL busbw curve, per node. An acceptance campaign is then opened over that run
+with portal.certificates.services.
+
+Timed per cluster, in this process, after an untimed warm-up issue on a 2-node cluster (imports,
+fonts, the kaleido server): campaign_state, payload.body_build, seal.canonical_bytes of the body
+(and its size), and the issue path: the vendor approver's certificate_sign (pending), then the
+customer's (issues: state, body, digest, charts, WeasyPrint PDF, database writes; broken down by
+wrapping those functions), then the same two signatures again with charts turned off
+(KILN_CERT_CHARTS=0), and certificate_verify of the PDF. Wall seconds; memory as the process's peak
+RSS (ru_maxrss) after each step, or with --tracemalloc the Python allocation peak of the step
+(slower). The table gives each step at N nodes and at the peer, their ratio, and the marginal cost
+per node ((t_N - t_peer) / (N - peer)). Pages of the PDF come from `pdfinfo` when installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.bench_pages import CHECKS, setup_django  # noqa: E402  (same plan, same throw-away database)
+
+GPUS = 8
+BURN_IN_SERIES = (("temp_gpu", "C", 68.0, 4.0), ("power_w", "W", 640.0, 25.0), ("sm_clock_mhz", "MHz", 1980.0, 15.0))
+NCCL_SIZES = [float(2**k) for k in range(10, 35)]  # 1 KiB .. 16 GiB: 25 points
+IB_PORTS = 8
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _pool(rng: random.Random, mean: float, sd: float, points: int, digits: int) -> list[float]:
+    return [round(rng.gauss(mean, sd), digits) for _ in range(points)]
+
+
+def _measurements(result: Any, node: Any, rng: random.Random) -> list[Any]:
+    """About 90 measurements per node, shaped like what the checks record."""
+    from portal.runs.models import Measurement
+
+    def m(name: str, **kw: Any) -> Any:
+        return Measurement(result=result, name=name, **kw)
+
+    host = node.hostname
+    kind = result.kind
+    out: list[Any] = []
+    if kind == "gpu_inventory":
+        out.append(m("gpu_count", value=8.0, threshold="== 8", ok=True))
+        out.append(m("gpu_models", text="NVIDIA H100 80GB HBM3"))
+        for gpu in range(GPUS):
+            seed = f"{abs(hash((host, gpu))):016x}"
+            uuid = f"GPU-{seed[:8]}-{seed[8:12]}-{seed[12:16]}-{rng.getrandbits(16):04x}-{rng.getrandbits(48):012x}"
+            out.append(m("gpu_uuid", text=uuid, gpu=gpu))
+            out.append(m("gpu_serial", text=f"165{rng.randrange(10**9, 10**10)}", gpu=gpu))
+            out.append(m("vbios", text="96.00.99.00.01", gpu=gpu))
+    elif kind == "sw_consistency":
+        for name, text in (
+            ("driver_version", "550.90.07"),
+            ("cuda_version", "12.4"),
+            ("kernel", "5.15.0-113-generic"),
+            ("os", "Ubuntu 22.04.4 LTS"),
+            ("nccl_version", "2.21.5"),
+        ):
+            out.append(m(name, text=text, ok=True))
+    elif kind in ("gpu_links", "nvlink"):
+        for gpu in range(GPUS):
+            out.append(m("nvlinks_active", value=18.0, gpu=gpu, threshold=">= 18", ok=True))
+    elif kind in ("ib_ports", "infiniband"):
+        for port in range(IB_PORTS):
+            out.append(
+                m("port_rate", value=400.0, unit="Gb/s", threshold=">= 400", ok=True, labels={"port": f"mlx5_{port}"})
+            )
+    elif kind == "nccl_allreduce":
+        out.append(m("busbw_avg_reported", value=round(rng.gauss(360, 3), 2), unit="GB/s"))
+        out.append(m("busbw_peak", value=round(rng.gauss(475, 4), 2), unit="GB/s", threshold=">= 400", ok=True))
+        out.append(m("size_at_peak", value=float(2**33), unit="B"))
+    elif kind == "burn_in":
+        for gpu in range(GPUS):
+            out.append(
+                m("gflops", value=round(rng.gauss(110_000, 800), 1), unit="Gflop/s", gpu=gpu,
+                  threshold=">= 100000", ok=True, labels={"phase": "load"})
+            )  # fmt: skip
+            out.append(m("temp_max", value=float(rng.randrange(70, 80)), unit="C", gpu=gpu, threshold="<= 87", ok=True))
+            out.append(m("power_w_steady_mean", value=round(rng.gauss(640, 20), 1), unit="W", gpu=gpu))
+            out.append(m("sm_clock_mhz_steady_min", value=float(rng.randrange(1950, 1981)), unit="MHz", gpu=gpu))
+    elif kind == "dlc_temperature":
+        for gpu in range(GPUS):
+            out.append(
+                m("temp_gpu_steady", value=round(rng.gauss(70, 1.5), 1), unit="C", gpu=gpu, threshold="<= 85", ok=True)
+            )
+    elif kind in ("ecc_health", "ecc"):
+        for gpu in range(GPUS):
+            out.append(m("volatile_uncorrected", value=0.0, gpu=gpu, threshold="<= 0", ok=True))
+    else:  # a kind this bench does not know: a handful of generic figures
+        for i in range(4):
+            out.append(m(f"m{i}", value=round(rng.random(), 4), ok=True))
+    return out
+
+
+def seed_campaign(
+    name: str, size: int, *, rng: random.Random, series_points: int, stdout_bytes: int, user: Any
+) -> dict[str, Any]:
+    """A cluster of `size` nodes, one finished all-pass run of the 8-check plan, a campaign over it."""
+    from django.utils import timezone
+
+    from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+    from portal.certificates import services as cert_services
+    from portal.inventory.models import Cluster, Node
+    from portal.runs import services
+    from portal.runs.models import CheckResult, Measurement, Run, Series
+
+    plan, created = TestPlan.objects.get_or_create(slug="bench8", defaults={"name": "Bench (8 checks)"})
+    if created:
+        for order, slug in enumerate(CHECKS):
+            TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug=slug), order=order)
+    cluster = Cluster.objects.create(
+        name=name, profile="H100-SXM-8", transport="local", customer="Bench Customer", site="Bench Site"
+    )
+    Node.objects.bulk_create(
+        Node(
+            cluster=cluster,
+            hostname=f"{name}-gpu{i:04d}",
+            rack=f"R{i // 32:02d}",
+            position=str(i % 32),
+            group=f"SU{i // 128:02d}",
+            serial=f"SN{rng.randrange(10**11, 10**12)}",
+        )
+        for i in range(1, size + 1)
+    )
+    nodes = list(cluster.nodes.order_by("hostname"))
+    snapshot = services.plan_snapshot_build(plan=plan, cluster=cluster)
+    items = snapshot["items"]
+    now = timezone.now()
+    started = now - timedelta(hours=14)
+    run = Run.objects.create(
+        cluster=cluster,
+        plan=plan,
+        plan_snapshot=snapshot,
+        node_set=f"{name}-gpu[0001-{size:04d}]",
+        status="pass",
+        started_at=started,
+        finished_at=started + timedelta(hours=13),
+        requested_by=user,
+    )
+    filler = ("x" * 79 + "\n") * (stdout_bytes // 80 + 1)
+    pools = {
+        metric: _pool(rng, mean, sd, series_points * 2, 1 if metric != "sm_clock_mhz" else 0)
+        for metric, _, mean, sd in BURN_IN_SERIES
+    }
+    xs = [float(2 * i) for i in range(series_points)]
+    counts = {"results": 0, "measurements": 0, "series": 0, "points": 0}
+    chunk = 50  # nodes per bulk write: keeps the seeding's own memory peak low
+    for start in range(0, len(nodes), chunk):
+        results = []
+        for node in nodes[start : start + chunk]:
+            for item in items:
+                t0 = started + timedelta(seconds=60 * item["position"])
+                duration = 2.0 + 30 * (item["kind"] == "burn_in") + rng.random()
+                results.append(
+                    CheckResult(
+                        run=run, node=node, item_key=item["key"], kind=item["kind"], scope="node",
+                        position=item["position"], status="pass", reason="all within spec",
+                        command=f"python3 probe.py {item['kind']} --json", exit_code=0,
+                        stdout=f"{node.hostname} {item['key']}\n" + filler[:stdout_bytes], stderr="",
+                        started_at=t0, duration_s=duration, finished_at=t0 + timedelta(seconds=duration),
+                    )  # fmt: skip
+                )
+        CheckResult.objects.bulk_create(results, batch_size=2000)
+        if not results[0].pk:  # backends that return no ids from bulk_create
+            keys = {(r.node_id, r.item_key): r for r in results}
+            for row in CheckResult.objects.filter(run=run, node_id__in={r.node_id for r in results}):
+                keys[(row.node_id, row.item_key)].pk = row.pk
+        measurements, series = [], []
+        for result in results:
+            measurements.extend(_measurements(result, result.node, rng))
+            if result.kind == "burn_in":
+                for gpu in range(GPUS):
+                    for metric, unit, _, _ in BURN_IN_SERIES:
+                        shift = rng.randrange(series_points)
+                        ys = pools[metric][shift : shift + series_points]
+                        series.append(Series(result=result, name=metric, unit=unit, x_unit="s", gpu=gpu, x=xs, y=ys))
+            elif result.kind == "nccl_allreduce":
+                ys = [round(min(480.0, 0.5 * s**0.31) + rng.gauss(0, 0.5), 2) for s in NCCL_SIZES]
+                series.append(Series(result=result, name="busbw", unit="GB/s", x_unit="B", x=NCCL_SIZES, y=ys))
+        Measurement.objects.bulk_create(measurements, batch_size=2000)
+        Series.objects.bulk_create(series, batch_size=200)
+        counts["results"] += len(results)
+        counts["measurements"] += len(measurements)
+        counts["series"] += len(series)
+        counts["points"] += sum(len(s.y) for s in series)
+    campaign = cert_services.campaign_create(cluster=cluster, plan=plan, name=f"{name} acceptance", user=user)
+    cert_services.campaign_run_add(campaign=campaign, run=run, user=user)
+    return {"cluster": cluster, "campaign": campaign, "size": size, "counts": counts, "items": items}
+
+
+class Probe:
+    """Wraps module-level functions the issue path calls, to time each one (wall seconds, summed)."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.captured: dict[str, Any] = {}
+
+    def reset(self) -> None:
+        self.times, self.calls, self.captured = {}, {}, {}
+
+    def wrap(self, module: Any, attr: str, label: str, capture: bool = False) -> None:
+        original = getattr(module, attr)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                self.times[label] = self.times.get(label, 0.0) + time.perf_counter() - t0
+                self.calls[label] = self.calls.get(label, 0) + 1
+            if capture:
+                self.captured[label] = out
+            return out
+
+        setattr(module, attr, timed)
+
+
+class Step:
+    """Times a block: wall seconds, peak RSS after it, and (with tracemalloc on) its Python peak."""
+
+    def __init__(self, use_tracemalloc: bool) -> None:
+        self.use_tracemalloc = use_tracemalloc
+
+    def __enter__(self) -> Step:
+        gc.collect()
+        if self.use_tracemalloc:
+            tracemalloc.reset_peak()
+            self.base = tracemalloc.get_traced_memory()[0]
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds = time.perf_counter() - self.t0
+        self.rss = _rss_mb()
+        self.py_peak = (tracemalloc.get_traced_memory()[1] - self.base) / 2**20 if self.use_tracemalloc else None
+
+
+def pdf_pages(data: bytes, folder: str) -> int | None:
+    if not shutil.which("pdfinfo"):
+        return None
+    path = Path(folder) / "bench-certificate.pdf"
+    path.write_bytes(data)
+    try:
+        out = subprocess.run(["pdfinfo", str(path)], capture_output=True, text=True, timeout=120).stdout
+    finally:
+        path.unlink(missing_ok=True)
+    for line in out.splitlines():
+        if line.startswith("Pages:"):
+            return int(line.split()[1])
+    return None
+
+
+def payload_breakdown(body: dict[str, Any]) -> dict[str, int]:
+    """Canonical bytes of the body by part: measurements, hashes, GPU identities, the rest."""
+    from portal.certificates import seal
+
+    measurements = hashes = gpus = 0
+    for node in body["nodes"]:
+        gpus += len(seal.canonical_bytes(node["gpus"]))
+        for check in node["checks"].values():
+            if "measurements" in check:
+                measurements += len(seal.canonical_bytes(check["measurements"]))
+            for key in ("stdout_sha256", "stderr_sha256", "series_sha256"):
+                if key in check:
+                    hashes += len(f'"{key}":"{check[key]}",')
+    total = len(seal.canonical_bytes(body))
+    return {
+        "total": total,
+        "measurements": measurements,
+        "hashes": hashes,
+        "gpu identities": gpus,
+        "other": total - measurements - hashes - gpus,
+    }
+
+
+def measure_campaign(
+    seeded: dict[str, Any], users: dict[str, Any], probe: Probe, *, use_tracemalloc: bool, tmp: str
+) -> dict[str, Any]:
+    from django.conf import settings
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from portal.certificates import payload, seal, selectors, services
+    from portal.certificates.models import Certificate, Signature
+
+    campaign = seeded["campaign"]
+    out: dict[str, Any] = {"steps": {}, "notes": {}}
+
+    def record(label: str, step: Step, extra: str = "") -> None:
+        out["steps"][label] = (step.seconds, step.rss, step.py_peak, extra)
+
+    with CaptureQueriesContext(connection) as q, Step(use_tracemalloc) as s:
+        state = selectors.campaign_state(campaign=campaign)
+    record("campaign_state", s, f"{len(q)} queries")
+    assert state.ready, state.blockers
+    with CaptureQueriesContext(connection) as q, Step(use_tracemalloc) as s:
+        body = payload.body_build(state=state)
+    record("payload.body_build", s, f"{len(q)} queries")
+    with Step(use_tracemalloc) as s:
+        body_bytes = seal.canonical_bytes(body)
+    size_mb = len(body_bytes) / 2**20
+    record("seal.canonical_bytes(body)", s, f"{size_mb:.2f} MB")
+    out["body_mb"] = size_mb
+    out["breakdown"] = payload_breakdown(body)
+    del body, body_bytes, state
+
+    def sign_pair(tag: str) -> Certificate:
+        probe.reset()
+        with Step(use_tracemalloc) as s:
+            first = services.certificate_sign(campaign=campaign, user=users["vendor"])
+        assert isinstance(first, Signature), first
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in probe.times.items())
+        record(f"certificate_sign #1 vendor (pending){tag}", s, parts)
+        probe.reset()
+        with Step(use_tracemalloc) as s:
+            cert = services.certificate_sign(campaign=campaign, user=users["customer"])
+        assert isinstance(cert, Certificate), cert
+        timed = dict(probe.times)
+        rest = s.seconds - sum(timed.values())
+        record(f"certificate_sign #2 customer (issue){tag}", s, ", ".join(f"{k} {v:.2f}" for k, v in timed.items()))
+        for key, value in timed.items():
+            out["steps"][f"  of which {key}{tag}"] = (value, None, None, "")
+        out["steps"][f"  of which the rest (payload, seal, DB writes){tag}"] = (rest, None, None, "")
+        return cert
+
+    cert = sign_pair(" [charts on]")
+    out["notes"]["charts"] = cert.charts_note or "charts rendered"
+    out["pdf_mb"] = len(cert.pdf) / 2**20
+    out["payload_mb"] = len(cert.payload.encode("utf-8")) / 2**20
+    out["pages"] = pdf_pages(bytes(cert.pdf), tmp)
+    previous = getattr(settings, "KILN_CERT_CHARTS", None)
+    settings.KILN_CERT_CHARTS = "0"
+    try:
+        cert_off = sign_pair(" [charts off]")
+    finally:
+        if previous is None:
+            del settings.KILN_CERT_CHARTS
+        else:
+            settings.KILN_CERT_CHARTS = previous
+    out["pdf_mb_off"] = len(cert_off.pdf) / 2**20
+    out["pages_off"] = pdf_pages(bytes(cert_off.pdf), tmp)
+    data = bytes(cert.pdf)
+    with Step(use_tracemalloc) as s:
+        verdict = services.certificate_verify(data=data)
+    record("certificate_verify(pdf)", s, verdict.status)
+    out["notes"]["verify"] = f"{verdict.status}: {verdict.detail}" if hasattr(verdict, "detail") else verdict.status
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1250)
+    parser.add_argument("--peer", type=int, default=16)
+    parser.add_argument("--series-points", type=int, default=600, help="points per burn-in Series (8 GPUs × 3)")
+    parser.add_argument("--stdout-bytes", type=int, default=2048, help="raw output stored per result")
+    parser.add_argument("--chart-timeout", type=float, default=None, help="KILN_CERT_CHART_TIMEOUT_S (default 60)")
+    parser.add_argument("--tracemalloc", action="store_true", help="per-step Python allocation peaks (slower)")
+    args = parser.parse_args()
+
+    for name in ("KILN_SIGNING_KEY", "KILN_TRUSTED_KEYS", "KILN_CERT_CHARTS"):
+        os.environ.pop(name, None)  # the key goes to the throw-away data folder; charts at their default
+    if os.environ.get("DATABASE_URL"):
+        os.environ["KILN_DATA_DIR"] = tempfile.mkdtemp(prefix="kiln-bench-")
+    teardown, described = setup_django()
+    from django.conf import settings
+
+    data_dir = str(settings.DATA_DIR)
+    try:
+        from django.contrib.auth.models import Group, User
+
+        from portal.certificates import charts, pdf, seal, services
+        from portal.roles import APPROVER
+
+        assert str(seal.signing_key_path()).startswith(data_dir), seal.signing_key_path()
+        if args.chart_timeout is not None:
+            settings.KILN_CERT_CHART_TIMEOUT_S = str(args.chart_timeout)
+
+        def user(username: str, *groups: str) -> Any:
+            u = User.objects.create_user(username, password="x", first_name=username.title(), last_name="Bench")
+            for group in groups:
+                u.groups.add(Group.objects.get_or_create(name=group)[0])
+            return u
+
+        users = {"vendor": user("vera", APPROVER, "vendor"), "customer": user("carl", APPROVER, "customer")}
+        probe = Probe()
+        probe.wrap(services, "campaign_state", "state")
+        probe.wrap(services, "body_build", "body")
+        probe.wrap(services, "body_digest", "digest")
+        probe.wrap(charts, "charts_render", "charts")
+        probe.wrap(pdf, "pdf_render", "pdf")
+
+        rng = random.Random(42)
+        seed = {"rng": rng, "series_points": args.series_points, "stdout_bytes": args.stdout_bytes}
+        warm = seed_campaign("warm", 2, user=users["vendor"], **seed)
+        t0 = time.perf_counter()
+        services.certificate_sign(campaign=warm["campaign"], user=users["vendor"])
+        services.certificate_sign(campaign=warm["campaign"], user=users["customer"])
+        print(f"database: {described}; data dir {data_dir}; warm-up issue (2 nodes) {time.perf_counter() - t0:.1f} s")
+
+        t0 = time.perf_counter()
+        big = seed_campaign("big", args.nodes, user=users["vendor"], **seed)
+        t_big = time.perf_counter() - t0
+        peer = seed_campaign("peer", args.peer, user=users["vendor"], **seed)
+        c = big["counts"]
+        print(
+            f"seeded {args.nodes} nodes in {t_big:.1f} s: {c['results']} results, {c['measurements']} measurements "
+            f"({c['measurements'] / args.nodes:.0f}/node), {c['series']} series, {c['points']:,} points "
+            f"({args.series_points}/burn-in series); peer {args.peer} nodes; RSS peak {_rss_mb():.0f} MB"
+        )
+        if args.tracemalloc:
+            tracemalloc.start()
+        # The peer first: the process's peak RSS then grows with the big campaign only.
+        results = {"peer": measure_campaign(peer, users, probe, use_tracemalloc=args.tracemalloc, tmp=data_dir)}
+        results["big"] = measure_campaign(big, users, probe, use_tracemalloc=args.tracemalloc, tmp=data_dir)
+
+        n, p = args.nodes, args.peer
+        width = max(len(k) for k in results["big"]["steps"]) + 2
+        mem = "py peak MB" if args.tracemalloc else "RSS peak MB"
+        print()
+        print(
+            f"{'step':<{width}} | {n:>5} nodes s | {p:>4} nodes s |  ratio | ms/node (marginal) | {mem:>11} | detail"
+        )
+        for label, (sec, rss, py, extra) in results["big"]["steps"].items():
+            psec = results["peer"]["steps"].get(label, (float("nan"),))[0]
+            ratio = sec / psec if psec else float("nan")
+            per_node = (sec - psec) / (n - p) * 1000 if n != p else float("nan")
+            memory = py if args.tracemalloc else rss
+            shown = f"{memory:>11.0f}" if memory is not None else " " * 11
+            print(
+                f"{label:<{width}} | {sec:>13.2f} | {psec:>12.3f} | {ratio:>5.1f}x | {per_node:>18.2f} | {shown} | {extra}"
+            )
+        print()
+        for label, size in (("big", n), ("peer", p)):
+            r = results[label]
+            pages = r["pages"] if r["pages"] is not None else "? (no pdfinfo)"
+            pages_off = r["pages_off"] if r["pages_off"] is not None else "?"
+            b = r["breakdown"]
+            parts = ", ".join(f"{k} {v / 2**20:.2f} MB ({v / b['total']:.0%})" for k, v in b.items() if k != "total")
+            print(
+                f"{size} nodes: body {r['body_mb']:.2f} MB ({r['body_mb'] * 1024 / size:.1f} KiB/node: {parts}); "
+                f"sealed payload {r['payload_mb']:.2f} MB; PDF {r['pdf_mb']:.2f} MB, {pages} pages "
+                f"(charts off: {r['pdf_mb_off']:.2f} MB, {pages_off} pages); charts: {r['notes']['charts']}; "
+                f"verify: {r['notes']['verify']}"
+            )
+        return 0
+    finally:
+        teardown()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
