@@ -66,6 +66,22 @@ def scheduler_actions(*, cluster: Cluster) -> QuerySet[SchedulerAction]:
     return SchedulerAction.objects.filter(node__cluster=cluster).select_related("node")
 
 
+@dataclass
+class NodeHealthHistory:
+    health: NodeHealth | None
+    transitions: list[HealthTransition]
+    actions: list[SchedulerAction]
+
+
+def node_health_history(*, node: Node, limit: int = 20) -> NodeHealthHistory:
+    """One node's current health, its latest transitions and scheduler actions. Three queries."""
+    return NodeHealthHistory(
+        health=NodeHealth.objects.filter(node=node).first(),
+        transitions=list(HealthTransition.objects.filter(node=node).order_by("-created_at", "-id")[:limit]),
+        actions=list(SchedulerAction.objects.filter(node=node).select_related("node").order_by("-id")[:limit]),
+    )
+
+
 def schedules(*, cluster: Cluster | None = None) -> QuerySet[Schedule]:
     qs = (
         Schedule.objects.select_related("cluster", "plan", "periodic_task", "created_by")

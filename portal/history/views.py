@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 
+from portal.health import selectors as health_selectors
 from portal.history import exports, figures, selectors
 from portal.inventory.models import Cluster, Node
 from portal.roles import VIEWER
@@ -57,6 +58,7 @@ def node_detail(request: HttpRequest, name: str, hostname: str) -> HttpResponse:
             "cluster": node.cluster,
             "page": page,
             "entries": selectors.timeline_entries(results=page.object_list, hostname=node.hostname),
+            "health": health_selectors.node_health_history(node=node),
             "charts": charts,
             "trend_runs": selectors.TREND_RUNS,
             "metrics": selectors.KEY_METRICS,

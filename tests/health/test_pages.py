@@ -67,6 +67,28 @@ def test_it_shows_counts_failing_nodes_and_transitions(
     assert 'href="/health/clusters/c1/"' in overview
 
 
+def test_a_node_page_shows_its_health_transitions_and_scheduler_actions(
+    client, cluster, make_user, make_run, django_capture_on_commit_callbacks
+) -> None:
+    cluster.scheduler = "slurm"
+    cluster.save()
+    ClusterHealthSettings.objects.create(cluster=cluster, hook_mode="dry_run")
+    client.force_login(make_user("v", "viewer"))
+    url = reverse("node_detail", args=["c1", "n02"])
+    assert "Not judged yet" in client.get(url).content.decode()
+    capture = django_capture_on_commit_callbacks
+    failed = finish(make_run(cluster), {"n02": ("fail", "GPU 3: uncorrectable ECC")}, capture)
+    recovered = finish(make_run(cluster), capture=capture)
+    page = client.get(url).content.decode()
+    assert '<span class="badge green">healthy</span>' in page
+    table = page[page.index('id="health-transitions"') :]
+    assert table.index(f"run #{recovered.pk}") < table.index(f"run #{failed.pk}"), "newest first"
+    assert "GPU 3: uncorrectable ECC" in table
+    assert "scontrol update nodename=n02 state=drain" in page and "dry run" in page
+    other = client.get(reverse("node_detail", args=["c1", "n01"])).content.decode()
+    assert "uncorrectable" not in other and "scontrol" not in other
+
+
 def test_it_saves_the_cluster_settings(client, cluster, make_user) -> None:
     client.force_login(make_user("op", "operator"))
     data = {
