@@ -461,10 +461,8 @@ def _periodic_task_sync(schedule: Schedule) -> None:
         schedule.save(update_fields=["periodic_task"])
 
 
-@transaction.atomic
-def schedule_create(
-    *, name: str, cluster: Cluster, plan: Any, crontab: str, node_set: str = "", created_by: Any = None
-) -> Schedule:
+def _schedule_validate(*, cluster: Cluster, crontab: str, node_set: str) -> str:
+    """The normalised crontab; ScheduleError when the crontab or the node set is wrong."""
     from portal.runs.services import RunStartError, nodes_select
 
     crontab = " ".join(crontab.split())
@@ -473,6 +471,14 @@ def schedule_create(
         nodes_select(cluster=cluster, node_set=node_set)
     except RunStartError as exc:
         raise ScheduleError(str(exc)) from None
+    return crontab
+
+
+@transaction.atomic
+def schedule_create(
+    *, name: str, cluster: Cluster, plan: Any, crontab: str, node_set: str = "", created_by: Any = None
+) -> Schedule:
+    crontab = _schedule_validate(cluster=cluster, crontab=crontab, node_set=node_set)
     schedule = Schedule.objects.create(
         name=name,
         cluster=cluster,
@@ -481,6 +487,20 @@ def schedule_create(
         node_set=node_set.strip(),
         created_by=created_by if getattr(created_by, "pk", None) else None,
     )
+    _periodic_task_sync(schedule)
+    return schedule
+
+
+@transaction.atomic
+def schedule_update(
+    *, schedule: Schedule, name: str, cluster: Cluster, plan: Any, crontab: str, node_set: str = ""
+) -> Schedule:
+    """Change a schedule; beat's DatabaseScheduler sees the new crontab without a restart. Runs it
+    already started keep the plan they snapshot."""
+    crontab = _schedule_validate(cluster=cluster, crontab=crontab, node_set=node_set)
+    schedule.name, schedule.cluster, schedule.plan = name, cluster, plan
+    schedule.crontab, schedule.node_set = crontab, node_set.strip()
+    schedule.save(update_fields=["name", "cluster", "plan", "crontab", "node_set"])
     _periodic_task_sync(schedule)
     return schedule
 

@@ -102,6 +102,36 @@ def schedule_create(request: HttpRequest) -> HttpResponse:
     return render(request, "health/schedule_form.html", {"form": form})
 
 
+@role_required(OPERATOR)
+def schedule_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    schedule = get_object_or_404(Schedule.objects.select_related("cluster", "plan"), pk=pk)
+    initial = {
+        "name": schedule.name,
+        "cluster": schedule.cluster.name,
+        "plan": schedule.plan.slug,
+        "node_set": schedule.node_set,
+        "crontab": schedule.crontab,
+    }
+    form = ScheduleForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            services.schedule_update(
+                schedule=schedule,
+                name=data["name"],
+                cluster=data["cluster"],
+                plan=data["plan"],
+                crontab=data["crontab"],
+                node_set=data["node_set"],
+            )
+        except services.ScheduleError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Schedule “{schedule.name}” saved ({schedule.crontab} UTC).")
+            return redirect("health_schedules")
+    return render(request, "health/schedule_form.html", {"form": form, "schedule": schedule})
+
+
 @require_POST
 @role_required(OPERATOR)
 def schedule_toggle(request: HttpRequest, pk: int) -> HttpResponse:

@@ -17,7 +17,7 @@ VIEWER_PAGES = [
     ("health_cluster", ["c1"]),
     ("health_deliveries", ["c1"]),
 ]
-OPERATOR_PAGES = [("health_schedule_create", []), ("health_settings", ["c1"])]
+OPERATOR_PAGES = [("health_schedule_create", []), ("health_settings", ["c1"]), ("health_schedule_edit", [1])]
 
 
 @pytest.mark.parametrize(("name", "args"), VIEWER_PAGES + OPERATOR_PAGES)

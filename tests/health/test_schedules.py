@@ -67,6 +67,24 @@ def test_it_disables_enables_and_deletes(cluster, quick_plan, operator_client) -
     assert not Schedule.objects.exists() and not PeriodicTask.objects.filter(task="kiln.scheduled_run").exists()
 
 
+def test_it_edits_a_schedule_and_its_beat_task(cluster, quick_plan, operator_client) -> None:
+    _create(operator_client)
+    schedule = Schedule.objects.get()
+    url = reverse("health_schedule_edit", args=[schedule.pk])
+    form = operator_client.get(url).content.decode()
+    assert 'value="nightly"' in form and 'value="0 2 * * *"' in form
+    data = {"name": "hourly", "cluster": "c1", "plan": "unit", "node_set": "n[01-03]", "crontab": "0 * * * *"}
+    assert operator_client.post(url, {**data, "crontab": "0 2 * *"}).status_code == 200  # refused, shown
+    schedule.refresh_from_db()
+    assert schedule.crontab == "0 2 * * *", "a refused edit changes nothing"
+    assert operator_client.post(url, data).status_code == 302
+    schedule.refresh_from_db()
+    assert (schedule.name, schedule.crontab, schedule.node_set) == ("hourly", "0 * * * *", "n[01-03]")
+    task = PeriodicTask.objects.get(pk=schedule.periodic_task_id)
+    assert (task.crontab.minute, task.crontab.hour) == ("0", "*")
+    assert PeriodicTask.objects.filter(task="kiln.scheduled_run").count() == 1
+
+
 def test_it_starts_one_run_per_firing(cluster, quick_plan, operator_client) -> None:
     _create(operator_client, node_set="n[01-02]")
     schedule = Schedule.objects.get()
