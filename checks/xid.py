@@ -57,39 +57,66 @@ XID_CATALOGUE: dict[int, XidInfo] = {
     13: XidInfo("Graphics engine exception", WARN, "restart the application; usually an application bug", XID_DOC),
     31: XidInfo("GPU memory page fault (MMU fault)", WARN, "restart the application; usually an application bug"),
     32: XidInfo("Invalid or corrupted push buffer stream", WARN, "restart the application"),
-    43: XidInfo("GPU stopped processing (reset channel verification)", WARN, "restart the application", DEBUG_GUIDE),
-    45: XidInfo("Preemptive cleanup after a previous error or a killed process", INFO, "none; follows other events"),
+    # Catalog action IGNORE: a software-induced application fault; the GPU stays healthy.
+    43: XidInfo("GPU stopped processing (reset channel verification)", INFO, "none; the application's own fault"),
+    # WORKFLOW_XID_45: with another Xid, follow that one (IGNORE); alone, restart Fabric Manager.
+    # Ctrl-C, SIGKILL and GPU resets log it too, so it is only recorded; the other Xid is judged.
+    45: XidInfo(
+        "Preemptive cleanup after a previous error or a killed process",
+        INFO,
+        "none when it follows another Xid; alone, restart Fabric Manager",
+    ),
     46: XidInfo("GPU stopped processing", CRITICAL, "reset the GPU; service if it recurs"),
     48: XidInfo("Double-bit ECC error (DBE)", CRITICAL, "reset the GPU (Xid 48 workflow)", MEMORY_DOC),
-    56: XidInfo("Display engine error", WARN, "restart the application"),
+    # CHECK_MECHANICALS: check the device's seating and connections.
+    54: XidInfo("Auxiliary power is not connected to the GPU board", CRITICAL, "check seating and power connectors"),
+    # Listed as unused on A100/H100/B100/GB200 (action CONTACT_SUPPORT).
+    56: XidInfo("Display engine error", WARN, "contact support; unused on A100 and newer"),
     61: XidInfo("Internal micro-controller breakpoint/warning (PMU)", CRITICAL, "reset the GPU", DEBUG_GUIDE),
     62: XidInfo("Internal micro-controller halt (PMU)", CRITICAL, "reset the GPU", DEBUG_GUIDE),
-    # 63 records a successful page retirement / row remap; the repair takes effect at the next
-    # reset, and the probe's remap-pending flag already fails until then.
-    63: XidInfo("ECC page retirement or row remapping recorded", WARN, "reset the GPU to activate", MEMORY_DOC),
+    # 63 records a successful page retirement / row remap (catalog action IGNORE); the repair
+    # takes effect at the next reset, and the probe's remap-pending flag already fails until then.
+    63: XidInfo("ECC page retirement or row remapping recorded", INFO, "none; a GPU reset activates it", XID_DOC),
     64: XidInfo("ECC page retirement or row remapping failed", CRITICAL, "reset the GPU; RMA candidate", MEMORY_DOC),
     68: XidInfo("Video processor (NVDEC) exception", WARN, "restart the application"),
     69: XidInfo("Graphics engine class error", WARN, "restart the application"),
     74: XidInfo("NVLink error", CRITICAL, "reset the GPU; check NVLink / NVSwitch", DEBUG_GUIDE),
     79: XidInfo("GPU has fallen off the bus", CRITICAL, "reboot the node; check PCIe seating and power", DEBUG_GUIDE),
-    # Reported alongside rising corrected-error counts; the counters and row remapping are judged
-    # from the probe, so the event itself is a warning.
-    92: XidInfo("High single-bit ECC error rate", WARN, "watch ECC counters and remapping", MEMORY_DOC),
-    94: XidInfo("Contained ECC error", WARN, "restart the application; reset the GPU to remap", MEMORY_DOC),
+    # Catalog action IGNORE; the corrected-error counters and row remapping are judged from the
+    # probe, so the event itself is only recorded.
+    92: XidInfo("High single-bit ECC error rate", INFO, "none; watch ECC counters and remapping", XID_DOC),
+    94: XidInfo("Contained ECC error", WARN, "restart the application; reset the GPU when convenient", XID_DOC),
     95: XidInfo("Uncontained ECC error", CRITICAL, "reset the GPU", MEMORY_DOC),
-    109: XidInfo("Context switch timeout", WARN, "restart the application"),
+    109: XidInfo("Context switch timeout", CRITICAL, "reset the GPU", XID_DOC),
+    110: XidInfo("Security fault", CRITICAL, "reset the GPU; cold reset the system if it persists", XID_DOC),
     119: XidInfo("GSP RPC timeout", CRITICAL, "reset the GPU", DEBUG_GUIDE),
     120: XidInfo("GSP error", CRITICAL, "reset the GPU", DEBUG_GUIDE),
-    121: XidInfo("C2C link corrected error", WARN, "watch for recurrence (Grace Hopper)"),
-    122: XidInfo("SPI PMU RPC read failure", WARN, "restart the application; contact support if it recurs"),
-    123: XidInfo("SPI PMU RPC write failure", CRITICAL, "reset the GPU"),
+    # Catalog action IGNORE: corrected errors on the C2C link to a Grace CPU, no operational impact.
+    121: XidInfo("C2C link corrected error", INFO, "none; a GPU reset at a service window retrains the link", XID_DOC),
+    # 122/123 are listed as unused on A100/H100/B100/GB200 (action CONTACT_SUPPORT).
+    122: XidInfo("SPI PMU RPC read failure", WARN, "contact support; unused on A100 and newer"),
+    123: XidInfo("SPI PMU RPC write failure", CRITICAL, "contact support; unused on A100 and newer"),
+    136: XidInfo("NVLink link training failed", CRITICAL, "reset the GPU; investigate link signal integrity", XID_DOC),
+    # Catalog action IGNORE (investigation: XID_137_FLOW): usually an application's illegal NVLink
+    # peer-to-peer access.
+    137: XidInfo("NVLink privilege error (remote MMU fault)", INFO, "none; usually an application bug", XID_DOC),
+    139: XidInfo("Optical flow accelerator (OFA1) error", WARN, "restart the application", XID_DOC),
     140: XidInfo("Unrecovered ECC error", CRITICAL, "reset the GPU", MEMORY_DOC),
     143: XidInfo("GPU initialization failure", CRITICAL, "reset the GPU; service if it recurs"),
-    # Blackwell NVLink5 (NETIR) link events: the driver's message names the recovery; a link event
-    # on an acceptance run is judged as a fault until someone reads it.
-    149: XidInfo("NVLink NETIR error", CRITICAL, "follow the action in the message; check NVLink"),
-    # 154 states the recovery the driver now requires; "(None)" clears it (see _xid154_severity).
+    # Blackwell NVLink5 events (WORKFLOW_NVLINK5_ERR): the catalog's "Xid 144-150 decode" of the
+    # message's IntrInfo / error status names the recovery, for the fatal ones a GPU reset; a link
+    # event on an acceptance run is judged as a fault until someone reads it. 147 and 148 are left
+    # out: every status the decode lists for them is IGNORE, so they stay unknown (warn).
+    144: XidInfo("NVLink SAW error", CRITICAL, "decode per the catalog's Xid 144-150 table; reset the GPU", XID_DOC),
+    145: XidInfo("NVLink RLW error", CRITICAL, "decode per the catalog's Xid 144-150 table; reset the GPU", XID_DOC),
+    146: XidInfo("NVLink TLW error", CRITICAL, "decode per the catalog's Xid 144-150 table; reset the GPU", XID_DOC),
+    149: XidInfo("NVLink NETIR error", CRITICAL, "decode per the catalog's Xid 144-150 table; reset the GPU", XID_DOC),
+    150: XidInfo("NVLink MSE error", CRITICAL, "reset the GPU", XID_DOC),
+    # 154 states the recovery the driver now requires; "(None)" clears it (see catalogue_entry).
     154: XidInfo("GPU recovery action changed", CRITICAL, "perform the named recovery (reset / reboot)"),
+    155: XidInfo("NVLink software-defined error (link down)", CRITICAL, "reset the GPU", XID_DOC),
+    156: XidInfo("Resource retirement event", CRITICAL, "reset the GPU", XID_DOC),
+    158: XidInfo("GPU fatal timeout", CRITICAL, "reset the GPU", XID_DOC),
 }
 
 SXID_CATALOGUE: dict[int, XidInfo] = {

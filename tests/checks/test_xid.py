@@ -13,8 +13,10 @@ from checks.parsers import PARSERS
 from checks.profiles import resolve_thresholds
 from checks.xid import (
     CRITICAL,
+    INFO,
     KERNEL_LOG_LABEL,
     XID_CATALOGUE,
+    catalogue_entry,
     kernel_log_command,
     normalise_pci,
     parse_dmesg,
@@ -105,6 +107,47 @@ def test_it_catalogues_every_required_xid_with_a_source() -> None:
         119,
         120,
     }
+
+
+def test_it_follows_the_xid_catalogs_immediate_action_for_corrected_codes() -> None:
+    # NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), column
+    # "Resolution Bucket (Immediate Action)": IGNORE -> info, RESTART_APP -> warn, RESET_GPU /
+    # CHECK_MECHANICALS / WORKFLOW_NVLINK5_ERR -> critical.
+    expected = {
+        43: INFO,  # IGNORE (was warn)
+        63: INFO,  # IGNORE (was warn); the remap-pending flag is judged from the probe
+        92: INFO,  # IGNORE (was warn)
+        121: INFO,  # IGNORE (was warn)
+        137: INFO,  # IGNORE
+        94: "warn",  # RESTART_APP
+        139: "warn",  # RESTART_APP
+        109: CRITICAL,  # RESET_GPU (was warn)
+        54: CRITICAL,  # CHECK_MECHANICALS
+        110: CRITICAL,  # RESET_GPU
+        136: CRITICAL,  # RESET_GPU
+        144: CRITICAL,  # WORKFLOW_NVLINK5_ERR
+        150: CRITICAL,  # WORKFLOW_NVLINK5_ERR
+        155: CRITICAL,  # RESET_GPU
+        158: CRITICAL,  # RESET_GPU
+    }
+    assert {code: XID_CATALOGUE[code].severity for code in expected} == expected
+    # 147/148: every status the catalog's 144-150 decode lists is IGNORE; left unknown, so warn.
+    assert catalogue_entry("xid", 147).severity == "warn"
+
+
+def test_it_records_ignored_xids_and_fails_a_context_switch_timeout() -> None:
+    log = (
+        "[1.0] NVRM: Xid (PCI:0000:18:00): 63, pid=1, Row Remapper: New row marked for remapping, "
+        "reset gpu to activate.\n"
+        "[2.0] NVRM: Xid (PCI:0000:18:00): 92, pid=1, High single-bit ECC error rate\n"
+        "@@kiln-kernel-log source=dmesg rc=0\n"
+    )
+    measurements, verdict = judge(log)
+    assert verdict.status == PASS
+    assert [(int(m.value), m.ok) for m in measurements if m.name == "xid"] == [(63, True), (92, True)]
+    log = "[1.0] NVRM: Xid (PCI:0000:18:00): 109, pid=1, Ch 00000008\n@@kiln-kernel-log source=dmesg rc=0\n"
+    _, verdict = judge(log)
+    assert (verdict.status, verdict.reason) == (FAIL, "GPU 0: Xid 109 (Context switch timeout) at 1.0")
 
 
 def test_it_clears_xid154_when_the_recovery_action_is_none() -> None:
