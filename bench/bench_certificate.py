@@ -37,7 +37,6 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -185,11 +184,21 @@ def seed_campaign(
                 duration = 2.0 + 30 * (item["kind"] == "burn_in") + rng.random()
                 results.append(
                     CheckResult(
-                        run=run, node=node, item_key=item["key"], kind=item["kind"], scope="node",
-                        position=item["position"], status="pass", reason="all within spec",
-                        command=f"python3 probe.py {item['kind']} --json", exit_code=0,
-                        stdout=f"{node.hostname} {item['key']}\n" + filler[:stdout_bytes], stderr="",
-                        started_at=t0, duration_s=duration, finished_at=t0 + timedelta(seconds=duration),
+                        run=run,
+                        node=node,
+                        item_key=item["key"],
+                        kind=item["kind"],
+                        scope="node",
+                        position=item["position"],
+                        status="pass",
+                        reason="all within spec",
+                        command=f"python3 probe.py {item['kind']} --json",
+                        exit_code=0,
+                        stdout=f"{node.hostname} {item['key']}\n" + filler[:stdout_bytes],
+                        stderr="",
+                        started_at=t0,
+                        duration_s=duration,
+                        finished_at=t0 + timedelta(seconds=duration),
                     )  # fmt: skip
                 )
         CheckResult.objects.bulk_create(results, batch_size=2000)
@@ -450,9 +459,7 @@ def main() -> int:
         width = max(len(k) for k in results["big"]["steps"]) + 2
         mem = "py peak MB" if args.tracemalloc else "RSS peak MB"
         print()
-        print(
-            f"{'step':<{width}} | {n:>5} nodes s | {p:>4} nodes s |  ratio | ms/node (marginal) | {mem:>11} | detail"
-        )
+        print(f"{'step':<{width}} | {n:>5} nodes s | {p:>4} nodes s |  ratio | ms/node (marginal) | {mem:>11} | detail")
         for label, (sec, rss, py, extra) in results["big"]["steps"].items():
             psec = results["peer"]["steps"].get(label, (float("nan"),))[0]
             ratio = sec / psec if psec else float("nan")
@@ -460,7 +467,8 @@ def main() -> int:
             memory = py if args.tracemalloc else rss
             shown = f"{memory:>11.0f}" if memory is not None else " " * 11
             print(
-                f"{label:<{width}} | {sec:>13.2f} | {psec:>12.3f} | {ratio:>5.1f}x | {per_node:>18.2f} | {shown} | {extra}"
+                f"{label:<{width}} | {sec:>13.2f} | {psec:>12.3f} | {ratio:>5.1f}x | {per_node:>18.2f} | {shown} "
+                f"| {extra}"
             )
         print()
         for label, size in (("big", n), ("peer", p)):

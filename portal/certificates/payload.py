@@ -11,7 +11,7 @@ from typing import Any
 
 from portal.certificates import seal
 from portal.certificates.selectors import WAIVED, CampaignState
-from portal.runs.models import CheckResult, Measurement, Run, Series
+from portal.runs.models import CheckResult, Measurement, Run, Series, points_digest
 
 CHUNK = 500
 
@@ -63,12 +63,19 @@ def body_build(*, state: CampaignState) -> dict[str, Any]:
             .values("result_id", "name", "value", "text", "unit", "gpu", "threshold", "ok", "labels")
         ):
             measurements[m["result_id"]].append(_measurement(m))
+        # The points are cited by the digest taken when they were stored, not re-read here.
+        unhashed: dict[int, dict[str, Any]] = {}
         for s in (
             Series.objects.filter(result_id__in=chunk)
             .order_by("result_id", "name", "gpu", "id")
-            .values("result_id", "name", "unit", "x_unit", "gpu", "labels", "x", "y")
+            .values("id", "result_id", "name", "unit", "x_unit", "gpu", "labels", "points_sha256")
         ):
+            pk = s.pop("id")
             series_hash[s.pop("result_id")].append(s)
+            if not s["points_sha256"]:
+                unhashed[pk] = s
+        for pk, x, y in Series.objects.filter(pk__in=list(unhashed)).values_list("id", "x", "y"):
+            unhashed[pk]["points_sha256"] = points_digest(x, y)
 
     def evidence(rid: int) -> dict[str, Any]:
         r = results[rid]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -151,6 +153,9 @@ class Series(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     x = models.JSONField(default=list)
     y = models.JSONField(default=list)
+    # SHA-256 of the points, taken when they are stored: a certificate cites it without loading
+    # (and re-serialising) every point of every burn-in curve.
+    points_sha256 = models.CharField(max_length=64, blank=True)
 
     objects = EvidenceQuerySet.as_manager()
 
@@ -160,6 +165,17 @@ class Series(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({len(self.x)} points)"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.points_sha256 = points_digest(self.x, self.y)
+        if kwargs.get("update_fields") is not None:
+            kwargs["update_fields"] = {*kwargs["update_fields"], "points_sha256"}
+        super().save(*args, **kwargs)
+
+
+def points_digest(x: list[Any], y: list[Any]) -> str:
+    """SHA-256 of a series' points as compact JSON (Python's float repr: exact and deterministic)."""
+    return hashlib.sha256(json.dumps([list(x), list(y)], separators=(",", ":")).encode()).hexdigest()
 
 
 class Measurement(models.Model):

@@ -19,7 +19,7 @@ from checks.profiles import get_profile
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster, Node
 from portal.runs import outliers
-from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Series, Status
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Series, Status, points_digest
 
 logger = logging.getLogger(__name__)
 
@@ -325,6 +325,7 @@ def result_record(
                 labels=sr.labels or {},
                 x=list(sr.x),
                 y=list(sr.y),
+                points_sha256=points_digest(sr.x, sr.y),
             )
             for sr in series or []
         )
