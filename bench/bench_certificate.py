@@ -103,9 +103,16 @@ def _measurements(result: Any, node: Any, rng: random.Random) -> list[Any]:
     elif kind == "burn_in":
         for gpu in range(GPUS):
             out.append(
-                m("gflops", value=round(rng.gauss(110_000, 800), 1), unit="Gflop/s", gpu=gpu,
-                  threshold=">= 100000", ok=True, labels={"phase": "load"})
-            )  # fmt: skip
+                m(
+                    "gflops",
+                    value=round(rng.gauss(110_000, 800), 1),
+                    unit="Gflop/s",
+                    gpu=gpu,
+                    threshold=">= 100000",
+                    ok=True,
+                    labels={"phase": "load"},
+                )
+            )
             out.append(m("temp_max", value=float(rng.randrange(70, 80)), unit="C", gpu=gpu, threshold="<= 87", ok=True))
             out.append(m("power_w_steady_mean", value=round(rng.gauss(640, 20), 1), unit="W", gpu=gpu))
             out.append(m("sm_clock_mhz_steady_min", value=float(rng.randrange(1950, 1981)), unit="MHz", gpu=gpu))
@@ -133,7 +140,7 @@ def seed_campaign(
     from portal.certificates import services as cert_services
     from portal.inventory.models import Cluster, Node
     from portal.runs import services
-    from portal.runs.models import CheckResult, Measurement, Run, Series
+    from portal.runs.models import CheckResult, Measurement, Run, Series, points_digest
 
     plan, created = TestPlan.objects.get_or_create(slug="bench8", defaults={"name": "Bench (8 checks)"})
     if created:
@@ -199,7 +206,7 @@ def seed_campaign(
                         started_at=t0,
                         duration_s=duration,
                         finished_at=t0 + timedelta(seconds=duration),
-                    )  # fmt: skip
+                    )
                 )
         CheckResult.objects.bulk_create(results, batch_size=2000)
         if not results[0].pk:  # backends that return no ids from bulk_create
@@ -214,10 +221,31 @@ def seed_campaign(
                     for metric, unit, _, _ in BURN_IN_SERIES:
                         shift = rng.randrange(series_points)
                         ys = pools[metric][shift : shift + series_points]
-                        series.append(Series(result=result, name=metric, unit=unit, x_unit="s", gpu=gpu, x=xs, y=ys))
+                        series.append(
+                            Series(
+                                result=result,
+                                name=metric,
+                                unit=unit,
+                                x_unit="s",
+                                gpu=gpu,
+                                x=xs,
+                                y=ys,
+                                points_sha256=points_digest(xs, ys),  # as runs.services stores them
+                            )
+                        )
             elif result.kind == "nccl_allreduce":
                 ys = [round(min(480.0, 0.5 * s**0.31) + rng.gauss(0, 0.5), 2) for s in NCCL_SIZES]
-                series.append(Series(result=result, name="busbw", unit="GB/s", x_unit="B", x=NCCL_SIZES, y=ys))
+                series.append(
+                    Series(
+                        result=result,
+                        name="busbw",
+                        unit="GB/s",
+                        x_unit="B",
+                        x=NCCL_SIZES,
+                        y=ys,
+                        points_sha256=points_digest(NCCL_SIZES, ys),
+                    )
+                )
         Measurement.objects.bulk_create(measurements, batch_size=2000)
         Series.objects.bulk_create(series, batch_size=200)
         counts["results"] += len(results)
