@@ -17,4 +17,4 @@ app.conf.update(
     task_track_started=True,
     broker_connection_retry_on_startup=True,
 )
-app.autodiscover_tasks(["worker", "portal.health"], related_name="tasks", force=True)
+app.autodiscover_tasks(["worker", "portal.health", "portal.certificates"], related_name="tasks", force=True)

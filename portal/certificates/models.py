@@ -25,6 +25,9 @@ class Campaign(models.Model):
     plan_snapshot = models.JSONField()
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Both sides have signed and the certificate task is rendering and sealing (None: nothing pending).
+    issue_requested_at = models.DateTimeField(null=True, blank=True)
+    issue_error = models.TextField(blank=True, help_text="Why the last issuing attempt failed.")
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -171,9 +171,10 @@ def waiver_grant(*, campaign: Campaign, hostname: str, item_key: str, justificat
     return waiver
 
 
-def certificate_sign(*, campaign: Campaign, user: AbstractBaseUser) -> Signature | Certificate:
-    """One approver signs the current body. The second signature, from the other side, over the same
-    body, issues the certificate (returned); otherwise the pending signature is returned."""
+def certificate_sign(*, campaign: Campaign, user: AbstractBaseUser) -> Signature:
+    """One approver signs the current body. When the other side has signed the same body, the
+    certificate is issued by a task (rendering and sealing take minutes at 1,000+ nodes, too long
+    for a request); the campaign shows it as issuing until then."""
     _require_approver(user)
     side = signer_side(user=user)
     if side is None:
@@ -184,20 +185,8 @@ def certificate_sign(*, campaign: Campaign, user: AbstractBaseUser) -> Signature
         state = campaign_state(campaign=campaign)
         if not state.ready:
             raise CampaignError("cannot sign yet: " + "; ".join(state.blockers))
-        body = body_build(state=state)
-        digest = body_digest(body)
-        pending = list(campaign.signatures.filter(certificate__isnull=True, withdrawn=False).select_related("user"))
-        stale = [s for s in pending if s.body_sha256 != digest]
-        for s in stale:
-            s.withdrawn = True
-            s.save(update_fields=["withdrawn"])
-            audit_record(
-                campaign=campaign,
-                user=user,
-                action="signature withdrawn",
-                detail=f"{s.side} signature of {s.user.get_username()}: the evidence changed since it was given",
-            )
-        pending = [s for s in pending if s not in stale]
+        digest = body_digest(body_build(state=state))
+        pending = _withdraw_stale(campaign=campaign, digest=digest, user=user)
         if any(s.user_id == user.pk for s in pending):
             raise CampaignError("you have signed this already; the other side's approver signs next")
         if any(s.side == side for s in pending):
@@ -210,23 +199,138 @@ def certificate_sign(*, campaign: Campaign, user: AbstractBaseUser) -> Signature
             body_sha256=digest,
         )
         audit_record(campaign=campaign, user=user, action="signed", detail=f"{side} side, body sha256 {digest}")
-        if not pending:
-            return signature
-        return _issue(campaign=campaign, state=state, body=body, signatures=[*pending, signature], user=user)
+        if pending:
+            _issue_request(campaign)
+    return signature
 
 
-def _number(campaign: Campaign, when: Any) -> str:
+def _withdraw_stale(*, campaign: Campaign, digest: str, user: Any) -> list[Signature]:
+    """Withdraw pending signatures given over another body; returns those still standing."""
+    pending = list(campaign.signatures.filter(certificate__isnull=True, withdrawn=False).select_related("user"))
+    stale = [s for s in pending if s.body_sha256 != digest]
+    for s in stale:
+        s.withdrawn = True
+        s.save(update_fields=["withdrawn"])
+        audit_record(
+            campaign=campaign,
+            user=user,
+            action="signature withdrawn",
+            detail=f"{s.side} signature of {s.user.get_username()}: the evidence changed since it was given",
+        )
+    return [s for s in pending if s not in stale]
+
+
+def _issue_request(campaign: Campaign) -> None:
+    campaign.issue_requested_at = timezone.now()
+    campaign.issue_error = ""
+    campaign.save(update_fields=["issue_requested_at", "issue_error"])
+    campaign_id = campaign.pk
+    transaction.on_commit(lambda: _enqueue_issue(campaign_id))
+
+
+def _enqueue_issue(campaign_id: int) -> None:
+    from portal.certificates.tasks import certificate_issue_task
+
+    certificate_issue_task.delay(campaign_id)
+
+
+def certificate_issue_retry(*, campaign: Campaign, user: AbstractBaseUser) -> None:
+    """Ask again for a certificate both sides signed (after a failed or lost issuing attempt)."""
+    _require_approver(user)
+    with transaction.atomic():
+        campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+        if _signed_pair(campaign) is None:
+            raise CampaignError("there is no pair of vendor and customer signatures waiting for a certificate")
+        _issue_request(campaign)
+        audit_record(campaign=campaign, user=user, action="certificate issue retried", detail=campaign.issue_error)
+
+
+def _signed_pair(campaign: Campaign) -> list[Signature] | None:
+    """The standing vendor and customer signatures over one body, vendor first; None if incomplete."""
+    pending = list(
+        campaign.signatures.filter(certificate__isnull=True, withdrawn=False).select_related("user").order_by("id")
+    )
+    sides = {s.side: s for s in pending}
+    if set(sides) != {"vendor", "customer"} or sides["vendor"].body_sha256 != sides["customer"].body_sha256:
+        return None
+    return [sides["vendor"], sides["customer"]]
+
+
+def _issue_settle(campaign_id: int) -> None:
+    Campaign.objects.filter(pk=campaign_id).update(issue_requested_at=None, issue_error="")
+
+
+def certificate_issue_failed(*, campaign_id: int, error: str) -> None:
+    """Record why issuing failed: the campaign shows it, and an approver can retry."""
+    campaign = Campaign.objects.get(pk=campaign_id)
+    Campaign.objects.filter(pk=campaign_id).update(issue_error=error[:2000])
+    audit_record(campaign=campaign, user=None, action="certificate issue failed", detail=error[:2000])
+
+
+def certificate_issue(*, campaign_id: int) -> Certificate | None:
+    """Issue the certificate over the body both sides signed: the task behind the second signature.
+
+    Safe to run twice. The PDF is rendered outside any lock; then, under the campaign's lock, the
+    evidence is digested again and the certificate is recorded only if nothing changed meanwhile
+    (else the signatures over the old body are withdrawn and nothing is issued)."""
+    campaign = Campaign.objects.select_related("cluster").get(pk=campaign_id)
+    signatures = _signed_pair(campaign)
+    if signatures is None:
+        _issue_settle(campaign_id)  # issued already, or a signature was withdrawn
+        return None
+    state = campaign_state(campaign=campaign)
+    body = body_build(state=state)
+    digest = body_digest(body)
+    if not state.ready or signatures[0].body_sha256 != digest:
+        _issue_abandon(campaign_id, digest)
+        return None
+    key = seal.signing_key_load()
+    issued_at = timezone.now()
+    for collision in range(5):
+        number = _number(campaign, issued_at, skip=collision)
+        payload_bytes, seal_data, document, note = _render(
+            body=body, state=state, number=number, issued_at=issued_at, signatures=signatures, key=key
+        )
+        with transaction.atomic():
+            campaign = Campaign.objects.select_for_update().select_related("cluster").get(pk=campaign_id)
+            current = _signed_pair(campaign)
+            if current is None or [s.pk for s in current] != [s.pk for s in signatures]:
+                _issue_settle(campaign_id)
+                return None
+            if body_digest(body_build(state=campaign_state(campaign=campaign))) != digest:
+                _issue_abandon(campaign_id, None)
+                return None
+            if Certificate.objects.filter(number=number).exists():
+                continue  # another campaign of this cluster took the number meanwhile
+            certificate = _record(
+                campaign=campaign, state=state, body=body, number=number, issued_at=issued_at,
+                payload_bytes=payload_bytes, seal_data=seal_data, document=document, note=note, signatures=signatures,
+            )  # fmt: skip
+            _issue_settle(campaign_id)
+            return certificate
+    raise CampaignError(f"no free certificate number for {campaign.cluster.name} on {issued_at:%Y-%m-%d}")
+
+
+def _issue_abandon(campaign_id: int, digest: str | None) -> None:
+    """The evidence changed after both signed: withdraw their signatures; they sign the new body."""
+    with transaction.atomic():
+        campaign = Campaign.objects.select_for_update().get(pk=campaign_id)
+        if digest is None:
+            digest = body_digest(body_build(state=campaign_state(campaign=campaign)))
+        _withdraw_stale(campaign=campaign, digest=digest, user=None)
+        _issue_settle(campaign_id)
+
+
+def _number(campaign: Campaign, when: Any, skip: int = 0) -> str:
     # Unique per site: the certificate's own id would do, but a readable number names the cluster.
-    count = Certificate.objects.filter(campaign__cluster=campaign.cluster).count() + 1
+    count = Certificate.objects.filter(campaign__cluster=campaign.cluster).count() + 1 + skip
     return f"KILN-{campaign.cluster.name}-{when:%Y%m%d}-{count:03d}"
 
 
-def _issue(
-    *, campaign: Campaign, state: Any, body: dict[str, Any], signatures: list[Signature], user: Any
-) -> Certificate:
-    key = seal.signing_key_load()
-    issued_at = timezone.now()
-    number = _number(campaign, issued_at)
+def _render(
+    *, body: dict[str, Any], state: Any, number: str, issued_at: Any, signatures: list[Signature], key: Any
+) -> tuple[bytes, dict[str, Any], bytes, str]:
+    """The sealed payload, its seal, the PDF and the charts note."""
     payload = {
         **body,
         "number": number,
@@ -239,7 +343,7 @@ def _issue(
                 "signed_at": s.signed_at.isoformat(),
                 "body_sha256": s.body_sha256,
             }
-            for s in sorted(signatures, key=lambda s: s.side != "vendor")
+            for s in signatures
         ],
         "seal": {"algorithm": "Ed25519", "key_fingerprint": seal.fingerprint(key.public_key())},
     }
@@ -251,6 +355,22 @@ def _issue(
         payload=json.loads(payload_bytes), payload_bytes=payload_bytes, seal_data=seal_data, charts=chart_list,
         charts_note=note,
     )  # fmt: skip
+    return payload_bytes, seal_data, document, note
+
+
+def _record(
+    *,
+    campaign: Campaign,
+    state: Any,
+    body: dict[str, Any],
+    number: str,
+    issued_at: Any,
+    payload_bytes: bytes,
+    seal_data: dict[str, Any],
+    document: bytes,
+    note: str,
+    signatures: list[Signature],
+) -> Certificate:
     certificate = Certificate.objects.create(
         campaign=campaign,
         number=number,
@@ -263,13 +383,14 @@ def _issue(
         pdf=document,
         charts_note=note[:300],
     )
+    result_ids = sorted({c.result_id for c in state.cells if c.result_id is not None})
     CertifiedResult.objects.bulk_create(
         (CertifiedResult(certificate=certificate, result_id=rid) for rid in result_ids), batch_size=500
     )
     Signature.objects.filter(pk__in=[s.pk for s in signatures]).update(certificate=certificate)
     audit_record(
         campaign=campaign,
-        user=user,
+        user=None,
         action="certificate issued",
         detail=f"{number}: {body['verdict']}, sha256 {seal_data['sha256']}, key {seal_data['key_fingerprint']}",
     )

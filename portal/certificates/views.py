@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal.catalog.models import TestPlan
@@ -21,6 +25,8 @@ from portal.views import role_required
 OPEN_PAGE = 50
 AUDIT_PAGE = 50
 MAX_UPLOAD = 50 * 1024 * 1024
+# Issuing 1,250 nodes took ~40 s in bench/bench_certificate.py; after 10 minutes the task was lost.
+ISSUE_STALL = timedelta(minutes=10)
 
 
 class CampaignForm(forms.Form):
@@ -106,6 +112,7 @@ def campaign_detail(request: HttpRequest, campaign_id: int) -> HttpResponse:
             "can_operate": has_role(request.user, OPERATOR),
             "can_approve": has_role(request.user, APPROVER),
             "side": side,
+            **{k: v for k, v in _issue_context(request, campaign).items() if k.startswith("issue_")},
         },
     )
 
@@ -193,12 +200,49 @@ def campaign_waive(request: HttpRequest, campaign_id: int) -> HttpResponse:
 def campaign_sign(request: HttpRequest, campaign_id: int) -> HttpResponse:
     campaign = get_object_or_404(Campaign.objects.select_related("cluster"), pk=campaign_id)
     try:
-        outcome = services.certificate_sign(campaign=campaign, user=request.user)
+        signature = services.certificate_sign(campaign=campaign, user=request.user)
     except services.CampaignError as exc:
         return _done(request, campaign, exc, "")
-    if isinstance(outcome, Certificate):
-        return _done(request, campaign, None, f"Certificate {outcome.number} issued.")
-    return _done(request, campaign, None, f"Signed for the {outcome.side} side; the other side signs next.")
+    campaign.refresh_from_db(fields=["issue_requested_at"])
+    if campaign.issue_requested_at:
+        return _done(
+            request,
+            campaign,
+            None,
+            f"Signed for the {signature.side} side. Both sides have signed: the certificate is being issued.",
+        )
+    return _done(request, campaign, None, f"Signed for the {signature.side} side; the other side signs next.")
+
+
+def _issue_context(request: HttpRequest, campaign: Campaign) -> dict[str, Any]:
+    stalled = campaign.issue_requested_at is not None and timezone.now() - campaign.issue_requested_at > ISSUE_STALL
+    return {
+        "campaign": campaign,
+        "can_approve": has_role(request.user, APPROVER),
+        "issue_stalled": stalled,
+        "issue_stall_minutes": int(ISSUE_STALL.total_seconds() // 60),
+    }
+
+
+@role_required(VIEWER)
+def campaign_issue_status(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    """The issuing banner (htmx polls it). Once the certificate is in (or issuing stopped), the page reloads."""
+    campaign = get_object_or_404(Campaign, pk=campaign_id)
+    response = render(request, "certificates/_issue_status.html", _issue_context(request, campaign))
+    if request.headers.get("HX-Request") and (campaign.issue_requested_at is None or campaign.issue_error):
+        response["HX-Refresh"] = "true"
+    return response
+
+
+@role_required(APPROVER)
+@require_POST
+def campaign_issue_retry(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign, pk=campaign_id)
+    try:
+        services.certificate_issue_retry(campaign=campaign, user=request.user)
+    except services.CampaignError as exc:
+        return _done(request, campaign, exc, "")
+    return _done(request, campaign, None, "Issuing the certificate again.")
 
 
 @role_required(VIEWER)

@@ -17,6 +17,7 @@ from django.urls import reverse
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.certificates import selectors
 from portal.certificates.models import Campaign, Certificate
+from portal.certificates.tasks import certificate_issue_task
 from portal.runs.execution import execute_run_inline
 from portal.runs.models import Run
 from testbed.sim import write_state
@@ -34,6 +35,7 @@ def _execute(run: Run) -> None:
 @pytest.fixture
 def demo(transactional_db, monkeypatch):
     monkeypatch.setattr("portal.runs.services._enqueue", lambda run_id, node_ids: None)
+    monkeypatch.setattr("portal.certificates.services._enqueue_issue", lambda campaign_id: None)  # run by the test
     call_command("kiln_demo", stdout=StringIO())
     plan = TestPlan.objects.create(slug="handover", name="Handover (fast checks)")
     for order, slug in enumerate(["gpu-inventory", "ecc-health"]):
@@ -79,7 +81,10 @@ def test_the_whole_acceptance_path_works_from_the_pages(demo, client, users, tmp
     client.post(reverse("campaign_sign", args=[campaign.pk]))
     assert not Certificate.objects.exists()
     client.force_login(users["customer"])
-    client.post(reverse("campaign_sign", args=[campaign.pk]))
+    response = client.post(reverse("campaign_sign", args=[campaign.pk]), follow=True)
+    assert "the certificate is being issued" in response.content.decode()
+    assert not Certificate.objects.exists()
+    certificate_issue_task.apply(args=[campaign.pk])  # the task the signature queued, run here
     certificate = Certificate.objects.get()
     page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
     assert certificate.number in page and "certificate issued" in page

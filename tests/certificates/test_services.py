@@ -125,7 +125,11 @@ def test_it_issues_only_with_a_vendor_and_a_customer_signature(campaign, campaig
     with pytest.raises(services.CampaignError, match="approver"):
         services.certificate_sign(campaign=campaign, user=make_user("oscar", "operator", "customer"))
     assert not Certificate.objects.exists()
-    certificate = services.certificate_sign(campaign=campaign, user=users["customer"])
+    second = services.certificate_sign(campaign=campaign, user=users["customer"])
+    assert isinstance(second, Signature) and second.side == "customer"
+    campaign.refresh_from_db()
+    assert campaign.issue_requested_at is not None and not Certificate.objects.exists(), "issued by the task"
+    certificate = services.certificate_issue(campaign_id=campaign.pk)
     assert isinstance(certificate, Certificate)
     assert certificate.verdict == "PASS"
     payload = json.loads(certificate.payload)
@@ -168,7 +172,10 @@ def test_it_withdraws_a_signature_when_the_evidence_changes(campaign, campaign_r
     assert isinstance(outcome, Signature)
     assert Signature.objects.get(user=users["vendor"]).withdrawn
     assert not Certificate.objects.exists()
-    certificate = services.certificate_sign(campaign=campaign, user=users["vendor"])
+    campaign.refresh_from_db()
+    assert campaign.issue_requested_at is None, "one standing signature: nothing to issue yet"
+    services.certificate_sign(campaign=campaign, user=users["vendor"])
+    certificate = services.certificate_issue(campaign_id=campaign.pk)
     assert isinstance(certificate, Certificate) and certificate.verdict == "PASS"
 
 

@@ -1,0 +1,23 @@
+"""Celery tasks of the certificates app (discovered by worker/celery.py). Thin: they call services."""
+
+from __future__ import annotations
+
+import logging
+
+from worker.decorators import kiln_task
+
+logger = logging.getLogger(__name__)
+
+
+@kiln_task(name="kiln.certificate_issue")
+def certificate_issue_task(self, campaign_id: int) -> str | None:
+    """Render, seal and record the certificate both sides signed. A failure is shown on the campaign."""
+    from portal.certificates import services
+
+    try:
+        certificate = services.certificate_issue(campaign_id=campaign_id)
+    except Exception as exc:
+        logger.exception("issuing the certificate of campaign %s failed", campaign_id)
+        services.certificate_issue_failed(campaign_id=campaign_id, error=f"{type(exc).__name__}: {exc}")
+        return None
+    return certificate.number if certificate else None
