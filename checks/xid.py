@@ -74,17 +74,18 @@ XID_CATALOGUE: dict[int, XidInfo] = {
     56: XidInfo("Display engine error", WARN, "contact support; unused on A100 and newer"),
     61: XidInfo("Internal micro-controller breakpoint/warning (PMU)", CRITICAL, "reset the GPU", DEBUG_GUIDE),
     62: XidInfo("Internal micro-controller halt (PMU)", CRITICAL, "reset the GPU", DEBUG_GUIDE),
-    # 63 records a successful page retirement / row remap (catalog action IGNORE); the repair
-    # takes effect at the next reset, and the probe's remap-pending flag already fails until then.
-    63: XidInfo("ECC page retirement or row remapping recorded", INFO, "none; a GPU reset activates it", XID_DOC),
+    # 63: a row remap / page retirement recorded. The catalog's action is IGNORE (for a running
+    # fleet); on an acceptance run of new hardware a remap is worth a look before handover, so
+    # `warn`, not `info`. The probe's remap-pending flag fails until the GPU is reset.
+    63: XidInfo("ECC page retirement or row remapping recorded", WARN, "reset the GPU to activate it", XID_DOC),
     64: XidInfo("ECC page retirement or row remapping failed", CRITICAL, "reset the GPU; RMA candidate", MEMORY_DOC),
     68: XidInfo("Video processor (NVDEC) exception", WARN, "restart the application"),
     69: XidInfo("Graphics engine class error", WARN, "restart the application"),
     74: XidInfo("NVLink error", CRITICAL, "reset the GPU; check NVLink / NVSwitch", DEBUG_GUIDE),
     79: XidInfo("GPU has fallen off the bus", CRITICAL, "reboot the node; check PCIe seating and power", DEBUG_GUIDE),
-    # Catalog action IGNORE; the corrected-error counters and row remapping are judged from the
-    # probe, so the event itself is only recorded.
-    92: XidInfo("High single-bit ECC error rate", INFO, "none; watch ECC counters and remapping", XID_DOC),
+    # 92: catalog action IGNORE (for a running fleet); a high corrected-error rate on new hardware
+    # is a warning at acceptance. The counters and remapping themselves are judged from the probe.
+    92: XidInfo("High single-bit ECC error rate", WARN, "watch ECC counters and remapping", XID_DOC),
     94: XidInfo("Contained ECC error", WARN, "restart the application; reset the GPU when convenient", XID_DOC),
     95: XidInfo("Uncontained ECC error", CRITICAL, "reset the GPU", MEMORY_DOC),
     109: XidInfo("Context switch timeout", CRITICAL, "reset the GPU", XID_DOC),
