@@ -14,7 +14,8 @@ points, plus one NCCL busbw curve, per node. An acceptance campaign is then open
 with portal.certificates.services.
 
 Timed per cluster, in this process, after an untimed warm-up issue on a 2-node cluster (imports,
-fonts, the kaleido server): campaign_state, payload.body_build, seal.canonical_bytes of the body
+fonts, the kaleido server): campaign_state, the campaign page (GET as an approver, server time),
+payload.body_build, seal.canonical_bytes of the body
 (and its size), and the issue path: the vendor approver's certificate_sign (pending), the
 customer's (the request: it digests the body and queues the issue), then the certificate_issue task
 a worker runs (state, body digested twice: before rendering and again under the lock, charts,
@@ -350,7 +351,9 @@ def measure_campaign(
 ) -> dict[str, Any]:
     from django.conf import settings
     from django.db import connection
+    from django.test import Client
     from django.test.utils import CaptureQueriesContext
+    from django.urls import reverse
 
     from portal.certificates import payload, seal, selectors, services
     from portal.certificates.models import Certificate, Signature
@@ -364,6 +367,14 @@ def measure_campaign(
     with CaptureQueriesContext(connection) as q, Step(use_tracemalloc) as s:
         state = selectors.campaign_state(campaign=campaign)
     record("campaign_state", s, f"{len(q)} queries")
+    client = Client()
+    client.force_login(users["vendor"])
+    page_url = reverse("campaign_detail", args=[campaign.pk])
+    client.get(page_url)  # warm-up (templates, session)
+    with CaptureQueriesContext(connection) as q, Step(use_tracemalloc) as s:
+        page = client.get(page_url)
+    assert page.status_code == 200, page.status_code
+    record("campaign page GET (server time)", s, f"{len(q)} queries, {len(page.content) // 1024} KiB")
     assert state.ready, state.blockers
     with CaptureQueriesContext(connection) as q, Step(use_tracemalloc) as s:
         body = payload.body_build(state=state)

@@ -10,7 +10,10 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from portal.catalog.models import TestPlan
@@ -101,6 +104,7 @@ def campaign_detail(request: HttpRequest, campaign_id: int) -> HttpResponse:
         {
             "campaign": campaign,
             "state": state,
+            "state_rows_html": campaign_rows_html(state),
             "open_page": open_page,
             "audit_page": audit_page,
             "runs": [
@@ -115,6 +119,33 @@ def campaign_detail(request: HttpRequest, campaign_id: int) -> HttpResponse:
             **{k: v for k, v in _issue_context(request, campaign).items() if k.startswith("issue_")},
         },
     )
+
+
+def campaign_rows_html(state: selectors.CampaignState) -> list[SafeString]:
+    """The state grid's rows, every value escaped. Built here, not in the template: at 1,250 nodes ×
+    8 checks Django's template engine took ~0.6 s on the 10,000 cells (as portal.views.grid_rows_html)."""
+    prefix, _, suffix = reverse("result_detail", args=[0]).rpartition("/0/")
+    prefix, suffix = escape(prefix), escape(suffix)
+    cells_seen: dict[tuple[str, str, int | None, str], str] = {}
+    rows = []
+    for node, cells in state.rows:
+        parts = [f"<tr><td>{escape(node.hostname)}</td>"]
+        for cell in cells:
+            if not cell.result_id:
+                parts.append('<td><span class="cstate grey">missing</span></td>')
+                continue
+            key = (cell.colour, cell.state, cell.run_id, cell.reason)
+            around = cells_seen.get(key)
+            if around is None:
+                title = escape(f"run #{cell.run_id}: {cell.reason}")
+                around = cells_seen[key] = (
+                    f'<td><a class="cstate {escape(cell.colour)}" href="{prefix}/{{}}/{suffix}" title="{title}">'
+                    f"{escape(cell.state)}</a></td>"
+                )
+            parts.append(around.replace("{}", str(cell.result_id), 1))
+        parts.append("</tr>")
+        rows.append(mark_safe("".join(parts)))  # every value above is escaped
+    return rows
 
 
 def _done(request: HttpRequest, campaign: Campaign, error: Exception | None, ok: str) -> HttpResponse:

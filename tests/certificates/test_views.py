@@ -126,3 +126,18 @@ def test_it_shows_the_campaign_in_a_fixed_number_of_queries(
     campaign_run(node_set="n[05-39]")
     with django_assert_max_num_queries(len(small.captured_queries)):
         client.get(url)
+
+
+def test_its_state_grid_links_each_cell_and_escapes_reasons(client, campaign, campaign_run, users):
+    from portal.runs.models import CheckResult
+
+    run = campaign_run(statuses={("n02", "ecc-health"): "fail"})
+    result = CheckResult.objects.get(run=run, node__hostname="n02", item_key="ecc-health")
+    CheckResult.objects.filter(pk=result.pk).update(reason="GPU 3: <b>uncorrectable</b> ECC")
+    client.force_login(users["viewer"])
+    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    grid = page[page.index('<table class="run-grid">') : page.index("</table>", page.index('<table class="run-grid">'))]
+    href = reverse("result_detail", args=[result.pk])
+    cell = f'href="{href}" title="run #{run.pk}: GPU 3: &lt;b&gt;uncorrectable&lt;/b&gt; ECC"'
+    assert cell in grid and "<b>uncorrectable" not in grid
+    assert grid.count("<tr><td>") == 4 and grid.count('class="cstate green"') == 4 * len(campaign.item_keys) - 1
