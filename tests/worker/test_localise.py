@@ -136,7 +136,7 @@ class ConcurrentEchoTransport(EchoTransport):
             assert not hosts & self.busy, f"{hosts & self.busy} in two concurrent pair runs"
             self.busy |= hosts
             self.most_at_once = max(self.most_at_once, len(self.busy) // 2)
-        time.sleep(0.05)  # long enough for the batch's other pairs to start
+        time.sleep(0.2)  # long enough for the batch's other pairs to start
         with self.lock:
             self.busy -= hosts
         return super().run(command)
