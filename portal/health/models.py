@@ -204,9 +204,10 @@ class SchedulerAction(models.Model):
     action = models.CharField(max_length=10)  # drain | resume | cordon | uncordon
     argv = models.JSONField(default=list)
     dry_run = models.BooleanField(default=False)
-    # pending | retrying | done | failed | superseded | skipped | dry-run
+    # pending | running | retrying | done | failed | superseded | skipped | dry-run
     status = models.CharField(max_length=10, default="pending")
     attempts = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="When the current attempt was claimed.")
     output = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -337,6 +337,12 @@ TAKE_ACTIONS = ("drain", "cordon")
 GIVE_ACTIONS = ("resume", "uncordon")
 
 
+def _hook_lease() -> timedelta:
+    """How long a claimed (`running`) action may go unfinished before another delivery takes it
+    over: its command's budget, the connect and auth timeouts, and slack."""
+    return timedelta(seconds=conf.hook_timeout_s() + 4 * settings.KILN_SSH_CONNECT_TIMEOUT + 60)
+
+
 def scheduler_action_execute(*, action_id: int) -> SchedulerAction:
     """Run a pending (or retrying) scheduler action on the controller, once.
 
@@ -344,67 +350,100 @@ def scheduler_action_execute(*, action_id: int) -> SchedulerAction:
     then it is `failed`. A failed drain clears `kiln_drain` (Kiln did not drain it, so must not resume
     it later); a failed resume keeps it (still Kiln's to resume). An action that a newer one for the
     same node has overtaken is `superseded` and never runs late: a drain retried after the node
-    recovered would take a healthy node out. A resume whose drain never took effect is `skipped`.
+    recovered would take a healthy node out. A resume whose drain never took effect is `skipped`;
+    one whose drain is still being attempted waits for it (`retrying`).
+
+    The decision is taken under a short lock on the node's health row and the action is claimed
+    (`running`); the scontrol/kubectl call itself runs outside any transaction.
     """
+    action, verdict = _scheduler_action_claim(action_id)
+    if verdict is not None:
+        return action
+    cfg = ClusterHealthSettings.objects.get(cluster_id=action.node.cluster_id)
+    ok, text = _scheduler_command_run(cfg, action)
     with transaction.atomic():
-        # One action per node at a time: a resume deciding "nothing to undo" must not race a drain
-        # attempt that is about to succeed. Held for one scontrol/kubectl call at most.
+        list(NodeHealth.objects.select_for_update().filter(node_id=action.node_id))
+        action.attempts += 1
+        if ok:
+            return _scheduler_action_close(action, "done", text)
+        if action.attempts < conf.hook_max_attempts():
+            action.status = "retrying"
+            action.output = f"attempt {action.attempts} of {conf.hook_max_attempts()} failed: {text}"[:4000]
+            action.save(update_fields=["status", "attempts", "output"])
+            return action
+        action = _scheduler_action_close(action, "failed", f"failed after {action.attempts} attempt(s): {text}")
+        if action.action in TAKE_ACTIONS:
+            NodeHealth.objects.filter(node_id=action.node_id, kiln_drain="drained").update(kiln_drain="")
+        else:
+            NodeHealth.objects.filter(node_id=action.node_id).update(kiln_drain="drained")  # still ours to resume
+        return action
+
+
+def _scheduler_action_claim(action_id: int) -> tuple[SchedulerAction, str | None]:
+    """(the action, None) when this delivery should run it (now `running`); else (the action, why
+    not): finished already, claimed by a live attempt, superseded, skipped, or waiting for its drain."""
+    with transaction.atomic():
         node_id = SchedulerAction.objects.filter(pk=action_id).values_list("node_id", flat=True).get()
+        # One decision per node at a time: a resume deciding "nothing to undo" must see a drain
+        # attempt that is in flight (`running`), not miss it.
         list(NodeHealth.objects.select_for_update().filter(node_id=node_id))
-        return _scheduler_action_attempt(action_id)
+        action = SchedulerAction.objects.select_related("node", "node__cluster").get(pk=action_id)
+        now = timezone.now()
+        if action.status == "running" and action.started_at and now - action.started_at < _hook_lease():
+            return action, "claimed by a live attempt"
+        if action.status not in ("pending", "retrying", "running"):
+            return action, "finished"
+        newer = (
+            SchedulerAction.objects.filter(node_id=node_id, dry_run=False, pk__gt=action.pk)
+            .exclude(status__in=("dry-run",))
+            .order_by("pk")
+            .first()
+        )
+        if newer is not None:
+            why = f"not run: superseded by {newer.action} #{newer.pk} for this node"
+            return _scheduler_action_close(action, "superseded", why), "superseded"
+        if action.action in GIVE_ACTIONS:
+            taken = (
+                SchedulerAction.objects.filter(
+                    node_id=node_id, dry_run=False, pk__lt=action.pk, action__in=TAKE_ACTIONS
+                )
+                .order_by("-pk")
+                .first()
+            )
+            if taken is not None and taken.status in ("pending", "retrying", "running"):
+                # The drain is still being attempted: decide after it (each wait counts as an attempt).
+                action.attempts += 1
+                waiting = f"{taken.action} #{taken.pk} is still {taken.status}"
+                if action.attempts >= conf.hook_max_attempts():
+                    return _scheduler_action_close(action, "failed", f"not run: {waiting}"), "failed"
+                action.status, action.output = "retrying", f"waiting: {waiting}"
+                action.save(update_fields=["status", "attempts", "output"])
+                return action, "waiting"
+            if taken is None or taken.status != "done":
+                why = "no earlier drain" if taken is None else f"{taken.action} #{taken.pk} {taken.status}, not done"
+                return _scheduler_action_close(action, "skipped", f"not run: nothing to undo ({why})"), "skipped"
+        action.status, action.started_at = "running", now
+        action.save(update_fields=["status", "started_at"])
+        return action, None
 
 
-def _scheduler_action_attempt(action_id: int) -> SchedulerAction:
+def _scheduler_command_run(cfg: ClusterHealthSettings, action: SchedulerAction) -> tuple[bool, str]:
+    """(ok, what it printed or why it failed): one scontrol/kubectl call on the controller."""
     from checks.base import Command
     from worker.ssh import TransportError, open_transport
 
-    action = SchedulerAction.objects.select_related("node", "node__cluster").get(pk=action_id)
-    if action.status not in ("pending", "retrying"):
-        return action
-    later = SchedulerAction.objects.filter(node_id=action.node_id, dry_run=False, pk__gt=action.pk).order_by("pk")
-    newer = later.first()
-    if newer is not None:
-        return _scheduler_action_close(
-            action, "superseded", f"not run: superseded by {newer.action} #{newer.pk} for this node"
-        )
-    if action.action in GIVE_ACTIONS:
-        taken = (
-            SchedulerAction.objects.filter(
-                node_id=action.node_id, dry_run=False, pk__lt=action.pk, action__in=TAKE_ACTIONS
-            )
-            .order_by("-pk")
-            .first()
-        )
-        if taken is None or taken.status != "done":
-            why = "no earlier drain" if taken is None else f"{taken.action} #{taken.pk} {taken.status}, not done"
-            return _scheduler_action_close(action, "skipped", f"not run: nothing to undo ({why})")
-    cfg = ClusterHealthSettings.objects.get(cluster_id=action.node.cluster_id)
     try:
         transport = open_transport(controller_target(cfg))
         try:
             out = transport.run(Command(argv=tuple(action.argv), timeout=conf.hook_timeout_s(), label=action.action))
         finally:
             transport.close()
-        ok = out.exit_code == 0 and not out.timed_out
-        text = (out.stdout + out.stderr).strip() or f"exit {out.exit_code}"
-        if out.timed_out:
-            text = f"timed out after {conf.hook_timeout_s():g}s. {text}"
     except TransportError as exc:
-        ok, text = False, f"{exc.kind}: {exc.message}"
-    action.attempts += 1
-    if ok:
-        return _scheduler_action_close(action, "done", text)
-    if action.attempts < conf.hook_max_attempts():
-        action.status = "retrying"
-        action.output = f"attempt {action.attempts} of {conf.hook_max_attempts()} failed: {text}"[:4000]
-        action.save(update_fields=["status", "attempts", "output"])
-        return action
-    action = _scheduler_action_close(action, "failed", f"failed after {action.attempts} attempt(s): {text}")
-    if action.action in TAKE_ACTIONS:
-        NodeHealth.objects.filter(node_id=action.node_id, kiln_drain="drained").update(kiln_drain="")
-    else:
-        NodeHealth.objects.filter(node_id=action.node_id).update(kiln_drain="drained")  # still ours to resume
-    return action
+        return False, f"{exc.kind}: {exc.message}"
+    text = (out.stdout + out.stderr).strip() or f"exit {out.exit_code}"
+    if out.timed_out:
+        return False, f"timed out after {conf.hook_timeout_s():g}s. {text}"
+    return out.exit_code == 0, text
 
 
 def _scheduler_action_close(action: SchedulerAction, status: str, output: str) -> SchedulerAction:

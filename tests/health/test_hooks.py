@@ -120,6 +120,54 @@ def test_a_drain_still_retrying_when_the_node_recovers_never_runs(
     assert NodeHealth.objects.get(node__hostname="n02").kiln_drain == ""
 
 
+def test_the_command_runs_outside_any_transaction(cluster, make_run, hooked, controller, monkeypatch) -> None:
+    from django.db import connection
+
+    from portal.health import services
+
+    evaluate(finish(make_run(cluster), {"n02": ("fail", "ECC")}))
+    drain = SchedulerAction.objects.get()
+    baseline = len(connection.atomic_blocks)  # the test's own transaction
+    seen: list[tuple[int, str]] = []
+    real = services._scheduler_command_run
+
+    def run(cfg, action):
+        seen.append((len(connection.atomic_blocks), SchedulerAction.objects.get(pk=action.pk).status))
+        return real(cfg, action)
+
+    monkeypatch.setattr(services, "_scheduler_command_run", run)
+    assert scheduler_action_execute(action_id=drain.pk).status == "done"
+    assert seen == [(baseline, "running")], "claimed, then run with no lock held"
+
+
+def test_a_resume_waits_for_a_drain_in_flight(cluster, make_run, hooked, controller, settings) -> None:
+    from django.utils import timezone
+
+    evaluate(finish(make_run(cluster), {"n02": ("fail", "ECC")}))
+    drain = SchedulerAction.objects.get()
+    SchedulerAction.objects.filter(pk=drain.pk).update(status="running", started_at=timezone.now())
+    evaluate(finish(make_run(cluster)))
+    resume = SchedulerAction.objects.get(action="resume")
+    waited = scheduler_action_execute(action_id=resume.pk)
+    assert (waited.status, waited.attempts) == ("retrying", 1) and "is still running" in waited.output
+    assert controller.calls() == []
+
+
+def test_a_claim_past_its_lease_is_taken_over(cluster, make_run, hooked, controller) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    evaluate(finish(make_run(cluster), {"n02": ("fail", "ECC")}))
+    drain = SchedulerAction.objects.get()
+    SchedulerAction.objects.filter(pk=drain.pk).update(status="running", started_at=timezone.now())
+    assert scheduler_action_execute(action_id=drain.pk).status == "running", "a live attempt is left alone"
+    assert controller.calls() == []
+    SchedulerAction.objects.filter(pk=drain.pk).update(started_at=timezone.now() - timedelta(hours=1))
+    assert scheduler_action_execute(action_id=drain.pk).status == "done", "its worker died: run it again"
+    assert len(controller.calls()) == 1
+
+
 def test_its_retry_delay_doubles_and_is_capped(settings) -> None:
     settings.KILN_SCHEDULER_HOOK_RETRY_BASE_S = 30
     assert [scheduler_action_retry_delay_s(attempts=n) for n in (1, 2, 3, 4)] == [30, 60, 120, 240]
