@@ -241,8 +241,9 @@ def certificate_issue_retry(*, campaign: Campaign, user: AbstractBaseUser) -> No
         campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
         if _signed_pair(campaign) is None:
             raise CampaignError("there is no pair of vendor and customer signatures waiting for a certificate")
+        previous = campaign.issue_error or "no certificate yet"
         _issue_request(campaign)
-        audit_record(campaign=campaign, user=user, action="certificate issue retried", detail=campaign.issue_error)
+        audit_record(campaign=campaign, user=user, action="certificate issue retried", detail=f"after: {previous}")
 
 
 def _signed_pair(campaign: Campaign) -> list[Signature] | None:
@@ -281,8 +282,11 @@ def certificate_issue(*, campaign_id: int) -> Certificate | None:
     state = campaign_state(campaign=campaign)
     body = body_build(state=state)
     digest = body_digest(body)
-    if not state.ready or signatures[0].body_sha256 != digest:
+    if signatures[0].body_sha256 != digest:
         _issue_abandon(campaign_id, digest)
+        return None
+    if not state.ready:  # e.g. a run started after both signed: wait for it, then retry
+        _issue_blocked(campaign_id, state)
         return None
     key = seal.signing_key_load()
     issued_at = timezone.now()
@@ -297,9 +301,15 @@ def certificate_issue(*, campaign_id: int) -> Certificate | None:
             if current is None or [s.pk for s in current] != [s.pk for s in signatures]:
                 _issue_settle(campaign_id)
                 return None
-            if body_digest(body_build(state=campaign_state(campaign=campaign))) != digest:
+            now_state = campaign_state(campaign=campaign)
+            if body_digest(body_build(state=now_state)) != digest:
                 _issue_abandon(campaign_id, None)
                 return None
+            if not now_state.ready:
+                _issue_blocked(campaign_id, now_state)
+                return None
+            # Numbers count a cluster's certificates: campaigns of one cluster record one at a time.
+            Cluster.objects.select_for_update().filter(pk=campaign.cluster_id).first()
             if Certificate.objects.filter(number=number).exists():
                 continue  # another campaign of this cluster took the number meanwhile
             certificate = _record(
@@ -309,6 +319,12 @@ def certificate_issue(*, campaign_id: int) -> Certificate | None:
             _issue_settle(campaign_id)
             return certificate
     raise CampaignError(f"no free certificate number for {campaign.cluster.name} on {issued_at:%Y-%m-%d}")
+
+
+def _issue_blocked(campaign_id: int, state: Any) -> None:
+    """Both signatures stand but the campaign is not ready (a run is active): say so; an approver
+    retries once it is settled (the banner offers it)."""
+    certificate_issue_failed(campaign_id=campaign_id, error="cannot issue yet: " + "; ".join(state.blockers))
 
 
 def _issue_abandon(campaign_id: int, digest: str | None) -> None:

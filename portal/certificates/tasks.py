@@ -9,7 +9,9 @@ from worker.decorators import kiln_task
 logger = logging.getLogger(__name__)
 
 
-@kiln_task(name="kiln.certificate_issue")
+# Not re-queued when its worker dies (the default of Kiln tasks): a render that kills its worker
+# (out of memory) would kill every worker in turn. The campaign page offers a retry instead.
+@kiln_task(name="kiln.certificate_issue", reject_on_worker_lost=False, soft_time_limit=3600, time_limit=3660)
 def certificate_issue_task(self, campaign_id: int) -> str | None:
     """Render, seal and record the certificate both sides signed. A failure is shown on the campaign."""
     from portal.certificates import services

@@ -234,8 +234,9 @@ def campaign_sign(request: HttpRequest, campaign_id: int) -> HttpResponse:
         signature = services.certificate_sign(campaign=campaign, user=request.user)
     except services.CampaignError as exc:
         return _done(request, campaign, exc, "")
+    signature.refresh_from_db(fields=["certificate"])
     campaign.refresh_from_db(fields=["issue_requested_at"])
-    if campaign.issue_requested_at:
+    if campaign.issue_requested_at or signature.certificate_id:  # queued, or issued already
         return _done(
             request,
             campaign,

@@ -114,3 +114,37 @@ def test_only_approvers_retry(campaign, both_signed, users, client) -> None:
     services.certificate_issue(campaign_id=campaign.pk)
     with pytest.raises(services.CampaignError, match="no pair"):
         services.certificate_issue_retry(campaign=campaign, user=users["vendor"])
+
+
+def test_a_run_started_after_both_signed_withdraws_the_signatures(campaign, both_signed, users) -> None:
+    services.campaign_run_start(campaign=campaign, node_set="n03", user=users["operator"], enqueue=False)
+    assert services.certificate_issue(campaign_id=campaign.pk) is None
+    campaign.refresh_from_db()
+    assert campaign.issue_requested_at is None and not Certificate.objects.exists()
+    assert Signature.objects.filter(withdrawn=True).count() == 2, "the body lists the campaign's runs"
+
+
+def test_a_campaign_that_is_not_ready_holds_the_issue_until_an_approver_retries(
+    campaign, both_signed, users, client, monkeypatch
+) -> None:
+    real = services.campaign_state
+
+    def active(*, campaign):  # a blocker that leaves the signed body as it was
+        state = real(campaign=campaign)
+        state.active_runs = [999]
+        return state
+
+    monkeypatch.setattr(services, "campaign_state", active)
+    assert services.certificate_issue(campaign_id=campaign.pk) is None
+    campaign.refresh_from_db()
+    assert campaign.issue_requested_at is not None, "still waiting, not forgotten"
+    assert campaign.issue_error == "cannot issue yet: run(s) still active: #999"
+    assert Signature.objects.filter(withdrawn=False).count() == 2, "the evidence did not change"
+    client.force_login(users["vendor"])
+    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    assert "cannot issue yet" in page and "Retry issuing" in page
+
+    monkeypatch.setattr(services, "campaign_state", real)  # the run finished
+    client.post(reverse("campaign_issue_retry", args=[campaign.pk]))
+    assert campaign.audit.get(action="certificate issue retried").detail.startswith("after: cannot issue yet")
+    assert services.certificate_issue(campaign_id=campaign.pk) is not None
