@@ -50,6 +50,12 @@ class UnreachableError(TransportError):
     kind = "unreachable"
 
 
+class SessionRefusedError(UnreachableError):
+    """The connection is up but the host refused one more session on it (sshd's MaxSessions)."""
+
+    kind = "session refused"
+
+
 class HostKeyError(TransportError):
     kind = "host key"
 
@@ -265,7 +271,13 @@ class SSHTransport:
         deadline = started + command.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S
         out, err = bytearray(), bytearray()
         try:
-            channel = transport.open_session(timeout=self.target.connect_timeout)
+            try:
+                channel = transport.open_session(timeout=self.target.connect_timeout)
+            except paramiko.ChannelException as exc:
+                raise SessionRefusedError(
+                    f"{self.target.hostname}: the host refused another session on the connection ({exc}); "
+                    "too many at once for its sshd MaxSessions"
+                ) from None
             channel.settimeout(0.2)
             channel.exec_command(remote_shell_line(command))
             if command.stdin is not None:

@@ -78,7 +78,8 @@ def enqueue_group(*, run_id: int, result_id: int) -> None:
     visibility timeout; the task stops starting pair rounds when its budget would run out."""
     from ClusterShell.NodeSet import NodeSet
 
-    from portal.runs.execution import pair_batches, ring_pairs
+    from checks.base import get_check
+    from portal.runs.execution import pair_batches, pair_run_budget, ring_pairs
     from portal.runs.models import CheckResult, Run
     from worker.timeouts import group_task_limits
 
@@ -89,8 +90,9 @@ def enqueue_group(*, run_id: int, result_id: int) -> None:
     parallelism = settings.KILN_PAIR_PARALLELISM
     ring_rounds = len(pair_batches(ring_pairs(range(node_count)), parallelism)) if node_count >= 3 else 0
     visibility = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}).get("visibility_timeout")
+    check = get_check(item["kind"])
     soft, hard = group_task_limits(
-        command_budget=item["timeout_s"],
+        run_budget_s=pair_run_budget(check, check.make_params(item["params"])),
         runs_wanted=1 + 2 * ring_rounds,
         connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
         visibility=visibility,

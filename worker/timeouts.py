@@ -26,15 +26,22 @@ def node_task_limits(*, command_budgets: list[float], connect_timeout: float) ->
 
 
 def group_task_limits(
-    *, command_budget: float, runs_wanted: int, connect_timeout: float, visibility: int | None
+    *, run_budget_s: float, runs_wanted: int, connect_timeout: float, visibility: int | None
 ) -> tuple[int, int]:
     """(soft, hard) limits for a group check's task: the group run and up to `runs_wanted - 1`
-    rounds of node pairs, each `command_budget` long. Capped below the broker's visibility timeout
-    (the pair rounds that do not fit are left out by the task, and it says so); the group run
-    itself always fits, because run_start refused plans whose node tasks would not."""
-    soft, hard = node_task_limits(command_budgets=[command_budget] * runs_wanted, connect_timeout=connect_timeout)
-    runs = runs_wanted
+    rounds of node pairs, each round `run_budget_s` long (its commands' budgets with their kill
+    grace and backstop, as portal.runs.execution.pair_run_budget counts them). Capped below the
+    broker's visibility timeout: the task stops starting pair rounds that would not fit, and says
+    so; the group run itself always fits, because run_start refused plans whose node tasks would not."""
+    slack = settings.KILN_TASK_SLACK_S
+    runs = max(1, runs_wanted)
+
+    def limits(count: int) -> tuple[int, int]:
+        soft = int(run_budget_s * count + 2 * connect_timeout + slack)
+        return soft, soft + max(5, slack // 2)
+
+    soft, hard = limits(runs)
     while visibility is not None and hard >= visibility and runs > 1:
         runs -= 1
-        soft, hard = node_task_limits(command_budgets=[command_budget] * runs, connect_timeout=connect_timeout)
+        soft, hard = limits(runs)
     return soft, hard

@@ -5,6 +5,7 @@ This is the service the node task calls. It touches the network only through `wo
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -35,7 +36,15 @@ from checks.base import (
 from portal.inventory.models import Node
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, Status
-from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, NodeTarget, Transport, TransportError, open_transport
+from worker.ssh import (
+    CHANNEL_SLACK_S,
+    REMOTE_KILL_GRACE_S,
+    NodeTarget,
+    SessionRefusedError,
+    Transport,
+    TransportError,
+    open_transport,
+)
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -200,19 +209,26 @@ def execute_group(*, run_id: int, result_id: int, claim: str, time_budget_s: flo
         measurements, verdict = run_group_check(check, params, thresholds, outputs, group)
         attribution = dict(getattr(verdict, "node_verdicts", {}) or {})
         if check.pairwise and len(members) >= 3 and (verdict.status != PASS or item["params"].get("pairwise_always")):
-            pair_outputs, pair_measurements, localised = _localise(
-                check,
-                params,
-                thresholds,
-                transport,
-                group,
-                parallelism=settings.KILN_PAIR_PARALLELISM,
-                deadline=deadline,
-            )
-            outputs += pair_outputs
-            measurements += pair_measurements
-            attribution.update(localised.node_verdicts)
-            verdict = Verdict(status=worst_status([verdict.status, localised.status]), reason=_join(verdict, localised))
+            try:
+                pair_outputs, pair_measurements, localised = _localise(
+                    check,
+                    params,
+                    thresholds,
+                    transport,
+                    group,
+                    parallelism=settings.KILN_PAIR_PARALLELISM,
+                    deadline=deadline,
+                )
+            except TransportError as exc:
+                # The group run stands; only the localisation could not be done.
+                why = f"pairwise localisation not done: launcher {launcher.hostname}: {exc.kind}: {exc.message}"
+                verdict = Verdict(status=verdict.status, reason=f"{verdict.reason}; {why}" if verdict.reason else why)
+            else:
+                outputs += pair_outputs
+                measurements += pair_measurements
+                attribution.update(localised.node_verdicts)
+                merged = [verdict.status, localised.status] if pair_outputs else [verdict.status]
+                verdict = Verdict(status=worst_status(merged), reason=_join(verdict, localised))
     except TransportError as exc:
         verdict = Verdict(status=ERROR, reason=f"launcher {launcher.hostname}: {exc.kind}: {exc.message}")
         return services.record_from_check(result=result, claim=claim, verdict=verdict, measurements=[], outputs=[])
@@ -331,27 +347,51 @@ def _localise(
         )
         return pair_outputs, pair_measurements, pair_verdict
 
+    tags = itertools.count()
+    at_once = max(1, parallelism)
+    refused_note = ""
+
+    def run_batch(batch: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Runs one batch and records its pairs; returns the pairs the launcher refused a session."""
+        nonlocal at_once, refused_note
+        jobs = [(next(tags), by_name[a], by_name[b]) for a, b in batch]
+        if len(jobs) == 1:
+            done: list[Any] = [run_pair(*jobs[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="kiln-pair") as pool:
+                futures = [pool.submit(run_pair, *job) for job in jobs]
+            done = [f.exception() or f.result() for f in futures]
+        refused: list[tuple[str, str]] = []
+        for (_, a, b), outcome in zip(jobs, done, strict=True):
+            if isinstance(outcome, SessionRefusedError) and at_once > 1:
+                refused.append((a.hostname, b.hostname))
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            pair_outputs, pair_measurements, pair_verdict = outcome
+            outputs.extend(pair_outputs)
+            measurements.extend(pair_measurements)
+            pair_verdicts[(a.hostname, b.hostname)] = pair_verdict
+        if refused:
+            # The launcher's sshd allows fewer sessions per connection (MaxSessions): fewer at once.
+            at_once = max(1, min(at_once, len(batch)) // 2)
+            refused_note = f"the launcher refused more sessions; pairs ran {at_once} at a time"
+        return refused
+
     def run_pairs(pairs: list[tuple[str, str]]) -> None:
         nonlocal not_run
-        batches = pair_batches(pairs, parallelism)
-        for position, batch in enumerate(batches):
+        pending = list(pairs)
+        while pending:
             if deadline is not None and time.monotonic() + budget > deadline:
-                not_run += sum(len(b) for b in batches[position:])
+                not_run += len(pending)
                 return
-            first = len(pair_verdicts) + not_run
-            jobs = [(first + i, by_name[a], by_name[b]) for i, (a, b) in enumerate(batch)]
-            if len(jobs) == 1:
-                done = [run_pair(*jobs[0])]
-            else:
-                with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="kiln-pair") as pool:
-                    done = list(pool.map(lambda job: run_pair(*job), jobs))
-            for (_, a, b), (pair_outputs, pair_measurements, pair_verdict) in zip(jobs, done, strict=True):
-                outputs.extend(pair_outputs)
-                measurements.extend(pair_measurements)
-                pair_verdicts[(a.hostname, b.hostname)] = pair_verdict
+            batch = pair_batches(pending, at_once)[0]
+            refused = run_batch(batch)
+            pending = refused + [pair for pair in pending if pair not in batch]
 
     ring = ring_pairs([n.hostname for n in group.nodes])
     run_pairs(ring)
+    ring_complete = not not_run
     cleared = sorted({n for pair, v in pair_verdicts.items() if v.status == PASS for n in pair})
     if cleared and not not_run:
         verification: list[tuple[str, str]] = []
@@ -371,8 +411,16 @@ def _localise(
             for node, peer in ((a, b), (b, a)):
                 if node not in suspects and node not in localised.node_verdicts:
                     localised.node_verdicts[node] = Verdict(status=PASS, reason=f"pair with {peer} within spec")
+    if refused_note:
+        localised = GroupVerdict(
+            status=localised.status,
+            reason=f"{localised.reason} ({refused_note})" if localised.reason else refused_note,
+            node_verdicts=localised.node_verdicts,
+        )
     if not_run:
         cut = f"localisation cut short by the task's time budget: {not_run} pair run(s) left out"
+        if not ring_complete:
+            cut += ", and no verification pairs"
         for node, verdict in localised.node_verdicts.items():
             if verdict.status != PASS:
                 localised.node_verdicts[node] = Verdict(status=verdict.status, reason=f"{verdict.reason} (unverified)")

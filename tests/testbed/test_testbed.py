@@ -250,3 +250,38 @@ def test_it_brings_64_nodes_up_in_a_few_seconds(testbed_factory: Callable[..., T
     assert all(tb.status().values())
     tb.down()
     assert elapsed < 15, f"64-node up took {elapsed:.1f}s"
+
+
+def test_a_launcher_refusing_sessions_is_named_as_such(clean_testbed: Testbed) -> None:
+    """A node whose sshd allows one session per connection (MaxSessions 1): a second concurrent
+    command on Kiln's one connection is refused, and the transport says why, so pairwise
+    localisation can run fewer pairs at once (portal.runs.execution._localise)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from checks.base import Command
+    from worker.ssh import NodeTarget, SessionRefusedError, SSHTransport
+
+    node = clean_testbed.node("gpu07")
+    config = node.sshd_config_path.read_text()
+    node.sshd_config_path.write_text(config.replace("MaxSessions 50", "MaxSessions 1"))
+    clean_testbed.restart_sshd("gpu07")
+    transport = SSHTransport(
+        NodeTarget(
+            hostname="gpu07", address=node.address, port=node.port, user=clean_testbed.ssh_user,
+            key_path=str(clean_testbed.client_key_path), known_hosts=clean_testbed.known_hosts_path.read_text(),
+            connect_timeout=5,
+        )
+    )  # fmt: skip
+    try:
+        transport.open()
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(transport.run, Command(argv=("sleep", "2"), timeout=10)) for _ in range(2)]
+        outcomes = [f.exception() or f.result() for f in futures]
+        refused = [o for o in outcomes if isinstance(o, SessionRefusedError)]
+        assert len(refused) == 1, outcomes
+        assert "MaxSessions" in refused[0].message and refused[0].kind == "session refused"
+        assert transport.run(Command(argv=("hostname",), timeout=10)).stdout == "gpu07\n", "the connection lives on"
+    finally:
+        transport.close()
+        node.sshd_config_path.write_text(config)
+        clean_testbed.restart_sshd("gpu07")

@@ -23,7 +23,8 @@ from checks.base import (
 )
 from portal.runs import execution
 from portal.runs.execution import _localise, pair_batches, pair_run_budget, ring_pairs
-from worker.timeouts import group_task_limits, node_task_limits
+from worker.ssh import SessionRefusedError
+from worker.timeouts import group_task_limits
 
 
 @dataclass
@@ -191,13 +192,57 @@ def test_it_runs_no_pair_when_no_time_is_left(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_group_task_limits_stay_below_the_visibility_timeout() -> None:
-    wanted = node_task_limits(command_budgets=[600.0] * 317, connect_timeout=10)
-    soft, hard = group_task_limits(command_budget=600.0, runs_wanted=317, connect_timeout=10, visibility=25 * 3600)
-    assert wanted[1] >= 25 * 3600, "the uncapped budget of 1,250 nodes would pass the visibility timeout"
-    assert hard < 25 * 3600 and soft < hard
-    assert hard + 700 >= 25 * 3600, "only what does not fit is cut"
-    one_run = node_task_limits(command_budgets=[600.0], connect_timeout=10)
-    assert group_task_limits(command_budget=600.0, runs_wanted=5, connect_timeout=10, visibility=1) == one_run
-    assert group_task_limits(command_budget=600.0, runs_wanted=5, connect_timeout=10, visibility=None) == (
-        node_task_limits(command_budgets=[600.0] * 5, connect_timeout=10)
-    )
+    def limits(runs: int, visibility: int | None) -> tuple[int, int]:
+        return group_task_limits(run_budget_s=620.0, runs_wanted=runs, connect_timeout=10, visibility=visibility)
+
+    uncapped = limits(317, None)  # 1,250 nodes: the group run, 158 ring rounds and as many again
+    assert uncapped[1] >= 25 * 3600, "the uncapped budget of 1,250 nodes would pass the visibility timeout"
+    soft, hard = limits(317, 25 * 3600)
+    assert soft < hard < 25 * 3600
+    assert hard + 620 >= 25 * 3600, "only what does not fit is cut"
+    assert limits(5, 1) == limits(1, None), "the group run itself is never cut"
+    assert limits(5, None)[0] == 5 * 620 + 20 + 60  # rounds + two connects + KILN_TASK_SLACK_S
+
+
+def test_a_pair_run_budget_counts_every_command_with_its_grace() -> None:
+    check = PairCheck(set())
+    assert pair_run_budget(check, None) == 5 + 5 + 5  # one command: its timeout, kill grace, backstop
+
+
+class MaxSessionsTransport(EchoTransport):
+    """A launcher whose sshd allows `limit` sessions per connection (MaxSessions)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.lock = threading.Lock()
+        self.open = 0
+        self.refusals = 0
+
+    def run(self, command: Command) -> CommandOutput:
+        with self.lock:
+            if self.open >= self.limit:
+                self.refusals += 1
+                raise SessionRefusedError("launcher: the host refused another session")
+            self.open += 1
+        try:
+            time.sleep(0.1)
+            return super().run(command)
+        finally:
+            with self.lock:
+                self.open -= 1
+
+
+def test_it_runs_fewer_pairs_at_once_when_the_launcher_refuses_sessions() -> None:
+    transport = MaxSessionsTransport(limit=2)
+    check = PairCheck({"gpu07"})
+    _, _, verdict = _localise(check, None, None, transport, group_of(12), parallelism=8)
+    assert transport.refusals > 0
+    assert {h for h, v in verdict.node_verdicts.items() if v.status == FAIL} == {"gpu07"}
+    assert "the launcher refused more sessions; pairs ran" in verdict.reason
+    assert len({tuple(r) for r in transport.runs}) == len(transport.runs), "no pair ran twice"
+
+
+def test_it_gives_up_when_even_one_session_is_refused() -> None:
+    with pytest.raises(SessionRefusedError):
+        _localise(PairCheck({"gpu07"}), None, None, MaxSessionsTransport(limit=0), group_of(6), parallelism=4)
