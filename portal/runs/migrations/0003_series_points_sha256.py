@@ -9,8 +9,9 @@ from django.db import migrations, models
 def backfill(apps, schema_editor):
     """Digest the points of series stored before the column existed (same form as points_digest)."""
     series = apps.get_model("runs", "Series")
+    # Small batches: one burn-in series can hold tens of thousands of points.
     pending = series.objects.filter(points_sha256="").only("id", "x", "y").order_by("id")
-    while batch := list(pending[:500]):
+    while batch := list(pending[:50]):
         for row in batch:
             row.points_sha256 = hashlib.sha256(json.dumps([row.x, row.y], separators=(",", ":")).encode()).hexdigest()
         series.objects.bulk_update(batch, ["points_sha256"])
