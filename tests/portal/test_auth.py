@@ -149,3 +149,26 @@ def test_it_shows_a_bad_node_set_on_the_form_and_starts_nothing(
     assert Run.objects.count() == 0
     assert CheckResult.objects.count() == 0
     assert callbacks == []
+
+
+def _walk(patterns, prefix=""):
+    from django.urls import URLPattern, URLResolver
+
+    for p in patterns:
+        if isinstance(p, URLResolver):
+            yield from _walk(p.url_patterns, prefix + str(p.pattern))
+        elif isinstance(p, URLPattern):
+            yield prefix + str(p.pattern), p
+
+
+def test_every_view_outside_the_allow_list_requires_a_login() -> None:
+    """LoginRequiredMiddleware guards every view unless it opts out; only these may."""
+    from django.urls import get_resolver
+
+    allowed = {"login", "metrics"}  # /metrics has its own bearer token (portal/health/views.py)
+    opted_out = {
+        p.name or route
+        for route, p in _walk(get_resolver().url_patterns)
+        if not route.startswith("admin/") and getattr(p.callback, "login_required", True) is False
+    }
+    assert opted_out == allowed
