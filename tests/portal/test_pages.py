@@ -19,6 +19,30 @@ def viewer_client(client, make_user):
     return client
 
 
+def test_it_pages_a_large_clusters_nodes_with_a_constant_query_count(viewer_client, make_run) -> None:
+    from portal.views import NODES_PAGE
+
+    counts = []
+    for size in (10, NODES_PAGE * 2 + 5):
+        cluster = Cluster.objects.create(name=f"big{size}", profile="H100-SXM-8", transport="local")
+        Node.objects.bulk_create(Node(cluster=cluster, hostname=f"b{size}n{i:04d}") for i in range(size))
+        run = make_run(cluster)
+        set_result(run, f"b{size}n0000", "ecc-health", "pass", "all within spec")
+        set_result(run, f"b{size}n{size - 1:04d}", "ecc-health", "fail", "GPU 1: Xid 79")
+        url = reverse("cluster_detail", args=[cluster.name])
+        viewer_client.get(url)  # warm-up: the session's first request reads more
+        with CaptureQueriesContext(connection) as queries:
+            response = viewer_client.get(url)
+        counts.append(len(queries))
+    assert counts[0] == counts[1], counts
+    assert [row["node"].hostname for row in response.context["nodes"]][:2] == ["b205n0000", "b205n0001"]
+    assert len(response.context["nodes"]) == NODES_PAGE and "page 1 of 3 (205 in all)" in response.content.decode()
+    last = viewer_client.get(url + "?page=3")
+    rows = last.context["nodes"]
+    assert [r["node"].hostname for r in rows] == [f"b205n{i:04d}" for i in range(200, 205)]
+    assert rows[-1]["worst"] == "fail" and "GPU 1: Xid 79" in last.content.decode()
+
+
 def test_it_shows_a_clusters_nodes_with_their_latest_status(viewer_client, cluster, make_run) -> None:
     old = make_run(cluster)
     set_result(old, "n01", "gpu-inventory", "pass")
