@@ -125,14 +125,135 @@ def test_it_follows_the_xid_catalogs_immediate_action_for_corrected_codes() -> N
         54: CRITICAL,  # CHECK_MECHANICALS
         110: CRITICAL,  # RESET_GPU
         136: CRITICAL,  # RESET_GPU
-        144: CRITICAL,  # WORKFLOW_NVLINK5_ERR
-        150: CRITICAL,  # WORKFLOW_NVLINK5_ERR
+        144: CRITICAL,  # WORKFLOW_NVLINK5_ERR (undecoded; see the 144-150 decode tests)
+        147: "warn",  # undecoded; every row the decode sheet lists for it is IGNORE
+        148: "warn",  # undecoded; every row the decode sheet lists for it is IGNORE
+        150: CRITICAL,  # WORKFLOW_NVLINK5_ERR: every status in the decode is RESET_GPU
         155: CRITICAL,  # RESET_GPU
         158: CRITICAL,  # RESET_GPU
     }
     assert {code: XID_CATALOGUE[code].severity for code in expected} == expected
-    # 147/148: every status the catalog's 144-150 decode lists is IGNORE; left unknown, so warn.
+    # Without a message to decode: 145 as the workflow's worst case; 147 (never a reset) a warning.
+    assert catalogue_entry("xid", 145).severity == CRITICAL
     assert catalogue_entry("xid", 147).severity == "warn"
+
+
+# --- Xid 144-149: the catalog's "Xid 144-150 Decode" sheet -----------------------------------------
+# Where a line comes from:
+#   gpud-1174:  leptonai/gpud PR #1174 description ("kmsg input"), full 6-register lines
+#   gpud-test:  leptonai/gpud components/accelerator/nvidia/xid tests (kmsg lines in test tables)
+#   gpud-1160:  leptonai/gpud PR #1160 description
+#   ffdg:       an NVIDIA field-diag (FFDG) procedure list quoting a GB200 FTS failure string
+#   built:      constructed in the driver's format (as the lines above) with IntrInfo set to the
+#               sheet's V1 (<R575, IntrInfo[9:0]) or V2 (>=R575, IntrInfo[6:0]) mask
+NVL5_CASES = [
+    # gpud-1174 (real V1 line): RLW_RXPIPE, IntrInfo 0x0409a0c2 (bits[9:0] 0011000010), status 0x8:
+    # IGNORE / Non-fatal.
+    (
+        "145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+        INFO,
+        "IGNORE",
+    ),
+    # built from the gpud-1174 line, status 0x1 with bit 10 clear: IGNORE ...
+    (
+        "145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000001 0x00000001 0x00000000 0x00100000 0x00000004)",
+        INFO,
+        "IGNORE",
+    ),
+    # ... and with bit 10 set ("Decode for action 2" 10011000010): RESET_GPU even though Nonfatal.
+    (
+        "145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a4c2 0x00000001 0x00000001 0x00000000 0x00100000 0x00000004)",
+        CRITICAL,
+        "RESET_GPU",
+    ),
+    # gpud-test (V2 IntrInfo 0x4 = RLW_REMAP): status 0x1 is XID_154_EVAL (RESTART_APP without a 154).
+    ("145, RLW_REMAP Nonfatal XC0 i0 Link 00 (0x00000004 0x00000001 0x00000000 0x00000000)", "warn", "XID_154_EVAL"),
+    # built (V2): RLW_REMAP status 0x40 is RESET_GPU / Fatal.
+    ("145, RLW_REMAP Fatal XC0 i0 Link 00 (0x00000004 0x00000040 0x00000000 0x00000000)", CRITICAL, "RESET_GPU"),
+    # built (V1 SAW_MVB 0000100001): status 0x4 IGNORE, 0x2 RESET_GPU.
+    (
+        "144, SAW_MVB Nonfatal XC0 i0 Link 07 (0x00000021 0x00000004 0x00000000 0x00000000 0x00000000 0x00000000)",
+        INFO,
+        "IGNORE",
+    ),
+    (
+        "144, SAW_MVB Fatal XC0 i0 Link 07 (0x00000021 0x00000002 0x00000000 0x00000000 0x00000000 0x00000000)",
+        CRITICAL,
+        "RESET_GPU",
+    ),
+    # built (V2 TLW_RX_PIPE0 0001010): status 0x2 IGNORE, 0x4 RESET_GPU.
+    ("146, TLW_RX_PIPE0 Nonfatal XC0 i0 Link 03 (0x0000000a 0x00000002 0x00000000 0x00000000)", INFO, "IGNORE"),
+    ("146, TLW_RX_PIPE0 Fatal XC0 i0 Link 03 (0x0000000a 0x00000004 0x00000000 0x00000000)", CRITICAL, "RESET_GPU"),
+    # built (V1 TREX 0110000100 / NVLPW_CTRL 0000000101): the only rows, both IGNORE.
+    ("147, TREX Nonfatal XC0 i0 Link 02 (0x00000184 0x00000001 0x00000000 0x00000000)", INFO, "IGNORE"),
+    ("148, NVLPW_CTRL Nonfatal XC0 i0 Link 02 (0x00000005 0x80000000 0x00000000 0x00000000)", INFO, "IGNORE"),
+    # gpud-test (real V1 line, extra spaces as printed): NETIR_LINK_EVT, reason 100001 -> RESET_GPU.
+    (
+        "149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
+        "(0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+        CRITICAL,
+        "RESET_GPU",
+    ),
+    # ffdg (real): NETIR_LINK_EVT reason 000000 -> RESET_GPU.
+    (
+        "149, NETIR_LINK_EVT Fatal XC0 i0 Link 17 (0x000625c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+        CRITICAL,
+        "RESET_GPU",
+    ),
+    # gpud-1174 (real): NETIR (NETIR_INT, V1 0000000110) -> RESET_GPU.
+    (
+        "149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+        CRITICAL,
+        "RESET_GPU",
+    ),
+    # gpud-1160: reason 100110 is IGNORE in the sheet, but "Link Fatal": the driver says Fatal, so critical.
+    (
+        "149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x026001c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+        CRITICAL,
+        "IGNORE",
+    ),
+    # built (V1 NETIR_BER_EVENT 1000100110): status 0x1 IGNORE / Non-fatal.
+    (
+        "149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 05 "
+        "(0x00000226 0x00000001 0x00000000 0x00000000 0x00000000 0x00000000)",
+        INFO,
+        "IGNORE",
+    ),
+]
+
+
+@pytest.mark.parametrize(("message", "severity", "bucket"), NVL5_CASES)
+def test_it_judges_nvlink5_xids_by_the_catalogs_144_150_decode(message: str, severity: str, bucket: str) -> None:
+    line = f"[171167.620236] NVRM: Xid (PCI:0018:01:00): {message}"
+    m = parse_dmesg(line).measurements[0]
+    assert m.labels["severity"] == severity
+    assert catalogue_entry("xid", int(m.value), m.text).action.startswith(f"{bucket} per the catalog's Xid 144-150")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "RLW_REMAP Nonfatal XC0 i0 Link 00",  # no registers
+        "RLW_REMAP Nonfatal XC0 i0 Link 00 (0x00000004)",  # no error status
+        "RLW_REMAP Nonfatal XC0 i0 Link 00 (0x00000004 0x00000400 0x00000000 0x00000000)",  # status not listed
+        "RLW_REMAP Nonfatal XC0 i0 Link 00 (0x0000000a 0x00000100 0x00000000 0x00000000)",  # IntrInfo: TLW_RX_PIPE0
+        "RLW_NEWUNIT Nonfatal XC0 i0 Link 00 (0x00000004 0x00000100 0x00000000 0x00000000)",  # unknown unit
+        "pid=1, NVLink error",  # not the NVLink5 format
+    ],
+)
+def test_it_keeps_an_undecodable_xid145_critical(message: str) -> None:
+    m = parse_dmesg(f"[1.0] NVRM: Xid (PCI:0018:01:00): 145, {message}").measurements[0]
+    assert m.labels["severity"] == CRITICAL
+    assert catalogue_entry("xid", 145, m.text) == XID_CATALOGUE[145]
+
+
+def test_it_passes_ecc_on_an_ignorable_nvlink5_xid_and_fails_on_a_reset_one() -> None:
+    ignorable = "[1.0] NVRM: Xid (PCI:0000:18:00): " + NVL5_CASES[0][0]
+    _, verdict = judge(ignorable + "\n@@kiln-kernel-log source=dmesg rc=0\n")
+    assert verdict.status == PASS
+    fatal = "[2.0] NVRM: Xid (PCI:0000:18:00): " + NVL5_CASES[2][0]
+    _, verdict = judge(ignorable + "\n" + fatal + "\n@@kiln-kernel-log source=dmesg rc=0\n")
+    assert (verdict.status, verdict.reason) == (FAIL, "GPU 0: Xid 145 (NVLink RLW error) at 2.0")
 
 
 def test_it_passes_ignored_xids_and_fails_a_context_switch_timeout() -> None:
