@@ -261,10 +261,14 @@ def _issue_settle(campaign_id: int) -> None:
     Campaign.objects.filter(pk=campaign_id).update(issue_requested_at=None, issue_error="")
 
 
-def certificate_issue_failed(*, campaign_id: int, error: str) -> None:
-    """Record why issuing failed: the campaign shows it, and an approver can retry."""
+def certificate_issue_failed(*, campaign_id: int, error: str, requested_at: Any = None) -> None:
+    """Record why issuing failed: the campaign shows it, and an approver can retry. With
+    `requested_at`, only if no newer request (a retry) came in meanwhile."""
     campaign = Campaign.objects.get(pk=campaign_id)
-    Campaign.objects.filter(pk=campaign_id).update(issue_error=error[:2000])
+    target = Campaign.objects.filter(pk=campaign_id)
+    if requested_at is not None:
+        target = target.filter(issue_requested_at=requested_at)
+    target.update(issue_error=error[:2000])
     audit_record(campaign=campaign, user=None, action="certificate issue failed", detail=error[:2000])
 
 

@@ -15,11 +15,14 @@ logger = logging.getLogger(__name__)
 def certificate_issue_task(self, campaign_id: int) -> str | None:
     """Render, seal and record the certificate both sides signed. A failure is shown on the campaign."""
     from portal.certificates import services
+    from portal.certificates.models import Campaign
 
+    requested_at = Campaign.objects.filter(pk=campaign_id).values_list("issue_requested_at", flat=True).first()
     try:
         certificate = services.certificate_issue(campaign_id=campaign_id)
     except Exception as exc:
         logger.exception("issuing the certificate of campaign %s failed", campaign_id)
-        services.certificate_issue_failed(campaign_id=campaign_id, error=f"{type(exc).__name__}: {exc}")
+        error = f"{type(exc).__name__}: {exc}"
+        services.certificate_issue_failed(campaign_id=campaign_id, error=error, requested_at=requested_at)
         return None
     return certificate.number if certificate else None

@@ -148,3 +148,14 @@ def test_a_campaign_that_is_not_ready_holds_the_issue_until_an_approver_retries(
     client.post(reverse("campaign_issue_retry", args=[campaign.pk]))
     assert campaign.audit.get(action="certificate issue retried").detail.startswith("after: cannot issue yet")
     assert services.certificate_issue(campaign_id=campaign.pk) is not None
+
+
+def test_a_late_failure_does_not_mark_a_newer_request_failed(campaign, both_signed, users) -> None:
+    campaign.refresh_from_db()
+    first_request = campaign.issue_requested_at
+    services.certificate_issue_failed(campaign_id=campaign.pk, error="boom", requested_at=first_request)
+    services.certificate_issue_retry(campaign=campaign, user=users["vendor"])  # a newer request
+    services.certificate_issue_failed(campaign_id=campaign.pk, error="late boom", requested_at=first_request)
+    campaign.refresh_from_db()
+    assert campaign.issue_error == "" and campaign.issue_requested_at > first_request
+    assert campaign.audit.filter(action="certificate issue failed").count() == 2, "both are on record"
