@@ -140,6 +140,33 @@ def node_scope_restore(*, campaign: Campaign, node: Node, user: Any) -> None:
         audit_record(campaign=campaign, user=user, action="node back in scope", detail=node.hostname)
 
 
+def waiver_withdraw(*, campaign: Campaign, waiver_id: int, reason: str, user: Any) -> None:
+    """Take back a waiver before a certificate cites it; the item is open again. Recorded with the
+    justification it had, who withdrew it and why. A signature over the old body no longer stands."""
+    _require_approver(user)
+    if not reason.strip():
+        raise CampaignError("say why the waiver is withdrawn")
+    with transaction.atomic():
+        waiver = (
+            Waiver.objects.select_for_update().select_related("node").filter(pk=waiver_id, campaign=campaign).first()
+        )
+        if waiver is None:
+            raise CampaignError(f"no waiver #{waiver_id} in this campaign")
+        cited = CertifiedResult.objects.filter(
+            result_id=waiver.result_id, certificate__campaign=campaign, certificate__issued_at__gte=waiver.granted_at
+        )
+        if cited.exists():
+            raise CampaignError(f"waiver #{waiver_id} is cited by an issued certificate: revoke that instead")
+        what = f"{waiver.node.hostname} × {waiver.item_key} (result #{waiver.result_id})"
+        waiver.delete()
+        audit_record(
+            campaign=campaign,
+            user=user,
+            action="waiver withdrawn",
+            detail=f"{what}: {reason.strip()} (it said: {waiver.justification})",
+        )
+
+
 def waiver_grant(*, campaign: Campaign, hostname: str, item_key: str, justification: str, user: Any) -> Waiver:
     """Accept the current failing (or errored) result of one node × check, with a justification."""
     _require_approver(user)

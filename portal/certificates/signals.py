@@ -90,7 +90,13 @@ def _guard_certificate_delete(sender: type, instance: Certificate, **kwargs: Any
 
 @receiver(pre_delete, sender=Waiver, dispatch_uid="waiver_delete")
 def _guard_waiver(sender: type, instance: Waiver, **kwargs: Any) -> None:
-    if Certificate.objects.filter(campaign_id=instance.campaign_id).exists():
+    # Cited: a certificate of the campaign, issued after the waiver was granted, covers its result.
+    cited = CertifiedResult.objects.filter(
+        result_id=instance.result_id,
+        certificate__campaign_id=instance.campaign_id,
+        certificate__issued_at__gte=instance.granted_at,
+    )
+    if cited.exists():
         raise CertifiedEvidenceError("a waiver cited by an issued certificate cannot be deleted")
 
 

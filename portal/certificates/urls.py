@@ -11,6 +11,12 @@ urlpatterns = [
     path("campaigns/<int:campaign_id>/add-run/", views.campaign_run_add, name="campaign_run_add"),
     path("campaigns/<int:campaign_id>/scope/", views.campaign_scope, name="campaign_scope"),
     path("campaigns/<int:campaign_id>/waive/", views.campaign_waive, name="campaign_waive"),
+    path(
+        "campaigns/<int:campaign_id>/waivers/<int:waiver_id>/withdraw/",
+        views.campaign_waiver_withdraw,
+        name="campaign_waiver_withdraw",
+    ),
+    path("campaigns/<int:campaign_id>/scope/restore/", views.campaign_scope_restore, name="campaign_scope_restore"),
     path("campaigns/<int:campaign_id>/sign/", views.campaign_sign, name="campaign_sign"),
     path("campaigns/<int:campaign_id>/issue/", views.campaign_issue_status, name="campaign_issue_status"),
     path("campaigns/<int:campaign_id>/issue/retry/", views.campaign_issue_retry, name="campaign_issue_retry"),

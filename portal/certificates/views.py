@@ -105,6 +105,7 @@ def campaign_detail(request: HttpRequest, campaign_id: int) -> HttpResponse:
             "campaign": campaign,
             "state": state,
             "state_rows_html": campaign_rows_html(state),
+            "waivers": [cell for cell in state.cells if cell.waiver is not None],
             "open_page": open_page,
             "audit_page": audit_page,
             "runs": [
@@ -224,6 +225,33 @@ def campaign_waive(request: HttpRequest, campaign_id: int) -> HttpResponse:
     except services.CampaignError as exc:
         return _done(request, campaign, exc, "")
     return _done(request, campaign, None, f"Waived {data['hostname']} × {data['item_key']}.")
+
+
+@role_required(APPROVER)
+@require_POST
+def campaign_waiver_withdraw(request: HttpRequest, campaign_id: int, waiver_id: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign, pk=campaign_id)
+    try:
+        services.waiver_withdraw(
+            campaign=campaign, waiver_id=waiver_id, reason=request.POST.get("reason", ""), user=request.user
+        )
+    except services.CampaignError as exc:
+        return _done(request, campaign, exc, "")
+    return _done(request, campaign, None, f"Waiver #{waiver_id} withdrawn: the item is open again.")
+
+
+@role_required(OPERATOR)
+@require_POST
+def campaign_scope_restore(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign.objects.select_related("cluster"), pk=campaign_id)
+    node = Node.objects.filter(cluster=campaign.cluster, hostname=request.POST.get("hostname", "")).first()
+    if node is None:
+        return _done(request, campaign, ValueError("no such node in this cluster"), "")
+    try:
+        services.node_scope_restore(campaign=campaign, node=node, user=request.user)
+    except services.CampaignError as exc:
+        return _done(request, campaign, exc, "")
+    return _done(request, campaign, None, f"{node.hostname} is back in scope.")
 
 
 @role_required(APPROVER)
