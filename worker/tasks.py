@@ -73,30 +73,17 @@ def run_group(self, run_id: int, result_id: int, time_budget_s: float | None = N
 
 
 def enqueue_group(*, run_id: int, result_id: int) -> None:
-    """Send a group check's task. Its budget covers the group run, the ring of node pairs in rounds
-    of disjoint pairs, and as many rounds again for verification pairs, capped below the broker's
-    visibility timeout; the task stops starting pair rounds when its budget would run out."""
+    """Send a group check's task with the limits of portal.runs.execution.group_item_limits; the task
+    stops starting pair rounds when its budget (soft limit less the slack) would run out."""
     from ClusterShell.NodeSet import NodeSet
 
-    from checks.base import get_check
-    from portal.runs.execution import pair_batches, pair_run_budget, ring_pairs
+    from portal.runs.execution import group_item_limits
     from portal.runs.models import CheckResult, Run
-    from worker.timeouts import group_task_limits
 
     run = Run.objects.only("plan_snapshot", "node_set").get(pk=run_id)
     result = CheckResult.objects.only("item_key").get(pk=result_id)
     item = next(i for i in run.plan_snapshot["items"] if i["key"] == result.item_key)
-    node_count = len(NodeSet(run.node_set))
-    parallelism = settings.KILN_PAIR_PARALLELISM
-    ring_rounds = len(pair_batches(ring_pairs(range(node_count)), parallelism)) if node_count >= 3 else 0
-    visibility = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}).get("visibility_timeout")
-    check = get_check(item["kind"])
-    soft, hard = group_task_limits(
-        run_budget_s=pair_run_budget(check, check.make_params(item["params"])),
-        runs_wanted=1 + 2 * ring_rounds,
-        connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
-        visibility=visibility,
-    )
+    soft, hard = group_item_limits(item=item, node_count=len(NodeSet(run.node_set)))
     run_group.apply_async(
         args=(run_id, result_id),
         kwargs={"time_budget_s": soft - settings.KILN_TASK_SLACK_S},

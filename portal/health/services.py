@@ -596,6 +596,7 @@ def scheduled_run_fire(*, schedule_id: int, task_id: str = "", now: datetime | N
 
 def _limits(snapshot: dict[str, Any], node_count: int) -> tuple[float, float]:
     """(node task hard limit, all group tasks' hard limits summed), as the worker enqueues them."""
+    from portal.runs.execution import group_item_limits
     from worker.timeouts import node_task_limits
 
     items = snapshot.get("items", [])
@@ -605,10 +606,7 @@ def _limits(snapshot: dict[str, Any], node_count: int) -> tuple[float, float]:
     group_total = 0.0
     for item in items:
         if item.get("scope", "node") == "group":
-            _, hard = node_task_limits(
-                command_budgets=[item["timeout_s"]] * (1 + 2 * node_count), connect_timeout=connect
-            )
-            group_total += hard
+            group_total += group_item_limits(item=item, node_count=node_count)[1]
     return float(node_hard), group_total
 
 
@@ -625,8 +623,8 @@ def reap(*, now: datetime | None = None) -> list[int]:
     """
     from ClusterShell.NodeSet import NodeSet
 
+    from portal.runs.execution import group_item_limits
     from portal.runs.services import run_finalize
-    from worker.timeouts import node_task_limits
 
     now = now or timezone.now()
     grace = conf.reaper_grace_s()
@@ -654,11 +652,10 @@ def reap(*, now: datetime | None = None) -> list[int]:
         for result in CheckResult.objects.filter(run=run, status=Status.RUNNING, scope="group").only(
             "id", "item_key", "started_at"
         ):
-            item = items.get(result.item_key, {"timeout_s": 0})
-            _, hard = node_task_limits(
-                command_budgets=[item["timeout_s"]] * (1 + 2 * node_count),
-                connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
-            )
+            item = items.get(result.item_key)
+            if item is None:
+                continue
+            _, hard = group_item_limits(item=item, node_count=node_count)
             if result.started_at and result.started_at < now - timedelta(seconds=hard + grace):
                 reaped += CheckResult.objects.filter(pk=result.pk, status=Status.RUNNING).update(
                     status=Status.ERROR,

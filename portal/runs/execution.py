@@ -303,6 +303,26 @@ def pair_run_budget(check: GroupCheck, params: Any) -> float:
     return sum(c.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S for c in commands)
 
 
+def group_item_limits(*, item: dict[str, Any], node_count: int) -> tuple[int, int]:
+    """(soft, hard) Celery limits of a group check's task over `node_count` nodes: the group run,
+    the ring of pairs in rounds and as many verification rounds, capped below the broker's
+    visibility timeout. The worker enqueues with these and the reaper judges by them."""
+    from worker.timeouts import group_task_limits
+
+    check = get_check(item["kind"])
+    ring_rounds = (
+        len(pair_batches(ring_pairs(range(node_count)), settings.KILN_PAIR_PARALLELISM))
+        if check.pairwise and node_count >= 3
+        else 0
+    )
+    return group_task_limits(
+        run_budget_s=pair_run_budget(check, check.make_params(item["params"])),
+        runs_wanted=1 + 2 * ring_rounds,
+        connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
+        visibility=getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}).get("visibility_timeout"),
+    )
+
+
 def _pair_stand_in() -> GroupContext:
     nodes = (NodeContext(hostname="a"), NodeContext(hostname="b"))
     return GroupContext(nodes=nodes, launcher=nodes[0], tag="budget")

@@ -75,3 +75,28 @@ def test_it_errors_results_never_picked_up(cluster, make_run, settings) -> None:
 def test_it_is_registered_as_a_periodic_task_at_migrate() -> None:
     task = PeriodicTask.objects.get(name="kiln-reaper")
     assert task.task == "kiln.reap" and task.enabled and task.interval.every == 60
+
+
+def test_it_judges_a_group_check_by_the_limits_its_task_was_sent_with(cluster, make_run, settings) -> None:
+    """A group result is reaped past the group task's own hard limit (the one enqueue_group uses:
+    the group run and the pair rounds, capped below the visibility timeout) + grace."""
+    from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+    from portal.runs.execution import group_item_limits
+
+    settings.KILN_REAPER_GRACE_S = 60
+    plan = TestPlan.objects.create(slug="multi", name="multi")
+    TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug="nccl-allreduce-multi"))
+    runs = []
+    for started_ago in (-20, +20):
+        run = make_run(cluster, plan=plan)
+        Run.objects.filter(pk=run.pk).update(status="running")
+        item = run.plan_snapshot["items"][0]
+        _, hard = group_item_limits(item=item, node_count=4)
+        CheckResult.objects.filter(run=run, scope="group").update(
+            status="running", claimed_by="dead", started_at=timezone.now() - timedelta(seconds=hard + 60 + started_ago)
+        )
+        runs.append(run)
+    assert reap() == [runs[1].pk]
+    assert CheckResult.objects.get(run=runs[0], scope="group").status == "running"
+    reaped = CheckResult.objects.get(run=runs[1], scope="group")
+    assert reaped.status == "error" and f"group task hard limit {hard}s" in reaped.reason

@@ -81,6 +81,10 @@ def test_it_runs_the_plan_on_the_testbed_with_every_failure_mode(
     )
     assert max(healthy_durations) < 5
     # ...and the hung probe was killed on the node itself: nothing but sshd is left in its namespace.
+    # (polled briefly: a killed process takes a moment to leave the process table)
+    deadline = time.monotonic() + 10
+    while not processes_in_netns(tb.node("gpu05").netns) <= {"sshd"} and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert processes_in_netns(tb.node("gpu05").netns) <= {"sshd"}
     assert elapsed < 60
     assert Run.objects.get(pk=data["run"]).status == "error"

@@ -227,21 +227,26 @@ def test_it_reports_a_missing_binary_as_exit_127() -> None:
     assert not output.timed_out
 
 
-def live_members(pgid: int) -> list[int]:
-    """Processes of a process group that are still alive (zombies excluded)."""
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        state, group = fields[0], int(fields[2])
-        if group == pgid and state != "Z":
-            alive.append(int(entry.name))
-    return alive
+def live_members(pgid: int, wait_s: float = 5.0) -> list[int]:
+    """Processes of a process group that are still alive (zombies excluded), polled for up to
+    `wait_s`: a SIGKILLed process takes a moment to leave the process table (this flaked in CI)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            state, group = fields[0], int(fields[2])
+            if group == pgid and state not in ("Z", "X"):
+                alive.append(int(entry.name))
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
 
 
 def test_it_kills_the_whole_process_group_on_timeout() -> None:
