@@ -435,6 +435,12 @@ class GroupCheck(Check):
     def group_commands(self, params: Any, group: GroupContext) -> list[Command]:
         raise NotImplementedError
 
+    def stand_in_commands(self, params: Any) -> list[Command]:
+        """The commands of one run over two placeholder nodes: what a run's time budget is made of
+        (the commands' timeouts do not depend on which nodes run them)."""
+        a, b = NodeContext(hostname="node-a"), NodeContext(hostname="node-b")
+        return self.group_commands(params, GroupContext(nodes=(a, b), launcher=a, tag="budget"))
+
     def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
         return self.evaluate_group(measurements, thresholds, GroupContext(nodes=(node,), launcher=node))
 

@@ -736,7 +736,7 @@ class NcclAllReduceMulti(GroupCheck, _NcclBase):
         return [write, Command(argv=(*run, *test), timeout=float(p.timeout_s), env=env, label=NCCL_LABEL)]
 
     def timeout(self, params: Any) -> float:
-        return sum(c.timeout for c in self.group_commands(params, _placeholder_group()))
+        return sum(c.timeout for c in self.stand_in_commands(params))
 
     def evaluate_group(self, measurements: list[Measurement], thresholds: Any, group: GroupContext) -> GroupVerdict:
         t: NcclThresholds = thresholds
@@ -777,11 +777,6 @@ def _common_gpus(group: GroupContext) -> int | None:
 def _expected_ranks(group: GroupContext) -> int | None:
     counts = [n.expected_gpus for n in group.nodes]
     return sum(c for c in counts if c is not None) if all(c is not None for c in counts) else None
-
-
-def _placeholder_group() -> GroupContext:
-    a, b = NodeContext(hostname="node-a"), NodeContext(hostname="node-b")
-    return GroupContext(nodes=(a, b), launcher=a)
 
 
 def _names(hosts: list[str], limit: int = 8) -> str:

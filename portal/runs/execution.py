@@ -299,8 +299,7 @@ def pair_batches(pairs: Sequence[tuple[T, T]], parallelism: int) -> list[list[tu
 
 def pair_run_budget(check: GroupCheck, params: Any) -> float:
     """Seconds one pair run may take: its commands' budgets with their kill grace and backstop."""
-    commands = check.group_commands(params, _pair_stand_in())
-    return sum(c.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S for c in commands)
+    return sum(c.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S for c in check.stand_in_commands(params))
 
 
 def group_item_limits(*, item: dict[str, Any], node_count: int) -> tuple[int, int]:
@@ -321,11 +320,6 @@ def group_item_limits(*, item: dict[str, Any], node_count: int) -> tuple[int, in
         connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
         visibility=getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}).get("visibility_timeout"),
     )
-
-
-def _pair_stand_in() -> GroupContext:
-    nodes = (NodeContext(hostname="a"), NodeContext(hostname="b"))
-    return GroupContext(nodes=nodes, launcher=nodes[0], tag="budget")
 
 
 def _localise(
