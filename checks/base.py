@@ -90,6 +90,9 @@ class CommandOutput:
     exit_code: int | None
     timed_out: bool = False
     duration_s: float | None = None
+    # The transport kept only the head and tail of stdout or stderr (worker/ssh.py's output cap);
+    # the cut is marked in the text by a "[... N bytes cut by Kiln ...]" line.
+    truncated: bool = False
 
 
 @dataclass
