@@ -152,6 +152,11 @@ KILN_SSH_CONNECT_TIMEOUT = float(os.environ.get("KILN_SSH_CONNECT_TIMEOUT", "10"
 KILN_PAIR_PARALLELISM = int(os.environ.get("KILN_PAIR_PARALLELISM", "8"))
 # Raw stdout/stderr kept per result, in characters: enough for a probe or a tool table, bounded.
 KILN_OUTPUT_CAP = int(os.environ.get("KILN_OUTPUT_CAP", "262144"))
+# Most nodes one typed node set may name (forms, filters, commands); larger ones are refused before
+# anything is expanded (portal/inventory/nodesets.py). 100,000 GPUs, the largest single clusters
+# announced in 2024, at 8 GPUs per HGX node is 12,500 nodes; 20,000 leaves headroom. Expanding
+# 20,000 names takes about 6 ms (bench/bench_nodeset.py).
+KILN_MAX_NODESET = int(os.environ.get("KILN_MAX_NODESET", "20000"))
 
 # --- Email (alerts) -------------------------------------------------------------------------------
 EMAIL_BACKEND = os.environ.get("KILN_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
 
 
@@ -67,9 +67,9 @@ def _validate(obj: Cluster | Node) -> None:
 
 def expand(pattern: str, *, what: str) -> list[str]:
     try:
-        return list(NodeSet(pattern))
-    except NodeSetParseError as exc:
-        raise InventoryError(f"{what} {pattern!r}: {exc}") from None
+        return nodesets.expand(pattern)  # bounded: refused before expanding when too large
+    except nodesets.NodeSetError as exc:
+        raise InventoryError(f"{what} {pattern[:80]!r}: {exc}") from None
 
 
 @dataclass

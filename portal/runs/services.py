@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+from ClusterShell.NodeSet import NodeSet
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
@@ -17,6 +17,7 @@ from checks.base import Measurement as CheckMeasurement
 from checks.base import Series as CheckSeries
 from checks.profiles import get_profile
 from portal.catalog.models import TestPlan
+from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
 from portal.runs import outliers
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Series, Status, points_digest
@@ -93,9 +94,9 @@ def nodes_select(*, cluster: Cluster, node_set: str = "") -> list[Node]:
     if not node_set.strip():
         return nodes
     try:
-        wanted = set(NodeSet(node_set))
-    except NodeSetParseError as exc:
-        raise RunStartError(f"node set {node_set!r}: {exc}") from None
+        wanted = set(nodesets.parse(node_set))  # bounded: refused before expanding when too large
+    except nodesets.NodeSetError as exc:
+        raise RunStartError(f"node set {node_set[:80]!r}: {exc}") from None
     by_name = {n.hostname: n for n in nodes}
     unknown = sorted(wanted - set(by_name))
     if unknown:
