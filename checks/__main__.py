@@ -2,14 +2,21 @@
 
 `parse KIND FILE` parses one captured tool output (KIND: nccl, gpu_burn, nvidia_smi_xml, dmesg, ibstat,
 fio, ior, elbencho, dcgmi_diag, redfish_thermal, ipmitool_sdr, ...) and prints
-{"kind", "measurements": [{"name", "value", "unit", "gpu", "labels"}], "warnings"}; it exits 2 with a
-one-line reason on stderr when the output cannot be parsed at all.
+{"kind", "measurements": [{"name", "value", "unit", "gpu", "labels"}], "warnings"}. A value that is not
+a finite number prints as null with `labels.invalid` naming it.
 
 `judge KIND FILE [--profile P]` runs a check's evaluation on a captured output and prints
-{"kind", "measurements", "verdict": {"status", "reason"}}. KIND is a check key (FILE is probe JSON,
-or nvidia-smi -q -x XML, detected by content), or `nvidia_smi_xml`: FILE is nvidia-smi XML, judged by
-every probe-based check (or just `--check KEY`). `parse CHECK_KEY FILE` is the same as judge.
-Exit 2 on usage problems (unknown kind or profile, unreadable file).
+{"kind", "check", "measurements", "verdict": {"status", "reason"}}. KIND is a check key (FILE is probe
+JSON, or nvidia-smi -q -x XML, detected by content), `nvidia_smi_xml` (FILE is nvidia-smi XML, judged by
+every probe-based check, or just `--check KEY`), or any parser kind: the raw output is judged by the
+check that consumes that tool (checks/raw_outputs.py; e.g. gpu_burn -> burn_in, ibstat -> ib_ports).
+A check that needs more than that one output says `error`, never pass; the parser's own view is then
+printed under "parsed". `parse CHECK_KEY FILE` is the same as judge.
+
+Exit codes: 0 printed a result; 2 anything else, with exactly one line on stderr and nothing on stdout:
+unknown kind or profile, an unreadable file, a file over MAX_INPUT_BYTES (64 MiB; refused before it is
+read), an output that holds no evidence, is incomplete or cannot be parsed, and any internal error (never
+a traceback).
 """
 
 from __future__ import annotations
@@ -17,14 +24,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from checks import REGISTRY, get_check
 from checks.base import Command, CommandOutput, EvidenceError, NodeContext, ParamsError, run_check
+from checks.parsers import MAX_INPUT_BYTES, PARSERS, flag_non_finite, parse_output
 from checks.probe_check import PROBE_LABEL, ProbeCheck
 from checks.profiles import PROFILES, resolve_thresholds
+from checks.raw_outputs import RAW_JUDGES, fio_check
 
 XML_KIND = "nvidia_smi_xml"
 
@@ -49,17 +59,26 @@ def _looks_like_xml(text: str) -> bool:
     return head.startswith("<?xml") or head.startswith("<nvidia_smi_log")
 
 
-def judge(kind: str, stdout: str, *, profile: str | None, hostname: str = "-") -> dict[str, Any]:
+def judge(
+    kind: str,
+    stdout: str,
+    *,
+    profile: str | None,
+    hostname: str = "-",
+    outputs: list[CommandOutput] | None = None,
+) -> dict[str, Any]:
     """One check's measurements and verdict on a captured output, as a JSON-ready dict."""
     check = get_check(kind)
     thresholds = resolve_thresholds(kind, profile)
-    label = PROBE_LABEL if isinstance(check, ProbeCheck) else "file"
-    output = CommandOutput(
-        command=Command(argv=("file",), timeout=0, label=label), stdout=stdout, stderr="", exit_code=0
-    )
-    measurements, verdict = run_check(check, None, thresholds, [output], NodeContext(hostname=hostname))
+    if outputs is None:
+        label = PROBE_LABEL if isinstance(check, ProbeCheck) else "file"
+        command = Command(argv=("file",), timeout=0, label=label)
+        outputs = [CommandOutput(command=command, stdout=stdout, stderr="", exit_code=0)]
+    measurements, verdict = run_check(check, None, thresholds, outputs, NodeContext(hostname=hostname))
+    flag_non_finite(measurements)
     return {
         "kind": kind,
+        "check": kind,
         "profile": profile,
         "thresholds": thresholds,
         "measurements": [m.as_dict() for m in measurements],
@@ -72,12 +91,10 @@ def judge(kind: str, stdout: str, *, profile: str | None, hostname: str = "-") -
 
 
 def cmd_parse(args: argparse.Namespace) -> dict[str, Any]:
-    from checks.parsers import PARSERS
-
     if args.kind in PARSERS and args.command == "parse":
         text = _read(args.file)
         try:
-            parsed = PARSERS[args.kind](text)
+            parsed = parse_output(args.kind, text)
         except EvidenceError as exc:
             raise UsageError(f"cannot parse {args.file} as {args.kind}: {exc}") from None
         return {
@@ -94,21 +111,35 @@ def _public(m: Any) -> dict[str, Any]:
 
 
 def _read(path: str) -> str:
+    """The file's text (UTF-8, undecodable bytes replaced), read with a size cap: a file over
+    MAX_INPUT_BYTES is refused before it is read (regular files), or once the cap is passed."""
+    limit_mib = MAX_INPUT_BYTES // (1024 * 1024)
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_INPUT_BYTES:
+                raise UsageError(f"{path}: input larger than {limit_mib} MiB ({size} bytes); Kiln reads at most that")
+            data = handle.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise UsageError(f"{path}: input larger than {limit_mib} MiB; Kiln reads at most that")
+    return data.decode("utf-8", errors="replace")
+
+
+def _known_kinds() -> str:
+    return ", ".join(sorted({*REGISTRY, *PARSERS, XML_KIND}))
 
 
 def cmd_judge(args: argparse.Namespace) -> dict[str, Any]:
-    if args.kind != XML_KIND and args.kind not in REGISTRY:
-        from checks.parsers import PARSERS
-
-        known = ", ".join(sorted({*REGISTRY, *PARSERS, XML_KIND}))
-        raise UsageError(f"unknown kind {args.kind!r}; known: {known}")
+    raw = RAW_JUDGES.get(args.kind)
+    if args.kind != XML_KIND and args.kind not in REGISTRY and raw is None:
+        raise UsageError(f"unknown kind {args.kind!r}; known: {_known_kinds()}")
     if args.profile and args.profile not in PROFILES:
         raise UsageError(f"unknown profile {args.profile!r}; known: {', '.join(sorted(PROFILES))}")
     text = _read(args.file)
+    if raw is not None:
+        return _judge_raw(args.kind, text, profile=args.profile)
     if args.kind == XML_KIND or (_looks_like_xml(text) and isinstance(get_check(args.kind), ProbeCheck)):
         text = _xml_to_probe_json(text)
     if args.kind != XML_KIND:
@@ -123,6 +154,24 @@ def cmd_judge(args: argparse.Namespace) -> dict[str, Any]:
     return {"kind": XML_KIND, "probe": json.loads(text), "checks": results}
 
 
+def _judge_raw(kind: str, text: str, *, profile: str | None) -> dict[str, Any]:
+    """A parser kind's raw output judged by the check that consumes that tool (checks/raw_outputs.py)."""
+    raw = RAW_JUDGES[kind]
+    check = fio_check(text) if raw.check == "fs_throughput" and kind == "fio" else raw.check
+    result = judge(check, text, profile=profile, outputs=raw.build(text))
+    result["kind"] = kind
+    if raw.note:
+        result["note"] = raw.note
+    if not result["measurements"]:
+        try:
+            parsed = parse_output(kind, text)
+        except EvidenceError as exc:
+            result["parsed"] = {"error": str(exc)}
+        else:
+            result["parsed"] = {"measurements": [_public(m) for m in parsed.measurements], "warnings": parsed.warnings}
+    return result
+
+
 def cmd_list(args: argparse.Namespace) -> dict[str, Any]:
     kinds = {}
     for key in sorted(REGISTRY):
@@ -133,7 +182,25 @@ def cmd_list(args: argparse.Namespace) -> dict[str, Any]:
             "params": check.default_params(),
             "thresholds": resolve_thresholds(key, args.profile),
         }
-    return {"profile": args.profile, "profiles": sorted(PROFILES), "kinds": kinds}
+    judges = {kind: {"check": raw.check, "note": raw.note} for kind, raw in sorted(RAW_JUDGES.items())}
+    return {"profile": args.profile, "profiles": sorted(PROFILES), "kinds": kinds, "parsers": judges}
+
+
+def _finite(value: Any) -> Any:
+    """The result with every non-finite float as None (the measurement's labels.invalid names it):
+    the printed JSON stays valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,11 +222,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "list" and args.profile and args.profile not in PROFILES:
             raise UsageError(f"unknown profile {args.profile!r}; known: {', '.join(sorted(PROFILES))}")
         result = cmd_list(args) if args.command == "list" else cmd_parse(args)
+        rendered = json.dumps(_finite(result), indent=2, allow_nan=False)
     except (UsageError, ParamsError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
-    json.dump(result, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    except Exception as exc:  # the CLI's promise: one line and exit 2, never a traceback
+        where = f" ({args.kind} {args.file})" if args.command != "list" else ""
+        print(f"error: internal error{where}: {type(exc).__name__}: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    sys.stdout.write(rendered + "\n")
     return 0
 
 

@@ -104,6 +104,8 @@ def _json_start(text: str) -> dict[str, Any] | None:
             value, _ = decoder.raw_decode(text, match.start())
         except json.JSONDecodeError:
             continue
+        except RecursionError:  # nesting no real report has; trying every later '{' would be quadratic
+            raise EvidenceError("dcgmi diag output holds JSON nested too deeply to be a real report") from None
         if isinstance(value, dict) and ("DCGM GPU Diagnostic" in value or "DCGM Diagnostic" in value):
             return value
     return None

@@ -77,6 +77,8 @@ def load_fio_json(text: str) -> dict[str, Any]:
             doc, _ = decoder.raw_decode(text, start)
         except json.JSONDecodeError:
             continue
+        except RecursionError:  # nesting no real result has; trying every later '{' would be quadratic
+            raise EvidenceError("fio output holds JSON nested too deeply to be a real result") from None
         if isinstance(doc, dict) and ("jobs" in doc or "client_stats" in doc):
             return doc
     head = text.strip()[:80]

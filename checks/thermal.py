@@ -49,7 +49,7 @@ from checks.base import (
     Verdict,
     register,
 )
-from checks.parsers import Parsed, register_parser
+from checks.parsers import Parsed, load_json, register_parser
 from checks.sampling import SamplingDoc, load_sampling, probe_gpu
 
 IDLE, LOAD, SENSORS = "probe idle", "probe load", "sensors"
@@ -103,7 +103,9 @@ def parse_ipmitool_sdr(text: str) -> Parsed:
     if not rows:
         raise EvidenceError("not ipmitool sdr output (no 'Name | Reading | Status' rows)")
     if not out:
-        warnings.append("no temperature or discrete sensors in the output")
+        # Rows of three '|' fields but no reading Kiln understands: garbage, or a BMC with no
+        # temperature or discrete sensor at all. Either way there is no evidence to judge.
+        raise EvidenceError(f"ipmitool sdr output has no temperature or discrete sensor reading ({rows} rows)")
     return Parsed(out, warnings)
 
 
@@ -116,10 +118,7 @@ def _health(item: dict[str, Any]) -> str:
 def parse_redfish_thermal(text: str) -> Parsed:
     """Redfish Thermal (legacy, Temperatures[].ReadingCelsius) or ThermalSubsystem/ThermalMetrics
     (TemperatureReadingsCelsius[].Reading); LeakDetectors[].DetectorState when present."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise EvidenceError(f"Redfish output is not JSON ({exc.msg}): {text.strip()[:80]!r}") from None
+    doc = load_json(text, "Redfish output")
     if not isinstance(doc, dict):
         raise EvidenceError("Redfish output is not a JSON object")
     out: list[Measurement] = []
@@ -294,7 +293,7 @@ class DlcTemperature(Check):
         # The sampler exits with the child's code and keeps the child's stderr in its JSON.
         try:
             doc = json.loads(output.stdout)
-        except ValueError:
+        except (ValueError, RecursionError):
             doc = None
         if isinstance(doc, dict):
             child = doc.get("child")

@@ -157,6 +157,15 @@ KILN_OUTPUT_CAP = int(os.environ.get("KILN_OUTPUT_CAP", "262144"))
 # announced in 2024, at 8 GPUs per HGX node is 12,500 nodes; 20,000 leaves headroom. Expanding
 # 20,000 names takes about 6 ms (bench/bench_nodeset.py).
 KILN_MAX_NODESET = int(os.environ.get("KILN_MAX_NODESET", "20000"))
+# What runs on the portal and worker hosts is server configuration, never a form field
+# (docs/security.md). The `local` transport runs a cluster's checks on the worker host itself (a
+# single GPU server, the demo's simulated nodes): refused unless this is set (`make up` sets it).
+KILN_ALLOW_LOCAL_TRANSPORT = env_bool("KILN_ALLOW_LOCAL_TRANSPORT", False)
+# Scheduler hooks: the programs they run, and where: `ssh` (the controller host named in a
+# cluster's health settings) or `local` (this worker host, where scontrol/kubectl are installed).
+KILN_SCONTROL_PATH = os.environ.get("KILN_SCONTROL_PATH", "scontrol")
+KILN_KUBECTL_PATH = os.environ.get("KILN_KUBECTL_PATH", "kubectl")
+KILN_CONTROLLER_TRANSPORT = os.environ.get("KILN_CONTROLLER_TRANSPORT", "ssh")
 
 # --- Email (alerts) -------------------------------------------------------------------------------
 EMAIL_BACKEND = os.environ.get("KILN_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

@@ -1,0 +1,112 @@
+"""Which check judges a raw tool output, and how that output becomes the check's command output.
+
+`python -m checks judge KIND FILE` accepts every parser kind (checks/parsers.py). A parser kind
+names a tool's output; the check that consumes that tool is found here, with the command label
+its `parse` looks for. Where Kiln runs the tool inside a wrapper (gpu_burn under the sampling
+probe, dmesg/journalctl under the kernel-log script), the raw output is placed in the wrapper's
+document exactly as the wrapper would have carried it, and nothing else is made up: no telemetry
+samples, no probe document. A check that needs more evidence than the one output then says so
+through its own no-evidence rules (`error`); it never passes on what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from checks.base import Command, CommandOutput
+from checks.dcgm import DCGMI_LABEL
+from checks.filesystem import FIO_LABEL
+from checks.links import NVLINK_LABEL
+from checks.nccl import NCCL_LABEL
+from checks.probe_check import PROBE_LABEL
+from checks.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA
+from checks.thermal import SENSORS
+from checks.xid import _MARK as KERNEL_LOG_MARK
+from checks.xid import KERNEL_LOG_LABEL
+
+IBSTAT_LABEL = "ibstat"  # checks/infiniband.py IbPorts.commands
+SENSORS_REDFISH_LABEL = SENSORS + " redfish"  # checks/thermal.py DlcTemperature.commands
+
+
+@dataclass(frozen=True)
+class RawJudge:
+    """How a parser kind's output is judged: by `check`, as `build(text)`; `note` says what the
+    check needs beyond this output (empty when the output is all it reads)."""
+
+    check: str
+    build: Callable[[str], list[CommandOutput]]
+    note: str = ""
+
+
+def _output(label: str, stdout: str, argv: tuple[str, ...] = ("file",)) -> CommandOutput:
+    return CommandOutput(command=Command(argv=argv, timeout=0, label=label), stdout=stdout, stderr="", exit_code=0)
+
+
+def _labelled(label: str) -> Callable[[str], list[CommandOutput]]:
+    return lambda text: [_output(label, text)]
+
+
+def _gpu_burn(text: str) -> list[CommandOutput]:
+    """gpu_burn's stdout as the sampling probe carries it (its `child`), with no samples: the probe
+    document a burn-in run would have produced had NVML given no telemetry at all."""
+    doc = {
+        "schema": SAMPLING_SCHEMA,
+        "mode": "sample",
+        "errors": ["no telemetry: judged from a gpu_burn output file alone"],
+        "samples": [],
+        "before": None,
+        "after": None,
+        "child": {"argv": ["gpu_burn"], "exit_code": 0, "stdout": text, "stderr": "", "duration_s": None},
+    }
+    return [_output(SAMPLING_LABEL, json.dumps(doc))]
+
+
+def _kernel_log(text: str) -> list[CommandOutput]:
+    """A kernel log as the kernel-log script prints it (checks/xid.py): the reader's output, then
+    its end marker. The since-epoch argument is empty: every event in the file counts."""
+    body = text if text.endswith("\n") else text + "\n"
+    marked = body + f"\n{KERNEL_LOG_MARK} source=dmesg rc=0\n"
+    return [_output(KERNEL_LOG_LABEL, marked, argv=("sh", "-c", "kernel-log", "sh", ""))]
+
+
+def _fio(text: str) -> list[CommandOutput]:
+    return [_output(FIO_LABEL, text)]
+
+
+RAW_JUDGES: dict[str, RawJudge] = {
+    "nccl": RawJudge("nccl_allreduce", _labelled(NCCL_LABEL)),
+    "gpu_burn": RawJudge(
+        "burn_in", _gpu_burn, "burn_in also judges NVML telemetry sampled during the burn; a gpu_burn file has none"
+    ),
+    "dcgmi_diag": RawJudge("dcgm_diag", _labelled(DCGMI_LABEL)),
+    "ibstat": RawJudge("ib_ports", _labelled(IBSTAT_LABEL)),
+    "fio": RawJudge("fs_throughput", _fio),
+    "ior": RawJudge("fs_throughput", _fio, "fs_throughput judges fio JSON; IOR output is parsed, not judged"),
+    "elbencho": RawJudge("fs_throughput", _fio, "fs_throughput judges fio JSON; elbencho output is parsed, not judged"),
+    "dmesg": RawJudge(
+        "ecc_health", _kernel_log, "ecc_health judges the probe's ECC counters with the kernel log; a log has none"
+    ),
+    "nvlink_status": RawJudge(
+        "gpu_links", _labelled(NVLINK_LABEL), "gpu_links also needs the probe's PCIe and NVLink facts"
+    ),
+    "nvsmi_page_retirement": RawJudge(
+        "ecc_health", _labelled(PROBE_LABEL), "ecc_health reads page retirement from the probe JSON, not this text"
+    ),
+    "ipmitool_sdr": RawJudge(
+        "dlc_temperature",
+        _labelled(SENSORS),
+        "dlc_temperature also needs the probe's idle and load GPU temperature sampling",
+    ),
+    "redfish_thermal": RawJudge(
+        "dlc_temperature",
+        _labelled(SENSORS_REDFISH_LABEL),
+        "dlc_temperature also needs the probe's idle and load GPU temperature sampling",
+    ),
+}
+
+
+def fio_check(text: str) -> str:
+    """fs_aggregate for a fio client-mode document (`client_stats`), else fs_throughput."""
+    return "fs_aggregate" if '"client_stats"' in text else "fs_throughput"
