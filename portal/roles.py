@@ -1,8 +1,18 @@
-"""Roles are Django groups. viewer reads; operator manages inventory and runs; approver signs off."""
+"""Roles are Django groups. viewer reads; operator manages inventory and runs; approver signs off.
+
+What each role can cause to run, and where, is written down in docs/security.md. In the admin
+(for a user a superuser has also made staff), an operator may add and change clusters and nodes,
+but never a field that chooses what executes on a Kiln host or which of its files is used
+(`SUPERUSER_FIELDS`); runs and results are read-only there (they are evidence, and a run's plan
+snapshot is what executes); check definitions and plans are a superuser's.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission
+from django.http import HttpRequest
 
 VIEWER = "viewer"
 OPERATOR = "operator"
@@ -10,7 +20,20 @@ APPROVER = "approver"
 ROLES = (VIEWER, OPERATOR, APPROVER)
 
 _VIEW_MODELS = ["cluster", "node", "checkdefinition", "testplan", "testplanitem", "run", "checkresult", "measurement"]
-_OPERATOR_MODELS = ["cluster", "node", "run", "checkresult"]
+# Inventory: add, change (less SUPERUSER_FIELDS) and delete. Runs and results: delete only; they
+# are started through the pages and `kiln_run`, and never edited.
+_OPERATOR_PERMISSIONS = [
+    *(f"{action}_{m}" for m in ("cluster", "node") for action in ("add", "change", "delete")),
+    "delete_run",
+    "delete_checkresult",
+]
+
+# Model fields that choose what runs on a Kiln host (the portal or a worker), or which of its files
+# is read: editable by superusers only, whatever a group's model permissions say.
+SUPERUSER_FIELDS: dict[str, tuple[str, ...]] = {
+    "inventory.cluster": ("transport", "ssh_key_path"),
+    "health.clusterhealthsettings": ("controller_key_path",),
+}
 
 
 def has_role(user: AbstractBaseUser | AnonymousUser, role: str) -> bool:
@@ -28,12 +51,44 @@ def has_role(user: AbstractBaseUser | AnonymousUser, role: str) -> bool:
 def roles_ensure() -> None:
     """Create the role groups with model permissions (for the admin). Idempotent."""
     view = Permission.objects.filter(codename__in=[f"view_{m}" for m in _VIEW_MODELS])
-    manage = Permission.objects.filter(
-        codename__in=[f"{action}_{m}" for m in _OPERATOR_MODELS for action in ("add", "change", "delete")]
-    )
+    manage = Permission.objects.filter(codename__in=_OPERATOR_PERMISSIONS)
     viewer, _ = Group.objects.get_or_create(name=VIEWER)
     viewer.permissions.set(view)
     operator, _ = Group.objects.get_or_create(name=OPERATOR)
     operator.permissions.set(list(view) + list(manage))
     approver, _ = Group.objects.get_or_create(name=APPROVER)
     approver.permissions.set(view)
+
+
+class SuperuserFieldsAdmin:
+    """ModelAdmin mixin: the model's SUPERUSER_FIELDS are read-only for everyone but superusers."""
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))  # type: ignore[misc]
+        if not request.user.is_superuser:
+            label = self.model._meta.label_lower  # type: ignore[attr-defined]
+            fields += [f for f in SUPERUSER_FIELDS.get(label, ()) if f not in fields]
+        return fields
+
+
+class SuperuserOnlyAdmin:
+    """ModelAdmin mixin: only superusers add, change or delete; others with the view permission read."""
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return request.user.is_superuser
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+
+class ReadOnlyAdmin:
+    """ModelAdmin mixin: records nobody adds or edits in the admin (deleting follows permissions)."""
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

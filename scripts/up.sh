@@ -5,6 +5,9 @@ set -euo pipefail
 HOST="${1:-127.0.0.1}"
 PORT="${2:-8000}"
 BIN=".venv/bin"
+# The demo's simulated nodes run on the local transport (commands on this host), which Kiln refuses
+# unless the server allows it (docs/security.md). `make up` is the single-host demo: allow it here.
+export KILN_ALLOW_LOCAL_TRANSPORT="${KILN_ALLOW_LOCAL_TRANSPORT:-1}"
 LOG_DIR="${KILN_DATA_DIR:-data}/logs"
 mkdir -p "$LOG_DIR"
 

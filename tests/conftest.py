@@ -26,6 +26,15 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def local_transport_allowed() -> None:
+    """The tests' simulated clusters (testbed.sim) run on the local transport, which a server refuses
+    unless KILN_ALLOW_LOCAL_TRANSPORT is set: set it for the session and the processes it starts.
+    tests/security turns it off again to prove the refusal."""
+    os.environ["KILN_ALLOW_LOCAL_TRANSPORT"] = "1"
+    settings.KILN_ALLOW_LOCAL_TRANSPORT = True
+
+
 @pytest.fixture
 def real_services() -> None:
     """The integration tests talk to real PostgreSQL and Redis (see the Makefile's test target)."""

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import logging
 import os
+import re
 import shlex
 import signal
 import socket
@@ -314,14 +315,43 @@ class SSHTransport:
             self._opened = False
 
 
+# Environment names of the worker's own secrets and credentials (database and broker URLs with
+# their passwords, Django's secret key, the signing key, the metrics token, e-mail password, an SSH
+# agent): never handed to a command that the local transport runs.
+_SECRET_ENV = re.compile(
+    r"SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|PRIVATE|_KEY$|_KEY_|^KILN_SIGNING|^SSH_AUTH_SOCK$"
+    r"|^DATABASE_URL$|^CELERY_BROKER_URL$|^CELERY_RESULT_BACKEND$|^REDIS_URL$",
+    re.IGNORECASE,
+)
+
+
+def local_base_env() -> dict[str, str]:
+    """The worker's environment less its secrets: the base environment of local commands."""
+    return {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
+
+
+def local_transport_allowed() -> bool:
+    """KILN_ALLOW_LOCAL_TRANSPORT, server configuration: Django's setting where Django is
+    configured (the portal and its workers), else the environment variable."""
+    from django.conf import settings
+
+    if settings.configured and hasattr(settings, "KILN_ALLOW_LOCAL_TRANSPORT"):
+        return bool(settings.KILN_ALLOW_LOCAL_TRANSPORT)
+    return os.environ.get("KILN_ALLOW_LOCAL_TRANSPORT", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 class LocalTransport:
-    """Runs commands on the portal host itself: a single GPU server, or the demo's simulated nodes."""
+    """Runs commands on the worker host itself: a single GPU server, or the demo's simulated nodes.
+
+    Only `open_transport` decides whether a target may use it (KILN_ALLOW_LOCAL_TRANSPORT). The
+    command's environment is the worker's own less its secrets, the target's `local_env` (set by
+    server code only, e.g. kiln_demo: no form or admin page edits it) and the check's own env."""
 
     def __init__(self, target: NodeTarget) -> None:
         self.target = target
 
     def run(self, command: Command) -> CommandOutput:
-        env = {**os.environ, **self.target.local_env, **command.env}
+        env = {**local_base_env(), **self.target.local_env, **command.env}
         started = time.monotonic()
         try:
             process = subprocess.Popen(
@@ -347,9 +377,22 @@ class LocalTransport:
         return None
 
 
-def open_transport(target: NodeTarget) -> Transport:
-    """Open a transport to a node. Raises TransportError subclasses with a reason a person can act on."""
+class LocalTransportRefused(TransportError):
+    kind = "refused"
+
+
+def open_transport(target: NodeTarget, *, allow_local: bool | None = None) -> Transport:
+    """Open a transport to a node. Raises TransportError subclasses with a reason a person can act on.
+
+    `local` runs commands on this (worker) host: refused unless `allow_local`, or when it is None,
+    the server's KILN_ALLOW_LOCAL_TRANSPORT. A database row alone never turns it on."""
     if target.transport == "local":
+        allowed = local_transport_allowed() if allow_local is None else allow_local
+        if not allowed:
+            raise LocalTransportRefused(
+                f"{target.hostname}: the local transport (commands on the worker host itself) is disabled "
+                "on this server; set KILN_ALLOW_LOCAL_TRANSPORT=1 for a single-server or demo site"
+            )
         return LocalTransport(target)
     if target.transport != "ssh":
         raise TransportError(f"unknown transport {target.transport!r}")

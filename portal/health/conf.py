@@ -14,6 +14,12 @@ else the environment variable, else the default, so the app works before setting
     KILN_SCHEDULER_HOOK_TIMEOUT_S    timeout of one scontrol / kubectl command (30)
     KILN_SCHEDULER_HOOK_MAX_ATTEMPTS attempts of one drain/resume before it is `failed` (5)
     KILN_SCHEDULER_HOOK_RETRY_BASE_S first retry delay of a failed drain/resume; doubles each attempt (30)
+    KILN_SCONTROL_PATH               the scontrol program the Slurm hooks run (scontrol)
+    KILN_KUBECTL_PATH                the kubectl program the Kubernetes hooks run (kubectl)
+    KILN_CONTROLLER_TRANSPORT        where they run: ssh (a cluster's controller host) or local (this host)
+
+The last three are server configuration on purpose: a program, a path or a transport that runs on
+a Kiln host is never a field an operator can edit (docs/security.md).
 """
 
 from __future__ import annotations
@@ -82,3 +88,30 @@ def hook_max_attempts() -> int:
 
 def hook_retry_base_s() -> float:
     return float(_get("KILN_SCHEDULER_HOOK_RETRY_BASE_S", "30"))
+
+
+class HookConfigError(ValueError):
+    """The server's scheduler-hook configuration is unusable; the message names the setting."""
+
+
+def scontrol_path() -> str:
+    return _program("KILN_SCONTROL_PATH", "scontrol")
+
+
+def kubectl_path() -> str:
+    return _program("KILN_KUBECTL_PATH", "kubectl")
+
+
+def controller_transport() -> str:
+    value = _get("KILN_CONTROLLER_TRANSPORT", "ssh").strip().lower()
+    if value not in ("ssh", "local"):
+        raise HookConfigError(f"KILN_CONTROLLER_TRANSPORT={value!r}: expected ssh or local")
+    return value
+
+
+def _program(name: str, default: str) -> str:
+    """A program name or path: one word, no control characters, not an option."""
+    value = _get(name, default).strip()
+    if not value or value.startswith("-") or any(c.isspace() or ord(c) < 32 or c == "\x7f" for c in value):
+        raise HookConfigError(f"{name}={value!r}: expected a program name or path (one word)")
+    return value

@@ -27,6 +27,11 @@ class ScheduleForm(forms.Form):
 
 
 class HealthSettingsForm(forms.ModelForm):
+    """What an operator sets for a cluster's alerts and hooks. Nothing here names a program, a path,
+    an environment or a transport on a Kiln host: those are server configuration
+    (KILN_SCONTROL_PATH, KILN_KUBECTL_PATH, KILN_CONTROLLER_TRANSPORT), and the controller's key
+    path is a superuser's, in the admin (docs/security.md). Unknown POSTed fields are ignored."""
+
     webhook_url = forms.URLField(required=False, max_length=500, assume_scheme="https", label="Webhook URL")
 
     class Meta:
@@ -36,19 +41,13 @@ class HealthSettingsForm(forms.ModelForm):
             "webhook_url",
             "webhook_format",
             "hook_mode",
-            "controller_transport",
             "controller_host",
             "controller_port",
             "controller_user",
-            "controller_key_path",
             "controller_known_hosts",
-            "controller_env",
-            "scontrol_path",
-            "kubectl_path",
             "kubectl_context",
         ]
         widgets = {
             "alert_emails": forms.Textarea(attrs={"rows": 2, "cols": 60}),
             "controller_known_hosts": forms.Textarea(attrs={"rows": 2, "cols": 80}),
-            "controller_env": forms.Textarea(attrs={"rows": 2, "cols": 60}),
         }

@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 
-from portal.inventory.models import Cluster, Node
+from portal.inventory.models import (
+    Cluster,
+    Node,
+    port_validators,
+    username_validator,
+    validate_address,
+    validate_key_path,
+)
+
+# A kubeconfig context name, passed to kubectl as the value of --context: never an option.
+kube_context_validator = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,252}$", "a context name: letters, digits and _ . : @ / - only"
+)
 
 
 class HealthState(models.TextChoices):
@@ -90,24 +103,33 @@ class HookMode(models.TextChoices):
 
 class ClusterHealthSettings(models.Model):
     """Per-cluster alert targets and scheduler hooks (opt-in). The scheduler kind is the cluster's
-    own `scheduler` field (none / slurm / k8s); this says whether and where Kiln may act on it."""
+    own `scheduler` field (none / slurm / k8s); this says whether and where Kiln may act on it.
+
+    What runs is not here: the scontrol/kubectl program and whether it runs over SSH or on the
+    worker host are server configuration (KILN_SCONTROL_PATH, KILN_KUBECTL_PATH,
+    KILN_CONTROLLER_TRANSPORT), and the command is a fixed argv with the node's hostname
+    (portal/health/hooks.py). Operators edit the controller's address and the alert targets;
+    the key path (a file on the worker hosts) is for superusers, in the admin."""
 
     cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="health_settings")
     alert_emails = models.TextField(blank=True, help_text="Comma or newline separated addresses.")
     webhook_url = models.URLField(blank=True, max_length=500)
     webhook_format = models.CharField(max_length=8, choices=WebhookFormat.choices, default=WebhookFormat.JSON)
     hook_mode = models.CharField(max_length=8, choices=HookMode.choices, default=HookMode.OFF)
-    # Where scontrol / kubectl run: a controller host reached over SSH (or `local` on this host).
-    controller_transport = models.CharField(max_length=8, default="ssh", choices=[("ssh", "SSH"), ("local", "Local")])
-    controller_host = models.CharField(max_length=255, blank=True)
-    controller_port = models.PositiveIntegerField(default=22)
-    controller_user = models.CharField(max_length=64, default="root")
-    controller_key_path = models.CharField(max_length=500, blank=True, help_text="Path on the worker hosts.")
-    controller_known_hosts = models.TextField(blank=True)
-    controller_env = models.JSONField(default=dict, blank=True, help_text="Environment for the local transport.")
-    scontrol_path = models.CharField(max_length=255, default="scontrol")
-    kubectl_path = models.CharField(max_length=255, default="kubectl")
-    kubectl_context = models.CharField(max_length=255, blank=True)
+    # The controller host scontrol / kubectl run on over SSH (KILN_CONTROLLER_TRANSPORT=ssh).
+    controller_host = models.CharField(
+        max_length=255, blank=True, validators=[validate_address], help_text="Slurm controller or kubectl host."
+    )
+    controller_port = models.PositiveIntegerField(default=22, validators=port_validators)
+    controller_user = models.CharField(max_length=64, default="root", validators=[username_validator])
+    controller_key_path = models.CharField(
+        max_length=500,
+        blank=True,
+        validators=[validate_key_path],
+        help_text="Private key path on the worker hosts (superusers only, in the admin).",
+    )
+    controller_known_hosts = models.TextField(blank=True, help_text="known_hosts lines of the controller host.")
+    kubectl_context = models.CharField(max_length=255, blank=True, validators=[kube_context_validator])
 
     class Meta:
         verbose_name_plural = "cluster health settings"
@@ -202,6 +224,9 @@ class SchedulerAction(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="scheduler_actions")
     transition = models.ForeignKey(HealthTransition, on_delete=models.SET_NULL, null=True, blank=True)
     action = models.CharField(max_length=10)  # drain | resume | cordon | uncordon
+    # Why (a drain's `reason=`); the command itself is rebuilt from server configuration when it
+    # runs (portal/health/hooks.py), so `argv` only records what was (or would be) run.
+    reason = models.CharField(max_length=250, blank=True)
     argv = models.JSONField(default=list)
     dry_run = models.BooleanField(default=False)
     # pending | running | retrying | done | failed | superseded | skipped | dry-run

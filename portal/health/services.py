@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.health import conf
+from portal.health import conf, hooks
 from portal.health.models import (
     DRAIN_STATES,
     AlertDelivery,
@@ -160,7 +160,7 @@ def _react(*, cluster: Cluster, transitions: list[HealthTransition], healths: di
     deliveries = alerts_create(cfg=cfg, transitions=transitions)
     actions = hooks_plan(cfg=cfg, cluster=cluster, transitions=transitions, healths=healths)
     delivery_ids = [d.pk for d in deliveries]
-    action_ids = [a.pk for a in actions if not a.dry_run]
+    action_ids = [a.pk for a in actions if a.status == "pending"]
     transaction.on_commit(lambda: _enqueue(delivery_ids, action_ids))
 
 
@@ -268,22 +268,13 @@ def alert_retry_delay_s(*, attempts: int) -> float:
 # --- scheduler hooks ---------------------------------------------------------------------------
 
 
-def hook_argv(*, cfg: ClusterHealthSettings, scheduler: str, action: str, hostname: str, reason: str = "") -> list[str]:
-    if scheduler == "slurm":
-        argv = [cfg.scontrol_path, "update", f"nodename={hostname}"]
-        if action == "drain":
-            # One argv word: scontrol reads `reason=kiln: ...` whole (the shell form quotes it).
-            return [*argv, "state=drain", f"reason=kiln: {reason}"[:250]]
-        return [*argv, "state=resume"]
-    context = ["--context", cfg.kubectl_context] if cfg.kubectl_context else []
-    return [cfg.kubectl_path, *context, action, hostname]
-
-
 def hooks_plan(
     *, cfg: ClusterHealthSettings, cluster: Cluster, transitions: list[HealthTransition], healths: dict[int, NodeHealth]
 ) -> list[SchedulerAction]:
     """Drain/cordon nodes that went failed or unreachable; resume/uncordon recovered nodes that
-    Kiln itself drained (never one an admin drained). Dry run records the commands only."""
+    Kiln itself drained (never one an admin drained). Dry run records the commands only. The
+    commands are the fixed ones of portal/health/hooks.py; one that cannot be built (a hostname
+    scontrol or kubectl would misread, a bad kubectl context) is recorded as `failed`, never run."""
     if cfg.hook_mode == HookMode.OFF or cluster.scheduler not in ("slurm", "k8s"):
         return []
     dry = cfg.hook_mode == HookMode.DRY_RUN
@@ -303,34 +294,29 @@ def hooks_plan(
         else:
             continue
         touched.append(health)
+        reason = reason[:250]
+        try:
+            argv = hooks.hook_argv(action=action, hostname=host, reason=reason, kubectl_context=cfg.kubectl_context)
+            status, output = ("dry-run" if dry else "pending"), ""
+        except (hooks.HookRefused, conf.HookConfigError) as exc:
+            argv, status, output = [], "failed", f"refused: {exc}"
+            if action in TAKE_ACTIONS:
+                health.kiln_drain = ""  # nothing was drained, so nothing is Kiln's to resume
         actions.append(
             SchedulerAction(
                 node_id=t.node_id,
                 transition=t,
                 action=action,
-                argv=hook_argv(cfg=cfg, scheduler=cluster.scheduler, action=action, hostname=host, reason=reason),
+                reason=reason,
+                argv=argv,
                 dry_run=dry,
-                status="dry-run" if dry else "pending",
-                finished_at=timezone.now() if dry else None,
+                status=status,
+                output=output,
+                finished_at=timezone.now() if dry or status == "failed" else None,
             )
         )
     NodeHealth.objects.bulk_update(touched, ["kiln_drain"])
     return SchedulerAction.objects.bulk_create(actions)
-
-
-def controller_target(cfg: ClusterHealthSettings) -> Any:
-    from worker.ssh import NodeTarget
-
-    return NodeTarget(
-        hostname=cfg.controller_host or "localhost",
-        transport=cfg.controller_transport,
-        port=cfg.controller_port,
-        user=cfg.controller_user,
-        key_path=cfg.controller_key_path,
-        known_hosts=cfg.controller_known_hosts,
-        connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
-        local_env={str(k): str(v) for k, v in (cfg.controller_env or {}).items()},
-    )
 
 
 TAKE_ACTIONS = ("drain", "cordon")
@@ -360,13 +346,13 @@ def scheduler_action_execute(*, action_id: int) -> SchedulerAction:
     if verdict is not None:
         return action
     cfg = ClusterHealthSettings.objects.get(cluster_id=action.node.cluster_id)
-    ok, text = _scheduler_command_run(cfg, action)
+    ok, text, retry = _scheduler_command_run(cfg, action)
     with transaction.atomic():
         list(NodeHealth.objects.select_for_update().filter(node_id=action.node_id))
         action.attempts += 1
         if ok:
             return _scheduler_action_close(action, "done", text)
-        if action.attempts < conf.hook_max_attempts():
+        if retry and action.attempts < conf.hook_max_attempts():
             action.status = "retrying"
             action.output = f"attempt {action.attempts} of {conf.hook_max_attempts()} failed: {text}"[:4000]
             action.save(update_fields=["status", "attempts", "output"])
@@ -427,23 +413,35 @@ def _scheduler_action_claim(action_id: int) -> tuple[SchedulerAction, str | None
         return action, None
 
 
-def _scheduler_command_run(cfg: ClusterHealthSettings, action: SchedulerAction) -> tuple[bool, str]:
-    """(ok, what it printed or why it failed): one scontrol/kubectl call on the controller."""
+def _scheduler_command_run(cfg: ClusterHealthSettings, action: SchedulerAction) -> tuple[bool, str, bool]:
+    """(ok, what it printed or why it failed, whether a retry may help): one scontrol/kubectl call
+    on the controller. The argv and the target are rebuilt from server configuration and the
+    node's hostname (hooks.py), never taken from the stored row; one that cannot be built is
+    refused, and not retried."""
     from checks.base import Command
     from worker.ssh import TransportError, open_transport
 
     try:
-        transport = open_transport(controller_target(cfg))
+        argv = hooks.action_argv(action=action, cfg=cfg)
+        target = hooks.controller_target(cfg)
+    except (hooks.HookRefused, conf.HookConfigError) as exc:
+        return False, f"refused: {exc}", False
+    if argv != action.argv:
+        action.argv = argv
+        SchedulerAction.objects.filter(pk=action.pk).update(argv=argv)
+    try:
+        # Local only when the server's KILN_CONTROLLER_TRANSPORT says so (controller_target).
+        transport = open_transport(target, allow_local=target.transport == "local")
         try:
-            out = transport.run(Command(argv=tuple(action.argv), timeout=conf.hook_timeout_s(), label=action.action))
+            out = transport.run(Command(argv=tuple(argv), timeout=conf.hook_timeout_s(), label=action.action))
         finally:
             transport.close()
     except TransportError as exc:
-        return False, f"{exc.kind}: {exc.message}"
-    text = (out.stdout + out.stderr).strip() or f"exit {out.exit_code}"
+        return False, f"{exc.kind}: {hooks.hook_output(exc.message)}", True
+    text = hooks.hook_output(out.stdout + out.stderr) or f"exit {out.exit_code}"
     if out.timed_out:
-        return False, f"timed out after {conf.hook_timeout_s():g}s. {text}"
-    return out.exit_code == 0, text
+        return False, f"timed out after {conf.hook_timeout_s():g}s. {text}", True
+    return out.exit_code == 0, text, True
 
 
 def _scheduler_action_close(action: SchedulerAction, status: str, output: str) -> SchedulerAction:

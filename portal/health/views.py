@@ -71,7 +71,16 @@ def health_settings(request: HttpRequest, name: str) -> HttpResponse:
         form.save()
         messages.success(request, f"Health settings of {cluster.name} saved.")
         return redirect("health_cluster", name=cluster.name)
-    return render(request, "health/settings.html", {"cluster": cluster, "form": form})
+    return render(request, "health/settings.html", {"cluster": cluster, "form": form, "server": _hook_server_config()})
+
+
+def _hook_server_config() -> dict[str, str]:
+    """The server's side of the hooks, shown read-only next to the form."""
+    try:
+        transport = conf.controller_transport()
+        return {"transport": transport, "scontrol": conf.scontrol_path(), "kubectl": conf.kubectl_path()}
+    except conf.HookConfigError as exc:
+        return {"error": str(exc)}
 
 
 @role_required(VIEWER)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
+
+from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 from checks.profiles import PROFILES
@@ -12,6 +15,49 @@ name_validator = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", "letters, 
 hostname_validator = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$", "a hostname: letters, digits, '.' and '-' only"
 )
+# A login name on a remote host (POSIX portable user names, plus upper case): never an option.
+username_validator = RegexValidator(
+    r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$", "a user name: letters, digits, '_', '.' and '-', not starting with '-'"
+)
+port_validators = [MinValueValidator(1), MaxValueValidator(65535)]
+
+
+def validate_address(value: str) -> None:
+    """An IP address (v4 or v6) or a hostname: what SSH connects to, never an option or a command."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        hostname_validator(value)
+
+
+def validate_key_path(value: str) -> None:
+    """A private key file on the worker hosts: an absolute path (it is read, never run)."""
+    if not value.startswith("/") or any(ord(c) < 32 or c == "\x7f" for c in value):
+        raise ValidationError("an absolute path on the worker hosts, without control characters")
+
+
+def validate_jump_host(value: str) -> None:
+    """`[user@]host[:port]`, like ssh -J, each part validated."""
+    from worker.ssh import JumpHost
+
+    try:
+        jump = JumpHost.parse(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+    validate_address(jump.host)
+    if jump.user is not None:
+        username_validator(jump.user)
+    if not 1 <= jump.port <= 65535:
+        raise ValidationError(f"jump host {value!r}: port {jump.port} is out of range")
+
+
+def validate_transport(value: str) -> None:
+    """`local` runs checks on the worker host itself: only where the server allows it."""
+    if value == Transport.LOCAL and not settings.KILN_ALLOW_LOCAL_TRANSPORT:
+        raise ValidationError(
+            "the local transport runs commands on the worker host itself and is disabled on this server "
+            "(KILN_ALLOW_LOCAL_TRANSPORT)"
+        )
 
 
 class Transport(models.TextChoices):
@@ -40,11 +86,17 @@ class Cluster(models.Model):
     customer = models.CharField(max_length=200, blank=True)
     site = models.CharField(max_length=200, blank=True)
     profile = models.CharField(max_length=40, default="H100-SXM-8", choices=profile_choices)
-    transport = models.CharField(max_length=10, choices=Transport.choices, default=Transport.SSH)
-    ssh_user = models.CharField(max_length=64, default="root")
-    ssh_port = models.PositiveIntegerField(default=22)
-    ssh_key_path = models.CharField(max_length=500, blank=True, help_text="Path on the worker hosts, not the key.")
-    jump_host = models.CharField(max_length=255, blank=True, help_text="[user@]host[:port], like ssh -J")
+    transport = models.CharField(
+        max_length=10, choices=Transport.choices, default=Transport.SSH, validators=[validate_transport]
+    )
+    ssh_user = models.CharField(max_length=64, default="root", validators=[username_validator])
+    ssh_port = models.PositiveIntegerField(default=22, validators=port_validators)
+    ssh_key_path = models.CharField(
+        max_length=500, blank=True, validators=[validate_key_path], help_text="Path on the worker hosts, not the key."
+    )
+    jump_host = models.CharField(
+        max_length=255, blank=True, validators=[validate_jump_host], help_text="[user@]host[:port], like ssh -J"
+    )
     known_hosts = models.TextField(blank=True, help_text="known_hosts lines for every node (and the jump host).")
     scheduler = models.CharField(max_length=10, choices=Scheduler.choices, default=Scheduler.NONE)
     threshold_overrides = models.JSONField(
@@ -64,13 +116,6 @@ class Cluster(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from worker.ssh import JumpHost
-
-        if self.jump_host:
-            try:
-                JumpHost.parse(self.jump_host)
-            except ValueError as exc:
-                raise ValidationError({"jump_host": str(exc)}) from None
         if not isinstance(self.threshold_overrides, dict):
             raise ValidationError({"threshold_overrides": "must be an object keyed by check kind"})
 
@@ -80,16 +125,22 @@ class Node(models.Model):
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
     hostname = models.CharField(max_length=253, validators=[hostname_validator])
-    address = models.CharField(max_length=255, blank=True, help_text="IP or DNS name; the hostname when empty.")
-    ssh_port = models.PositiveIntegerField(null=True, blank=True, help_text="The cluster's port when empty.")
+    address = models.CharField(
+        max_length=255, blank=True, validators=[validate_address], help_text="IP or DNS name; the hostname when empty."
+    )
+    ssh_port = models.PositiveIntegerField(
+        null=True, blank=True, validators=port_validators, help_text="The cluster's port when empty."
+    )
     rack = models.CharField(max_length=64, blank=True)
     position = models.CharField(max_length=16, blank=True)
     group = models.CharField(max_length=64, blank=True, help_text="Switch / rail group.")
     serial = models.CharField(max_length=128, blank=True)
     expected_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="The profile's count when empty.")
     host_key_fingerprint = models.CharField(max_length=100, blank=True, help_text="SHA256:... pinned host key")
+    # Environment of the local transport (the demo's simulated nodes: PATH, LD_LIBRARY_PATH): set by
+    # server code only (kiln_demo), so no form or admin page offers it (editable=False).
     local_env = models.JSONField(
-        default=dict, blank=True, help_text="Environment for the local transport (simulated demo nodes)."
+        default=dict, blank=True, editable=False, help_text="Environment of the local transport (simulated nodes)."
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -1,21 +1,27 @@
+"""Admin of runs and results: read-only. A run's plan snapshot is what its checks execute (and a
+re-run copies it), and results are evidence; both are written by the services only."""
+
+from __future__ import annotations
+
 from django.contrib import admin
 
+from portal.roles import ReadOnlyAdmin
 from portal.runs.models import CheckResult, Measurement, Run
 
 
-class MeasurementInline(admin.TabularInline):
+class MeasurementInline(ReadOnlyAdmin, admin.TabularInline):
     model = Measurement
     extra = 0
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ["id", "cluster", "status", "node_set", "created_at", "finished_at"]
     list_filter = ["status", "cluster"]
 
 
 @admin.register(CheckResult)
-class CheckResultAdmin(admin.ModelAdmin):
+class CheckResultAdmin(ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ["id", "run", "node", "item_key", "status", "reason"]
     list_filter = ["status", "kind"]
     search_fields = ["node__hostname", "reason"]
@@ -24,6 +30,6 @@ class CheckResultAdmin(admin.ModelAdmin):
 
 
 @admin.register(Measurement)
-class MeasurementAdmin(admin.ModelAdmin):
+class MeasurementAdmin(ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ["id", "result", "name", "value", "text", "unit", "gpu", "ok"]
     search_fields = ["name"]

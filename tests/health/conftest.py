@@ -63,15 +63,26 @@ def webhook() -> Iterator[Receiver]:
 
 @dataclass
 class Controller:
-    """The fake scontrol/kubectl on this host; `calls()` reads what they recorded."""
+    """The fake scontrol/kubectl on this host, configured the way a site configures the real ones:
+    server settings (KILN_CONTROLLER_TRANSPORT=local, KILN_SCONTROL_PATH, KILN_KUBECTL_PATH) and
+    the worker's own environment; `calls()` reads what they recorded."""
 
-    env: dict[str, str]
     calls_file: Path
+    monkeypatch: pytest.MonkeyPatch
+    scontrol: Path
+    kubectl: Path
 
     def calls(self) -> list[list[str]]:
         if not self.calls_file.exists():
             return []
         return [json.loads(line)["argv"] for line in self.calls_file.read_text().splitlines() if line.strip()]
+
+    def fail(self, *, calls: int | None = None) -> None:
+        """Make the controller fail every call (slurmctld down), or only the first `calls`."""
+        if calls is None:
+            self.monkeypatch.setenv("KILN_SIM_SCHED_FAIL", "1")
+        else:
+            self.monkeypatch.setenv("KILN_SIM_SCHED_FAIL_CALLS", str(calls))
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +93,17 @@ def sim_paths(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.fixture
-def controller(sim_paths: Any, tmp_path: Path) -> Controller:
+def controller(sim_paths: Any, tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Controller:
     calls = tmp_path / "controller.calls"
-    env = {"PATH": f"{sim_paths.bin_dir}:/usr/bin:/bin", "KILN_SIM_CALLS": str(calls)}
-    return Controller(env=env, calls_file=calls)
+    settings.KILN_CONTROLLER_TRANSPORT = "local"
+    settings.KILN_SCONTROL_PATH = str(sim_paths.bin_dir / "scontrol")
+    settings.KILN_KUBECTL_PATH = str(sim_paths.bin_dir / "kubectl")
+    monkeypatch.setenv("KILN_SIM_CALLS", str(calls))
+    for name in ("KILN_SIM_SCHED_FAIL", "KILN_SIM_SCHED_FAIL_CALLS"):
+        monkeypatch.delenv(name, raising=False)
+    return Controller(
+        calls_file=calls,
+        monkeypatch=monkeypatch,
+        scontrol=sim_paths.bin_dir / "scontrol",
+        kubectl=sim_paths.bin_dir / "kubectl",
+    )

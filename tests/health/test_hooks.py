@@ -1,5 +1,6 @@
 """Scheduler hooks: drain/resume (Slurm) and cordon/uncordon (Kubernetes) through the testbed's
-fake scontrol and kubectl on a `local` controller; resume only what Kiln drained; dry run."""
+fake scontrol and kubectl on a `local` controller (server configuration: KILN_CONTROLLER_TRANSPORT,
+KILN_SCONTROL_PATH, KILN_KUBECTL_PATH); resume only what Kiln drained; dry run."""
 
 from __future__ import annotations
 
@@ -22,9 +23,7 @@ def evaluate(run) -> None:
 def hooked(cluster, controller):
     cluster.scheduler = "slurm"
     cluster.save()
-    return ClusterHealthSettings.objects.create(
-        cluster=cluster, hook_mode="on", controller_transport="local", controller_env=controller.env
-    )
+    return ClusterHealthSettings.objects.create(cluster=cluster, hook_mode="on")
 
 
 def test_it_drains_a_failed_node_and_resumes_it_when_healthy(
@@ -62,8 +61,7 @@ def test_it_records_a_failed_drain_and_forgets_it(
     cluster, make_run, hooked, controller, eager_celery, django_capture_on_commit_callbacks, settings
 ) -> None:
     settings.KILN_SCHEDULER_HOOK_MAX_ATTEMPTS = 1
-    hooked.controller_env = {**controller.env, "KILN_SIM_SCHED_FAIL": "1"}
-    hooked.save()
+    controller.fail()
     finish(make_run(cluster), {"n02": ("fail", "ECC")}, django_capture_on_commit_callbacks)
     action = SchedulerAction.objects.get()
     assert action.status == "failed" and "Unable to contact slurm controller" in action.output
@@ -75,8 +73,7 @@ def test_it_retries_a_failed_drain_until_the_controller_answers(
     cluster, make_run, hooked, controller, settings
 ) -> None:
     settings.KILN_SCHEDULER_HOOK_MAX_ATTEMPTS = 5
-    hooked.controller_env = {**controller.env, "KILN_SIM_SCHED_FAIL_CALLS": "2"}  # a short slurmctld outage
-    hooked.save()
+    controller.fail(calls=2)  # a short slurmctld outage
     evaluate(finish(make_run(cluster), {"n02": ("fail", "ECC")}))  # planned, not yet run (no on-commit here)
     action = SchedulerAction.objects.get()
     assert (action.status, action.attempts) == ("pending", 0)
@@ -89,8 +86,7 @@ def test_it_retries_a_failed_drain_until_the_controller_answers(
 
 def test_it_gives_up_after_its_attempts_and_says_so(cluster, make_run, hooked, controller, settings) -> None:
     settings.KILN_SCHEDULER_HOOK_MAX_ATTEMPTS = 3
-    hooked.controller_env = {**controller.env, "KILN_SIM_SCHED_FAIL": "1"}
-    hooked.save()
+    controller.fail()
     evaluate(finish(make_run(cluster), {"n02": ("fail", "ECC")}))
     action = SchedulerAction.objects.get()
     scheduler_action_run.apply(args=[action.pk])
@@ -104,8 +100,7 @@ def test_a_drain_still_retrying_when_the_node_recovers_never_runs(
     cluster, make_run, hooked, controller, settings
 ) -> None:
     settings.KILN_SCHEDULER_HOOK_MAX_ATTEMPTS = 5
-    hooked.controller_env = {**controller.env, "KILN_SIM_SCHED_FAIL_CALLS": "1"}
-    hooked.save()
+    controller.fail(calls=1)
     evaluate(finish(make_run(cluster), {"n02": ("fail", "ECC")}))
     drain = SchedulerAction.objects.get()
     scheduler_action_execute(action_id=drain.pk)  # the first attempt fails; a retry is due later
@@ -185,7 +180,7 @@ def test_it_only_records_what_it_would_do_in_dry_run(
     assert controller.calls() == []
     actions = list(SchedulerAction.objects.order_by("id").values_list("action", "status", "dry_run", "argv"))
     assert actions[0][:3] == ("drain", "dry-run", True)
-    assert actions[0][3][:3] == ["scontrol", "update", "nodename=n02"]
+    assert actions[0][3][1:3] == ["update", "nodename=n02"] and actions[0][3][0].endswith("/scontrol")
     assert actions[1][:3] == ("resume", "dry-run", True)
 
 

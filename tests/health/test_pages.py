@@ -96,13 +96,9 @@ def test_it_saves_the_cluster_settings(client, cluster, make_user) -> None:
         "webhook_url": "https://hooks.example.org/x",
         "webhook_format": "slack",
         "hook_mode": "dry_run",
-        "controller_transport": "ssh",
         "controller_host": "slurmctl",
         "controller_port": 22,
         "controller_user": "root",
-        "controller_env": "{}",
-        "scontrol_path": "scontrol",
-        "kubectl_path": "kubectl",
     }
     assert client.post(reverse("health_settings", args=["c1"]), data).status_code == 302
     cfg = ClusterHealthSettings.objects.get(cluster=cluster)

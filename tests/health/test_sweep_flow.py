@@ -52,8 +52,6 @@ def sim_cluster(transactional_db, sim_paths, tmp_path: Path, controller, webhook
         cluster=cluster,
         webhook_url=webhook.url,
         hook_mode="on",
-        controller_transport="local",
-        controller_env=controller.env,
     )
     return cluster, states
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -24,7 +25,12 @@ class Command(BaseCommand):
         create.add_argument("--known-hosts", default="", help="known_hosts file with every node's host key")
         create.add_argument("--jump", default="", help="jump host, [user@]host[:port]")
         create.add_argument("--profile", default="H100-SXM-8", choices=sorted(PROFILES))
-        create.add_argument("--transport", default="ssh", choices=["ssh", "local"])
+        create.add_argument(
+            "--transport",
+            default="ssh",
+            choices=["ssh", "local"],
+            help="local runs the checks on the worker host itself: only where KILN_ALLOW_LOCAL_TRANSPORT=1",
+        )
         create.add_argument("--customer", default="")
         create.add_argument("--site", default="")
         sub.add_parser("list", help="list clusters")
@@ -42,7 +48,8 @@ class Command(BaseCommand):
             cluster = cluster_create(
                 name=options["name"],
                 ssh_user=options["ssh_user"],
-                ssh_key_path=options["ssh_key"],
+                # Workers read the key at this path: stored absolute (relative to where this runs).
+                ssh_key_path=str(Path(options["ssh_key"]).resolve()) if options["ssh_key"] else "",
                 ssh_port=options["ssh_port"],
                 known_hosts_path=options["known_hosts"],
                 jump_host=options["jump"],

@@ -1,7 +1,9 @@
 """kiln_demo: seed the `demo` cluster: 8 simulated nodes on the local transport, two of them faulty.
 
 Needs no root and no sshd: each node is the simulator (fake NVML + nvidia-smi) with its own state
-file, run on this host. Running it twice is harmless: it converges to the same cluster.
+file, run on this host. The nodes' `local_env` (PATH, LD_LIBRARY_PATH of the simulator) is set here,
+by server code; no form or admin page edits it. Their runs need KILN_ALLOW_LOCAL_TRANSPORT=1.
+Running it twice is harmless: it converges to the same cluster.
 """
 
 from __future__ import annotations
@@ -69,3 +71,8 @@ class Command(BaseCommand):
         )
         self.stdout.write(f"{what} cluster demo with {len(DEMO_NODES)} simulated nodes ({faults})")
         self.stdout.write("plans: quick, demo-acceptance (the acceptance plan at simulator speed)")
+        if not settings.KILN_ALLOW_LOCAL_TRANSPORT:
+            self.stderr.write(
+                "note: the demo's nodes run on the local transport (on the worker host itself), which this "
+                "server refuses until KILN_ALLOW_LOCAL_TRANSPORT=1 (`make up` sets it)"
+            )
