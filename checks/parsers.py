@@ -7,7 +7,9 @@ be parsed at all (the CLI then exits 2 with that one-line reason).
 `PARSERS[kind]` is the registered function itself; `parse_output(kind, text)` runs it behind one
 guard, the same for every kind (the CLI goes through it):
 - no measurements at all is EvidenceError ("no evidence"): a parser that recognised nothing
-  must never look like a clean result;
+  must never look like a clean result. Event logs (`EVENT_LOGS`) are the exception: their parser
+  returns one measurement per event, has already refused a text that is not such a log, and a
+  recognised log with no event in it is the evidence that nothing happened;
 - a tool that prints a completion marker (`COMPLETION_MARKERS`) must have printed it: without it
   the output was cut or the run stopped early, and the parse is EvidenceError ("incomplete");
 - a value that is not a finite number (NaN, inf) stays in the measurement, flagged with
@@ -61,6 +63,10 @@ COMPLETION_MARKERS: dict[str, tuple[re.Pattern[str], str]] = {
 }
 
 
+# Parser kinds whose measurements are events (dmesg: one `xid` per Xid/SXid line).
+EVENT_LOGS = frozenset({"dmesg"})
+
+
 def register_parser(kind: str) -> Callable[[Parser], Parser]:
     def wrap(func: Parser) -> Parser:
         if kind in PARSERS:
@@ -74,7 +80,7 @@ def register_parser(kind: str) -> Callable[[Parser], Parser]:
 def parse_output(kind: str, text: str) -> Parsed:
     """`PARSERS[kind](text)` behind the guard described in the module docstring."""
     parsed = PARSERS[kind](text)
-    if not parsed.measurements:
+    if not parsed.measurements and kind not in EVENT_LOGS:
         why = f" ({'; '.join(parsed.warnings[:2])})" if parsed.warnings else ""
         raise EvidenceError(f"no {kind} evidence: the output holds no measurements{why}")
     marker = COMPLETION_MARKERS.get(kind)

@@ -23,8 +23,7 @@ from checks.nccl import NCCL_LABEL
 from checks.probe_check import PROBE_LABEL
 from checks.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA
 from checks.thermal import SENSORS
-from checks.xid import _MARK as KERNEL_LOG_MARK
-from checks.xid import KERNEL_LOG_LABEL
+from checks.xid import KERNEL_LOG_LABEL, KERNEL_LOG_MARK
 
 IBSTAT_LABEL = "ibstat"  # checks/infiniband.py IbPorts.commands
 SENSORS_REDFISH_LABEL = SENSORS + " redfish"  # checks/thermal.py DlcTemperature.commands

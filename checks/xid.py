@@ -28,6 +28,7 @@ their IntrInfo / error status (`nvlink5_decode`; critical whenever the message d
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from dataclasses import dataclass
@@ -147,6 +148,14 @@ _SYSLOG = re.compile(r"^(?P<stamp>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2})\s+\S+
 # journalctl's own lines: an empty result, boot separators, the reboot marker.
 _JOURNAL_META = re.compile(r"^-- (No entries|Boot |Logs begin|Journal begins|Reboot) ")
 _RECOVERY_NONE = re.compile(r"to 0x0 \(None\)", re.IGNORECASE)
+# The NVSwitch driver reports one SXid in several lines (open-gpu-kernel-modules nvswitch
+# NVSWITCH_PRINT_SXID, "nvidia-%s: SXid (PCI:%04x:%02x:%02x.%x): %05d, " + text): a head line
+# "<code>, Fatal|Non-fatal, Link N <what>", then for the same event "<code>, Severity N Engine
+# instance N Sub-engine instance N" and "<code>, Data {...}". Only the head is an event.
+_SXID_DEVICE = re.compile(r"nvidia-(?P<device>nvswitch\d+):?\s+SXid\b")
+_SXID_CONTINUATION = re.compile(r"^(Severity \d+\b|Data \{)")
+_SXID_LINK = re.compile(r"\bLink (?P<link>\d+)\b")
+_SXID_ENGINE = re.compile(r"\bEngine instance (?P<link>\d+)\b")
 
 # --- Xid 144-149: the catalog's "Xid 144-150 Decode" sheet ---------------------------------------
 #
@@ -334,6 +343,11 @@ class XidEvent:
     epoch: float | None  # Unix seconds when the stamp carries a zone (ISO), else None
     severity: str
     meaning: str
+    # SXid only: the switch device ("nvswitch2"), the NVLink port ("48"), and the report's
+    # continuation lines ("Severity 1 Engine instance 48 ...", "Data {...}") folded into this event.
+    device: str = ""
+    link: str = ""
+    detail: str = ""
 
 
 def normalise_pci(text: str) -> str:
@@ -355,10 +369,13 @@ def normalise_pci(text: str) -> str:
 def catalogue_entry(kind: str, code: int, message: str = "") -> XidInfo:
     if kind == "sxid":
         known = SXID_CATALOGUE.get(code)
-        if known:
-            return known
         # The NVSwitch driver says itself whether the error is fatal (Fabric Manager guide).
         fatal = message.lstrip().lower().startswith("fatal")
+        if known and fatal and known.severity != CRITICAL:
+            action = f"{known.action}; the driver reports it Fatal, so judged critical"
+            return XidInfo(known.meaning, CRITICAL, action, known.source)
+        if known:
+            return known
         severity = CRITICAL if fatal else WARN
         return XidInfo(
             "NVSwitch error (not in Kiln's catalogue)", severity, "see the Fabric Manager guide", NVSWITCH_DOC
@@ -417,6 +434,7 @@ def _split_stamp(line: str) -> tuple[str, str, float | None, str] | None:
 def parse_kernel_log(text: str) -> tuple[list[XidEvent], int]:
     """Every Xid/SXid event in a kernel log, and how many lines were recognised as kernel log."""
     events: list[XidEvent] = []
+    sxid_heads: dict[tuple[str, int], int] = {}  # (switch PCI, code) -> index of its last head event
     recognised = 0
     for raw in text.splitlines():
         line = raw.strip()
@@ -437,10 +455,39 @@ def parse_kernel_log(text: str) -> tuple[list[XidEvent], int]:
         kind = match["kind"].lower()
         code = int(match["code"])
         message = match["message"].strip()
-        info = catalogue_entry(kind, code, message)
         pci = normalise_pci(match["pci"])
-        events.append(XidEvent(kind, code, pci, message, when, fmt, epoch, info.severity, info.meaning))
+        if kind == "sxid" and _fold_sxid(events, sxid_heads, pci, code, message):
+            continue
+        info = catalogue_entry(kind, code, message)
+        device = link = ""
+        if kind == "sxid":
+            found = _SXID_DEVICE.search(rest)
+            device = found["device"] if found else ""
+            linked = _SXID_LINK.search(message) or _SXID_ENGINE.search(message)
+            link = linked["link"].lstrip("0") or "0" if linked else ""
+        event = XidEvent(kind, code, pci, message, when, fmt, epoch, info.severity, info.meaning, device, link)
+        if kind == "sxid" and not _SXID_CONTINUATION.match(message):
+            sxid_heads[(pci, code)] = len(events)
+        events.append(event)
     return events, recognised
+
+
+def _fold_sxid(events: list[XidEvent], heads: dict[tuple[str, int], int], pci: str, code: int, message: str) -> bool:
+    """Fold an SXid continuation line into the last head event of the same switch and code; False
+    when the line is a head, or a continuation with no head before it (it then stands alone:
+    an event is never dropped because its first line is missing)."""
+    if not _SXID_CONTINUATION.match(message):
+        return False
+    position = heads.get((pci, code))
+    if position is None:
+        return False
+    head = events[position]
+    engine = _SXID_ENGINE.search(message)
+    if engine and head.link and (engine["link"].lstrip("0") or "0") != head.link:
+        return False  # another port's report
+    detail = f"{head.detail}; {message}" if head.detail else message
+    events[position] = dataclasses.replace(head, detail=detail)
+    return True
 
 
 def since_filter(events: list[XidEvent], since: float | None) -> list[XidEvent]:
@@ -463,6 +510,9 @@ def xid_measurements(events: list[XidEvent], gpu_by_pci: dict[str, int] | None =
             "time": e.time,
             "time_format": e.time_format,
         }
+        for name in ("device", "link", "detail"):
+            if getattr(e, name):
+                labels[name] = getattr(e, name)
         gpu = mapping.get(e.pci) if e.kind == "xid" else None
         out.append(Measurement(name="xid", value=float(e.code), gpu=gpu, text=e.message, labels=labels))
     return out
@@ -482,7 +532,8 @@ def parse_dmesg(text: str) -> Parsed:
 # --- reading the kernel log on a node ------------------------------------------------------------
 
 KERNEL_LOG_LABEL = "kernel log"
-_MARK = "@@kiln-kernel-log"
+KERNEL_LOG_MARK = "@@kiln-kernel-log"  # the kernel-log script's end-of-reader line
+_MARK = KERNEL_LOG_MARK
 # journalctl says these (on stderr) when it shows less than the whole system journal: without
 # them recognised, a user outside `systemd-journal`/`adm` would read "-- No entries --" and pass.
 _JOURNAL_BLIND = (
