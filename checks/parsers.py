@@ -85,7 +85,7 @@ def parse_output(kind: str, text: str) -> Parsed:
         raise EvidenceError(f"no {kind} evidence: the output holds no measurements{why}")
     marker = COMPLETION_MARKERS.get(kind)
     if marker is not None and not marker[0].search(text):
-        raise EvidenceError(f"{kind} output incomplete: no {marker[1]} (the run stopped early or the output was cut)")
+        raise EvidenceError(f"{kind} output incomplete: {marker[1]} is missing (the run stopped early or was cut)")
     flag_non_finite(parsed.measurements)
     return parsed
 
