@@ -40,7 +40,8 @@ def test_it_prefers_the_max_lines_then_the_summary_then_the_results_rows() -> No
 
 def test_it_refuses_a_run_cut_before_its_summary() -> None:
     results_only = WITH_TABLES.read_text().split("Max Write")[0]
-    with pytest.raises(EvidenceError, match="ior output incomplete: the 'Summary of all tests' table or a 'Max Write/Read' line is missing"):
+    missing = "ior output incomplete: the 'Summary of all tests' table or a 'Max Write/Read' line is missing"
+    with pytest.raises(EvidenceError, match=missing):
         parse_output("ior", results_only)
 
 
