@@ -14,7 +14,17 @@ that are the same for every check:
   which names what is missing ("probe output is not JSON: ...");
 - `parse()` or `evaluate()` crashing -> `error` "internal error in ..."
   (never a pass: no evidence, no pass);
-- otherwise `evaluate(parse(outputs), thresholds, node)`.
+- a measurement that cannot exist (NaN, inf, a negative or fractional count, a
+  bandwidth or temperature beyond physical bounds: checks/evidence.py, with the
+  check's own `Check.evidence` rules) -> `error` "impossible evidence: ..."
+  naming the value, before `evaluate` sees it;
+- otherwise `evaluate(parse(outputs), thresholds, node)`; a `pass` on measured
+  quantities (bandwidths, rates, temperatures...: evidence.QUANTITY_UNITS) that
+  judged nothing (no measurement compared with a threshold: `ok` set on none)
+  becomes `warn` "not judged: ..." - no threshold is never a bare pass. Checks
+  also say it themselves, per quantity (nccl's busbw without a floor). Text
+  facts (versions, models) compared across nodes by `consensus` are not
+  measured quantities and keep their pass.
 
 In every error case above the measurement list is empty: a parser that
 cannot trust its input returns nothing rather than half a picture.
@@ -34,6 +44,9 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from checks import evidence as impossible_evidence
+from checks.evidence import Rule
 
 PASS = "pass"
 WARN = "warn"
@@ -214,6 +227,9 @@ class Check:
     # Every number carries a comment with its source. Merged by HardwareProfile.thresholds_for.
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {}
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {}
+    # Measurement name -> what its value must be (checks/evidence.py), on top of the rules every
+    # unit carries ("C", "GB/s"...): counts, flags, sentinels the check knows about.
+    evidence: ClassVar[dict[str, Rule]] = {}
 
     @classmethod
     def make_params(cls, values: dict[str, Any] | None) -> Any:
@@ -403,18 +419,41 @@ def _judge(
             return [], Verdict(status=ERROR, reason=f"{label} exited {out.exit_code}: {why}")
     try:
         measurements = check.parse(outputs)
+        impossible = impossible_evidence.problems(measurements, check.evidence)
     except EvidenceError as exc:
         return [], Verdict(status=ERROR, reason=str(exc))
     except Exception as exc:  # a parser bug must not become a pass, nor crash the caller
         return [], Verdict(status=ERROR, reason=f"internal error in {check.key} parser: {type(exc).__name__}: {exc}")
+    if impossible:
+        return [], Verdict(status=ERROR, reason=impossible_evidence.reason(impossible))
     try:
         verdict = evaluate(measurements)
+        # evaluate() may add derived measurements (an aggregate); they obey the same rules.
+        impossible = impossible_evidence.problems(measurements, check.evidence)
     except EvidenceError as exc:
         return measurements, Verdict(status=ERROR, reason=str(exc))
     except Exception as exc:
         reason = f"internal error in {check.key} evaluation: {type(exc).__name__}: {exc}"
         return measurements, Verdict(status=ERROR, reason=reason)
+    if impossible:
+        return [], Verdict(status=ERROR, reason=impossible_evidence.reason(impossible))
+    if verdict.status not in VERDICT_STATUSES:
+        return measurements, Verdict(status=ERROR, reason=f"internal error in {check.key}: verdict {verdict.status!r}")
+    measured = [m for m in measurements if m.value is not None and m.unit in impossible_evidence.QUANTITY_UNITS]
+    if verdict.status == PASS and measured and not any(m.ok is not None for m in measurements):
+        return measurements, _not_judged(verdict)
     return measurements, verdict
+
+
+def _not_judged(verdict: Verdict) -> Verdict:
+    """A pass that compared nothing with a threshold is a record, not a judgement: `warn`."""
+    reason = f"not judged: no threshold applied to any measurement ({verdict.reason})"
+    warned = Verdict(status=WARN, reason=reason, findings=[*verdict.findings, Finding(WARN, reason)])
+    if isinstance(verdict, GroupVerdict):
+        return GroupVerdict(
+            status=WARN, reason=reason, findings=warned.findings, node_verdicts=dict(verdict.node_verdicts)
+        )
+    return warned
 
 
 class GroupCheck(Check):
@@ -457,6 +496,8 @@ class GroupCheck(Check):
 
 
 def localise_pairs(pair_verdicts: dict[tuple[str, str], Verdict]) -> GroupVerdict:
+    if not pair_verdicts:
+        return GroupVerdict(status=ERROR, reason="no node pairs were run: nothing to localise from")
     bad_pairs = [pair for pair, v in pair_verdicts.items() if v.status in (FAIL, ERROR, WARN)]
     if not bad_pairs:
         return GroupVerdict(status=PASS, reason=f"all {len(pair_verdicts)} node pairs within spec")

@@ -1,16 +1,24 @@
 """NCCL collectives with nccl-tests (`all_reduce_perf`): one node, and across nodes from a launcher.
 
-Evidence is the nccl-tests table: one row per message size with out-of-place and in-place
-time / algbw / busbw / #wrong, the "# Using devices" rank lines, and the footer. Both formats are
-read: the old one (no `root` column, `error` instead of `#wrong`, no `Group` in rank lines) and the
-new one, with `NCCL INFO` / `NCCL version` lines mixed in.
+Evidence is the nccl-tests table, read by checks/nccl_tests.py (every 2.x format, `NCCL INFO` /
+`NCCL version` lines mixed in): one row per message size with out-of-place and in-place
+time / algbw / busbw / #wrong, the "# Using devices" rank lines, and the closing summary.
 
 No evidence, no pass:
 - no table, a crashed run ("Test NCCL failure ...") or a launcher error (Open MPI's "not enough
   slots") raises EvidenceError naming the error;
+- no closing summary ("# Out of bounds values", "# Avg bus bandwidth"): the run stopped early,
+  `error` "output incomplete";
+- a cell that cannot exist (busbw NaN, inf or beyond the bandwidth bound, a negative or
+  fractional #wrong in any row), an unreadable row, or a message size listed twice: `error`
+  "impossible evidence: ..." naming the row (checks/evidence.py rules, applied per row);
 - bandwidth is judged only on sizes >= `peak_min_bytes`: busbw reaches its plateau only for large
   messages, so a sweep that never got there cannot show a slow link (`error`, not `pass`);
-- `#wrong` N/A (validation off, `-c 0`) is `error` while `max_wrong` is set;
+- no bandwidth floor (`min_busbw_gbps` None, the generic profile): busbw is recorded and the
+  verdict is `warn` "not judged", never a bare pass;
+- `#wrong` N/A (validation off, `-c 0`) is `error` while `max_wrong` is set; wrong results are
+  counted row by row and the rows are named;
+- the output of another collective (all_gather_perf...) is `error`;
 - the footer's "Avg bus bandwidth" averages every size, tiny ones included, so it is recorded
   (`busbw_avg_reported`) but never judged;
 - all_reduce_perf exits 1 when it found wrong values: exit 1 is accepted only when the output is a
@@ -21,9 +29,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from checks import evidence
 from checks.base import (
     ERROR,
     FAIL,
@@ -44,14 +53,23 @@ from checks.base import (
     Verdict,
     register,
 )
+from checks.nccl_tests import (
+    FAILURE_LINE,
+    NcclReport,
+    busbw_series,
+    collective_name,
+    format_size,
+    infer_collective,
+    launcher_error,
+    parse_report,
+    parse_size,
+    require_complete,
+    table_problems,
+    wrong_rows,
+)
 from checks.parsers import Parsed, register_parser
 
-KIB = 1024
-MIB = 1024 * KIB
-GIB = 1024 * MIB
-# nccl-tests' own size parser (src/common.cu parsesize) reads K/M/G as powers of 1024.
-_SUFFIX = {"": 1, "K": KIB, "M": MIB, "G": GIB, "T": 1024 * GIB}
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+__all__ = ["FAILURE_LINE", "format_size", "parse_nccl", "parse_report", "parse_size"]
 
 # Default floor for "large enough to judge bandwidth". busbw plateaus only for large messages: in
 # the fixtures the 2-node H100 run reaches 298 GB/s at 1 GiB (339 at 8 GiB) and 8x A100 230 GB/s at
@@ -66,272 +84,32 @@ HOSTFILE_LABEL = "hostfile"
 # Writes stdin to the path in $1, readable only by us. Fixed text: the path and content are data.
 WRITE_HOSTFILE_SCRIPT = 'umask 077 && cat > "$1"'
 
-# A crashed test: nccl-tests' NCCLCHECK/CUDACHECK print "Test NCCL failure common.cu:..." and exit.
-_FAILURE_LINE = re.compile(r"(Test (?:NCCL |CUDA )?failure.*|terminate called after .*)")
-# NCCL WARN lines also appear in healthy runs; they only explain a run that already failed.
-_WARN_LINE = re.compile(r"(NCCL WARN .*)")
-_SLOTS = re.compile(r"There are not enough slots available in the system to satisfy the (\d+)\s+slots")
-
-
-def parse_size(text: str | int) -> int:
-    """'8G' -> 8589934592, '512M', '1K', '64', 64 -> bytes (K/M/G/T = powers of 1024, like nccl-tests)."""
-    if isinstance(text, int):
-        return text
-    match = _SIZE.match(str(text))
-    if not match:
-        raise ValueError(f"not a size: {text!r} (expected bytes like 64, 512K, 1M or 8G)")
-    return int(match.group(1)) * _SUFFIX[match.group(2).upper()]
-
-
-def format_size(size: float) -> str:
-    """8589934592 -> '8 GiB', 1048576 -> '1 MiB', 1536 -> '1.5 KiB', 8 -> '8 B'."""
-    for unit, scale in (("TiB", 1024 * GIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if size >= scale:
-            return f"{size / scale:g} {unit}"
-    return f"{size:g} B"
-
 
 def _gbps(value: float) -> str:
     return f"{value:.1f}"
 
 
-# ---------------------------------------------------------------------------------------------
-# Parsing
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Placement:
-    """One half of a row: out-of-place or in-place."""
-
-    time_us: float | None
-    algbw: float | None
-    busbw: float | None
-    wrong: int | None  # None: N/A (validation disabled)
-
-
-@dataclass
-class Row:
-    size: int
-    count: int
-    dtype: str
-    redop: str
-    root: int | None
-    placements: dict[str, Placement]  # "out-of-place" / "in-place"
-
-    def best_busbw(self) -> tuple[float | None, str]:
-        best: tuple[float | None, str] = (None, "")
-        for name, p in self.placements.items():
-            if p.busbw is not None and (best[0] is None or p.busbw > best[0]):
-                best = (p.busbw, name)
-        return best
-
-
-@dataclass
-class RankLine:
-    rank: int
-    host: str
-    device: int
-    model: str
-
-
-@dataclass
-class NcclReport:
-    rows: list[Row] = field(default_factory=list)
-    ranks: list[RankLine] = field(default_factory=list)
-    settings: dict[str, str] = field(default_factory=dict)  # nThread, nGpus, minBytes, ... from line 1
-    nccl_version: str = ""
-    out_of_bounds: int | None = None
-    out_of_bounds_failed: bool = False
-    avg_busbw: float | None = None
-    avg_failed: bool = False
-    failures: list[str] = field(default_factory=list)  # "Test NCCL failure ..." lines
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def hosts(self) -> list[str]:
-        seen: list[str] = []
-        for r in self.ranks:
-            if r.host not in seen:
-                seen.append(r.host)
-        return seen
-
-    @property
-    def complete(self) -> bool:
-        """The run printed its footer: every size ran."""
-        return self.avg_busbw is not None
-
-
-_RANK = re.compile(
-    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*?)\s*$"
-)
-# Old nccl-tests print the footer without the leading '#'.
-_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
-_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan|inf)\s*(\w*)", re.IGNORECASE)
-_VERSION = re.compile(r"NCCL version\s+(\S+)")
-_SETTING = re.compile(r"(\w+):? (\d+)")
-
-
-def _number(token: str) -> float | None:
-    if token.upper() == "N/A":
-        return None
-    return float(token)
-
-
-def _int_or_na(token: str) -> int | None:
-    if token.upper() == "N/A":
-        return None
-    return int(token)
-
-
-def _openmpi_error(text: str) -> str:
-    """The first paragraph of an Open MPI banner ("-----" lines), joined into one line."""
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.strip().startswith("-----") and i + 1 < len(lines) and lines[i + 1].strip():
-            para: list[str] = []
-            for nxt in lines[i + 1 :]:
-                if not nxt.strip() or nxt.strip().startswith("-----"):
-                    break
-                para.append(nxt.strip())
-            if para:
-                return " ".join(para)
-    return ""
-
-
-def launcher_error(text: str) -> str:
-    """A one-line diagnosis of a failed launch or a crashed test, or '' when none is visible."""
-    slots = _SLOTS.search(text)
-    if slots:
-        program = ""
-        lines = text.splitlines()
-        for i, line in enumerate(lines):
-            if "slots that were requested by the application" in line:
-                rest = [x.strip() for x in lines[i + 1 : i + 4] if x.strip()]
-                program = rest[0] if rest else ""
-                break
-        where = f": {program}" if program else ""
-        return (
-            f"mpirun: There are not enough slots available in the system to satisfy the {slots.group(1)} "
-            f"slots that were requested by the application{where}"
-        )
-    for pattern in (_FAILURE_LINE, _WARN_LINE):
-        found = [m.group(1).strip() for m in map(pattern.search, text.splitlines()) if m]
-        if found:
-            return found[0][:300]
-    banner = _openmpi_error(text)
-    if banner:
-        return f"mpirun: {banner[:300]}"
-    return ""
-
-
-def _layout(header: list[str]) -> tuple[int, bool]:
-    """From the column header: (number of leading columns, whether `root` is one of them)."""
-    lead = header.index("time") if "time" in header else 0
-    return lead, "root" in header[:lead]
-
-
-def parse_report(text: str) -> NcclReport:
-    """Read one nccl-tests output. Raises EvidenceError when it holds no result table."""
-    report = NcclReport()
-    lead: int | None = None
-    has_root = False
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if m := _OOB.match(line):
-            report.out_of_bounds = int(m.group(1))
-            report.out_of_bounds_failed = m.group(2).upper() == "FAILED"
-            continue
-        if m := _AVG.match(line):
-            report.avg_busbw = float(m.group(1))
-            # NCCL_TESTS_MIN_BW set on the node: the tool judged the average itself (and exits 1).
-            report.avg_failed = m.group(2).upper() == "FAILED"
-            continue
-        if line.startswith("#"):
-            if m := _RANK.match(line):
-                report.ranks.append(RankLine(int(m.group(1)), m.group(2), int(m.group(3)), m.group(4)))
-            elif line.startswith("# nThread"):
-                report.settings = dict(_SETTING.findall(line[1:]))
-            else:
-                cols = line.lstrip("#").split()
-                if "size" in cols and "count" in cols and "time" in cols:
-                    lead, has_root = _layout(cols)
-            continue
-        if m := _VERSION.search(line):
-            report.nccl_version = m.group(1)
-            continue
-        if failure := _FAILURE_LINE.search(line):
-            report.failures.append(failure.group(1).strip())
-            continue
-        tokens = line.split()
-        if len(tokens) < 8 or not (tokens[0].isdigit() and tokens[1].isdigit()):
-            continue  # NCCL INFO lines, launcher chatter
-        row = _row(tokens, lead, has_root)
-        if row is None:
-            report.warnings.append(f"unreadable table row: {line[:120]}")
-            continue
-        report.rows.append(row)
-    if not report.rows:
-        why = launcher_error(text)
-        if why:
-            raise EvidenceError(f"no nccl-tests result table: {why}")
-        raise EvidenceError("no nccl-tests result table in the output (no size/busbw rows)")
-    if not report.ranks:
-        report.warnings.append("no '# Rank ... device' lines: the GPUs that ran are unknown")
-    if not report.complete:
-        report.warnings.append("no '# Avg bus bandwidth' footer: the run may have stopped early")
-    return report
-
-
-def _row(tokens: list[str], lead: int | None, has_root: bool) -> Row | None:
-    if lead is None:  # no header seen: new format has 5 leading columns (root), old has 4
-        lead, has_root = (5, True) if (len(tokens) - 5) % 4 == 0 else (4, False)
-    rest = tokens[lead:]
-    if len(rest) % 4 != 0 or not rest:
-        return None
-    try:
-        placements: dict[str, Placement] = {}
-        for name, i in zip(("out-of-place", "in-place"), range(0, len(rest), 4), strict=False):
-            t, alg, bus, wrong = rest[i : i + 4]
-            placements[name] = Placement(_number(t), _number(alg), _number(bus), _int_or_na(wrong))
-        root = int(tokens[4]) if has_root else None
-        return Row(int(tokens[0]), int(tokens[1]), tokens[2], tokens[3], root, placements)
-    except (ValueError, IndexError):
-        return None
-
-
-def infer_collective(report: NcclReport) -> str:
-    """Name the collective from the numbers when the binary is unknown: nccl-tests' busbw/algbw
-    factor is 2(n-1)/n for all_reduce and (n-1)/n for reduce_scatter (docs/PERFORMANCE.md). Other
-    collectives share factors with each other, so they stay unnamed ('')."""
-    n = len(report.ranks)
-    if n < 3:
-        return ""
-    for row in reversed(report.rows):
-        p = row.placements.get("out-of-place")
-        if p and p.algbw and p.busbw and p.algbw >= 1:
-            ratio = p.busbw / p.algbw
-            if abs(ratio - 2 * (n - 1) / n) < 0.02 and row.redop != "none":
-                return "all_reduce"
-            if abs(ratio - (n - 1) / n) < 0.02 and row.redop != "none":
-                return "reduce_scatter"
-            return ""
-    return ""
-
-
 def collective_of(argv: tuple[str, ...]) -> str:
     """'all_reduce' from an argv naming .../all_reduce_perf (directly or under mpirun/srun)."""
     for arg in argv:
-        base = arg.rsplit("/", 1)[-1]
-        if base.endswith("_perf") and len(base) > 5:
-            return base[: -len("_perf")]
+        name = collective_name(arg)
+        if name:
+            return name
     return ""
 
 
+def report_problems(report: NcclReport) -> None:
+    """EvidenceError for a run that did not finish or holds impossible cells (nccl_tests.py)."""
+    require_complete(report)
+    found = table_problems(report)
+    if found:
+        raise EvidenceError(evidence.reason(found))
+
+
 def measurements_from(report: NcclReport, *, peak_min_bytes: int, collective: str = "") -> list[Measurement]:
-    """The public measurements of one nccl-tests run (see the module docstring)."""
+    """The public measurements of one nccl-tests run (see the module docstring). `collective`
+    names the program that ran (from its argv); the output's own "Collective test starting" line
+    wins over it, and the table's numbers name it when neither does."""
     out: list[Measurement] = []
     largest = max(r.size for r in report.rows)
     eligible = [r for r in report.rows if r.size >= peak_min_bytes and r.best_busbw()[0] is not None]
@@ -363,9 +141,12 @@ def measurements_from(report: NcclReport, *, peak_min_bytes: int, collective: st
 
     counts = [p.wrong for r in report.rows for p in r.placements.values() if p.wrong is not None]
     if counts:
-        # The footer counts the same errors; take the larger so a dropped row cannot hide any.
-        wrong = max(sum(counts), report.out_of_bounds or 0)
-        out.append(Measurement(name="wrong", value=float(wrong)))
+        # Row by row: table_problems refused negative counts (none can cancel another) and a
+        # summary that disagrees with the rows.
+        wrong = sum(counts)
+        rows = wrong_rows(report)
+        labels = {"rows": "; ".join(rows[:10]), "wrong_results": str(len(rows))} if rows else {}
+        out.append(Measurement(name="wrong", value=float(wrong), labels=labels))
     else:
         why = "#wrong is N/A: results were not validated (run with -c 1)"
         out.append(Measurement(name="wrong", value=None, labels={"missing": why}))
@@ -379,37 +160,30 @@ def measurements_from(report: NcclReport, *, peak_min_bytes: int, collective: st
             out.append(Measurement(name="gpu_models", text=",".join(models)))
     else:
         out.append(Measurement(name="ranks", value=None, labels={"missing": "no '# Rank ... device' lines"}))
-    name = collective or infer_collective(report)
+    inferred = infer_collective(report)
+    name = report.named or collective or inferred
     labels = {} if name else {"missing": "the output does not name its collective"}
+    if inferred and inferred != name:
+        labels["table"] = inferred  # the numbers name another collective than the program did
     out.append(Measurement(name="collective", text=name, labels=labels))
     if report.nccl_version:
         out.append(Measurement(name="nccl_version", text=report.nccl_version))
     return out
 
 
-def busbw_series(report: NcclReport, collective: str = "") -> list[Series]:
-    """busbw by message size: the better of out-of-place / in-place per size (what is judged)."""
-    best: dict[int, float | None] = {}
-    for r in report.rows:  # a size listed twice (the old format's two 0-byte rows) keeps its best
-        values = [v for v in (best.get(r.size), r.best_busbw()[0]) if v is not None]
-        best[r.size] = max(values) if values else None
-    sizes = sorted(best)
-    labels = {"collective": collective} if collective else {}
-    return [Series(name="busbw", unit="GB/s", x=[float(s) for s in sizes], y=[best[s] for s in sizes],
-                   x_unit="B", labels=labels)]  # fmt: skip
-
-
 @register_parser("nccl")
 def parse_nccl(text: str) -> Parsed:
-    """`python -m checks parse nccl FILE`: one nccl-tests output, peak over sizes >= 1 GiB."""
+    """`python -m checks parse nccl FILE`: one complete nccl-tests output of any collective
+    (all_reduce_perf, all_gather_perf, broadcast_perf...), peak over sizes >= 1 GiB. A crashed,
+    unfinished or impossible output raises EvidenceError (the CLI exits 2 with the reason)."""
     report = parse_report(text)
     if report.failures:
         raise EvidenceError(f"the test crashed: {report.failures[0][:300]}")
+    report_problems(report)
     measurements = measurements_from(report, peak_min_bytes=parse_size(DEFAULT_PEAK_MIN_BYTES))
     return Parsed(measurements=measurements, warnings=list(report.warnings))
 
 
-# ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------
 
@@ -524,6 +298,11 @@ class _NcclBase(Check):
     # failure to measure: exit 1 is accepted here and parse() lets it through only for a complete
     # run whose footer says "FAILED".
     ok_exit_codes: ClassVar[tuple[int, ...]] = (0, 1)
+    evidence: ClassVar[dict[str, evidence.Rule]] = {
+        "wrong": evidence.COUNT,
+        "ranks": evidence.COUNT,
+        "nodes": evidence.COUNT,
+    }
 
     def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
         out = _test_output(outputs)
@@ -544,6 +323,7 @@ class _NcclBase(Check):
         assert report is not None  # exit 0 parsed, or exit 1 with a complete FAILED run
         if report.failures:
             raise EvidenceError(f"{NCCL_LABEL} crashed: {report.failures[0][:300]}")
+        report_problems(report)  # "output incomplete" / "impossible evidence: ..." -> error
         collective = collective_of(out.command.argv)
         return measurements_from(report, peak_min_bytes=_peak_floor(outputs), collective=collective)
 
@@ -553,7 +333,7 @@ class _NcclBase(Check):
             report = parse_report(out.stdout)
         except EvidenceError:
             return []
-        return busbw_series(report, collective_of(out.command.argv) or infer_collective(report))
+        return busbw_series(report, report.named or collective_of(out.command.argv) or infer_collective(report))
 
     def describe_failure(self, output: CommandOutput) -> str:
         why = launcher_error(output.stderr + "\n" + output.stdout)
@@ -565,8 +345,10 @@ class _NcclBase(Check):
         facts = {m.name: m for m in measurements}
         findings: list[Finding] = []
         collective = facts.get("collective")
-        if collective and collective.text and collective.text != "all_reduce":
-            findings.append(Finding(ERROR, f"the output is from {collective.text}_perf, not all_reduce_perf"))
+        names = [collective.labels.get("table", ""), collective.text] if collective else []
+        other = next((n for n in names if n and n != "all_reduce"), "")
+        if other:
+            findings.append(Finding(ERROR, f"the output is from {other}_perf, not all_reduce_perf"))
 
         wrong = facts.get("wrong")
         if t.max_wrong is not None:
@@ -576,7 +358,10 @@ class _NcclBase(Check):
             else:
                 wrong.threshold, wrong.ok = f"<= {t.max_wrong}", wrong.value <= t.max_wrong
                 if not wrong.ok:
-                    reason = f"#wrong = {int(wrong.value)} (results differ from the reference){where}"
+                    rows = wrong.labels.get("rows", "")
+                    count = wrong.labels.get("wrong_results", "")
+                    at = f"; {count} wrong, first at {rows.split('; ')[0]}" if rows else ""
+                    reason = f"#wrong = {int(wrong.value)} (results differ from the reference{at}){where}"
                     findings.append(Finding(FAIL, reason))
 
         busbw = facts.get("busbw_peak")
@@ -586,7 +371,9 @@ class _NcclBase(Check):
             return findings
         size = format_size(float(busbw.labels.get("size", "0")))
         if t.min_busbw_gbps is None:
-            findings.append(Finding(PASS, f"busbw {_gbps(busbw.value)} GB/s at {size} (no floor set){where}"))
+            # Recorded, not judged: a bandwidth with no floor is never a bare pass.
+            reason = f"busbw {_gbps(busbw.value)} GB/s at {size}: not judged (no min_busbw_gbps floor set){where}"
+            findings.append(Finding(WARN, reason))
             return findings
         busbw.threshold, busbw.ok = f">= {t.min_busbw_gbps:g}", busbw.value >= t.min_busbw_gbps
         if busbw.ok:

@@ -10,7 +10,7 @@ import pytest
 import checks.nccl  # noqa: F401  (registers the checks until checks/__init__ imports the module)
 from checks import __main__ as cli
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, GroupContext, NodeContext, ParamsError, Verdict
+from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, GroupContext, NodeContext, ParamsError, Verdict
 from checks.nccl import PEAK_ENV, WRITE_HOSTFILE_SCRIPT, hostfile_path, localise_slow_pairs
 from checks.profiles import resolve_params, resolve_thresholds
 
@@ -39,8 +39,8 @@ def judge(stdout: str, profile: str | None = "H100-SXM-8", node: NodeContext = N
 
 def with_wrong(stdout: str) -> str:
     return stdout.replace(
-        "  8109.1  132.41  231.72      0    8109.7  132.40  231.70      0",
-        "  8109.1  132.41  231.72      5    8109.7  132.40  231.70      7",
+        "   8109.1  132.41  231.72      0   8109.7  132.40  231.70      0",
+        "   8109.1  132.41  231.72      5   8109.7  132.40  231.70      7",
     ).replace("# Out of bounds values : 0 OK", "# Out of bounds values : 12 FAILED")
 
 
@@ -119,7 +119,10 @@ def test_it_fails_the_a100_run_on_the_h100_floor_naming_busbw() -> None:
 
 def test_it_fails_on_wrong_results_even_with_exit_1() -> None:
     measurements, verdict = judge(with_wrong(fixture(A100_1NODE)), "A100-SXM-8", exit_code=1)
-    assert (verdict.status, verdict.reason) == (FAIL, "#wrong = 12 (results differ from the reference)")
+    assert (verdict.status, verdict.reason) == (
+        FAIL,
+        "#wrong = 12 (results differ from the reference; 2 wrong, first at 1 GiB out-of-place: 5)",
+    )
     wrong = next(m for m in measurements if m.name == "wrong")
     assert (wrong.value, wrong.threshold, wrong.ok) == (12, "<= 0", False)
 
@@ -149,10 +152,12 @@ def test_it_errors_when_no_size_reaches_the_peak_floor() -> None:
     assert verdict.reason == "largest size 1 GiB is below peak_min_bytes (2 GiB): cannot judge peak bandwidth"
 
 
-def test_it_passes_generic_with_evidence_but_no_floor() -> None:
-    _, verdict = judge(fixture(A100_1NODE), "generic")
-    assert verdict.status == PASS
-    assert verdict.findings[-1].reason == "busbw 231.7 GB/s at 1 GiB (no floor set)"
+def test_it_warns_not_judged_on_generic_with_evidence_but_no_floor() -> None:
+    measurements, verdict = judge(fixture(A100_1NODE), "generic")
+    assert verdict.status == WARN
+    assert verdict.reason == "busbw 231.7 GB/s at 1 GiB: not judged (no min_busbw_gbps floor set)"
+    busbw = next(m for m in measurements if m.name == "busbw_peak")
+    assert (busbw.value, busbw.ok) == (231.72, None)
 
 
 def test_it_errors_when_fewer_gpus_ran_than_the_node_has() -> None:

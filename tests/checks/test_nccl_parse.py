@@ -119,18 +119,18 @@ def test_it_raises_on_a_crashed_test_even_with_rows() -> None:
         parse_nccl(crashed)
 
 
-def test_it_warns_when_the_footer_is_missing() -> None:
+def test_it_refuses_an_output_without_its_closing_summary() -> None:
     cut = text(TABLES[3]).split("# Out of bounds")[0]
-    parsed = parse_nccl(cut)
-    assert parsed.warnings == ["no '# Avg bus bandwidth' footer: the run may have stopped early"]
-    avg = next(m for m in parsed.measurements if m.name == "busbw_avg_reported")
-    assert avg.value is None
+    with pytest.raises(EvidenceError, match=r"^output incomplete: no closing summary"):
+        parse_nccl(cut)
+    report = parse_report(cut)  # the table itself is still readable (for the busbw curve)
+    assert (report.complete, len(report.rows)) == (False, 6)
 
 
 def test_it_counts_wrong_values_from_rows_and_footer() -> None:
     lines = text(TABLES[3]).replace(
-        "  8109.1  132.41  231.72      0    8109.7  132.40  231.70      0",
-        "  8109.1  132.41  231.72      5    8109.7  132.40  231.70      7",
+        "   8109.1  132.41  231.72      0   8109.7  132.40  231.70      0",
+        "   8109.1  132.41  231.72      5   8109.7  132.40  231.70      7",
     )
     lines = lines.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 12 FAILED")
     assert values(parse_nccl(lines).measurements)["wrong"] == 12

@@ -110,7 +110,10 @@ def test_it_fails_wrong_results(cluster: Cluster) -> None:
     cluster.node("gpu03", nccl_wrong=3)
     _, verdict, _ = run_single(cluster, "gpu03")
     # 3 wrong elements per placement at each size >= 64 MiB: 5 sizes x 2 placements.
-    assert (verdict.status, verdict.reason) == (FAIL, "#wrong = 30 (results differ from the reference)")
+    assert (verdict.status, verdict.reason) == (
+        FAIL,
+        "#wrong = 30 (results differ from the reference; 10 wrong, first at 64 MiB out-of-place: 3)",
+    )
 
 
 def test_it_errors_when_a_gpu_is_missing(cluster: Cluster) -> None:
@@ -165,7 +168,9 @@ def test_it_fails_a_group_with_wrong_results(cluster: Cluster) -> None:
     cluster.node("gpu05", nccl_wrong=1)
     _, verdict = run_group(cluster, ["gpu05", "gpu06"], "wrong")
     assert verdict.status == FAIL
-    assert verdict.reason == "#wrong = 10 (results differ from the reference) across gpu05, gpu06"
+    assert verdict.reason == (
+        "#wrong = 10 (results differ from the reference; 10 wrong, first at 64 MiB out-of-place: 1) across gpu05, gpu06"
+    )
 
 
 def test_it_localises_the_slow_node_from_pairs(cluster: Cluster) -> None:
