@@ -121,7 +121,8 @@ _ASSIGNED = re.compile(
     r"(?i)\b([\w.-]*(?:password|passwd|secret|token|api[_-]?key|private[_-]?key|credentials?|authorization))"
     r"(\s*[=:]\s*)(\S+)"
 )
-_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+):[^/\s@]+@")
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*):[^/\s@]+@")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def _known_secrets() -> list[str]:
@@ -136,16 +137,21 @@ def _known_secrets() -> list[str]:
 
 
 def hook_output(text: str) -> str:
-    """What a hook command printed, as shown to viewers: key blocks, tokens, passwords and this
-    server's own secrets replaced by [redacted], control characters dropped, at most OUTPUT_MAX
-    characters (the rest is counted, not kept)."""
+    """What a hook command printed, as shown to viewers: redacted (see `redact`), at most
+    OUTPUT_MAX characters (the rest is counted, not kept)."""
+    text = redact(text)
+    if len(text) > OUTPUT_MAX:
+        text = f"{text[:OUTPUT_MAX]} … [{len(text) - OUTPUT_MAX} more characters not kept]"
+    return text
+
+
+def redact(text: str) -> str:
+    """Key blocks, tokens, passwords (`password=…`, `Bearer …`, `scheme://user:pw@`) and this
+    server's own secrets replaced by [redacted]; terminal escapes and control characters dropped."""
     text = _PEM.sub("[redacted key material]", text)
     for secret in _known_secrets():
         text = text.replace(secret, "[redacted]")
     text = _BEARER.sub(r"\1 [redacted]", text)
     text = _ASSIGNED.sub(r"\1\2[redacted]", text)
     text = _URL_PASSWORD.sub(r"\1:[redacted]@", text)
-    text = "".join(c for c in text if c.isprintable() or c in "\n\t").strip()
-    if len(text) > OUTPUT_MAX:
-        text = f"{text[:OUTPUT_MAX]} … [{len(text) - OUTPUT_MAX} more characters not kept]"
-    return text
+    return "".join(c for c in _ANSI.sub("", text) if c.isprintable() or c in "\n\t").strip()

@@ -28,7 +28,11 @@ def post_json(*, url: str, body: dict[str, Any]) -> None:
         with urllib.request.urlopen(request, timeout=conf.webhook_timeout_s()) as response:
             response.read(65536)
     except urllib.error.HTTPError as exc:
-        detail = exc.read(300).decode(errors="replace").strip()
+        # Shown to viewers on the deliveries page: a little of the answer, with secrets redacted
+        # (the URL is an operator's; what answers it may be any service the worker can reach).
+        from portal.health.hooks import redact
+
+        detail = redact(exc.read(300).decode(errors="replace"))[:200]
         raise DeliveryError(f"HTTP {exc.code} {exc.reason}" + (f": {detail}" if detail else "")) from None
     except urllib.error.URLError as exc:
         raise DeliveryError(f"cannot reach {url}: {exc.reason}") from None
