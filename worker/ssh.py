@@ -10,6 +10,7 @@ default AutoAddPolicy) and, when set, against the node's pinned SHA256 fingerpri
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import logging
 import os
@@ -18,7 +19,10 @@ import shlex
 import signal
 import socket
 import subprocess
+import threading
 import time
+import typing
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,6 +39,12 @@ REMOTE_KILL_GRACE_S = 5
 # fabric's own run timeout sits above the remote `timeout` (+ grace), so the remote side always
 # gets to kill its process first; fabric's limit is only the backstop for a dead channel.
 CHANNEL_SLACK_S = 5
+# Bytes kept of one stream (stdout or stderr) of one command, read while reading: ~5x the largest
+# output a check expects (an 8-GPU 12 h burn-in's sampling JSON, ~3 MB, checks/burnin.py). Past it
+# the first 3/4 and the last 1/4 are kept, the middle is read and dropped, a marker line says how
+# much was cut, and CommandOutput.truncated is set: a runaway tool cannot exhaust the worker's
+# memory (8 localisation pairs at once: at most 2 x 8 x 16 MiB). KILN_COMMAND_OUTPUT_CAP overrides.
+DEFAULT_OUTPUT_CAP = int(os.environ.get("KILN_COMMAND_OUTPUT_CAP", str(16 * 1024 * 1024)))
 
 
 class TransportError(Exception):
@@ -100,6 +110,7 @@ class NodeTarget:
     jump: str = ""
     connect_timeout: float = 10.0
     local_env: dict[str, str] = field(default_factory=dict)
+    output_cap: int = DEFAULT_OUTPUT_CAP  # bytes kept per stream (head and tail), see DEFAULT_OUTPUT_CAP
 
     @property
     def connect_host(self) -> str:
@@ -112,7 +123,74 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-def _drain(channel: paramiko.Channel, out: bytearray, err: bytearray) -> bool:
+class CappedStream:
+    """One output stream read under a byte cap: the first 3/4 of the cap and the last 1/4 are kept,
+    everything between is counted and dropped as it arrives (memory stays under the cap)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = max(2, cap)
+        self.head_size = self.cap - self.cap // 4
+        self.tail_size = self.cap - self.head_size
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_bytes = 0
+        self.total = 0
+        self._lock = threading.Lock()  # the local transport reads in threads
+
+    def __iadd__(self, chunk: bytes) -> CappedStream:
+        self.feed(chunk)
+        return self
+
+    def feed(self, chunk: bytes) -> None:
+        with self._lock:
+            self._feed(chunk)
+
+    def _feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_size - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk:
+            return
+        self.tail.append(bytes(chunk))
+        self.tail_bytes += len(chunk)
+        while self.tail_bytes - len(self.tail[0]) >= self.tail_size:
+            self.tail_bytes -= len(self.tail.popleft())
+
+    @property
+    def cut(self) -> int:
+        """Bytes read and dropped (0 when everything was kept)."""
+        return max(0, self.total - self.head_size - self.tail_size)
+
+    def text(self) -> str:
+        with self._lock:
+            head, tail = bytes(self.head), b"".join(self.tail)
+        return self._render(head, tail)
+
+    def _render(self, head: bytes, tail: bytes) -> str:
+        if not self.cut:
+            return (head + tail).decode(errors="replace")
+        tail = tail[len(tail) - self.tail_size :]
+        marker = (
+            f"\n[... {self.cut} bytes cut by Kiln: output over the {self.cap}-byte read cap; head and tail kept ...]\n"
+        )
+        return head.decode(errors="replace") + marker + tail.decode(errors="replace")
+
+
+def _output(
+    command: Command,
+    out: CappedStream,
+    err: CappedStream,
+    exit_code: int | None,
+    timed_out: bool,
+    duration: float,
+) -> CommandOutput:
+    truncated = bool(out.cut or err.cut)
+    return CommandOutput(command, out.text(), err.text(), exit_code, timed_out, duration, truncated=truncated)
+
+
+def _drain(channel: paramiko.Channel, out: CappedStream, err: CappedStream) -> bool:
     """Read what is available on both streams; True when anything was read."""
     got = False
     while channel.recv_stderr_ready():
@@ -270,7 +348,7 @@ class SSHTransport:
             raise UnreachableError(f"{self.target.hostname}: connection lost before running {command.argv[0]}")
         started = time.monotonic()
         deadline = started + command.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S
-        out, err = bytearray(), bytearray()
+        out, err = CappedStream(self.target.output_cap), CappedStream(self.target.output_cap)
         try:
             try:
                 channel = transport.open_session(timeout=self.target.connect_timeout)
@@ -293,10 +371,7 @@ class SSHTransport:
                     time.sleep(0.01)  # output closed, exit status not yet in: do not spin
                 if time.monotonic() > deadline:
                     channel.close()  # the backstop: closing the channel hangs up the remote session
-                    return CommandOutput(
-                        command, out.decode(errors="replace"), err.decode(errors="replace"), None, True,
-                        time.monotonic() - started,
-                    )  # fmt: skip
+                    return _output(command, out, err, None, True, time.monotonic() - started)
             exit_code = channel.recv_exit_status()
             channel.close()
         except (OSError, EOFError, paramiko.SSHException) as exc:
@@ -304,9 +379,7 @@ class SSHTransport:
         duration = time.monotonic() - started
         # GNU timeout exits 124 (TERM) or 137 (KILL after the grace) when it had to stop the command.
         timed_out = exit_code in (124, 137) and duration >= command.timeout - 0.5
-        return CommandOutput(
-            command, out.decode(errors="replace"), err.decode(errors="replace"), exit_code, timed_out, duration
-        )
+        return _output(command, out, err, exit_code, timed_out, duration)
 
     def close(self) -> None:
         try:
@@ -351,6 +424,10 @@ class LocalTransport:
         self.target = target
 
     def run(self, command: Command) -> CommandOutput:
+        """Run the argv in its own process group; stdout and stderr are read while it runs, under
+        the target's output cap (CappedStream), so a runaway tool cannot fill the worker's memory.
+        Past the timeout (the process, or a descendant holding its output open) the whole group is
+        killed and the output so far is returned with timed_out set."""
         env = {**local_base_env(), **self.target.local_env, **command.env}
         started = time.monotonic()
         try:
@@ -360,21 +437,56 @@ class LocalTransport:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
-                text=True,
                 start_new_session=True,  # own process group, so a timeout kills the whole tree
             )
         except OSError as exc:
             return CommandOutput(command, "", f"{command.argv[0]}: {exc.strerror}", 127, False, 0.0)
+        out, err = CappedStream(self.target.output_cap), CappedStream(self.target.output_cap)
+        readers = [
+            threading.Thread(target=_pump, args=(process.stdout, out), daemon=True),
+            threading.Thread(target=_pump, args=(process.stderr, err), daemon=True),
+        ]
+        if command.stdin is not None:
+            readers.append(threading.Thread(target=_feed_stdin, args=(process.stdin, command.stdin), daemon=True))
+        for thread in readers:
+            thread.start()
+        deadline = started + command.timeout
         try:
-            stdout, stderr = process.communicate(command.stdin, timeout=command.timeout)
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            for thread in readers:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            if any(thread.is_alive() for thread in readers):
+                raise subprocess.TimeoutExpired(command.argv, command.timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-            return CommandOutput(command, stdout, stderr, None, True, time.monotonic() - started)
-        return CommandOutput(command, stdout, stderr, process.returncode, False, time.monotonic() - started)
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+            for thread in readers:
+                thread.join(REMOTE_KILL_GRACE_S)  # a descendant that left the group may hold a pipe
+            return _output(command, out, err, None, True, time.monotonic() - started)
+        return _output(command, out, err, process.returncode, False, time.monotonic() - started)
 
     def close(self) -> None:
         return None
+
+
+def _pump(stream: typing.IO[bytes] | None, into: CappedStream) -> None:
+    if stream is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        while chunk := stream.read1(65536):  # type: ignore[attr-defined]
+            into.feed(chunk)
+
+
+def _feed_stdin(stream: typing.IO[bytes] | None, text: str) -> None:
+    if stream is None:
+        return
+    with contextlib.suppress(OSError, ValueError):  # BrokenPipeError: it exited without reading it all
+        stream.write(text.encode())
+    with contextlib.suppress(OSError, ValueError):
+        stream.close()
 
 
 class LocalTransportRefused(TransportError):
