@@ -7,6 +7,9 @@ before and after (checks/probe/SCHEMA.md, "Sampling mode").
 
 No evidence, no pass (gpu_burn's own "OK" is never enough):
 - no gpu_burn output, or none of its progress/result lines -> `error` naming what is missing;
+- no closing "Tested N GPUs:" list (gpu_burn prints it last) -> `error` "output incomplete";
+- a GPU's error count printed negative (gpu_burn's 32-bit counter wrapped, see ERRORS_WRAPPED)
+  -> `fail` (errors, count unknown); an error count that cannot be read -> `error`;
 - a GPU the driver lists but gpu_burn never mentions -> `error` (it was not tested);
 - no telemetry samples, or clock-event reasons unreadable on a GPU -> `error`;
 - 0 Gflop/s, or no progress line at all for a GPU, is a `fail` even when gpu_burn printed OK
@@ -23,9 +26,8 @@ covers the burn-in window.
 from __future__ import annotations
 
 import json
-import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from checks.base import (
@@ -44,155 +46,9 @@ from checks.base import (
     Verdict,
     register,
 )
-from checks.parsers import Parsed, register_parser
+from checks.evidence import COUNT, Rule
+from checks.gpu_burn import burn_measurements, parse_gpu_burn_text
 from checks.sampling import JUDGED_CLOCK_REASONS, SAMPLING_LABEL, SamplingDoc, load_sampling, probe_gpu
-
-# ----------------------------------------------------------------------------- gpu_burn parser
-
-# One progress record. The real tool prints "\r" before each, so captured text has many records on
-# one line (tests/fixtures/gpu-burn); current builds append "  power: N W - ...".
-_PROGRESS = re.compile(
-    r"(?P<pct>\d+(?:\.\d+)?)%\s+proc'd:\s*"
-    r"(?P<procd>(?:-?\d+\s*\(\s*(?:-?[\d.]+|-?inf|nan)\s*Gflop/s\)\s*(?:-\s+)?)+)"
-    r"\s*errors:\s*(?P<errors>(?:\d+\s*(?:\((?:WARNING|DIED)!\))?\s*(?:-\s+)?)+)"
-    r"(?:\s*temps:\s*(?P<temps>(?:(?:\d+\s*C|--)\s*(?:-\s+)?)+))?"
-)
-_PROCD_ITEM = re.compile(r"(-?\d+)\s*\(\s*(-?[\d.]+|-?inf|nan)\s*Gflop/s\)")
-_ERROR_ITEM = re.compile(r"(\d+)\s*(\((?:WARNING|DIED)!\))?")
-_TEMP_ITEM = re.compile(r"(\d+)\s*C|--")
-_VERDICT = re.compile(r"^\s*GPU\s+(\d+):\s*(OK|FAULTY)\s*$", re.MULTILINE)
-_TESTED = re.compile(r"Tested\s+(\d+)\s+GPUs:")
-# `nvidia-smi -L`, which gpu_burn runs first: "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-...)".
-_LISTED = re.compile(r"^GPU\s+(\d+):\s+.+\(UUID:\s*GPU-", re.MULTILINE)
-NO_PROGRESS = "no progress line printed for this GPU"
-
-
-@dataclass
-class BurnGpu:
-    index: int
-    gflops: float | None = None  # last reported
-    iterations: int | None = None  # last reported proc'd count; -1 = worker died
-    errors: int | None = None  # total over the run (see _total_errors)
-    temp_max: int | None = None
-    verdict: str | None = None  # OK / FAULTY, None when not printed
-
-
-@dataclass
-class BurnResult:
-    gpus: dict[int, BurnGpu]
-    tested: int | None
-    listed: int
-    records: int
-    warnings: list[str] = field(default_factory=list)
-
-
-def _total_errors(counts: list[int]) -> int:
-    """gpu_burn resets its per-GPU error counts after each "Summary at:" line (every 10%), so a
-    count that drops starts a new period: the total is the sum of each period's last value."""
-    total = previous = 0
-    for count in counts:
-        if count < previous:
-            total += previous
-        previous = count
-    return total + previous
-
-
-def parse_gpu_burn_text(text: str) -> BurnResult:
-    """gpu_burn stdout -> per-GPU facts. EvidenceError when it has no progress or result line."""
-    text = text.replace("\r", "\n")
-    gflops: dict[int, list[float | None]] = {}
-    iterations: dict[int, list[int]] = {}
-    errors: dict[int, list[int]] = {}
-    temps: dict[int, list[int]] = {}
-    warnings: list[str] = []
-    records = 0
-    for match in _PROGRESS.finditer(text):
-        records += 1
-        procd = _PROCD_ITEM.findall(match.group("procd"))
-        errs = _ERROR_ITEM.findall(match.group("errors"))
-        tmps = _TEMP_ITEM.findall(match.group("temps") or "")
-        if len(errs) != len(procd) and not warnings:
-            warnings.append(f"progress record {records}: {len(procd)} GPUs but {len(errs)} error counts")
-        for index, (count, rate) in enumerate(procd):
-            value = float(rate)
-            gflops.setdefault(index, []).append(value if value == value and abs(value) != float("inf") else None)
-            iterations.setdefault(index, []).append(int(count))
-        for index, (count, note) in enumerate(errs):
-            errors.setdefault(index, []).append(int(count))
-            if note == "(DIED!)":
-                iterations.setdefault(index, []).append(-1)
-        for index, temp in enumerate(tmps):
-            if temp:
-                temps.setdefault(index, []).append(int(temp))
-    verdicts = {int(i): v for i, v in _VERDICT.findall(text)}
-    tested_match = _TESTED.search(text)
-    tested = int(tested_match.group(1)) if tested_match else None
-    listed = len(set(_LISTED.findall(text)))
-    if not records and not verdicts and tested is None:
-        raise EvidenceError("gpu_burn output has no progress line and no result ('Tested N GPUs') line")
-    if "No clients are alive" in text:
-        warnings.append("gpu_burn: no clients are alive (every worker died)")
-    if tested is None:
-        warnings.append("gpu_burn did not print its result list ('Tested N GPUs:'): cut short?")
-    indices = set(gflops) | set(verdicts) | set(range(tested or 0))
-    gpus: dict[int, BurnGpu] = {}
-    for index in sorted(indices):
-        gpu = BurnGpu(index=index, verdict=verdicts.get(index))
-        if index in gflops:
-            gpu.gflops = gflops[index][-1]
-            gpu.iterations = iterations[index][-1]
-        if index in errors:
-            gpu.errors = _total_errors(errors[index])
-        if index in temps:
-            gpu.temp_max = max(temps[index])
-        gpus[index] = gpu
-    return BurnResult(gpus=gpus, tested=tested, listed=listed, records=records, warnings=warnings)
-
-
-def burn_measurements(result: BurnResult) -> list[Measurement]:
-    """The public measurements of one gpu_burn output (names are a contract)."""
-    count = result.tested if result.tested is not None else max(len(result.gpus), result.listed)
-    out = [
-        Measurement(name="gpus", value=float(count), unit="GPUs"),
-        Measurement(name="progress_records", value=float(result.records)),
-    ]
-    for gpu in result.gpus.values():
-        no_progress = {} if gpu.iterations is not None else {"missing": NO_PROGRESS}
-        out.append(
-            Measurement(name="gflops", value=gpu.gflops, unit="Gflop/s", gpu=gpu.index, labels=dict(no_progress))
-        )
-        out.append(
-            Measurement(
-                name="iterations",
-                value=None if gpu.iterations is None else float(gpu.iterations),
-                gpu=gpu.index,
-                labels={"died": "1"} if gpu.iterations == -1 else dict(no_progress),
-            )
-        )
-        out.append(
-            Measurement(
-                name="errors",
-                value=None if gpu.errors is None else float(gpu.errors),
-                gpu=gpu.index,
-                labels=dict(no_progress),
-            )
-        )
-        temp = Measurement(
-            name="temp_max", value=None if gpu.temp_max is None else float(gpu.temp_max), unit="C", gpu=gpu.index
-        )
-        if gpu.temp_max is None:
-            temp.labels["missing"] = "gpu_burn printed no temperature for this GPU"
-        out.append(temp)
-        if gpu.verdict is not None:
-            out.append(Measurement(name="tool_verdict", text=gpu.verdict, gpu=gpu.index))
-    return out
-
-
-@register_parser("gpu_burn")
-def parse_gpu_burn(text: str) -> Parsed:
-    result = parse_gpu_burn_text(text)
-    return Parsed(burn_measurements(result), result.warnings)
-
 
 # ----------------------------------------------------------------------------- the check
 
@@ -293,6 +149,17 @@ class BurnIn(Check):
     )
     Params: ClassVar[type] = BurnInParams
     Thresholds: ClassVar[type] = BurnInThresholds
+    evidence: ClassVar[dict[str, Rule]] = {
+        "errors": COUNT,
+        # gpu_burn prints -1 processed for a dead worker (gpu_burn-drv.cpp: processed = -1).
+        "iterations": Rule("an iteration count (-1: worker died)", low=-1, integer=True),
+        "progress_records": COUNT,
+        "sample_count": COUNT,
+        "clock_event_reasons_readable": COUNT,
+        "ecc_new_uncorrected": COUNT,
+        "ecc_new_corrected": COUNT,
+        "row_remaps_new": COUNT,
+    }
     # Floors in Gflop/s per GPU. Datasheet dense peaks: H100 SXM5 and H200 SXM: FP64 34 TF, FP64
     # Tensor Core 67 TF, FP32 67 TF (NVIDIA H100 / H200 datasheets); A100 SXM4: FP64 9.7 TF, FP64
     # Tensor Core 19.5 TF, FP32 19.5 TF (NVIDIA A100 datasheet). gpu_burn's -tc with FLOATS is not
@@ -437,13 +304,23 @@ class BurnIn(Check):
             said_ok = " (gpu_burn printed OK but made no progress)" if verdict == "OK" else ""
             if iterations == -1:
                 findings.append(Finding(FAIL, f"GPU {index}: gpu_burn worker died"))
+            count = facts.get("errors", index)
+            wrapped = count.labels.get("wrapped")
+            count.threshold = f"<= {thresholds.max_compute_errors}"
             if errors is not None:
-                m = facts.get("errors", index)
-                m.threshold = f"<= {thresholds.max_compute_errors}"
-                m.ok = errors <= thresholds.max_compute_errors
-                if not m.ok:
+                count.ok = errors <= thresholds.max_compute_errors
+                if not count.ok:
                     findings.append(Finding(FAIL, f"GPU {index}: {errors:.0f} compute errors (gpu_burn FAULTY)"))
-            if verdict == "FAULTY" and (errors is None or errors <= thresholds.max_compute_errors):
+            elif wrapped:
+                count.ok = False  # see ERRORS_WRAPPED: not zero, count unknown
+                why = f"gpu_burn's error counter wrapped to {wrapped} (WARNING!): more than it can count"
+                findings.append(Finding(FAIL, f"GPU {index}: compute errors ({why})"))
+            elif iterations is not None:
+                count.threshold = ""
+                findings.append(
+                    Finding(ERROR, f"GPU {index}: compute error count unreadable ({facts.missing('errors', index)})")
+                )
+            if verdict == "FAULTY" and not wrapped and (errors is None or errors <= thresholds.max_compute_errors):
                 findings.append(Finding(FAIL, f"GPU {index}: gpu_burn verdict FAULTY"))
             m = facts.get("gflops", index)
             if rate is None:
@@ -615,6 +492,9 @@ class _Facts:
 
     def value(self, name: str, gpu: int | None = None) -> float | None:
         return self.get(name, gpu).value
+
+    def missing(self, name: str, gpu: int | None = None) -> str:
+        return self.get(name, gpu).labels.get("missing") or "not reported"
 
     def text(self, name: str, gpu: int | None = None) -> str:
         return self.get(name, gpu).text

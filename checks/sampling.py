@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from checks import evidence
 from checks.base import CommandOutput, EvidenceError, Series
 
 SAMPLING_SCHEMA = 1
@@ -37,6 +38,15 @@ SAMPLE_FIELDS: dict[str, str] = {
     "ecc_volatile_uncorrected": "",
     "ecc_volatile_corrected": "",
 }
+# Sample fields that are counts (bit masks and error counters): non-negative integers.
+COUNTER_FIELDS = ("clock_event_reasons", "ecc_volatile_uncorrected", "ecc_volatile_corrected")
+# Counters of the before/after probe documents that increases are computed from.
+_PROBE_COUNTERS = (
+    ("ecc_errors", "volatile", "uncorrected"),
+    ("ecc_errors", "volatile", "corrected"),
+    ("remapped_rows", "correctable"),
+    ("remapped_rows", "uncorrectable"),
+)
 # The curves worth storing and drawing.
 SERIES_FIELDS: tuple[str, ...] = ("temp_gpu", "temp_memory", "power_w", "sm_clock_mhz")
 
@@ -278,6 +288,8 @@ def parse_sampling(text: str) -> SamplingDoc:
                 value = entry.get(name)
                 if value is not None and not _is_number(value):
                     raise EvidenceError(f"sample #{pos} GPU {index}: {name} is {value!r}, expected a number")
+                if value is not None and name in COUNTER_FIELDS and (why := evidence.COUNT.problem(value)):
+                    raise EvidenceError(f"{evidence.PREFIX}: sample #{pos} GPU {index} {name} = {value!r} ({why})")
                 values[name] = value
             gpus[index] = values
         samples.append((float(t), gpus))
@@ -296,6 +308,8 @@ def parse_sampling(text: str) -> SamplingDoc:
         )
     elif child_raw is not None:
         raise EvidenceError(f"sampling 'child' is {type(child_raw).__name__}, expected an object or null")
+    for when in ("before", "after"):
+        _check_probe_counters(raw.get(when), when)
     interval = raw.get("interval_s")
     return SamplingDoc(
         raw=raw,
@@ -322,6 +336,25 @@ def load_sampling(outputs: list[CommandOutput]) -> SamplingDoc:
         hint = f" (stderr: {lines[-1][:200]})" if lines else ""
         raise EvidenceError("sampling probe printed nothing on stdout" + hint)
     return parse_sampling(out.stdout)
+
+
+def _check_probe_counters(doc: Any, when: str) -> None:
+    """The before/after probe's ECC and row-remap counters feed increases (max(0, after - before)):
+    a negative or fractional one would read as no increase, so it is impossible evidence."""
+    gpus = doc.get("gpus") if isinstance(doc, dict) else None
+    for gpu in gpus if isinstance(gpus, list) else []:
+        if not isinstance(gpu, dict):
+            continue
+        for path in _PROBE_COUNTERS:
+            node: Any = gpu
+            for key in path:
+                node = node.get(key) if isinstance(node, dict) else None
+            if node is None or isinstance(node, bool):
+                continue
+            why = evidence.COUNT.problem(node) if _is_number(node) else "not a finite number"
+            if why:
+                where = f"GPU {gpu.get('index')} {'.'.join(path)}"
+                raise EvidenceError(f"{evidence.PREFIX}: probe {when} the burn, {where} = {node!r} ({why})")
 
 
 def _is_number(value: Any) -> bool:

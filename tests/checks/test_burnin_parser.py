@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from checks.base import EvidenceError, Measurement
-from checks.burnin import parse_gpu_burn
+from checks.gpu_burn import parse_gpu_burn
 from checks.parsers import PARSERS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-burn"
@@ -70,7 +70,10 @@ def test_it_sums_errors_across_summary_resets_and_reads_warnings_and_power() -> 
 
 
 def test_it_marks_a_died_worker() -> None:
-    text = "\r50.0%  proc'd: -1 (0 Gflop/s) - 300 (49000 Gflop/s)   errors: 0  (DIED!)- 0   temps: 40 C - 60 C "
+    text = (
+        "\r50.0%  proc'd: -1 (0 Gflop/s) - 300 (49000 Gflop/s)   errors: 0  (DIED!)- 0   temps: 40 C - 60 C "
+        "\nKilling processes with SIGTERM (soft kill)\ndone\n\nTested 2 GPUs:\n\tGPU 0: OK\n\tGPU 1: OK\n"
+    )
     ms = parse_gpu_burn(text).measurements
     assert by(ms, "iterations", 0).value == -1
     assert by(ms, "iterations", 0).labels == {"died": "1"}

@@ -30,7 +30,7 @@ KINDS: dict[str, str] = {
     "ibstat/*.txt": "ibstat",
     "ior/*.txt": "ior",
     "ipmitool/*.txt": "ipmitool_sdr",
-    "nccl-tests/all_reduce_perf_*.txt": "nccl",
+    "nccl-tests/*_perf_*.txt": "nccl",
     "nvidia-smi/*.xml": "nvidia_smi_xml",
     "nvidia-smi/nvsmi_nvlink_status_*.txt": "nvlink_status",
     "nvidia-smi/nvsmi_q_page_retirement_*.txt": "nvsmi_page_retirement",

@@ -1,0 +1,177 @@
+"""burn_in / gpu_burn: completion marker, wrapped error counters, impossible telemetry.
+
+Before: gpu_burn output without its closing "Tested N GPUs:" list passed with a warning; the
+error column of wilicc/gpu-burn issue 12 (negative counts followed by "(WARNING!)") left every
+count after the first null and lost all temperatures; NaN Gflop/s became "no Gflop/s"; a negative
+ECC counter in the telemetry read as "no new errors".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checks import get_check, run_check
+from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, EvidenceError, NodeContext
+from checks.gpu_burn import ERRORS_WRAPPED, parse_gpu_burn
+from checks.profiles import resolve_thresholds
+from checks.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-burn"
+A100 = "gpu_burn_8xA100-80GB_doubles_tc.txt"
+ISSUE_12 = "gpu_burn_16gpu_negative_error_counts_warning_issue12.txt"
+WRAPPED_GPUS = [1, 2, 3, 4, 9, 11, 14]  # "-524288000  (WARNING!)" in issue 12's error column
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def by(measurements, name: str, gpu: int | None = None):
+    return next(m for m in measurements if m.name == name and m.gpu == gpu)
+
+
+def sampling_doc(stdout: str, gpus: int, **overrides: Any) -> dict[str, Any]:
+    """A sampling probe document around a real gpu_burn stdout: healthy telemetry on `gpus` GPUs."""
+    probe = {
+        "schema": 1,
+        "gpu_count": gpus,
+        "gpus": [
+            {
+                "index": i,
+                "ecc_errors": {"volatile": {"uncorrected": 0, "corrected": 0}},
+                "remapped_rows": {"correctable": 0, "uncorrectable": 0},
+            }
+            for i in range(gpus)
+        ],
+    }
+    sample = {
+        "index": 0,
+        "temp_gpu": 55,
+        "temp_memory": 60,
+        "power_w": 350.0,
+        "sm_clock_mhz": 1410,
+        "clock_event_reasons": 4,  # sw_power_cap: expected at full load, not judged
+        "ecc_volatile_uncorrected": 0,
+        "ecc_volatile_corrected": 0,
+    }
+    doc = {
+        "schema": SAMPLING_SCHEMA,
+        "mode": "sample",
+        "interval_s": 1.0,
+        "errors": [],
+        "samples": [{"t": float(t), "gpus": [{**sample, "index": i} for i in range(gpus)]} for t in range(5)],
+        "before": probe,
+        "after": json.loads(json.dumps(probe)),
+        "child": {"argv": ["gpu_burn", "-d", "-tc", "60"], "exit_code": 0, "stdout": stdout, "stderr": "",
+                  "duration_s": 60.0},
+    }  # fmt: skip
+    doc.update(overrides)
+    return doc
+
+
+def judge(doc: dict[str, Any], profile: str = "A100-SXM-8", gpus: int | None = None):
+    cmd = Command(argv=("python3", "-", "--sample", "1", "--", "gpu_burn"), timeout=300, label=SAMPLING_LABEL)
+    outputs = [CommandOutput(command=cmd, stdout=json.dumps(doc), stderr="", exit_code=0)]
+    node = NodeContext(hostname="gpu001", expected_gpus=gpus)
+    return run_check(get_check("burn_in"), None, resolve_thresholds("burn_in", profile), outputs, node)
+
+
+def test_the_real_a100_run_with_healthy_telemetry_passes() -> None:
+    _, verdict = judge(sampling_doc(fixture(A100), 8))
+    assert verdict.status == PASS, verdict.reason
+
+
+def test_it_errors_output_incomplete_without_the_tested_list() -> None:
+    text = fixture(A100)
+    cut = text[: text.index("Tested 8 GPUs")]
+    measurements, verdict = judge(sampling_doc(cut, 8))
+    assert verdict.status == ERROR
+    assert verdict.reason.startswith("gpu_burn output incomplete: no closing 'Tested N GPUs:' list")
+    assert measurements == []
+    with pytest.raises(EvidenceError, match="output incomplete"):
+        parse_gpu_burn(cut)
+
+
+def test_it_reads_negative_error_counts_and_every_temperature_of_issue_12() -> None:
+    ms = parse_gpu_burn(fixture(ISSUE_12)).measurements
+    assert by(ms, "gpus").value == 16
+    assert [by(ms, "temp_max", i).value for i in range(16)] == [
+        51, 45, 48, 50, 49, 46, 46, 50, 51, 47, 46, 50, 50, 47, 47, 52,
+    ]  # fmt: skip
+    for i in range(16):
+        errors = by(ms, "errors", i)
+        if i in WRAPPED_GPUS:
+            assert errors.value is None  # never a negative count in the evidence
+            assert errors.labels == {"wrapped": "-524288000", "missing": f"{ERRORS_WRAPPED} (-524288000)"}
+        else:
+            assert (errors.value, errors.labels) == (0, {})
+    assert [by(ms, "gflops", i).value for i in (0, 1, 15)] == [6311, 6440, 6439]
+    assert {by(ms, "tool_verdict", i).text for i in range(16)} == {"FAULTY"}
+
+
+def test_it_fails_the_gpus_whose_error_counter_wrapped() -> None:
+    _, verdict = judge(sampling_doc(fixture(ISSUE_12), 16), "generic")
+    assert verdict.status == FAIL
+    findings = [f.reason for f in verdict.findings if f.status == FAIL]
+    for i in WRAPPED_GPUS:
+        assert (
+            f"GPU {i}: compute errors (gpu_burn's error counter wrapped to -524288000 (WARNING!): "
+            "more than it can count)" in findings
+        )
+    # The others carry gpu_burn's own FAULTY (the reporter's compare kernel always logged an error).
+    assert "GPU 0: gpu_burn verdict FAULTY" in findings
+
+
+def test_a_wrapped_counter_without_a_faulty_verdict_still_fails() -> None:
+    text = fixture(ISSUE_12).replace("FAULTY", "OK")
+    _, verdict = judge(sampling_doc(text, 16), "generic")
+    assert verdict.status == FAIL
+    assert verdict.reason.startswith("GPU 1: compute errors (gpu_burn's error counter wrapped to -524288000")
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [("nan", "GPU 3 gflops = nan Gflop/s (must be finite)"), ("inf", "GPU 3 gflops = inf Gflop/s (must be finite)")],
+)
+def test_it_errors_on_a_non_finite_rate(value: str, words: str) -> None:
+    text = fixture(A100)
+    start = text.rindex("proc'd:")  # the last progress record: GPU 3 is its fourth "(N Gflop/s)"
+    record = text[start:]
+    rates = re.findall(r"\(\d+ Gflop/s\)", record)
+    assert rates[3] == "(16926 Gflop/s)"
+    parts = record.split("Gflop/s)")
+    parts[3] = re.sub(r"\(\d+ $", f"({value} ", parts[3])
+    edited = text[:start] + "Gflop/s)".join(parts)
+    _, verdict = judge(sampling_doc(edited, 8))
+    assert verdict.status == ERROR
+    assert verdict.reason.startswith("impossible evidence: ")
+    assert words in verdict.reason
+
+
+def test_it_errors_on_a_negative_ecc_counter_in_the_telemetry() -> None:
+    doc = sampling_doc(fixture(A100), 8)
+    doc["after"]["gpus"][5]["ecc_errors"]["volatile"]["uncorrected"] = -1
+    _, verdict = judge(doc)
+    assert (verdict.status, verdict.reason) == (
+        ERROR,
+        "impossible evidence: probe after the burn, GPU 5 ecc_errors.volatile.uncorrected = -1 "
+        "(a count must be a non-negative integer)",
+    )
+    doc = sampling_doc(fixture(A100), 8)
+    doc["samples"][2]["gpus"][4]["ecc_volatile_uncorrected"] = 0.5
+    _, verdict = judge(doc)
+    assert verdict.status == ERROR
+    assert "sample #2 GPU 4 ecc_volatile_uncorrected = 0.5" in verdict.reason
+
+
+def test_it_errors_on_an_impossible_temperature_in_the_telemetry() -> None:
+    doc = sampling_doc(fixture(A100), 8)
+    doc["samples"][1]["gpus"][2]["temp_gpu"] = 900
+    _, verdict = judge(doc)
+    assert verdict.status == ERROR
+    assert "GPU 2 temp_gpu_max = 900 C (a temperature must be a number in -40..150)" in verdict.reason
