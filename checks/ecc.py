@@ -56,8 +56,18 @@ from checks.base import (
     Verdict,
     register,
 )
+from checks.evidence import COUNT, FLAG, Rule
 from checks.parsers import Parsed, register_parser
-from checks.probe_check import Facts, Probe, ProbeCheck, ProbeParams, gpu_list, judge_max, load_probe
+from checks.probe_check import (
+    PROBE_EVIDENCE,
+    Facts,
+    Probe,
+    ProbeCheck,
+    ProbeParams,
+    gpu_list,
+    judge_max,
+    load_probe,
+)
 from checks.xid import (
     CRITICAL,
     INFO,
@@ -173,6 +183,29 @@ class EccHealth(ProbeCheck):
     description: ClassVar[str] = "ECC mode, ECC error counters, row remapping / page retirement state per GPU."
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = EccThresholds
+    # NVML's ECC counters, remapped rows and retired pages are counts; the mode and repair states
+    # are booleans in the probe (checks/probe/SCHEMA.md). Anything else (-1, 0.5, NaN) is `error`.
+    evidence: ClassVar[dict[str, Rule]] = {
+        **PROBE_EVIDENCE,
+        **dict.fromkeys(
+            (
+                "ecc_volatile_uncorrected",
+                "ecc_volatile_corrected",
+                "ecc_aggregate_uncorrected",
+                "ecc_aggregate_corrected",
+                "remapped_rows_correctable",
+                "remapped_rows_uncorrectable",
+                "retired_pages_single_bit",
+                "retired_pages_double_bit",
+            ),
+            COUNT,
+        ),
+        **dict.fromkeys(
+            ("ecc_enabled", "ecc_pending_enabled", "remap_pending", "remap_failure", "retired_pages_pending"), FLAG
+        ),
+        # NVIDIA Xid catalog codes are positive integers (1..159 today); SXid codes are larger.
+        "xid": Rule("an Xid code", low=1, integer=True),
+    }
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
         # The same budget as the probe, capped: a check given a short budget stays short.

@@ -27,10 +27,14 @@ from checks.base import (
     Measurement,
     NodeContext,
 )
+from checks.evidence import FLAG, Rule
 
 PROBE_SCHEMA = 1
 PROBE_LABEL = "probe.py"
 NO_REASON = "not reported by the probe"
+# What every probe check records (ProbeCheck.parse): the driver's GPU count and, per GPU, whether
+# it answered. Subclasses extend this with their own counters (checks/evidence.py).
+PROBE_EVIDENCE: dict[str, Rule] = {"gpu_present": FLAG}
 
 
 @dataclass
@@ -179,6 +183,7 @@ class ProbeCheck(Check):
     and exit-code diagnosis live here once."""
 
     Params: ClassVar[type] = ProbeParams
+    evidence: ClassVar[dict[str, Rule]] = PROBE_EVIDENCE
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
         from checks.probe import probe_source  # lazy: reading the script is I/O, not needed to parse
