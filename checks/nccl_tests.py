@@ -192,7 +192,7 @@ _RANK = re.compile(
 )
 # Old nccl-tests print the footer without the leading '#'.
 _OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(-?\d+)\s*(\w*)")
-_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([-+0-9.eE]+|-?nan|[-+]?inf)\s*(\w*)", re.IGNORECASE)
+_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(-?nan|[-+]?inf|[-+0-9.eE]+)\s*(\w*)", re.IGNORECASE)
 _VERSION = re.compile(r"NCCL version\s+(\S+)")
 _SETTING = re.compile(r"(\w+):? (\d+)")
 _NAMED = re.compile(r"^#\s*Collective test (?:starting|concluded):\s*(\S+)")
