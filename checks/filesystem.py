@@ -43,6 +43,7 @@ from checks.base import (
     ERROR,
     FAIL,
     PASS,
+    WARN,
     Check,
     Command,
     CommandOutput,
@@ -57,6 +58,7 @@ from checks.base import (
     Verdict,
     register,
 )
+from checks.evidence import ERRNO, Rule
 from checks.parsers import Parsed, register_parser
 
 GB = 1e9  # thresholds are decimal GB/s, as storage vendors quote them
@@ -422,6 +424,7 @@ class FsThroughput(Check):
     description: ClassVar[str] = "Sequential write then read with fio on the parallel filesystem mount, per node."
     Params: ClassVar[type] = FsParams
     Thresholds: ClassVar[type] = FsThresholds
+    evidence: ClassVar[dict[str, Rule]] = {"job_error": ERRNO}  # fio's per-job `error` is an errno
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         "H100-SXM-8": dict(_HGX_NODE_FLOORS),
         "H200-SXM-8": dict(_HGX_NODE_FLOORS),
@@ -470,6 +473,11 @@ class FsThroughput(Check):
                 findings.append(Finding(ERROR, f"fio reported no {ddir} I/O (no {ddir} job result)"))
                 continue
             rates[ddir] = bw
+            if floor is None:  # recorded, not judged: a rate with no floor is never a bare pass
+                findings.append(
+                    Finding(WARN, f"{ddir} {_gbps(bw.value)} GB/s: not judged (no min_{ddir}_gbps floor set)")
+                )
+                continue
             bad = _judge_floor(bw, floor, ddir, "per-node")
             findings.append(bad or Finding(PASS, f"{ddir} {_gbps(bw.value)} GB/s"))
         summary = ", ".join(f"{d} {_gbps(m.value)} GB/s" for d, m in rates.items())
@@ -545,6 +553,7 @@ class FsAggregate(GroupCheck):
     )
     Params: ClassVar[type] = FsAggregateParams
     Thresholds: ClassVar[type] = FsAggregateThresholds
+    evidence: ClassVar[dict[str, Rule]] = {"job_error": ERRNO}
     min_nodes: ClassVar[int] = 2
     # fio exits 1 when a client failed (e.g. could not connect) but still prints the JSON of the
     # others; evaluate_group turns a node without results into `error`, so no false pass.
@@ -586,6 +595,7 @@ class FsAggregate(GroupCheck):
                 f = Finding(ERROR, f"{name}: fio job {m.labels.get('job')} failed with error {int(m.value or 0)}")
                 node_findings.setdefault(name, []).append(f)
         rates: dict[str, dict[str, float]] = {"write": {}, "read": {}}
+        per_node_rates: dict[tuple[str, str], Measurement] = {}
         for m in measurements:
             host = m.labels.get("host", "")
             if m.name in ("write_bw_sum", "read_bw_sum") and host and "job" not in m.labels:
@@ -596,6 +606,7 @@ class FsAggregate(GroupCheck):
                 m.labels["node"] = name
                 if m.value is not None and _moved(measurements, m.name.split("_")[0], host):
                     rates[m.name.split("_")[0]][name] = m.value
+                    per_node_rates[(m.name.split("_")[0], name)] = m
         for n in group.nodes:
             missing = [d for d in ("write", "read") if n.hostname not in rates[d]]
             if missing:
@@ -612,14 +623,26 @@ class FsAggregate(GroupCheck):
                 name=f"aggregate_{ddir}_bw", value=total, unit="B/s", labels={"nodes": str(len(per_node))}
             )
             measurements.append(agg)
-            bad = _judge_floor(agg, floor, f"aggregate {ddir}", f"aggregate ({len(per_node)} nodes)")
-            findings.append(bad or Finding(PASS, f"aggregate {ddir} {_gbps(total)} GB/s over {len(per_node)} nodes"))
-            if t.max_node_deficit_pct is None or len(per_node) < 2:
+            deficit = t.max_node_deficit_pct
+            compared = deficit is not None and len(per_node) >= 2
+            said = f"aggregate {ddir} {_gbps(total)} GB/s over {len(per_node)} nodes"
+            if floor is not None:
+                bad = _judge_floor(agg, floor, f"aggregate {ddir}", f"aggregate ({len(per_node)} nodes)")
+                findings.append(bad or Finding(PASS, said))
+            elif compared:
+                # The nodes are still judged against each other below; the sum is only recorded.
+                findings.append(Finding(PASS, f"{said} (aggregate not judged: no min_aggregate_{ddir}_gbps set)"))
+            else:  # nothing at all compared with a threshold: never a bare pass
+                findings.append(Finding(WARN, f"{said}: not judged (no min_aggregate_{ddir}_gbps, no node comparison)"))
+            if deficit is None or not compared:
                 continue
             median = statistics.median(per_node.values())
             for name, value in sorted(per_node.items()):
                 pct = 100.0 * value / median if median else 100.0
-                if 100.0 - pct > t.max_node_deficit_pct:
+                rate = per_node_rates[(ddir, name)]
+                rate.threshold = f">= {100.0 - deficit:g}% of the median node"
+                rate.ok = 100.0 - pct <= deficit
+                if not rate.ok:
                     node_findings[name].append(
                         Finding(FAIL, f"{name}: {ddir} {_gbps(value)} GB/s, {pct:.0f}% of the median node")
                     )

@@ -18,6 +18,7 @@ kept. With the expected port count met, it is a `warn` naming the exit; otherwis
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -37,6 +38,7 @@ from checks.base import (
     Verdict,
     register,
 )
+from checks.evidence import COUNT, EXIT_STATUS, Rule
 from checks.parsers import Parsed, register_parser
 
 _CA = re.compile(r"^CA '(?P<name>[^']+)'\s*$")
@@ -194,6 +196,7 @@ class IbPorts(Check):
     Thresholds: ClassVar[type] = IbThresholds
     # 255: ibstat could not query some CA but printed the rest (kept; see the module docstring).
     ok_exit_codes: ClassVar[tuple[int, ...]] = (0, 255)
+    evidence: ClassVar[dict[str, Rule]] = {"ibstat_exit_code": EXIT_STATUS, "ports_active": COUNT}
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         # DGX H100 user guide (hardware overview): 8x single-port ConnectX-7 for the compute
         # fabric, 400 Gb/s NDR InfiniBand each (HGX H100 reference designs use the same 8x NDR).
@@ -268,8 +271,73 @@ class IbPorts(Check):
                 findings.append(Finding(WARN, f"ibstat exited {int(exit_m.value)}{said}; {readable}"))
             else:
                 findings.append(Finding(ERROR, f"ibstat exited {int(exit_m.value)}{said}; only {readable}"))
-        rate_text = sorted({f"{rates[(m.labels['ca'], m.labels['port'])].value or 0:g}" for m in judged})
+        active_rates = [
+            rates[key].value
+            for m in judged
+            if m.text == "Active" and (key := (m.labels["ca"], m.labels["port"])) in rates
+        ]
+        rate_text = sorted({f"{r or 0:g}" for r in active_rates})
         pass_reason = f"{active} {t.link_layers} ports Active at {'/'.join(rate_text)} Gb/s"
+        # What the run's majority is compared with (IbPorts.consensus), recorded with what judged it.
+        count = Measurement(name="ports_active", value=float(active), labels={"link_layers": t.link_layers})
+        slowest = min((r for r in active_rates if r is not None), default=None)
+        rate = Measurement(name="port_rate_min", value=slowest, unit="Gb/s", labels={"link_layers": t.link_layers})
+        if t.expected_ports is not None:
+            count.labels["expected"] = str(t.expected_ports)
+            count.threshold, count.ok = f"== {t.expected_ports}", active == t.expected_ports
+        if t.expected_rate_gbps is not None:
+            rate.labels["expected"] = f"{t.expected_rate_gbps:g}"
+        measurements += [count, rate]
+        unjudged = [
+            what for what, limit in (("port count", t.expected_ports), ("rate", t.expected_rate_gbps)) if limit is None
+        ]
+        if unjudged:
+            # Recorded, not judged: warn at most. The run's majority is the comparison (consensus).
+            names = " and ".join(unjudged)
+            settings = " / ".join(
+                n for n, v in (("expected_ports", t.expected_ports), ("expected_rate_gbps", t.expected_rate_gbps))
+                if v is None
+            )  # fmt: skip
+            findings.append(
+                Finding(
+                    WARN,
+                    f"{pass_reason}: {names} not judged (no {settings} set); compared with the run's majority",
+                )
+            )
         if not findings:
             findings.append(Finding(PASS, pass_reason))
         return Verdict.from_findings(findings, pass_reason=pass_reason)
+
+    @classmethod
+    def consensus(cls, per_node: dict[str, list[Measurement]]) -> dict[str, str]:
+        """Without an expected port count or rate, a node is compared with the run's strict
+        majority: fewer active ports, or a slower slowest port, than most nodes is the odd one out
+        ("6 active InfiniBand ports, 7 of 8 nodes have 8"). A node never fails for having more."""
+        return ib_consensus(per_node)
+
+
+def ib_consensus(per_node: dict[str, list[Measurement]]) -> dict[str, str]:
+    """hostname -> reason for nodes below the strict majority (see IbPorts.consensus). Nodes whose
+    count or rate was already judged against an expected value are not compared again."""
+    odd: dict[str, list[str]] = {}
+    for name in ("ports_active", "port_rate_min"):
+        values: dict[str, tuple[float, str]] = {}
+        for host, measurements in per_node.items():
+            m = next((x for x in measurements if x.name == name), None)
+            if m is None or m.value is None or m.labels.get("expected"):
+                continue
+            values[host] = (m.value, m.labels.get("link_layers", ""))
+        if len(values) < 2:
+            continue
+        top, count = Counter(v for v, _ in values.values()).most_common(1)[0]
+        if count * 2 <= len(values):
+            continue  # no strict majority: nothing to call odd
+        for host, (value, layers) in sorted(values.items()):
+            if value >= top:
+                continue
+            if name == "ports_active":
+                why = f"{value:g} active {layers} ports, {count} of {len(values)} nodes have {top:g}"
+            else:
+                why = f"slowest active port at {value:g} Gb/s, {count} of {len(values)} nodes have {top:g} Gb/s"
+            odd.setdefault(host, []).append(why)
+    return {host: "; ".join(reasons) for host, reasons in odd.items()}

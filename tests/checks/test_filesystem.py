@@ -12,6 +12,7 @@ from checks.base import (
     ERROR,
     FAIL,
     PASS,
+    WARN,
     Command,
     CommandOutput,
     EvidenceError,
@@ -171,13 +172,19 @@ def test_it_fails_a_slow_node_naming_the_rate(sim: SimPaths, tmp_path: Path) -> 
 
 
 def test_it_records_without_judging_on_the_generic_profile(sim: SimPaths, tmp_path: Path) -> None:
+    # Any rate (here 1% of normal) is recorded; with no floor it is "not judged": warn, never pass.
     node = make_node(sim, tmp_path, "gpu03", fs_factor=0.01)
     params = FsThroughput.make_params({**FAST, "path": str(tmp_path)})
     outputs = [node.run(c) for c in FsThroughput().commands(params, NodeContext(hostname="gpu03"))]
-    _, verdict = run_check(
+    measurements, verdict = run_check(
         FsThroughput, params, resolve_thresholds("fs_throughput", "generic"), outputs, NodeContext(hostname="gpu03")
     )
-    assert verdict.status == PASS
+    assert verdict.status == WARN
+    assert verdict.reason == (
+        "write 0.05 GB/s: not judged (no min_write_gbps floor set); "
+        "read 0.06 GB/s: not judged (no min_read_gbps floor set)"
+    )
+    assert next(m for m in measurements if m.name == "write_bw_sum").ok is None
 
 
 def test_it_errors_when_the_mount_is_missing(sim: SimPaths, tmp_path: Path) -> None:
@@ -222,7 +229,10 @@ def run_group(sim: SimPaths, root: Path, nodes: list[str], thresholds=None, **fa
 def test_it_passes_four_healthy_nodes_in_client_mode(sim: SimPaths, tmp_path: Path) -> None:
     ms, verdict, outputs = run_group(sim, tmp_path, ["gpu01", "gpu02", "gpu03", "gpu04"])
     assert verdict.status == PASS, verdict.reason
-    assert verdict.reason == "aggregate write 20 GB/s over 4 nodes; aggregate read 24 GB/s over 4 nodes"
+    assert verdict.reason == (
+        "aggregate write 20 GB/s over 4 nodes (aggregate not judged: no min_aggregate_write_gbps set); "
+        "aggregate read 24 GB/s over 4 nodes (aggregate not judged: no min_aggregate_read_gbps set)"
+    )
     assert verdict.node_verdicts == {}
     assert "client_stats" in outputs[0].stdout
     assert not Path(f"/tmp/kiln-fio-test-{tmp_path.name}.fio").exists()  # job file removed
