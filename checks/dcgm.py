@@ -167,10 +167,18 @@ _TEST_ROW = re.compile(r"^\|\s*(?P<name>[^|]*?)\s*\|\s*(?P<result>[^|]*?)\s*\|\s
 _RESULT = re.compile(r"^(?P<status>Pass|Fail|Warn|Warning|Skip|Skipped|Not Run)\b(?:\s*-\s*(?P<rest>.*))?$", re.I)
 
 
+_BORDER = re.compile(r"^\+[-=]+\+[-=]+\+$")  # the table's closing line: "+-----+-----+"
+
+
 def parse_text_table(text: str) -> tuple[list[Measurement], list[str]]:
+    """dcgmi diag's result table. A table that does not end with its closing border was cut (the
+    run was killed mid-print or the output truncated): EvidenceError, never a shorter pass."""
     out: list[Measurement] = []
     category = ""
     last: Measurement | None = None
+    table = [line.strip() for line in text.splitlines() if line.strip().startswith(("|", "+"))]
+    if table and not _BORDER.match(table[-1]) and any(_TEST_ROW.match(line) for line in table):
+        raise EvidenceError(f"dcgmi diag table incomplete: it ends at {table[-1][:80]!r}, not its closing border")
     for line in text.splitlines():
         line = line.strip()
         header = _CATEGORY_ROW.match(line)
