@@ -295,8 +295,10 @@ def result_record(
     series: list[CheckSeries] | None = None,
     attribution: dict[str, dict[str, str]] | None = None,
     node_set: str | None = None,
+    truncated: bool = False,
 ) -> bool:
-    """Finish a claimed result exactly once. Returns False when it was already finished or taken."""
+    """Finish a claimed result exactly once. Returns False when it was already finished or taken.
+    `truncated`: the transport already cut a command's output while reading it (CommandOutput.truncated)."""
     stdout, cut_out = _cap(stdout)
     stderr, cut_err = _cap(stderr)
     with transaction.atomic():
@@ -306,7 +308,7 @@ def result_record(
             command=command,
             stdout=stdout,
             stderr=stderr,
-            output_truncated=cut_out or cut_err,
+            output_truncated=cut_out or cut_err or truncated,
             exit_code=exit_code,
             finished_at=timezone.now(),
             duration_s=duration_s,
@@ -518,6 +520,7 @@ def record_from_check(
 ) -> bool:
     """Record a check's verdict with its commands' raw outputs joined (one section per command).
     `extra` (series, attribution, node_set) goes to result_record."""
+    extra.setdefault("truncated", any(getattr(o, "truncated", False) for o in outputs))
     if len(outputs) == 1:
         out = outputs[0]
         return result_record(
