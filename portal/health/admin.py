@@ -5,6 +5,7 @@ controller key path is set here, by a superuser; scheduler actions are records, 
 from __future__ import annotations
 
 from django.contrib import admin
+from django.db import models
 
 from portal.health.models import (
     AlertDelivery,
@@ -20,6 +21,7 @@ from portal.roles import ReadOnlyAdmin, SuperuserFieldsAdmin
 @admin.register(ClusterHealthSettings)
 class ClusterHealthSettingsAdmin(SuperuserFieldsAdmin, admin.ModelAdmin):
     list_display = ["cluster", "hook_mode", "controller_host", "webhook_format"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}  # as the settings page's form
 
 
 @admin.register(SchedulerAction)
