@@ -439,10 +439,25 @@ def _judge(
         return [], Verdict(status=ERROR, reason=impossible_evidence.reason(impossible))
     if verdict.status not in VERDICT_STATUSES:
         return measurements, Verdict(status=ERROR, reason=f"internal error in {check.key}: verdict {verdict.status!r}")
+    cut = [o for o in outputs if o.truncated]
+    if cut and verdict.status in (PASS, WARN):
+        return measurements, _cut(verdict, cut)
     measured = [m for m in measurements if m.value is not None and m.unit in impossible_evidence.QUANTITY_UNITS]
     if verdict.status == PASS and measured and not any(m.ok is not None for m in measurements):
         return measurements, _not_judged(verdict)
     return measurements, verdict
+
+
+def _cut(verdict: Verdict, cut: list[CommandOutput]) -> Verdict:
+    """A verdict no worse than warn on an output whose middle the transport dropped (over its read
+    cap, worker/ssh.py): what was cut (an Xid line, a result row, an error count) cannot be judged,
+    so it is `error`. A fail found in what was kept stands (it is returned unchanged by the caller)."""
+    labels = ", ".join(o.command.label or (o.command.argv[0] if o.command.argv else "command") for o in cut)
+    reason = f"output truncated by the transport ({labels}: over its read cap); what was cut cannot be judged"
+    findings = [*verdict.findings, Finding(ERROR, reason)]
+    if isinstance(verdict, GroupVerdict):
+        return GroupVerdict(status=ERROR, reason=reason, findings=findings, node_verdicts=dict(verdict.node_verdicts))
+    return Verdict(status=ERROR, reason=reason, findings=findings)
 
 
 def _not_judged(verdict: Verdict) -> Verdict:
