@@ -60,3 +60,37 @@ def test_viewers_read_the_scrubbed_output_on_the_deliveries_page(cluster, make_u
     client.force_login(make_user("v", "viewer"))
     page = client.get(reverse("health_deliveries", args=["c1"])).content.decode()
     assert "token=[redacted]" in page and "metrics-bearer-token-0123" not in page
+
+
+def test_a_webhook_error_answer_is_shown_redacted_and_short(settings) -> None:
+    """The worker POSTs to the operator's URL; the start of an error answer is kept for viewers."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from portal.health import notify
+
+    settings.SECRET_KEY = "django-insecure-this-is-the-site-secret"
+    body = f"internal error: password=hunter2 key={settings.SECRET_KEY} " + "y" * 1000
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(500)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(notify.DeliveryError) as caught:
+            notify.post_json(url=f"http://127.0.0.1:{server.server_address[1]}/hook", body={"a": 1})
+    finally:
+        server.shutdown()
+        server.server_close()
+    message = str(caught.value)
+    assert message.startswith("HTTP 500") and "password=[redacted]" in message
+    assert "hunter2" not in message and settings.SECRET_KEY not in message
+    assert len(message) < 260
