@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -42,6 +43,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_celery_beat",
+    "axes",  # login throttling: see "Web hardening" below
     "portal.inventory",
     "portal.catalog",
     "portal.runs",
@@ -51,6 +53,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "portal.middleware.ContentSecurityPolicyMiddleware",
+    # 400 for a NUL, another control character or non-UTF-8 bytes in a path, parameter or form field.
+    "portal.middleware.RejectUnreadableInputMiddleware",
     # Serves plotly.js, htmx and CSS from the app itself: air-gapped sites load nothing from a CDN.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -60,6 +65,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: turns a locked-out login into its lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -176,9 +183,75 @@ EMAIL_HOST_PASSWORD = os.environ.get("KILN_EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("KILN_EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("KILN_DEFAULT_FROM_EMAIL", "kiln@localhost")
 
-if not DEBUG:
-    SESSION_COOKIE_HTTPONLY = True
-    X_FRAME_OPTIONS = "DENY"
+# --- Web hardening (docs/security.md, "Web hardening") ----------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+# KILN_HTTPS=1: the portal is reached over HTTPS only. Cookies are sent over HTTPS only, plain HTTP
+# is redirected, and browsers are told to use HTTPS for the next year (HSTS).
+KILN_HTTPS = env_bool("KILN_HTTPS", False)
+# Behind a proxy that terminates TLS, Django sees plain HTTP: set KILN_TRUST_PROXY_SSL_HEADER=1 so
+# that `X-Forwarded-Proto: https` marks a request secure (without it, SECURE_SSL_REDIRECT redirects
+# forever). Only when the proxy sets or strips that header on every request: a client that reaches
+# the portal directly, or through a proxy that passes the header on, could claim HTTPS with it.
+KILN_TRUST_PROXY_SSL_HEADER = env_bool("KILN_TRUST_PROXY_SSL_HEADER", False)
+if KILN_TRUST_PROXY_SSL_HEADER:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+if KILN_HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    # One year (31536000 s): the shortest max-age hstspreload.org accepts, and the OWASP HTTP Strict
+    # Transport Security Cheat Sheet's example (max-age=31536000; includeSubDomains).
+    SECURE_HSTS_SECONDS = int(os.environ.get("KILN_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("KILN_HSTS_INCLUDE_SUBDOMAINS", True)
+    # Preloading puts the domain in the browsers' built-in HSTS lists, which is the site owner's
+    # decision to submit (hstspreload.org) and hard to undo; internal names cannot be preloaded. Off
+    # unless asked for, and Django's reminder (security.W021) is silenced for that reason.
+    SECURE_HSTS_PRELOAD = env_bool("KILN_HSTS_PRELOAD", False)
+    if not SECURE_HSTS_PRELOAD:
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
+# Content-Security-Policy (portal/middleware.py). Everything is served by the app itself (air-gapped
+# sites): no CDN, no inline script, no eval. The exceptions, each needed by what the pages run:
+#   style-src 'unsafe-inline': plotly.js adds <style> rules (modebar, hover labels) and style
+#     attributes to its SVG at run time, htmx adds its indicator rule, and the templates use style
+#     attributes. Styles cannot run script; injecting markup at all would need an escaping bug.
+#   img-src data: blob:: plotly draws heatmaps into data: images, and "download plot" uses a blob.
+KILN_CSP: dict[str, list[str]] = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:", "blob:"],
+    "font-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'none'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+if KILN_HTTPS:
+    KILN_CSP["upgrade-insecure-requests"] = []
+
+# Login throttling (django-axes): failures are counted per (username, client address); after
+# KILN_LOGIN_FAILURE_LIMIT in a row that pair is locked out for KILN_LOGIN_COOLOFF_MINUTES, and a
+# success resets the count. 10 and 30 min: PCI DSS v4.0 requirement 8.3.4 (lock out after not more
+# than 10 invalid attempts, for at least 30 minutes); NIST SP 800-63B section 5.2.2 allows at most
+# 100 consecutive failures per account. Unlock early: `manage.py axes_reset_username NAME`, or
+# delete the attempt in the admin (Axes > Access attempts).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("KILN_LOGIN_FAILURE_LIMIT", "10"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("KILN_LOGIN_COOLOFF_MINUTES", "30")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False  # no banner on every manage.py command; lockouts are still logged (warning)
+# The client address: REMOTE_ADDR, or behind KILN_PROXY_COUNT proxies that each append to
+# X-Forwarded-For, the address the outermost one saw (portal/middleware.py). 0 without a proxy: a
+# client could otherwise write any address into the header and never be locked out.
+KILN_PROXY_COUNT = int(os.environ.get("KILN_PROXY_COUNT", "0"))
+AXES_CLIENT_IP_CALLABLE = "portal.middleware.client_ip"
 
 LOGGING = {
     "version": 1,

@@ -12,6 +12,7 @@ run commands).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 from ClusterShell.RangeSet import RangeSetException
@@ -77,11 +78,21 @@ def count_bound(text: str, *, stop_above: int | None = None) -> int:
     return total
 
 
+def _elements(ranges: str) -> Iterator[str]:
+    """The comma-separated elements of a range list, one at a time (a 100,000-element list is not
+    split into a list first: the count stops as soon as it is over the limit)."""
+    start = 0
+    while (end := ranges.find(",", start)) >= 0:
+        yield ranges[start:end]
+        start = end + 1
+    yield ranges[start:]
+
+
 def _range_count(ranges: str, *, stop_above: int | None = None) -> int:
     """How many indexes one bracket's range list holds (an upper bound: overlaps count twice)."""
     shown = ranges if len(ranges) <= 40 else ranges[:37] + "..."
     count = 0
-    for element in ranges.split(","):
+    for element in _elements(ranges):
         match = _RANGE.fullmatch(element)
         if match is None:
             raise NodeSetError(f"[{shown}]: {element.strip()[:40]!r} is not a number or a range like 1-8 or 1-8/2")

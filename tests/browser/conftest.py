@@ -84,6 +84,9 @@ def browser_context(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator
             accept_downloads=True,
         )
         context.set_default_timeout(15_000)
+        # Every page reports what its Content-Security-Policy blocked to the console, where the page
+        # fixture fails the test on it (Chromium also logs its own "Refused to ..." line).
+        context.add_init_script(CSP_REPORTER_JS)
         try:
             yield context
         finally:
@@ -93,18 +96,33 @@ def browser_context(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator
         runtime.stop()
 
 
+CSP_REPORTER_JS = """document.addEventListener('securitypolicyviolation', (e) => {
+  console.error(`CSP violation: ${e.violatedDirective} blocked ${e.blockedURI || 'inline'} in ${e.documentURI}`
+    + (e.sample ? ` (${e.sample})` : ''));
+});"""
+CSP_MESSAGE = re.compile(r"CSP violation|Content Security Policy|Content-Security-Policy", re.I)
+
+
+def csp_violations(messages: list[str]) -> list[str]:
+    return [m for m in messages if CSP_MESSAGE.search(m)]
+
+
 @pytest.fixture
 def page(browser_context: BrowserContext) -> Iterator[Page]:
     page = browser_context.pages[0] if browser_context.pages else browser_context.new_page()
     errors: list[str] = []
     elsewhere: list[str] = []
+    console: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("request", lambda r: None if LOCAL_URL.match(r.url) else elsewhere.append(r.url))
+    page.on("console", lambda m: console.append(m.text) if m.type in ("error", "warning") else None)
     yield page
     # A JavaScript exception on any page is a bug even when the assertions passed; and GPU sites are
-    # air-gapped: every script, style and font must come from the app itself, never from a CDN.
+    # air-gapped: every script, style and font must come from the app itself, never from a CDN. The
+    # pages and charts must work under the Content-Security-Policy: nothing it blocks, ever.
     assert not errors, f"JavaScript errors: {errors}"
     assert not elsewhere, f"requests that left the app: {elsewhere}"
+    assert not csp_violations(console), f"Content-Security-Policy violations: {csp_violations(console)}"
 
 
 Shot = Callable[[str], Path]

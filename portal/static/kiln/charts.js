@@ -1,5 +1,6 @@
-/* Kiln charts: draw plotly figures from a JSON endpoint (data-src) or an embedded json_script
-   (data-figure = the script element's id). plotly.js is served by the app itself (no CDN).
+/* Kiln charts: draw plotly figures from a JSON endpoint (data-src), an embedded json_script
+   (data-figure = the script element's id), or the list in json_script "history-charts" (history
+   pages). plotly.js is served by the app itself (no CDN); no inline script (Content-Security-Policy).
    A point whose customdata is a local URL ("/...") opens it on click (rack heatmap, NCCL lines). */
 (function () {
   "use strict";
@@ -24,6 +25,7 @@
     el.on("plotly_click", function (event) {
       var point = event && event.points && event.points[0];
       var url = point && point.customdata;
+      if (Array.isArray(url)) url = url[0]; // history figures: [url, label, ...]
       if (typeof url === "string" && url.charAt(0) === "/" && url.charAt(1) !== "/") {
         window.location.href = url;
       }
@@ -51,6 +53,14 @@
   function init() {
     var charts = document.querySelectorAll(".kiln-chart");
     for (var i = 0; i < charts.length; i++) load(charts[i]);
+    // History pages embed a list of {div, figure} (history/_figures.html).
+    var listed = document.getElementById("history-charts");
+    if (listed) {
+      JSON.parse(listed.textContent).forEach(function (chart) {
+        var el = document.getElementById(chart.div);
+        if (el) draw(el, chart.figure);
+      });
+    }
     var pickers = document.querySelectorAll("[data-autosubmit]");
     for (var j = 0; j < pickers.length; j++) {
       pickers[j].addEventListener("change", function (event) { event.target.form.submit(); });

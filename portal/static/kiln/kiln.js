@@ -1,0 +1,12 @@
+/* Kiln: page behaviour, from a file rather than inline attributes, so that the Content-Security-Policy
+   can forbid inline script (settings.KILN_CSP). */
+(function () {
+  "use strict";
+  // <button data-confirm="Delete this schedule?">: asks before the click goes through.
+  document.addEventListener("click", function (event) {
+    var el = event.target.closest ? event.target.closest("[data-confirm]") : null;
+    if (el && !window.confirm(el.getAttribute("data-confirm"))) {
+      event.preventDefault();
+    }
+  });
+})();
