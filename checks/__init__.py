@@ -10,6 +10,7 @@ from checks import (  # noqa: F401  (importing registers the checks and parsers)
     filesystem,
     infiniband,
     inventory,
+    io_benchmarks,
     links,
     nccl,
     nvidia_smi,

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from checks.base import EvidenceError
-from checks.filesystem import parse_ior
+from checks.io_benchmarks import parse_ior
 from checks.parsers import parse_output
 from tests.checks.probe_docs import REPO
 
