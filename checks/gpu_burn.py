@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from checks import evidence
 from checks.base import EvidenceError, Measurement
 from checks.parsers import Parsed, register_parser
 
@@ -93,8 +94,15 @@ def parse_gpu_burn_text(text: str) -> BurnResult:
         procd = _PROCD_ITEM.findall(match.group("procd"))
         errs = _ERROR_ITEM.findall(match.group("errors"))
         tmps = _TEMP_ITEM.findall(match.group("temps") or "")
-        if len(errs) != len(procd) and not warnings:
-            warnings.append(f"progress record {records}: {len(procd)} GPUs but {len(errs)} error counts")
+        # gpu_burn prints every column for every GPU; a column that stops short (or a "temps:"
+        # the pattern could not read) is a garbled record, not fewer GPUs.
+        garbled = text[match.end() :].lstrip(" \t").startswith("temps:")
+        if len(errs) != len(procd) or (match.group("temps") is not None and len(tmps) != len(procd)) or garbled:
+            shown = (match.group(0) + text[match.end() : match.end() + 40]).strip()[:200]
+            raise EvidenceError(
+                f"{evidence.PREFIX}: gpu_burn progress record {records} is garbled ({len(procd)} rates, "
+                f"{len(errs)} error counts, {len(tmps)} temperatures): {shown!r}"
+            )
         for index, (count, rate) in enumerate(procd):
             # NaN / inf stay as printed: checks/evidence.py turns them into `error` by name.
             gflops.setdefault(index, []).append(float(rate))

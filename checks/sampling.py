@@ -38,8 +38,20 @@ SAMPLE_FIELDS: dict[str, str] = {
     "ecc_volatile_uncorrected": "",
     "ecc_volatile_corrected": "",
 }
-# Sample fields that are counts (bit masks and error counters): non-negative integers.
-COUNTER_FIELDS = ("clock_event_reasons", "ecc_volatile_uncorrected", "ecc_volatile_corrected")
+# What each sample field can be (checks/evidence.py): one impossible reading makes the whole
+# document `error`, since a mean, a steady-state window or an increase would hide it.
+SAMPLE_RULES: dict[str, evidence.Rule] = {
+    # NVML reports temperatures as unsigned integers (nvmlDeviceGetTemperature: unsigned int *temp);
+    # the upper bound is the evidence layer's for every temperature.
+    "temp_gpu": evidence.Rule("an NVML temperature", low=0, high=evidence.UNIT_RULES["C"].high),
+    "temp_memory": evidence.Rule("an NVML temperature", low=0, high=evidence.UNIT_RULES["C"].high),
+    "power_w": evidence.UNIT_RULES["W"],
+    "sm_clock_mhz": evidence.UNIT_RULES["MHz"],
+    # Bit masks and error counters: non-negative integers.
+    "clock_event_reasons": evidence.COUNT,
+    "ecc_volatile_uncorrected": evidence.COUNT,
+    "ecc_volatile_corrected": evidence.COUNT,
+}
 # Counters of the before/after probe documents that increases are computed from.
 _PROBE_COUNTERS = (
     ("ecc_errors", "volatile", "uncorrected"),
@@ -288,7 +300,8 @@ def parse_sampling(text: str) -> SamplingDoc:
                 value = entry.get(name)
                 if value is not None and not _is_number(value):
                     raise EvidenceError(f"sample #{pos} GPU {index}: {name} is {value!r}, expected a number")
-                if value is not None and name in COUNTER_FIELDS and (why := evidence.COUNT.problem(value)):
+                rule = SAMPLE_RULES.get(name)
+                if value is not None and rule is not None and (why := rule.problem(value)):
                     raise EvidenceError(f"{evidence.PREFIX}: sample #{pos} GPU {index} {name} = {value!r} ({why})")
                 values[name] = value
             gpus[index] = values
@@ -342,9 +355,12 @@ def _check_probe_counters(doc: Any, when: str) -> None:
     """The before/after probe's ECC and row-remap counters feed increases (max(0, after - before)):
     a negative or fractional one would read as no increase, so it is impossible evidence."""
     gpus = doc.get("gpus") if isinstance(doc, dict) else None
-    for gpu in gpus if isinstance(gpus, list) else []:
-        if not isinstance(gpu, dict):
-            continue
+    seen: set[int] = set()
+    for pos, gpu in enumerate(gpus if isinstance(gpus, list) else []):
+        index = gpu.get("index") if isinstance(gpu, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0 or index in seen:
+            raise EvidenceError(f"the '{when}' probe: GPU entry #{pos} has no valid, unique 'index' ({index!r})")
+        seen.add(index)
         for path in _PROBE_COUNTERS:
             node: Any = gpu
             for key in path:
@@ -354,7 +370,7 @@ def _check_probe_counters(doc: Any, when: str) -> None:
             why = evidence.COUNT.problem(node) if _is_number(node) else "not a finite number"
             if why:
                 where = f"GPU {gpu.get('index')} {'.'.join(path)}"
-                raise EvidenceError(f"{evidence.PREFIX}: probe {when} the burn, {where} = {node!r} ({why})")
+                raise EvidenceError(f"{evidence.PREFIX}: the '{when}' probe, {where} = {node!r} ({why})")
 
 
 def _is_number(value: Any) -> bool:

@@ -45,6 +45,7 @@ printf '@@kiln-section ibstat\n'
 if command -v ibstat >/dev/null 2>&1; then ibstat; printf '\n@@kiln-rc %s\n' "$?"
 else echo 'ibstat: command not found' >&2; printf '@@kiln-rc 127\n'; fi
 """
+SECTIONS = ("kernel", "os_release", "ibstat")
 # uname, cat and ibstat answer in well under a second (conservative default; tune per site).
 FACTS_TIMEOUT_S = 30.0
 
@@ -118,6 +119,13 @@ class SoftwareConsistency(ProbeCheck):
         if not script:
             raise EvidenceError("no kernel / os-release output to judge")
         sections = split_sections(script[0].stdout)
+        # FACTS_SCRIPT closes every section with "@@kiln-rc N": one missing or unclosed means
+        # the output was cut short, and a fact read from half a section is no evidence.
+        cut = [name for name in SECTIONS if sections.get(name, ("", None))[1] is None]
+        if cut:
+            raise EvidenceError(
+                f"{FACTS_LABEL} output incomplete: section {', '.join(cut)} cut short (no '@@kiln-rc' line)"
+            )
         errors = [s.strip() for s in script[0].stderr.splitlines() if s.strip()]
         return measurements + self._host_facts(sections, errors)
 
@@ -149,6 +157,8 @@ class SoftwareConsistency(ProbeCheck):
         try:
             ib = parse_ibstat_text(text)
         except EvidenceError as exc:
+            if rc == 0:  # ibstat said it succeeded: what it printed is garbled or cut, not absent
+                raise EvidenceError(f"ibstat section: {exc}") from None
             out.append(Measurement(name="nic_firmware", text="", labels={"missing": f"{why('ibstat', rc)} ({exc})"}))
             return out
         for m in ib:

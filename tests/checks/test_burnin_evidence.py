@@ -159,7 +159,7 @@ def test_it_errors_on_a_negative_ecc_counter_in_the_telemetry() -> None:
     _, verdict = judge(doc)
     assert (verdict.status, verdict.reason) == (
         ERROR,
-        "impossible evidence: probe after the burn, GPU 5 ecc_errors.volatile.uncorrected = -1 "
+        "impossible evidence: the 'after' probe, GPU 5 ecc_errors.volatile.uncorrected = -1 "
         "(a count must be a non-negative integer)",
     )
     doc = sampling_doc(fixture(A100), 8)
@@ -174,4 +174,27 @@ def test_it_errors_on_an_impossible_temperature_in_the_telemetry() -> None:
     doc["samples"][1]["gpus"][2]["temp_gpu"] = 900
     _, verdict = judge(doc)
     assert verdict.status == ERROR
-    assert "GPU 2 temp_gpu_max = 900 C (a temperature must be a number in -40..150)" in verdict.reason
+    assert verdict.reason == (
+        "impossible evidence: sample #1 GPU 2 temp_gpu = 900 (an NVML temperature must be a number in 0..150)"
+    )
+
+
+def test_one_negative_nvml_temperature_cannot_hide_in_a_mean() -> None:
+    doc = sampling_doc(fixture(A100), 8)
+    doc["samples"][3]["gpus"][6]["temp_memory"] = -1  # NVML temperatures are unsigned
+    _, verdict = judge(doc)
+    assert verdict.status == ERROR
+    assert "sample #3 GPU 6 temp_memory = -1 (an NVML temperature must be a number in 0..150)" in verdict.reason
+
+
+def test_it_errors_on_a_garbled_progress_record_instead_of_reading_half_of_it() -> None:
+    # "inf C" stops the temperature column short: before, the GPUs after it silently lost a reading.
+    text = fixture(A100)
+    start = text.rindex("temps: ")
+    garbled = text[:start] + text[start:].replace("60 C", "inf C", 1)
+    with pytest.raises(
+        EvidenceError, match=r"gpu_burn progress record \d+ is garbled \(8 rates, 8 error counts, 3 temp"
+    ):
+        parse_gpu_burn(garbled)
+    _, verdict = judge(sampling_doc(garbled, 8))
+    assert verdict.status == ERROR

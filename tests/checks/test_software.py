@@ -142,3 +142,20 @@ def test_it_flags_the_simulated_node_with_the_odd_kernel(sim, tmp_path: Path) ->
     assert SoftwareConsistency.consensus(per_node) == {
         "gpu02": "kernel 6.5.0-1-generic differs from 3 of 4 nodes (6.8.0-45-generic)"
     }
+
+
+@pytest.mark.parametrize("cut_at", ["@@kiln-section ibstat", "@@kiln-rc 0\n@@kiln-section ibstat", "CA 'mlx5_3'"])
+def test_it_errors_when_the_facts_output_was_cut_short(cut_at: str) -> None:
+    # Every section ends with "@@kiln-rc N"; before this, a cut ibstat section passed without NIC firmware.
+    stdout = facts_stdout()
+    measurements, verdict = judge(stdout=stdout[: stdout.index(cut_at)])
+    assert verdict.status == ERROR
+    assert verdict.reason.startswith(f"{FACTS_LABEL} output incomplete: section ")
+    assert measurements == []
+
+
+def test_it_errors_on_a_garbled_ibstat_section_that_exited_0() -> None:
+    garbled = IBSTAT.replace("Port 1:", "Port inf:", 1)
+    _, verdict = judge(stdout=facts_stdout(ibstat=garbled))
+    assert verdict.status == ERROR
+    assert verdict.reason.startswith("ibstat section: ")
