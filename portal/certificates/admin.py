@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from portal.certificates.models import AuditEvent, Campaign, Certificate, Waiver
+from portal.certificates.models import AuditEvent, Campaign, Certificate, Revocation, Waiver
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -28,8 +28,18 @@ class CampaignAdmin(ReadOnlyAdmin):
 
 @admin.register(Certificate)
 class CertificateAdmin(ReadOnlyAdmin):
-    list_display = ["number", "campaign", "verdict", "issued_at", "revoked_at"]
+    list_display = ["number", "campaign", "verdict", "issued_at", "revoked"]
+    list_select_related = ["campaign", "revocation"]
     exclude = ["pdf", "payload"]
+
+    @admin.display(boolean=True)
+    def revoked(self, obj: Certificate) -> bool:
+        return obj.revoked
+
+
+@admin.register(Revocation)
+class RevocationAdmin(ReadOnlyAdmin):
+    list_display = ["certificate", "revoked_at", "username", "reason"]
 
 
 @admin.register(Waiver)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
@@ -14,16 +16,20 @@ def _sides_ensure(sender: AppConfig, **kwargs: object) -> None:
         Group.objects.get_or_create(name=side)
 
 
+def _triggers_ensure(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
+    """SQLite drops a table's triggers when a migration rebuilds it: put them back after every migrate."""
+    from django.db import connections
+
+    from portal.certificates import immutability
+
+    immutability.install(connections[using])
+
+
 class CertificatesConfig(AppConfig):
     name = "portal.certificates"
     label = "certificates"
     verbose_name = "Certificates"
 
     def ready(self) -> None:
-        from portal.certificates import signals  # connects the immutability guards
-        from portal.runs.models import BULK_WRITE_GUARDS
-
-        if signals.refuse_certified_bulk_write not in BULK_WRITE_GUARDS:
-            BULK_WRITE_GUARDS.append(signals.refuse_certified_bulk_write)
-
         post_migrate.connect(_sides_ensure, sender=self)
+        post_migrate.connect(_triggers_ensure, sender=self)

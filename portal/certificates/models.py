@@ -97,7 +97,9 @@ class Waiver(models.Model):
 
 class Certificate(models.Model):
     """A sealed certificate. `payload` holds the exact canonical JSON bytes (as text) that were
-    hashed and signed; `seal` the signature record. Issued once, never edited; it can be revoked."""
+    hashed and signed; `seal` the signature record; `pdf` the document with its PDF signature.
+    Issued once; the database refuses any UPDATE or DELETE of the row (see immutability.py).
+    Revocation is a separate, append-only Revocation row."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="certificates")
     number = models.CharField(max_length=64, unique=True)
@@ -109,11 +111,6 @@ class Certificate(models.Model):
     key_fingerprint = models.CharField(max_length=100)
     pdf = models.BinaryField()
     charts_note = models.CharField(max_length=300, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-    revoke_reason = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-issued_at", "-id"]
@@ -123,7 +120,28 @@ class Certificate(models.Model):
 
     @property
     def revoked(self) -> bool:
-        return self.revoked_at is not None
+        """Select `revocation` with the certificate (select_related) where a list shows this."""
+        try:
+            return self.revocation is not None
+        except Revocation.DoesNotExist:
+            return False
+
+
+class Revocation(models.Model):
+    """A certificate withdrawn, with who and why. Append-only: one per certificate, never edited or
+    deleted (database triggers), so a revocation cannot be undone by any path."""
+
+    certificate = models.OneToOneField(Certificate, on_delete=models.PROTECT, related_name="revocation")
+    revoked_at = models.DateTimeField()
+    revoked_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, related_name="+")
+    username = models.CharField(max_length=150)
+    reason = models.TextField()
+
+    class Meta:
+        ordering = ["-revoked_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.certificate_id} revoked {self.revoked_at:%Y-%m-%d}"
 
 
 class CertifiedResult(models.Model):

@@ -2,7 +2,8 @@
 sealed payload back out of one.
 
 The PDF carries two attachments: PAYLOAD_NAME (the exact canonical JSON bytes that were signed) and
-SEAL_NAME (the seal: digest, signature, public key). Anyone can check it offline."""
+SEAL_NAME (the seal: digest, signature, public key); signing.py then signs the whole document.
+Anyone can check both offline (verification.py, `manage.py kiln_verify`, or pdfsig)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class NotACertificate(ValueError):
 
 
 def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict[str, Any], charts: list[Chart],
-               charts_note: str) -> bytes:  # fmt: skip
+               charts_note: str, signer: str = "") -> bytes:  # fmt: skip
     import weasyprint
 
     html = render_to_string(
@@ -44,6 +45,7 @@ def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict
                 for c in charts
             ],
             "charts_note": charts_note,
+            "signer": signer,
             "payload_name": PAYLOAD_NAME,
             "seal_name": SEAL_NAME,
         },
@@ -67,10 +69,12 @@ def pdf_extract(data: bytes) -> tuple[bytes, dict[str, Any]]:
     try:
         reader = PdfReader(io.BytesIO(data))
         attachments = dict(reader.attachments)
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
-        raise NotACertificate(f"cannot read the PDF: {exc}") from None
+    except (PdfReadError, ValueError, KeyError, TypeError, OSError, AttributeError, IndexError, RecursionError) as exc:
+        raise NotACertificate(f"cannot read the PDF: {type(exc).__name__}: {str(exc)[:200]}") from None
     if PAYLOAD_NAME not in attachments or SEAL_NAME not in attachments:
         raise NotACertificate(f"the PDF has no {PAYLOAD_NAME} and {SEAL_NAME} attachments: not a Kiln certificate")
+    if len(attachments[PAYLOAD_NAME]) != 1 or len(attachments[SEAL_NAME]) != 1:
+        raise NotACertificate("the PDF carries more than one payload or seal")
     payload_bytes = attachments[PAYLOAD_NAME][0]
     try:
         seal_data = json.loads(attachments[SEAL_NAME][0])

@@ -13,9 +13,9 @@ The seal itself travels next to the payload (it cannot be inside what it signs):
 {"algorithm": "Ed25519", "sha256": HEX, "signature": BASE64, "public_key": BASE64 raw 32 bytes,
  "key_fingerprint": "SHA256:..."}.
 
-Site key: KILN_SIGNING_KEY (a path to a PKCS#8 PEM Ed25519 private key) when set; otherwise
-DATA_DIR/signing_key.pem, generated at first use with mode 0600. KILN_TRUSTED_KEYS: extra public
-keys this site accepts (comma-separated paths to PEM public keys, e.g. a retired site key).
+Format 2 adds `seal.pdf_certificate_sha256` to the payload: the PDF-signing certificate that must
+sign the document around it (signing.py), so the two signatures cannot be mixed and matched.
+The keys live on disk (keys.py); this module holds only pure functions.
 """
 
 from __future__ import annotations
@@ -24,23 +24,20 @@ import base64
 import hashlib
 import json
 import math
-import os
-import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-FORMAT = "kiln-certificate/1"
+FORMAT = "kiln-certificate/2"
+LEGACY_FORMAT = "kiln-certificate/1"  # payload-only seal; the PDF itself was not signed
 VALID = "valid"
 TAMPERED = "tampered"
 UNKNOWN_KEY = "unknown key"
 NOT_A_CERTIFICATE = "not a certificate"
-
-_key_lock = threading.Lock()
+REVOKED = "revoked"
 
 
 def _plain(value: Any) -> Any:
@@ -84,72 +81,6 @@ def fingerprint(key: Ed25519PublicKey | bytes) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
 
 
-def _setting(name: str) -> str:
-    from django.conf import settings
-
-    return str(getattr(settings, name, "") or os.environ.get(name, "") or "")
-
-
-def signing_key_path() -> Path:
-    from django.conf import settings
-
-    configured = _setting("KILN_SIGNING_KEY")
-    return Path(configured) if configured else Path(settings.DATA_DIR) / "signing_key.pem"
-
-
-def signing_key_load() -> Ed25519PrivateKey:
-    """The site key. Generated at first use when not configured (O_EXCL + 0600: never world-readable,
-    and two processes starting together cannot both write one)."""
-    path = signing_key_path()
-    with _key_lock:
-        if not path.exists():
-            if _setting("KILN_SIGNING_KEY"):
-                raise FileNotFoundError(f"KILN_SIGNING_KEY={path} does not exist")
-            key = Ed25519PrivateKey.generate()
-            pem = key.private_bytes(
-                encoding=serialization.Encoding.PEM,
-                format=serialization.PrivateFormat.PKCS8,
-                encryption_algorithm=serialization.NoEncryption(),
-            )
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass
-            else:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(pem)
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ValueError(f"{path} is not an Ed25519 private key")
-    return key
-
-
-@dataclass(frozen=True)
-class SiteKey:
-    fingerprint: str
-    public_key_b64: str
-    source: str
-    current: bool
-
-
-def trusted_keys() -> list[SiteKey]:
-    """The current site key, then every key of KILN_TRUSTED_KEYS."""
-    current = signing_key_load().public_key()
-    keys = [
-        SiteKey(fingerprint(current), base64.b64encode(public_raw(current)).decode(), str(signing_key_path()), True)
-    ]
-    for entry in _setting("KILN_TRUSTED_KEYS").split(","):
-        entry = entry.strip()
-        if not entry:
-            continue
-        public = serialization.load_pem_public_key(Path(entry).read_bytes())
-        if not isinstance(public, Ed25519PublicKey):
-            raise ValueError(f"KILN_TRUSTED_KEYS: {entry} is not an Ed25519 public key")
-        keys.append(SiteKey(fingerprint(public), base64.b64encode(public_raw(public)).decode(), entry, False))
-    return keys
-
-
 def seal(payload_bytes: bytes, key: Ed25519PrivateKey) -> dict[str, str]:
     digest = hashlib.sha256(payload_bytes).digest()
     public = key.public_key()
@@ -164,8 +95,8 @@ def seal(payload_bytes: bytes, key: Ed25519PrivateKey) -> dict[str, str]:
 
 @dataclass
 class Verdict:
-    """What a verification found. `status` is one of VALID, TAMPERED, UNKNOWN_KEY, NOT_A_CERTIFICATE;
-    `detail` says which test decided it."""
+    """What a verification found. `status` is one of VALID, TAMPERED, UNKNOWN_KEY, NOT_A_CERTIFICATE,
+    REVOKED; `detail` says which test decided it."""
 
     status: str
     detail: str

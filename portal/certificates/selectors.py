@@ -220,7 +220,7 @@ def pending_signatures(*, campaign: Campaign) -> list[Signature]:
 
 
 def campaign_certificates(*, campaign: Campaign) -> QuerySet[Certificate]:
-    return campaign.certificates.defer("pdf", "payload").select_related("revoked_by").order_by("-issued_at", "-id")
+    return campaign.certificates.defer("pdf", "payload").select_related("revocation").order_by("-issued_at", "-id")
 
 
 def signer_side(*, user: AbstractBaseUser | AnonymousUser) -> str | None:

@@ -11,13 +11,14 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from portal.catalog.models import TestPlan
-from portal.certificates import charts, pdf, seal
+from portal.certificates import charts, keys, pdf, seal, signing
 from portal.certificates.models import (
     AuditEvent,
     Campaign,
     CampaignRun,
     Certificate,
     CertifiedResult,
+    Revocation,
     ScopeExclusion,
     Signature,
     Waiver,
@@ -51,6 +52,16 @@ def _require_approver(user: Any) -> None:
         raise CampaignError("only a user with the approver role can do this")
 
 
+def _require_open(campaign: Campaign) -> None:
+    """A campaign with a certificate is closed: its evidence is what the certificate says (the
+    database refuses changes too). Certifying again takes a new campaign."""
+    number = campaign.certificates.order_by("issued_at").values_list("number", flat=True).first()
+    if number:
+        raise CampaignError(
+            f"this campaign is closed: certificate {number} was issued from it; open a new campaign to certify again"
+        )
+
+
 def campaign_create(*, cluster: Cluster, plan: TestPlan, name: str, user: Any) -> Campaign:
     """Open a campaign; the plan is snapshotted now, so editing it later does not move the goal."""
     try:
@@ -76,6 +87,7 @@ def campaign_create(*, cluster: Cluster, plan: TestPlan, name: str, user: Any) -
 
 def campaign_run_add(*, campaign: Campaign, run: Run, user: Any) -> CampaignRun:
     """Count an existing run of the campaign's cluster and plan."""
+    _require_open(campaign)
     if run.cluster_id != campaign.cluster_id:
         raise CampaignError(f"run #{run.pk} is on cluster {run.cluster_id}, not {campaign.cluster.name}")
     if run.plan_id != campaign.plan_id:
@@ -91,6 +103,7 @@ def campaign_run_add(*, campaign: Campaign, run: Run, user: Any) -> CampaignRun:
 
 def campaign_run_start(*, campaign: Campaign, node_set: str, user: Any, enqueue: bool = True) -> Run:
     """Start a run of the campaign's plan on chosen nodes (all in-scope nodes when empty) and count it."""
+    _require_open(campaign)
     cluster = campaign.cluster
     try:
         nodes = run_services.nodes_select(cluster=cluster, node_set=node_set)
@@ -117,6 +130,7 @@ def campaign_run_start(*, campaign: Campaign, node_set: str, user: Any, enqueue:
 
 
 def node_scope_remove(*, campaign: Campaign, node: Node, reason: str, user: Any) -> ScopeExclusion:
+    _require_open(campaign)
     if node.cluster_id != campaign.cluster_id:
         raise CampaignError(f"{node.hostname} is not a node of {campaign.cluster.name}")
     if not reason.strip():
@@ -133,6 +147,7 @@ def node_scope_remove(*, campaign: Campaign, node: Node, reason: str, user: Any)
 
 
 def node_scope_restore(*, campaign: Campaign, node: Node, user: Any) -> None:
+    _require_open(campaign)
     with transaction.atomic():
         deleted, _ = ScopeExclusion.objects.filter(campaign=campaign, node=node).delete()
         if not deleted:
@@ -144,6 +159,7 @@ def waiver_withdraw(*, campaign: Campaign, waiver_id: int, reason: str, user: An
     """Take back a waiver before a certificate cites it; the item is open again. Recorded with the
     justification it had, who withdrew it and why. A signature over the old body no longer stands."""
     _require_approver(user)
+    _require_open(campaign)
     if not reason.strip():
         raise CampaignError("say why the waiver is withdrawn")
     with transaction.atomic():
@@ -152,11 +168,6 @@ def waiver_withdraw(*, campaign: Campaign, waiver_id: int, reason: str, user: An
         )
         if waiver is None:
             raise CampaignError(f"no waiver #{waiver_id} in this campaign")
-        cited = CertifiedResult.objects.filter(
-            result_id=waiver.result_id, certificate__campaign=campaign, certificate__issued_at__gte=waiver.granted_at
-        )
-        if cited.exists():
-            raise CampaignError(f"waiver #{waiver_id} is cited by an issued certificate: revoke that instead")
         what = f"{waiver.node.hostname} × {waiver.item_key} (result #{waiver.result_id})"
         waiver.delete()
         audit_record(
@@ -170,6 +181,7 @@ def waiver_withdraw(*, campaign: Campaign, waiver_id: int, reason: str, user: An
 def waiver_grant(*, campaign: Campaign, hostname: str, item_key: str, justification: str, user: Any) -> Waiver:
     """Accept the current failing (or errored) result of one node × check, with a justification."""
     _require_approver(user)
+    _require_open(campaign)
     if len(justification.strip()) < MIN_JUSTIFICATION:
         raise CampaignError(f"a waiver needs a written justification (at least {MIN_JUSTIFICATION} characters)")
     state = campaign_state(campaign=campaign)
@@ -209,6 +221,7 @@ def certificate_sign(*, campaign: Campaign, user: AbstractBaseUser) -> Signature
     with transaction.atomic():
         # Lock the campaign row: two approvers pressing "sign" together must not issue twice.
         campaign = Campaign.objects.select_for_update().select_related("cluster").get(pk=campaign.pk)
+        _require_open(campaign)
         state = campaign_state(campaign=campaign)
         if not state.ready:
             raise CampaignError("cannot sign yet: " + "; ".join(state.blockers))
@@ -266,6 +279,7 @@ def certificate_issue_retry(*, campaign: Campaign, user: AbstractBaseUser) -> No
     _require_approver(user)
     with transaction.atomic():
         campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+        _require_open(campaign)
         if _signed_pair(campaign) is None:
             raise CampaignError("there is no pair of vendor and customer signatures waiting for a certificate")
         previous = campaign.issue_error or "no certificate yet"
@@ -319,15 +333,18 @@ def certificate_issue(*, campaign_id: int) -> Certificate | None:
     if not state.ready:  # e.g. a run started after both signed: wait for it, then retry
         _issue_blocked(campaign_id, state)
         return None
-    key = seal.signing_key_load()
+    identity = keys.signing_identity_load()  # KeyringError: shown on the campaign, never a new key
     issued_at = timezone.now()
     for collision in range(5):
         number = _number(campaign, issued_at, skip=collision)
         payload_bytes, seal_data, document, note = _render(
-            body=body, state=state, number=number, issued_at=issued_at, signatures=signatures, key=key
+            body=body, state=state, number=number, issued_at=issued_at, signatures=signatures, identity=identity
         )
         with transaction.atomic():
             campaign = Campaign.objects.select_for_update().select_related("cluster").get(pk=campaign_id)
+            if campaign.certificates.exists():  # issued by an earlier delivery of this task
+                _issue_settle(campaign_id)
+                return None
             current = _signed_pair(campaign)
             if current is None or [s.pk for s in current] != [s.pk for s in signatures]:
                 _issue_settle(campaign_id)
@@ -375,9 +392,15 @@ def _number(campaign: Campaign, when: Any, skip: int = 0) -> str:
 
 
 def _render(
-    *, body: dict[str, Any], state: Any, number: str, issued_at: Any, signatures: list[Signature], key: Any
+    *,
+    body: dict[str, Any],
+    state: Any,
+    number: str,
+    issued_at: Any,
+    signatures: list[Signature],
+    identity: keys.SigningIdentity,
 ) -> tuple[bytes, dict[str, Any], bytes, str]:
-    """The sealed payload, its seal, the PDF and the charts note."""
+    """The sealed payload, its seal, the signed PDF and the charts note."""
     payload = {
         **body,
         "number": number,
@@ -392,17 +415,26 @@ def _render(
             }
             for s in signatures
         ],
-        "seal": {"algorithm": "Ed25519", "key_fingerprint": seal.fingerprint(key.public_key())},
+        "seal": {
+            "algorithm": "Ed25519",
+            "key_fingerprint": seal.fingerprint(identity.seal_key.public_key()),
+            "pdf_signature": "PAdES B-B, ECDSA P-256 / SHA-256",
+            "pdf_certificate_sha256": keys.cert_sha256(identity.pdf_cert),
+        },
     }
     payload_bytes = seal.canonical_bytes(payload)
-    seal_data = seal.seal(payload_bytes, key)
+    seal_data = seal.seal(payload_bytes, identity.seal_key)
     result_ids = sorted({c.result_id for c in state.cells if c.result_id is not None})
     chart_list, note = charts.charts_render(result_ids=result_ids, items=state.items)
     document = pdf.pdf_render(
         payload=json.loads(payload_bytes), payload_bytes=payload_bytes, seal_data=seal_data, charts=chart_list,
-        charts_note=note,
+        charts_note=note, signer=keys.cert_fingerprint(identity.pdf_cert),
     )  # fmt: skip
-    return payload_bytes, seal_data, document, note
+    signed = signing.pdf_sign(
+        document, identity, reason=f"Kiln acceptance certificate {number}: {body['verdict']}",
+        location=body["cluster"]["site"],
+    )  # fmt: skip
+    return payload_bytes, seal_data, signed, note
 
 
 def _record(
@@ -450,13 +482,16 @@ def certificate_revoke(*, certificate: Certificate, reason: str, user: Any) -> C
     if not reason.strip():
         raise CampaignError("say why the certificate is revoked")
     with transaction.atomic():
-        certificate = Certificate.objects.select_for_update().get(pk=certificate.pk)
-        if certificate.revoked:
+        certificate = Certificate.objects.select_for_update().defer("pdf", "payload").get(pk=certificate.pk)
+        if Revocation.objects.filter(certificate=certificate).exists():
             raise CampaignError(f"{certificate.number} is revoked already")
-        certificate.revoked_at = timezone.now()
-        certificate.revoked_by = user
-        certificate.revoke_reason = reason.strip()
-        certificate.save(update_fields=["revoked_at", "revoked_by", "revoke_reason"])
+        Revocation.objects.create(
+            certificate=certificate,
+            revoked_at=timezone.now(),
+            revoked_by=user if getattr(user, "pk", None) else None,
+            username=user.get_username() if getattr(user, "pk", None) else "system",
+            reason=reason.strip(),
+        )
         audit_record(
             campaign=certificate.campaign,
             user=user,
@@ -464,25 +499,3 @@ def certificate_revoke(*, certificate: Certificate, reason: str, user: Any) -> C
             detail=f"{certificate.number}: {reason}",
         )
     return certificate
-
-
-def certificate_verify(*, data: bytes) -> seal.Verdict:
-    """valid / tampered / unknown key / not a certificate, for PDF bytes; notes what this portal
-    knows of the number (issued here, revoked, or a different payload under the same number)."""
-    try:
-        payload_bytes, seal_data = pdf.pdf_extract(data)
-    except pdf.NotACertificate as exc:
-        return seal.Verdict(seal.NOT_A_CERTIFICATE, str(exc))
-    verdict = seal.verify(payload_bytes, seal_data, [k.fingerprint for k in seal.trusted_keys()])
-    if verdict.payload and verdict.status == seal.VALID:
-        number = verdict.payload.get("number", "")
-        known = Certificate.objects.filter(number=number).only("sha256", "revoked_at", "revoke_reason").first()
-        if known is None:
-            verdict.notes.append(f"{number} is not in this portal's database (issued elsewhere, or the DB was reset).")
-        elif known.sha256 != seal_data.get("sha256"):
-            verdict.notes.append(f"this portal issued {number} with a different digest ({known.sha256}).")
-        elif known.revoked:
-            verdict.notes.append(f"{number} was REVOKED on {known.revoked_at:%Y-%m-%d}: {known.revoke_reason}")
-        else:
-            verdict.notes.append(f"{number} was issued by this portal and is not revoked.")
-    return verdict

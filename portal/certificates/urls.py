@@ -21,6 +21,7 @@ urlpatterns = [
     path("campaigns/<int:campaign_id>/issue/", views.campaign_issue_status, name="campaign_issue_status"),
     path("campaigns/<int:campaign_id>/issue/retry/", views.campaign_issue_retry, name="campaign_issue_retry"),
     path("certificates/verify/", views.certificate_verify, name="certificate_verify"),
+    path("certificates/site-keys.pem", views.certificate_site_ca, name="certificate_site_keys"),
     path("certificates/<int:certificate_id>.pdf", views.certificate_pdf, name="certificate_pdf"),
     path("certificates/<int:certificate_id>.json", views.certificate_json, name="certificate_json"),
     path("certificates/<int:certificate_id>/revoke/", views.certificate_revoke, name="certificate_revoke"),

@@ -17,9 +17,9 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from portal.catalog.models import TestPlan
-from portal.certificates import selectors, services
+from portal.certificates import keys, selectors, services, verification
 from portal.certificates.models import Campaign, Certificate
-from portal.certificates.seal import NOT_A_CERTIFICATE, TAMPERED, UNKNOWN_KEY, VALID, trusted_keys
+from portal.certificates.seal import NOT_A_CERTIFICATE, REVOKED, TAMPERED, UNKNOWN_KEY, VALID
 from portal.inventory.models import Cluster, Node
 from portal.roles import APPROVER, OPERATOR, VIEWER, has_role
 from portal.runs.models import STATUS_COLOURS, Run
@@ -98,6 +98,8 @@ def campaign_detail(request: HttpRequest, campaign_id: int) -> HttpResponse:
     open_page = Paginator(state.open_cells, OPEN_PAGE).get_page(request.GET.get("open"))
     audit_page = Paginator(selectors.campaign_audit(campaign=campaign), AUDIT_PAGE).get_page(request.GET.get("audit"))
     side = selectors.signer_side(user=request.user)
+    certificates = list(selectors.campaign_certificates(campaign=campaign))
+    closed = bool(certificates)  # issuing closes a campaign: nothing in it can change any more
     return render(
         request,
         "certificates/campaign_detail.html",
@@ -112,10 +114,12 @@ def campaign_detail(request: HttpRequest, campaign_id: int) -> HttpResponse:
                 (run, STATUS_COLOURS.get(run.status, "grey")) for run in selectors.campaign_runs(campaign=campaign)[:50]
             ],
             "pending": selectors.pending_signatures(campaign=campaign),
-            "certificates": selectors.campaign_certificates(campaign=campaign),
+            "certificates": certificates,
+            "first_certificate": certificates[-1] if certificates else None,
             "run_form": RunStartForm(initial={"node_set": selectors.open_node_set(state=state)}),
-            "can_operate": has_role(request.user, OPERATOR),
-            "can_approve": has_role(request.user, APPROVER),
+            "can_operate": has_role(request.user, OPERATOR) and not closed,
+            "can_approve": has_role(request.user, APPROVER) and not closed,
+            "can_revoke": has_role(request.user, APPROVER),
             "side": side,
             **{k: v for k, v in _issue_context(request, campaign).items() if k.startswith("issue_")},
         },
@@ -337,7 +341,7 @@ def certificate_revoke(request: HttpRequest, certificate_id: int) -> HttpRespons
     return _done(request, certificate.campaign, None, f"{certificate.number} revoked.")
 
 
-VERDICT_COLOURS = {VALID: "green", TAMPERED: "red", UNKNOWN_KEY: "orange", NOT_A_CERTIFICATE: "grey"}
+VERDICT_COLOURS = {VALID: "green", TAMPERED: "red", UNKNOWN_KEY: "orange", NOT_A_CERTIFICATE: "grey", REVOKED: "red"}
 
 
 @role_required(VIEWER)
@@ -349,14 +353,28 @@ def certificate_verify(request: HttpRequest) -> HttpResponse:
         if upload.size > MAX_UPLOAD:
             form.add_error("pdf", f"larger than {MAX_UPLOAD // (1024 * 1024)} MiB")
         else:
-            verdict = services.certificate_verify(data=upload.read())
+            verdict = verification.certificate_verify(data=upload.read())
+    try:
+        store, key_error = keys.trust_store_load(), ""
+    except keys.KeyringError as exc:
+        store, key_error = None, str(exc)
     return render(
         request,
         "certificates/verify.html",
         {
             "form": form,
             "verdict": verdict,
+            "exit_code": verification.EXIT_CODES.get(verdict.status) if verdict else None,
             "colour": VERDICT_COLOURS.get(verdict.status, "grey") if verdict else "",
-            "keys": trusted_keys(),
+            "keys": store.keys if store else [],
+            "key_error": key_error,
         },
     )
+
+
+@role_required(VIEWER)
+def certificate_site_ca(request: HttpRequest) -> HttpResponse:
+    """The site's public keys and CA certificates (PEM), for verifiers and PDF readers elsewhere."""
+    response = HttpResponse(keys.public_export(), content_type="application/x-pem-file")
+    response["Content-Disposition"] = 'attachment; filename="kiln-site-keys.pem"'
+    return response

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -39,29 +38,6 @@ STATUS_COLOURS = {
     "skipped": "grey",
     "cancelled": "grey",
 }
-
-
-# Callables run before every bulk write (QuerySet.update / bulk_update) of results, measurements and
-# series. Those writes send no model signals; apps that must refuse some of them (certificates: the
-# evidence of an issued certificate is immutable) register a guard here instead of patching runs.
-BULK_WRITE_GUARDS: list[Callable[[models.QuerySet], None]] = []
-
-
-class EvidenceQuerySet(models.QuerySet):
-    """A QuerySet whose bulk writes pass through BULK_WRITE_GUARDS first."""
-
-    def update(self, **kwargs: Any) -> int:
-        for guard in BULK_WRITE_GUARDS:
-            guard(self)
-        return super().update(**kwargs)
-
-    def bulk_update(self, objs: Any, fields: Any, batch_size: int | None = None) -> int:
-        objs = list(objs)
-        if BULK_WRITE_GUARDS:
-            touched = self.model._default_manager.filter(pk__in=[o.pk for o in objs])
-            for guard in BULK_WRITE_GUARDS:
-                guard(touched)
-        return super().bulk_update(objs, fields, batch_size=batch_size)
 
 
 class Run(models.Model):
@@ -129,8 +105,6 @@ class CheckResult(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_s = models.FloatField(null=True, blank=True)
 
-    objects = EvidenceQuerySet.as_manager()
-
     class Meta:
         ordering = ["run", "node__hostname", "position"]
         constraints = [models.UniqueConstraint(fields=["run", "node", "item_key"], name="result_unique_per_item")]
@@ -156,8 +130,6 @@ class Series(models.Model):
     # SHA-256 of the points, taken when they are stored: a certificate cites it without loading
     # (and re-serialising) every point of every burn-in curve.
     points_sha256 = models.CharField(max_length=64, blank=True)
-
-    objects = EvidenceQuerySet.as_manager()
 
     class Meta:
         ordering = ["result", "name", "gpu", "id"]
@@ -190,8 +162,6 @@ class Measurement(models.Model):
     threshold = models.CharField(max_length=100, blank=True)
     ok = models.BooleanField(null=True)
     labels = models.JSONField(default=dict, blank=True)
-
-    objects = EvidenceQuerySet.as_manager()
 
     class Meta:
         ordering = ["result", "gpu", "name", "id"]

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.utils import timezone
 
-from portal.certificates import services
+from portal.certificates import keys, services
 from portal.certificates.models import Campaign
 from portal.inventory.models import Cluster
 from portal.runs.models import Run
@@ -33,11 +33,11 @@ def write_key(path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def site_key(settings, tmp_path: Path) -> Path:
-    """Every test signs with its own site key; charts are off unless a test turns them on."""
-    settings.KILN_SIGNING_KEY = str(write_key(tmp_path / "site-key.pem"))
-    settings.KILN_TRUSTED_KEYS = ""
+    """Every test signs with its own site keys (KILN_KEY_DIR); charts are off unless a test turns them on."""
+    settings.KILN_KEY_DIR = str(tmp_path / "keys")
     settings.KILN_CERT_CHARTS = "0"
-    return Path(settings.KILN_SIGNING_KEY)
+    keys.keyring_init(site="Test site")
+    return Path(settings.KILN_KEY_DIR)
 
 
 @pytest.fixture

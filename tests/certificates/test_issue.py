@@ -72,20 +72,22 @@ def test_it_issues_nothing_when_the_evidence_changes_while_it_renders(
 def test_a_failure_is_shown_and_an_approver_retries(
     campaign, both_signed, users, client, settings, tmp_path, django_capture_on_commit_callbacks
 ) -> None:
-    good_key = settings.KILN_SIGNING_KEY
-    settings.KILN_SIGNING_KEY = str(tmp_path / "missing.pem")
+    good_keys = settings.KILN_KEY_DIR
+    settings.KILN_KEY_DIR = str(tmp_path / "a-worker-without-the-shared-folder")
     assert certificate_issue_task.apply(args=[campaign.pk]).get() is None
     campaign.refresh_from_db()
-    assert "missing.pem" in campaign.issue_error and campaign.issue_requested_at is not None
+    assert "no site signing key" in campaign.issue_error and "kiln_keys init" in campaign.issue_error
+    assert campaign.issue_requested_at is not None
+    assert not (tmp_path / "a-worker-without-the-shared-folder").exists(), "a worker never makes a key"
     assert campaign.audit.filter(action="certificate issue failed").exists()
     client.force_login(users["viewer"])
     page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
-    assert 'id="issue-failed"' in page and "missing.pem" in page and "Retry issuing" not in page
+    assert 'id="issue-failed"' in page and "kiln_keys init" in page and "Retry issuing" not in page
     client.force_login(users["customer"])
     page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
     assert "Retry issuing" in page and 'id="sign-form"' not in page, "no third signature while issuing"
 
-    settings.KILN_SIGNING_KEY = good_key  # the operator puts the key back
+    settings.KILN_KEY_DIR = good_keys  # the administrator mounts the shared key folder
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(reverse("campaign_issue_retry", args=[campaign.pk]))
     assert response.status_code == 302 and both_signed == [campaign.pk, campaign.pk]
@@ -112,7 +114,7 @@ def test_only_approvers_retry(campaign, both_signed, users, client) -> None:
     client.force_login(users["operator"])
     assert client.post(reverse("campaign_issue_retry", args=[campaign.pk])).status_code == 403
     services.certificate_issue(campaign_id=campaign.pk)
-    with pytest.raises(services.CampaignError, match="no pair"):
+    with pytest.raises(services.CampaignError, match="closed: certificate"):
         services.certificate_issue_retry(campaign=campaign, user=users["vendor"])
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from portal.certificates import services
+from portal.certificates import services, verification
 from portal.certificates.models import Certificate
 from portal.certificates.seal import VALID
 from tests.conftest import WorkerProcess, _flush_broker
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def worker_with_site_key(site_key: Path, real_services, transactional_db, tmp_path, monkeypatch) -> Iterator[None]:
     """A worker that signs with this test's site key (the key reaches it through the environment)."""
-    monkeypatch.setenv("KILN_SIGNING_KEY", str(site_key))
+    monkeypatch.setenv("KILN_KEY_DIR", str(site_key))
     monkeypatch.setenv("KILN_CERT_CHARTS", "0")
     _flush_broker()
     worker = WorkerProcess(tmp_path / "worker.log")
@@ -42,7 +42,7 @@ def test_a_worker_issues_the_certificate_both_sides_signed(
     certificate = Certificate.objects.get()
     campaign.refresh_from_db()
     assert campaign.issue_requested_at is None and campaign.issue_error == ""
-    assert services.certificate_verify(data=bytes(certificate.pdf)).status == VALID
+    assert verification.certificate_verify(data=bytes(certificate.pdf)).status == VALID
     assert list(campaign.audit.filter(action="certificate issued").values_list("username", flat=True)) == ["system"]
     log = (tmp_path / "worker.log").read_text()
     assert "kiln.certificate_issue[" in log and "succeeded in" in log and certificate.number in log

@@ -4,6 +4,7 @@ brought back into scope; both recorded, both refused once a certificate cites th
 from __future__ import annotations
 
 import pytest
+from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from portal.certificates import services
@@ -55,8 +56,10 @@ def test_a_waiver_cited_by_a_certificate_stays(campaign, campaign_run, users) ->
     services.certificate_sign(campaign=campaign, user=users["vendor"])
     services.certificate_sign(campaign=campaign, user=users["customer"])
     assert services.certificate_issue(campaign_id=campaign.pk) is not None
-    with pytest.raises(services.CampaignError, match="cited by an issued certificate"):
+    with pytest.raises(services.CampaignError, match="campaign is closed"):
         services.waiver_withdraw(campaign=campaign, waiver_id=waiver.pk, reason="changed my mind", user=users["vendor"])
+    with pytest.raises(IntegrityError, match="kiln: a waiver of a closed campaign"), transaction.atomic():
+        Waiver.objects.filter(pk=waiver.pk).delete()  # below the service: the database refuses too
     assert Waiver.objects.filter(pk=waiver.pk).exists()
 
 

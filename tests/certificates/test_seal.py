@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from portal.certificates import pdf, seal
-from tests.certificates.conftest import write_key
+from portal.certificates import keys, pdf, seal, signing
 
 
 def test_it_writes_canonical_json_that_does_not_depend_on_key_order():
@@ -31,27 +30,12 @@ def test_it_writes_every_float_as_a_string():
         seal.canonical_bytes({"when": object()})
 
 
-def test_it_generates_the_site_key_once_with_mode_0600(settings, tmp_path):
-    settings.KILN_SIGNING_KEY = ""
-    settings.DATA_DIR = tmp_path
-    key = seal.signing_key_load()
-    path = tmp_path / "signing_key.pem"
-    assert path.stat().st_mode & 0o777 == 0o600
-    assert seal.fingerprint(seal.signing_key_load().public_key()) == seal.fingerprint(key.public_key())
-
-
-def test_it_refuses_a_configured_key_that_is_missing(settings, tmp_path):
-    settings.KILN_SIGNING_KEY = str(tmp_path / "absent.pem")
-    with pytest.raises(FileNotFoundError):
-        seal.signing_key_load()
-
-
 def _payload_bytes(fp: str) -> bytes:
     return seal.canonical_bytes({"number": "N-1", "seal": {"key_fingerprint": fp}, "m": [{"value": 1.5}]})
 
 
 def test_it_verifies_a_sound_seal_and_names_what_failed_otherwise():
-    key = seal.signing_key_load()
+    key = keys.signing_identity_load().seal_key
     fp = seal.fingerprint(key.public_key())
     data = _payload_bytes(fp)
     sealed = seal.seal(data, key)
@@ -64,7 +48,7 @@ def test_it_verifies_a_sound_seal_and_names_what_failed_otherwise():
 
 
 def test_it_calls_any_changed_byte_of_the_payload_tampered():
-    key = seal.signing_key_load()
+    key = keys.signing_identity_load().seal_key
     fp = seal.fingerprint(key.public_key())
     data = _payload_bytes(fp)
     sealed = seal.seal(data, key)
@@ -84,13 +68,14 @@ def _verify_cli(path: Path) -> tuple[int, dict]:
 
 
 def _repack(original: bytes, payload_bytes: bytes, tmp_path: Path, name: str) -> Path:
-    """A real PDF with the original seal but another payload: what a forger would produce."""
+    """A real PDF with the original seal but another payload, signed again with the site's own PDF key:
+    what a forger holding the PDF-signing key (not the seal key) would produce."""
     _, seal_data = pdf.pdf_extract(original)
     document = pdf.pdf_render(
         payload=json.loads(payload_bytes), payload_bytes=payload_bytes, seal_data=seal_data, charts=[], charts_note=""
     )
     path = tmp_path / name
-    path.write_bytes(document)
+    path.write_bytes(signing.pdf_sign(document, keys.signing_identity_load(), reason="forged", location=""))
     return path
 
 
@@ -114,34 +99,47 @@ def test_kiln_verify_says_tampered_after_one_measurement_changes(issued, tmp_pat
 
 
 def test_kiln_verify_says_tampered_after_any_byte_of_the_payload_changes(issued, tmp_path):
-    data = bytearray(issued.payload.encode())
-    data[len(data) // 2] ^= 0x01
-    code, answer = _verify_cli(_repack(bytes(issued.pdf), bytes(data), tmp_path, "byte.pdf"))
+    data = issued.payload.encode()
+    at = data.index(b'"verdict":"') + len(b'"verdict":"')
+    changed = data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]  # one byte, still JSON
+    code, answer = _verify_cli(_repack(bytes(issued.pdf), changed, tmp_path, "byte.pdf"))
     assert (code, answer["status"]) == (1, "tampered")
 
 
 def test_kiln_verify_says_unknown_key_for_another_sites_pdf(issued, settings, tmp_path):
     path = tmp_path / "cert.pdf"
     path.write_bytes(bytes(issued.pdf))
-    settings.KILN_SIGNING_KEY = str(write_key(tmp_path / "other-site.pem"))
+    settings.KILN_KEY_DIR = str(tmp_path / "other-site")
+    keys.keyring_init(site="Other site")
     code, answer = _verify_cli(path)
     assert (code, answer["status"]) == (2, "unknown key")
-    assert issued.key_fingerprint in answer["detail"]
+    assert "no trusted CA issued" in answer["detail"]
 
 
-def test_kiln_verify_trusts_keys_listed_in_kiln_trusted_keys(issued, settings, site_key, tmp_path):
-    from cryptography.hazmat.primitives import serialization
-
-    public = tmp_path / "old-site.pub.pem"
-    public.write_bytes(
-        seal.signing_key_load()
-        .public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    )
+def test_kiln_verify_keeps_trusting_a_rotated_key(issued, tmp_path):
     path = tmp_path / "cert.pdf"
     path.write_bytes(bytes(issued.pdf))
-    settings.KILN_SIGNING_KEY = str(write_key(tmp_path / "new-site.pem"))
-    settings.KILN_TRUSTED_KEYS = str(public)
+    old = keys.signing_identity_load()
+    new, retired = keys.keyring_rotate()
+    assert retired == [old.generation] and new.generation != old.generation
+    assert seal.fingerprint(new.seal_key.public_key()) != issued.key_fingerprint
+    assert not (keys.key_dir() / "generations" / old.generation / keys.SEAL_KEY).exists(), "old private key gone"
+    assert _verify_cli(path)[0] == 0
+
+
+def test_kiln_verify_trusts_an_imported_public_key_and_ca(issued, settings, tmp_path):
+    path = tmp_path / "cert.pdf"
+    path.write_bytes(bytes(issued.pdf))
+    exported = tmp_path / "old-site.pem"
+    exported.write_text(keys.public_export())
+    settings.KILN_KEY_DIR = str(tmp_path / "new-site")
+    keys.keyring_init(site="New site")
+    assert _verify_cli(path)[0] == 2
+    blocks = exported.read_text().split("# ")[1:]
+    for index, block in enumerate(blocks):
+        single = tmp_path / f"part{index}.pem"
+        single.write_text(block.split("\n", 1)[1])
+        keys.trust_import(path=single)
     assert _verify_cli(path)[0] == 0
 
 

@@ -105,7 +105,7 @@ def test_it_verifies_an_uploaded_pdf(client, issued, users):
     client.force_login(users["viewer"])
     upload = SimpleUploadedFile("c.pdf", bytes(issued.pdf), content_type="application/pdf")
     page = client.post(reverse("certificate_verify"), {"pdf": upload}).content.decode()
-    assert 'id="verify-status">valid<' in page and issued.number in page
+    assert 'id="verify-status">VALID<' in page and issued.number in page and "exit code 0" in page
     assert issued.key_fingerprint in page
     junk = SimpleUploadedFile("c.pdf", b"%PDF-1.4 garbage", content_type="application/pdf")
     page = client.post(reverse("certificate_verify"), {"pdf": junk}).content.decode()

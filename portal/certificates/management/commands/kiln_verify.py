@@ -1,6 +1,12 @@
-"""kiln_verify FILE.pdf [--json]: is this certificate valid, tampered, or sealed by an unknown key?
+"""kiln_verify FILE.pdf [--json]: is this certificate valid, tampered, revoked, or sealed by an unknown key?
 
-Exit code: 0 valid, 1 tampered, 2 unknown key, 3 not a Kiln certificate (or unreadable).
+Exit codes (stable; scripts may rely on them):
+  0 valid          every byte is signed by this site, the evidence is sealed, the pages agree with it
+  1 tampered       any byte of the signed PDF or payload changed, or the pages contradict the evidence
+  2 unknown key    sound signatures, but by keys this site does not hold (another site's certificate)
+  3 not a certificate  not a PDF, unreadable, or a PDF without a Kiln signature or payload
+  4 revoked        valid, but this site revoked it (the reason is printed)
+  64 usage error   (EX_USAGE from sysexits.h, so it never reads as "unknown key")
 """
 
 from __future__ import annotations
@@ -10,15 +16,29 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
-from portal.certificates import seal, services
+from portal.certificates import seal, verification
 
-EXIT_CODES = {seal.VALID: 0, seal.TAMPERED: 1, seal.UNKNOWN_KEY: 2, seal.NOT_A_CERTIFICATE: 3}
+EX_USAGE = 64
 
 
 class Command(BaseCommand):
-    help = "Verify a Kiln certificate PDF offline: its embedded payload against its Ed25519 seal and this site's keys."
+    help = (
+        "Verify a Kiln certificate PDF offline: its PDF signature, its sealed payload, its first page and this "
+        "site's revocations. Exit 0 valid, 1 tampered, 2 unknown key, 3 not a certificate, 4 revoked."
+    )
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+
+        def exit_usage(status: int = 0, message: str | None = None) -> None:
+            if message:
+                sys.stderr.write(message)
+            sys.exit(EX_USAGE if status else 0)
+
+        parser.exit = exit_usage  # type: ignore[method-assign]
+        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="the certificate PDF")
@@ -29,28 +49,38 @@ class Command(BaseCommand):
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise CommandError(f"cannot read {path}: {exc}") from None
-        verdict = services.certificate_verify(data=data)
-        if options["json"]:
-            payload = verdict.payload or {}
-            out = {
-                "status": verdict.status,
-                "detail": verdict.detail,
-                "notes": verdict.notes,
-                "number": payload.get("number"),
-                "cluster": (payload.get("cluster") or {}).get("name"),
-                "key_fingerprint": verdict.fingerprint,
-            }
-            self.stdout.write(json.dumps(out, indent=2))
+            verdict = seal.Verdict(seal.NOT_A_CERTIFICATE, f"cannot read {path}: {exc.strerror or exc}")
         else:
-            self.stdout.write(f"{path}: {verdict.status.upper()}")
-            self.stdout.write(f"  {verdict.detail}")
-            if verdict.payload:
-                p = verdict.payload
-                self.stdout.write(
-                    f"  certificate {p.get('number')} for cluster {(p.get('cluster') or {}).get('name')}: "
-                    f"{p.get('verdict')}, issued {p.get('issued_at')}"
-                )
-            for note in verdict.notes:
-                self.stdout.write(f"  {note}")
-        sys.exit(EXIT_CODES.get(verdict.status, 3))
+            verdict = verification.certificate_verify(data=data)
+        code = verification.EXIT_CODES[verdict.status]
+        if options["json"]:
+            self.stdout.write(json.dumps(self._as_json(verdict, code), indent=2))
+        else:
+            self._print(path, verdict)
+        sys.exit(code)
+
+    @staticmethod
+    def _as_json(verdict: seal.Verdict, code: int) -> dict[str, Any]:
+        payload = verdict.payload or {}
+        return {
+            "status": verdict.status,
+            "exit_code": code,
+            "detail": verdict.detail,
+            "notes": verdict.notes,
+            "number": payload.get("number"),
+            "verdict": payload.get("verdict"),
+            "cluster": (payload.get("cluster") or {}).get("name"),
+            "key_fingerprint": verdict.fingerprint,
+        }
+
+    def _print(self, path: Path, verdict: seal.Verdict) -> None:
+        self.stdout.write(f"{path}: {verdict.status.upper()}")
+        self.stdout.write(f"  {verdict.detail}")
+        if verdict.payload:
+            p = verdict.payload
+            self.stdout.write(
+                f"  certificate {p.get('number')} for cluster {(p.get('cluster') or {}).get('name')}: "
+                f"{p.get('verdict')}, issued {p.get('issued_at')}"
+            )
+        for note in verdict.notes:
+            self.stdout.write(f"  {note}")

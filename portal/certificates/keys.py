@@ -1,0 +1,442 @@
+"""The site's signing keys on disk: created only by `manage.py kiln_keys`, never at first use.
+
+Two keys sign a certificate (see seal.py and signing.py):
+- an Ed25519 key seals the canonical JSON payload (the machine-readable evidence);
+- an ECDSA P-256 key with an X.509 certificate signs the finished PDF (PAdES), so that any PDF
+  reader shows the signature. poppler's pdfsig validates ECDSA P-256 but not Ed25519 PDF signatures,
+  and common readers are the same; P-256 is also what the EU's ETSI TS 119 312 lists for signatures.
+
+Layout of KILN_KEY_DIR (default DATA_DIR/keys), mode 0700, private keys 0600:
+
+    ca.crt.pem                 the site CA: the trust anchor of the PDF signature (public)
+    ca.key.pem                 its private key (absent when the site imported its certificate)
+    current -> generations/S   symlink to the generation that signs now
+    generations/S/             seal.key.pem, pdf.key.pem (private; removed when retired),
+                               seal.pub.pem, pdf.crt.pem, chain.pem (public; kept for verifying)
+    trusted/                   public keys (*.pub.pem) and CA certificates (*.crt.pem) imported from
+                               elsewhere: another site, or a key directory that was lost
+
+Rotation makes a new generation, swaps the symlink atomically, and deletes the old private keys:
+old certificates keep verifying against their generation's public parts. Every file is written to
+a temporary name, fsynced and renamed, so a full disk never leaves a truncated key behind.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.x509.oid import NameOID
+
+from portal.certificates.seal import fingerprint
+
+CA_CERT = "ca.crt.pem"
+CA_KEY = "ca.key.pem"
+CURRENT = "current"
+GENERATIONS = "generations"
+TRUSTED = "trusted"
+SEAL_KEY, SEAL_PUB = "seal.key.pem", "seal.pub.pem"
+PDF_KEY, PDF_CERT, CHAIN = "pdf.key.pem", "pdf.crt.pem", "chain.pem"
+
+# Validity: the CA outlives every certificate it signs; a PDF signed today must still verify in 10
+# years (a cluster's service life), so the signing certificate is valid for 11 and the CA for 21.
+CA_DAYS = 21 * 365
+SIGNER_DAYS = 11 * 365
+
+PdfSigningKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+
+class KeyringError(RuntimeError):
+    """The keys are missing, unreadable or inconsistent; the message says what to run."""
+
+
+@dataclass(frozen=True)
+class SigningIdentity:
+    """What issuing a certificate needs: the current generation's private keys and certificate chain."""
+
+    seal_key: Ed25519PrivateKey
+    pdf_key: PdfSigningKey
+    pdf_cert: x509.Certificate
+    chain: tuple[x509.Certificate, ...]
+    generation: str
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    """A public key or CA certificate that verification accepts, and where it came from."""
+
+    kind: str  # "seal" (Ed25519 payload key) or "ca" (PDF-signature trust anchor) or "signer"
+    fingerprint: str
+    subject: str
+    source: str
+    current: bool
+    pem: str
+
+
+@dataclass(frozen=True)
+class TrustStore:
+    seal_fingerprints: frozenset[str]
+    roots: tuple[x509.Certificate, ...]
+    keys: tuple[TrustedKey, ...]
+
+
+def key_dir() -> Path:
+    from django.conf import settings
+
+    configured = str(getattr(settings, "KILN_KEY_DIR", "") or os.environ.get("KILN_KEY_DIR", "") or "")
+    return Path(configured) if configured else Path(settings.DATA_DIR) / "keys"
+
+
+def cert_fingerprint(cert: x509.Certificate) -> str:
+    """SHA-256 of the DER certificate, hex with colons: what openssl, pdfsig and browsers show."""
+    return "SHA256:" + cert.fingerprint(hashes.SHA256()).hex(":").upper()
+
+
+def cert_sha256(cert: x509.Certificate) -> str:
+    return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Write to a temporary file in the same folder (created with `mode`), fsync, rename over
+    `path`. On any failure (ENOSPC included) the temporary file is removed and `path` is untouched."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _private_pem(key: Ed25519PrivateKey | PdfSigningKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _public_pem(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _cert_pem(*certs: x509.Certificate) -> bytes:
+    return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+
+
+def _name(common_name: str, organisation: str) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])]
+    if organisation:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organisation[:64]))
+    return x509.Name(attributes)
+
+
+def _usage(*, sign: bool, ca: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=sign, content_commitment=sign, key_encipherment=False, data_encipherment=False,
+        key_agreement=False, key_cert_sign=ca, crl_sign=ca, encipher_only=False, decipher_only=False,
+    )  # fmt: skip
+
+
+def _ca_build(site: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    name = _name(f"Kiln site CA ({site})", site)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_usage(sign=False, ca=True), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def _signer_build(
+    site: str, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(f"Kiln certificate signing ({site})", site))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(min(now + datetime.timedelta(days=SIGNER_DAYS), ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_usage(sign=True, ca=False), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def _generation_write(
+    root: Path, *, pdf_key: PdfSigningKey, pdf_cert: x509.Certificate, chain: list[x509.Certificate]
+) -> str:
+    """A new generation folder with a fresh Ed25519 seal key; returns its name (not yet current)."""
+    seal_key = Ed25519PrivateKey.generate()
+    name = _stamp()
+    folder = root / GENERATIONS / name
+    folder.mkdir(parents=True, mode=0o700)
+    write_atomic(folder / SEAL_KEY, _private_pem(seal_key))
+    write_atomic(folder / PDF_KEY, _private_pem(pdf_key))
+    write_atomic(folder / SEAL_PUB, _public_pem(seal_key.public_key()), mode=0o644)
+    write_atomic(folder / PDF_CERT, _cert_pem(pdf_cert), mode=0o644)
+    write_atomic(folder / CHAIN, _cert_pem(*chain), mode=0o644)
+    return name
+
+
+def _current_set(root: Path, generation: str) -> None:
+    """Point `current` at a generation atomically (a new symlink renamed over the old one)."""
+    tmp = root / f".{CURRENT}.{generation}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(Path(GENERATIONS) / generation, tmp)
+    os.replace(tmp, root / CURRENT)
+    _fsync_dir(root)
+
+
+def _retire_private(root: Path, keep: str) -> list[str]:
+    """Delete the private keys of every generation but `keep`; their public parts stay."""
+    retired = []
+    for folder in sorted((root / GENERATIONS).iterdir()):
+        if folder.name == keep or not folder.is_dir():
+            continue
+        for name in (SEAL_KEY, PDF_KEY):
+            if (folder / name).exists():
+                (folder / name).unlink()
+                retired.append(folder.name)
+    return sorted(set(retired))
+
+
+def keyring_init(*, site: str) -> SigningIdentity:
+    """Create the site CA and the first generation. Refuses when keys exist (use rotate)."""
+    root = key_dir()
+    if (root / CURRENT).exists() or (root / CA_CERT).exists():
+        raise KeyringError(f"{root} already holds site keys: use `kiln_keys rotate` to replace them")
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(root, 0o700)
+    ca_key, ca_cert = _ca_build(site)
+    write_atomic(root / CA_KEY, _private_pem(ca_key))
+    write_atomic(root / CA_CERT, _cert_pem(ca_cert), mode=0o644)
+    pdf_key, pdf_cert = _signer_build(site, ca_key, ca_cert)
+    _current_set(root, _generation_write(root, pdf_key=pdf_key, pdf_cert=pdf_cert, chain=[ca_cert]))
+    return signing_identity_load()
+
+
+def keyring_rotate() -> tuple[SigningIdentity, list[str]]:
+    """A new seal key and PDF-signing key (certified by the site CA); the old private keys are deleted."""
+    root = key_dir()
+    signing_identity_load()  # the current generation must be sound before it is replaced
+    ca_cert = _ca_cert(root)
+    if not (root / CA_KEY).exists():
+        raise KeyringError(
+            f"{root / CA_KEY} is absent (the signing certificate was imported): import a new one with "
+            "`kiln_keys import` instead"
+        )
+    ca_key = serialization.load_pem_private_key((root / CA_KEY).read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise KeyringError(f"{root / CA_KEY} is not an ECDSA key")
+    site = _organisation(ca_cert) or "site"
+    pdf_key, pdf_cert = _signer_build(site, ca_key, ca_cert)
+    generation = _generation_write(root, pdf_key=pdf_key, pdf_cert=pdf_cert, chain=[ca_cert])
+    _current_set(root, generation)
+    retired = _retire_private(root, generation)
+    return signing_identity_load(), retired
+
+
+def keyring_import(*, cert_path: Path, key_path: Path, chain_paths: list[Path], ca_path: Path) -> SigningIdentity:
+    """Sign PDFs with a certificate the site's own PKI issued (ECDSA or RSA). The CA given becomes the
+    trust anchor; a new Ed25519 seal key is made; older generations stay verifiable."""
+    root = key_dir()
+    cert = _load_cert(cert_path)
+    key = serialization.load_pem_private_key(_read(key_path), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise KeyringError(f"{key_path}: a PDF-signing key must be ECDSA or RSA (PDF readers reject Ed25519)")
+    if key.public_key().public_numbers() != cert.public_key().public_numbers():  # type: ignore[union-attr]
+        raise KeyringError(f"{key_path} is not the private key of {cert_path}")
+    ca = _load_cert(ca_path)
+    chain = [_load_cert(p) for p in chain_paths] + [ca]
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    previous = root / CA_CERT
+    if previous.exists() and cert_sha256(_ca_cert(root)) != cert_sha256(ca):
+        write_atomic(root / TRUSTED / f"ca-{_stamp()}.crt.pem", previous.read_bytes(), mode=0o644)
+    write_atomic(root / CA_CERT, _cert_pem(ca), mode=0o644)
+    (root / CA_KEY).unlink(missing_ok=True)
+    generation = _generation_write(root, pdf_key=key, pdf_cert=cert, chain=chain)
+    _current_set(root, generation)
+    _retire_private(root, generation)
+    return signing_identity_load()
+
+
+def trust_import(*, path: Path) -> TrustedKey:
+    """Accept another public key (Ed25519 PEM) or CA certificate (PEM) for verification."""
+    data = _read(path)
+    root = key_dir()
+    if b"BEGIN CERTIFICATE" in data:
+        cert = _load_cert(path)
+        write_atomic(root / TRUSTED / f"ca-{cert_sha256(cert)[:16]}.crt.pem", _cert_pem(cert), mode=0o644)
+        return _trusted_cert(cert, "ca", str(path), False)
+    public = serialization.load_pem_public_key(data)
+    if not isinstance(public, Ed25519PublicKey):
+        raise KeyringError(f"{path}: neither a certificate nor an Ed25519 public key")
+    fp = fingerprint(public)
+    safe = fp.split(":", 1)[1].replace("/", "_").replace("+", "-")[:16]
+    write_atomic(root / TRUSTED / f"seal-{safe}.pub.pem", _public_pem(public), mode=0o644)
+    return TrustedKey("seal", fp, "", str(path), False, _public_pem(public).decode())
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise KeyringError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not data.strip():
+        raise KeyringError(f"{path} is empty (a failed write?): restore it from a backup or run `kiln_keys rotate`")
+    return data
+
+
+def _load_cert(path: Path) -> x509.Certificate:
+    try:
+        return x509.load_pem_x509_certificate(_read(path))
+    except ValueError as exc:
+        raise KeyringError(f"{path} is not a PEM certificate: {exc}") from None
+
+
+def _load_certs(path: Path) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(_read(path))
+    except ValueError as exc:
+        raise KeyringError(f"{path} holds no PEM certificate: {exc}") from None
+
+
+def _ca_cert(root: Path) -> x509.Certificate:
+    return _load_cert(root / CA_CERT)
+
+
+def _organisation(cert: x509.Certificate) -> str:
+    values = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    return str(values[0].value) if values else ""
+
+
+def _private(path: Path) -> Ed25519PrivateKey | PdfSigningKey:
+    try:
+        key = serialization.load_pem_private_key(_read(path), password=None)
+    except ValueError as exc:
+        raise KeyringError(f"{path} is not a PEM private key: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise KeyringError(f"{path}: unsupported key type {type(key).__name__}")
+    return key
+
+
+def _current_folder(root: Path) -> Path:
+    link = root / CURRENT
+    if not link.exists():
+        raise KeyringError(
+            f"no site signing key in {root}: an administrator runs `manage.py kiln_keys init` once "
+            "(workers share this folder, or KILN_KEY_DIR points every worker at a copy)"
+        )
+    return link.resolve()
+
+
+def signing_identity_load() -> SigningIdentity:
+    """The keys that sign now. Raises KeyringError (never creates a key)."""
+    root = key_dir()
+    folder = _current_folder(root)
+    seal_key = _private(folder / SEAL_KEY)
+    pdf_key = _private(folder / PDF_KEY)
+    if not isinstance(seal_key, Ed25519PrivateKey):
+        raise KeyringError(f"{folder / SEAL_KEY} is not an Ed25519 key")
+    if isinstance(pdf_key, Ed25519PrivateKey):
+        raise KeyringError(f"{folder / PDF_KEY} must be ECDSA or RSA")
+    pdf_cert = _load_cert(folder / PDF_CERT)
+    chain = tuple(_load_certs(folder / CHAIN))
+    return SigningIdentity(seal_key, pdf_key, pdf_cert, chain, folder.name)
+
+
+def _trusted_cert(cert: x509.Certificate, kind: str, source: str, current: bool) -> TrustedKey:
+    return TrustedKey(kind, cert_fingerprint(cert), cert.subject.rfc4514_string(), source, current,
+                      _cert_pem(cert).decode())  # fmt: skip
+
+
+def trust_store_load() -> TrustStore:
+    """Every key verification accepts: each generation's seal key and the site CA (current and
+    retired), plus what `kiln_keys trust` imported. An empty store (no keys yet) trusts nothing."""
+    root = key_dir()
+    keys: list[TrustedKey] = []
+    roots: list[x509.Certificate] = []
+    current = (root / CURRENT).resolve() if (root / CURRENT).exists() else None
+    if (root / CA_CERT).exists():
+        roots.append(_ca_cert(root))
+        keys.append(_trusted_cert(roots[-1], "ca", str(root / CA_CERT), True))
+    generations = sorted((root / GENERATIONS).iterdir()) if (root / GENERATIONS).is_dir() else []
+    for folder in reversed(generations):
+        if not (folder / SEAL_PUB).exists():
+            continue
+        public = serialization.load_pem_public_key(_read(folder / SEAL_PUB))
+        if isinstance(public, Ed25519PublicKey):
+            is_current = folder == current
+            keys.append(TrustedKey("seal", fingerprint(public), "", str(folder), is_current,
+                                   _public_pem(public).decode()))  # fmt: skip
+        if (folder / PDF_CERT).exists():
+            keys.append(_trusted_cert(_load_cert(folder / PDF_CERT), "signer", str(folder), folder == current))
+    for path in sorted((root / TRUSTED).glob("*.pem")) if (root / TRUSTED).is_dir() else []:
+        if path.name.endswith(".crt.pem"):
+            roots.append(_load_cert(path))
+            keys.append(_trusted_cert(roots[-1], "ca", str(path), False))
+        else:
+            public = serialization.load_pem_public_key(_read(path))
+            if isinstance(public, Ed25519PublicKey):
+                keys.append(TrustedKey("seal", fingerprint(public), "", str(path), False, _public_pem(public).decode()))
+    seal_fps = frozenset(k.fingerprint for k in keys if k.kind == "seal")
+    return TrustStore(seal_fps, tuple(roots), tuple(keys))
+
+
+def public_export() -> str:
+    """PEM bundle of everything a verifier elsewhere needs: CA certificates and seal public keys."""
+    store = trust_store_load()
+    parts = []
+    for key in store.keys:
+        if key.kind == "signer":
+            continue
+        state = "current" if key.current else "retired or imported"
+        parts.append(f"# {key.kind} {key.fingerprint} ({state}) {key.subject}\n{key.pem}")
+    return "".join(parts)

@@ -1,0 +1,140 @@
+"""Verifying a certificate PDF offline: one answer of five, with the test that decided it.
+
+Order of the tests (the first that fails decides):
+1. Is it a Kiln certificate at all? A PDF that carries neither the Kiln signature field nor the Kiln
+   attachments is NOT_A_CERTIFICATE (3). Once either is there, every later failure is TAMPERED: a
+   damaged file that was a certificate is not "not a certificate".
+2. The PDF signature (signing.py) covers every byte: broken -> TAMPERED (1); sound but by a CA this
+   site does not trust -> UNKNOWN_KEY (2), unless a test below finds tampering first.
+3. The Ed25519 seal over the attached payload (seal.py): digest, signature, key.
+4. The two are bound: the payload names the certificate that signed the PDF.
+5. The first page says what the payload says (verdict, cluster, number, waivers).
+6. The portal's own record: a revocation gives REVOKED (4); a certificate this portal issued with a
+   different digest is TAMPERED.
+Format 1 certificates (issued before PDF signatures) have no signed pages: they verify only when the
+file is byte for byte the copy this portal stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from typing import Any
+
+from portal.certificates import keys, pdf, seal, signing
+from portal.certificates.models import Certificate
+
+EXIT_CODES = {seal.VALID: 0, seal.TAMPERED: 1, seal.UNKNOWN_KEY: 2, seal.NOT_A_CERTIFICATE: 3, seal.REVOKED: 4}
+
+
+def _looks_like_kiln(data: bytes) -> bool:
+    return f"/T ({signing.FIELD_NAME})".encode() in data or pdf.PAYLOAD_NAME.encode() in data
+
+
+def _first_page_text(data: bytes) -> str:
+    from pypdf import PdfReader
+
+    text = PdfReader(io.BytesIO(data)).pages[0].extract_text() or ""
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def headline_mismatch(data: bytes, payload: dict[str, Any]) -> str:
+    """'' when page 1 states the payload's verdict, cluster, number and waiver count, else what differs."""
+    try:
+        text = _first_page_text(data)
+    except Exception as exc:  # pypdf raises many types on damaged content streams
+        return f"the first page cannot be read ({type(exc).__name__})"
+    cluster = (payload.get("cluster") or {}).get("name")
+    expected = {
+        "verdict": f"Acceptance certificate {payload.get('verdict')} Cluster {cluster} ",
+        "number": f"Certificate number {payload.get('number')} ",
+        "waivers": f"Waivers {len(payload.get('waivers') or [])} ",
+    }
+    missing = [name for name, phrase in expected.items() if phrase not in text + " "]
+    if missing:
+        return f"the first page does not state the sealed {', '.join(missing)}"
+    return ""
+
+
+def _legacy(data: bytes, payload_bytes: bytes, seal_data: dict[str, Any], store: keys.TrustStore) -> seal.Verdict:
+    verdict = seal.verify(payload_bytes, seal_data, sorted(store.seal_fingerprints))
+    if not verdict.ok:
+        return verdict
+    number = (verdict.payload or {}).get("number", "")
+    stored = Certificate.objects.filter(number=number).values_list("pdf", flat=True).first()
+    if stored is None or hashlib.sha256(bytes(stored)).digest() != hashlib.sha256(data).digest():
+        return seal.Verdict(
+            seal.TAMPERED,
+            f"{number} is a format-1 certificate: its pages carry no signature, and this file is not the copy "
+            "this portal issued",
+            verdict.payload,
+            verdict.fingerprint,
+        )
+    verdict.notes.append("format 1: the payload is sealed and the file is identical to the copy this portal issued")
+    return verdict
+
+
+def verify_document(data: bytes, store: keys.TrustStore) -> seal.Verdict:
+    """Steps 1-5 (no database)."""
+    if not data.startswith(b"%PDF-") or not _looks_like_kiln(data):
+        return seal.Verdict(seal.NOT_A_CERTIFICATE, "not a PDF carrying a Kiln signature or payload")
+    try:
+        payload_bytes, seal_data = pdf.pdf_extract(data)
+    except pdf.NotACertificate as exc:
+        return seal.Verdict(seal.TAMPERED, f"a Kiln certificate whose evidence cannot be read: {exc}")
+    document = signing.pdf_signature_check(data, store.roots)
+    if document.status == signing.UNSIGNED and payload_bytes.find(b'"format":"' + seal.LEGACY_FORMAT.encode()) >= 0:
+        return _legacy(data, payload_bytes, seal_data, store)
+    if document.status in (signing.BROKEN, signing.UNSIGNED):
+        return seal.Verdict(seal.TAMPERED, f"PDF signature: {document.detail}")
+    verdict = seal.verify(payload_bytes, seal_data, sorted(store.seal_fingerprints))
+    if verdict.status == seal.TAMPERED:
+        return verdict
+    payload = verdict.payload or {}
+    bound = (payload.get("seal") or {}).get("pdf_certificate_sha256")
+    if bound != document.signer_sha256:
+        return seal.Verdict(
+            seal.TAMPERED,
+            f"the PDF is signed by certificate {document.signer_fingerprint}, not the one the payload names",
+            payload,
+            verdict.fingerprint,
+        )
+    mismatch = headline_mismatch(data, payload)
+    if mismatch:
+        return seal.Verdict(seal.TAMPERED, mismatch, payload, verdict.fingerprint)
+    if document.status == signing.UNTRUSTED:
+        return seal.Verdict(seal.UNKNOWN_KEY, f"PDF signature: {document.detail}", payload, verdict.fingerprint)
+    if verdict.status == seal.UNKNOWN_KEY:
+        return verdict
+    verdict.detail = f"{document.detail}; {verdict.detail}"
+    return verdict
+
+
+def certificate_verify(*, data: bytes) -> seal.Verdict:
+    """All six steps: the document, then what this portal knows of its number."""
+    verdict = verify_document(data, keys.trust_store_load())
+    if verdict.status != seal.VALID or not verdict.payload:
+        return verdict
+    number = verdict.payload.get("number", "")
+    known = Certificate.objects.filter(number=number).select_related("revocation").defer("pdf", "payload").first()
+    if known is None:
+        verdict.notes.append(
+            f"{number} is not in this portal's database (issued elsewhere, or the database was reset)."
+        )
+        return verdict
+    sealed_sha = hashlib.sha256(pdf.pdf_extract(data)[0]).hexdigest()
+    if known.sha256 != sealed_sha:
+        verdict.notes.append(f"this portal issued {number} with a different digest ({known.sha256}).")
+        return seal.Verdict(seal.TAMPERED, verdict.notes[-1], verdict.payload, verdict.fingerprint, verdict.notes)
+    if known.revoked:
+        r = known.revocation
+        return seal.Verdict(
+            seal.REVOKED,
+            f"{number} was REVOKED on {r.revoked_at:%Y-%m-%d %H:%M} UTC by {r.username}: {r.reason}",
+            verdict.payload,
+            verdict.fingerprint,
+            verdict.notes,
+        )
+    verdict.notes.append(f"{number} was issued by this portal and is not revoked.")
+    return verdict
