@@ -65,6 +65,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A write refused by the certified-evidence triggers answers 403 with the reason, not 500.
+    "portal.certificates.middleware.CertifiedEvidenceMiddleware",
     # Last, as django-axes requires: turns a locked-out login into its lockout page.
     "axes.middleware.AxesMiddleware",
 ]
