@@ -48,13 +48,15 @@ class Rule:
         """Why `value` (finite) breaks the rule, or None."""
         if self.integer and value != int(value):
             return f"{self.what} must be {self._range_words()}"
+        if self.high == MAX_COUNT and value > self.high:
+            return f"{self.what} must fit a 64-bit counter (at most 2^64 - 1)"
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
             return f"{self.what} must be {self._range_words()}"
         return None
 
     def _range_words(self) -> str:
         kind = "an integer" if self.integer else "a number"
-        if self.low == 0 and self.high is None:
+        if self.low == 0 and (self.high is None or self.high == MAX_COUNT):
             return "a non-negative integer" if self.integer else "non-negative"
         if self.low is not None and self.high is not None:
             return f"{kind} in {_num(self.low)}..{_num(self.high)}"
@@ -65,7 +67,10 @@ class Rule:
         return kind
 
 
-COUNT = Rule("a count", low=0, integer=True)
+# No counter the tools expose is wider than 64 bits unsigned (NVML's ECC counters are unsigned
+# long long; kernel and fio counters are u64): a count above 2^64 - 1 was never read from one.
+MAX_COUNT = float(2**64 - 1)
+COUNT = Rule("a count", low=0, high=MAX_COUNT, integer=True)
 FLAG = Rule("a flag", low=0, high=1, integer=True)
 # An exit status or errno as a process reports it: 0..255 for exit codes, errno values are small
 # positive integers (Linux errno-base.h / errno.h stop below 200).
@@ -102,10 +107,13 @@ UNIT_RULES: dict[str, Rule] = {
     "W": Rule("a power", low=0.0, high=1e6),
     # 10 GHz: five times the fastest GPU clock (H100 SXM boost 1,980 MHz, NVIDIA H100 datasheet).
     "MHz": Rule("a clock", low=0.0, high=10_000.0),
-    "ns": Rule("a latency", low=0.0),
-    "s": Rule("a duration", low=0.0),
-    "B": Rule("a size in bytes", low=0, integer=True),
-    "GPUs": Rule("a GPU count", low=0, integer=True),
+    # 1e9 s is 31 years: longer than any hardware runs a test or answers a request.
+    "ns": Rule("a latency", low=0.0, high=1e18),  # 1e9 s in ns
+    "s": Rule("a duration", low=0.0, high=1e9),  # 31 years (above)
+    "B": Rule("a size in bytes", low=0, high=MAX_COUNT, integer=True),
+    # A GPU count per node: 72 GPUs share one NVLink domain in the largest system (GB200 NVL72);
+    # a node lists far fewer. 4,096 leaves room for any aggregate a check reports.
+    "GPUs": Rule("a GPU count", low=0, high=4096, integer=True),
     "rows": COUNT,
     "pages": COUNT,
     "lanes": COUNT,

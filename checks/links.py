@@ -42,8 +42,9 @@ from checks.base import (
     Verdict,
     register,
 )
+from checks.evidence import FLAG, Rule
 from checks.parsers import Parsed, register_parser
-from checks.probe_check import Facts, Probe, ProbeCheck, ProbeParams
+from checks.probe_check import PROBE_EVIDENCE, Facts, Probe, ProbeCheck, ProbeParams
 
 NVLINK_LABEL = "nvidia-smi nvlink"
 # nvidia-smi reads NVLink state from NVML in a second or two on 8 GPUs; 30 s leaves room for a
@@ -120,6 +121,13 @@ class GpuLinks(ProbeCheck):
     description: ClassVar[str] = "PCIe generation/width per GPU and NVLinks active per GPU, at full speed."
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = LinksThresholds
+    evidence: ClassVar[dict[str, Rule]] = {
+        **PROBE_EVIDENCE,
+        # PCIe 1.0 to 7.0 (PCI-SIG released PCIe 7.0 in June 2025): NVML reports the generation number.
+        "pcie_gen_current": Rule("a PCIe generation", low=1, high=7, integer=True),
+        "pcie_gen_max": Rule("a PCIe generation", low=1, high=7, integer=True),
+        "gpu_idle": FLAG,
+    }
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         # H100 SXM5 datasheet: PCIe Gen5 x16 host interface; NVLink 900 GB/s = 18 fourth-gen
         # links (Hopper architecture whitepaper) of 25 GB/s per direction. nvidia-smi reports

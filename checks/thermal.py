@@ -49,6 +49,7 @@ from checks.base import (
     Verdict,
     register,
 )
+from checks.evidence import COUNT, Rule
 from checks.parsers import Parsed, load_json, register_parser
 from checks.sampling import SamplingDoc, load_sampling, probe_gpu
 
@@ -258,6 +259,12 @@ class DlcTemperature(Check):
     )
     Params: ClassVar[type] = DlcParams
     Thresholds: ClassVar[type] = DlcThresholds
+    # Sample tallies are counts; a discrete BMC sensor's raw reading is its state bits, at most two
+    # bytes (IPMI 2.0 Get Sensor Reading, discrete state bytes 3-4): 0x0000..0xffff.
+    evidence: ClassVar[dict[str, Rule]] = {
+        **dict.fromkeys(("samples", "gpu_samples", "thermal_throttle_samples", "hw_slowdown_samples"), COUNT),
+        "sensor": Rule("a discrete sensor reading", low=0, high=0xFFFF, integer=True),
+    }
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
         from checks.probe import probe_source  # lazy: reading the script is I/O, not needed to parse
