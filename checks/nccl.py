@@ -55,6 +55,7 @@ from checks.base import (
 )
 from checks.nccl_pairs import localise_slow_pairs
 from checks.nccl_tests import (
+    ALGBW_RULE,
     FAILURE_LINE,
     NcclReport,
     busbw_series,
@@ -300,6 +301,7 @@ class _NcclBase(Check):
     # run whose footer says "FAILED".
     ok_exit_codes: ClassVar[tuple[int, ...]] = (0, 1)
     evidence: ClassVar[dict[str, evidence.Rule]] = {
+        "algbw_peak": ALGBW_RULE,
         "wrong": evidence.COUNT,
         "ranks": evidence.COUNT,
         "nodes": evidence.COUNT,

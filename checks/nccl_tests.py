@@ -344,6 +344,10 @@ def require_complete(report: NcclReport) -> None:
 
 _TIME_RULE = evidence.UNIT_RULES["s"]
 _BW_RULE = evidence.UNIT_RULES["GB/s"]
+# algbw is size / time, not traffic on any link: with one rank an in-place collective is a no-op
+# whose time is a kernel launch, so algbw can exceed every physical bound while busbw (the traffic,
+# x 2(n-1)/n = 0) cannot. Finite and non-negative, then.
+ALGBW_RULE = evidence.Rule("an algorithm bandwidth", low=0.0)
 
 
 def table_problems(report: NcclReport) -> list[str]:
@@ -356,7 +360,7 @@ def table_problems(report: NcclReport) -> list[str]:
             place = f"{where} ({name})"
             for label, value, rule, unit in (
                 ("time", p.time_us, _TIME_RULE, "us"),
-                ("algbw", p.algbw, _BW_RULE, "GB/s"),
+                ("algbw", p.algbw, ALGBW_RULE, "GB/s"),
                 ("busbw", p.busbw, _BW_RULE, "GB/s"),
             ):
                 if value is not None and (why := evidence.number_problem(label, value, rule, where=place, unit=unit)):

@@ -15,7 +15,7 @@ import pytest
 from checks import get_check, run_check
 from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, NodeContext
 from checks.nccl import parse_nccl
-from checks.nccl_tests import infer_collective, parse_report
+from checks.nccl_tests import infer_collective, parse_report, table_problems
 from checks.profiles import PROFILES, resolve_thresholds
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-tests"
@@ -246,3 +246,14 @@ def test_parse_raises_on_impossible_and_incomplete_outputs() -> None:
     text = fixture(ALL_GATHER_NEW)
     with pytest.raises(EvidenceError, match="output incomplete"):
         parse_nccl(text[: text.index("# Out of bounds")])
+
+
+def test_algbw_is_only_held_finite_because_one_rank_makes_it_size_over_a_launch() -> None:
+    # With one rank an in-place all-reduce is a no-op: algbw = size / kernel launch time can exceed
+    # every physical bound while busbw (x 2(n-1)/n = 0) cannot.
+    huge = PEAK_ROW.replace("132.41  231.72", "9999999.00  231.72")
+    assert table_problems(parse_report(fixture(A100_1NODE).replace(PEAK_ROW, huge))) == []
+    busy = PEAK_ROW.replace("132.41  231.72", "132.41  99999.00")
+    assert table_problems(parse_report(fixture(A100_1NODE).replace(PEAK_ROW, busy))) == [
+        "busbw = 99999 GB/s at 1 GiB (out-of-place) (a bandwidth must be a number in 0..20000)"
+    ]
