@@ -247,7 +247,7 @@ def _retire_private(root: Path, keep: str) -> list[str]:
 def keyring_init(*, site: str) -> SigningIdentity:
     """Create the site CA and the first generation. Refuses when keys exist (use rotate)."""
     root = key_dir()
-    if (root / CURRENT).exists() or (root / CA_CERT).exists():
+    if (root / CURRENT).exists():  # an init that failed half-way (no `current`) may simply run again
         raise KeyringError(f"{root} already holds site keys: use `kiln_keys rotate` to replace them")
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(root, 0o700)

@@ -61,6 +61,16 @@ def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict
     return weasyprint.HTML(string=html, base_url=None).write_pdf(attachments=attachments)
 
 
+def attachment_names(data: bytes) -> set[str]:
+    """Names of the PDF's embedded files; empty when it has none or cannot be read."""
+    from pypdf import PdfReader
+
+    try:
+        return set(PdfReader(io.BytesIO(data)).attachments)
+    except Exception:  # any damage means "no readable attachments" here; pypdf raises many types
+        return set()
+
+
 def pdf_extract(data: bytes) -> tuple[bytes, dict[str, Any]]:
     """(payload bytes, seal) from a certificate PDF. Raises NotACertificate."""
     from pypdf import PdfReader

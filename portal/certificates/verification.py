@@ -29,7 +29,11 @@ EXIT_CODES = {seal.VALID: 0, seal.TAMPERED: 1, seal.UNKNOWN_KEY: 2, seal.NOT_A_C
 
 
 def _looks_like_kiln(data: bytes) -> bool:
-    return f"/T ({signing.FIELD_NAME})".encode() in data or pdf.PAYLOAD_NAME.encode() in data
+    """The Kiln signature field or the payload attachment is there (the raw bytes first: a damaged
+    file may not parse, and WeasyPrint compresses the attachment names into object streams)."""
+    if f"/T ({signing.FIELD_NAME})".encode() in data or pdf.PAYLOAD_NAME.encode() in data:
+        return True
+    return bool({pdf.PAYLOAD_NAME, pdf.SEAL_NAME} & pdf.attachment_names(data))
 
 
 def _first_page_text(data: bytes) -> str:

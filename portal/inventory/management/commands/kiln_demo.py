@@ -8,10 +8,11 @@ Running it twice is harmless: it converges to the same cluster.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from portal.catalog.services import fast_plan_ensure
@@ -33,6 +34,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--healthy", action="store_true", help="clear the demo faults")
+        parser.add_argument(
+            "--certificate",
+            metavar="OUT.pdf",
+            type=Path,
+            help="also run the demo acceptance, waive demo03, leave demo06 out of scope, have two demo approvers "
+            "sign, and write the issued certificate to OUT.pdf (creates demo site keys if there are none)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         base = settings.DATA_DIR / "demo"
@@ -71,8 +79,23 @@ class Command(BaseCommand):
         )
         self.stdout.write(f"{what} cluster demo with {len(DEMO_NODES)} simulated nodes ({faults})")
         self.stdout.write("plans: quick, demo-acceptance (the acceptance plan at simulator speed)")
-        if not settings.KILN_ALLOW_LOCAL_TRANSPORT:
+        if options["certificate"]:
+            self._certificate(options["certificate"], healthy=options["healthy"])
+        elif not settings.KILN_ALLOW_LOCAL_TRANSPORT:
             self.stderr.write(
                 "note: the demo's nodes run on the local transport (on the worker host itself), which this "
                 "server refuses until KILN_ALLOW_LOCAL_TRANSPORT=1 (`make up` sets it)"
             )
+
+    def _certificate(self, out: Path, *, healthy: bool) -> None:
+        from portal.certificates.demo import demo_certificate_write
+        from portal.certificates.services import CampaignError
+
+        if healthy:
+            raise CommandError("--certificate shows a waiver and an exclusion: run it without --healthy")
+        try:
+            certificate = demo_certificate_write(out=out, say=self.stdout.write)
+        except (CampaignError, OSError) as exc:
+            raise CommandError(f"demo certificate: {exc}") from None
+        self.stdout.write(f"certificate {certificate.number} ({certificate.verdict}) written to {out}")
+        self.stdout.write(f"verify it: manage.py kiln_verify {out}   (or pdfsig {out})")

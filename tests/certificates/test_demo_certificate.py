@@ -1,0 +1,44 @@
+"""`kiln_demo --certificate OUT.pdf` then `kiln_verify OUT.pdf` on a fresh embedded install, as a new
+user would type them (separate processes, SQLite, no worker), and pdfsig on the same file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_the_demo_certificate_verifies_with_kiln_verify_and_pdfsig(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env["KILN_DATA_DIR"] = str(tmp_path / "data")
+    env.pop("KILN_ALLOW_LOCAL_TRANSPORT", None)  # the demo command allows its own simulators
+    out = tmp_path / "demo.pdf"
+    assert _manage("migrate", "--noinput", "-v0", env=env).returncode == 0
+    made = _manage("kiln_demo", "--certificate", str(out), env=env)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    assert "PASS WITH WAIVERS" in made.stdout and out.exists()
+
+    verified = _manage("kiln_verify", str(out), env=env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "VALID" in verified.stdout and "not revoked" in verified.stdout
+
+    pdfsig = subprocess.run(["pdfsig", str(out)], capture_output=True, text=True, check=False).stdout
+    assert "Total document signed" in pdfsig and "Signature is Valid" in pdfsig, pdfsig
+
+    text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    assert "demo06" in text and "re-imaging" in text, "the out-of-scope node and its reason"
+    assert "demo03" in text and "RMA" in text, "the waived node and its justification"
+    assert "Vera Vendor" in text and "Carl Customer" in text

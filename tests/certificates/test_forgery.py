@@ -1,0 +1,167 @@
+"""What a forger or a careless hand does to a certificate PDF, and what kiln_verify answers:
+0 valid, 1 tampered, 2 unknown key, 3 not a certificate, 4 revoked."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from portal.certificates import keys, pdf, seal, services, signing, verification
+
+
+def _verify(data: bytes, tmp_path: Path) -> tuple[int, dict]:
+    path = tmp_path / "candidate.pdf"
+    path.write_bytes(data)
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("kiln_verify", str(path), "--json", stdout=out)
+    return int(exited.value.code), json.loads(out.getvalue())
+
+
+def _overlay(text: str) -> object:
+    import weasyprint
+    from pypdf import PdfReader
+
+    html = f'<p style="font-size:30pt;background:#1a7f37;color:#fff;margin-top:40mm">{text}</p>'
+    return PdfReader(io.BytesIO(weasyprint.HTML(string=html).write_pdf())).pages[0]
+
+
+def _pypdf_overlay(original: bytes, text: str, *, incremental: bool) -> bytes:
+    """Stamp text on page 1 with pypdf, keeping every attachment: a visible forgery."""
+    from pypdf import PdfReader, PdfWriter
+
+    reader = PdfReader(io.BytesIO(original))
+    writer = PdfWriter(reader, incremental=True) if incremental else PdfWriter(clone_from=reader)
+    writer.pages[0].merge_page(_overlay(text))
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def test_the_issued_pdf_is_valid(issued, tmp_path):
+    code, answer = _verify(bytes(issued.pdf), tmp_path)
+    assert (code, answer["status"], answer["verdict"]) == (0, "valid", "PASS WITH WAIVERS")
+
+
+@pytest.mark.parametrize("incremental", [False, True], ids=["rewritten", "incremental-update"])
+@pytest.mark.parametrize("text", ["PASS", "Cluster other-cluster"])
+def test_an_overlay_on_page_one_is_tampered(issued, tmp_path, incremental, text):
+    forged = _pypdf_overlay(bytes(issued.pdf), text, incremental=incremental)
+    assert pdf.pdf_extract(forged)[0] == issued.payload.encode(), "the forger kept the sealed payload"
+    code, answer = _verify(forged, tmp_path)
+    assert (code, answer["status"]) == (1, "tampered"), answer["detail"]
+    assert "PDF signature" in answer["detail"]
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9])
+def test_one_flipped_byte_anywhere_is_tampered(issued, tmp_path, fraction):
+    data = bytearray(bytes(issued.pdf))
+    data[int(len(data) * fraction)] ^= 0xFF
+    code, answer = _verify(bytes(data), tmp_path)
+    assert (code, answer["status"]) == (1, "tampered"), answer["detail"]
+
+
+def test_a_byte_changed_inside_the_signature_hole_is_tampered(issued, tmp_path):
+    """The /Contents hex string is the one region the signature's digest skips: pyHanko ignores its
+    zero padding and hex case, so Kiln checks that region's exact form."""
+    data = bytes(issued.pdf)
+    start = data.rindex(b"/Contents <") + len(b"/Contents <")
+    end = data.index(b">", start)
+    padding = data.rindex(b"00", start, end)  # inside the zero padding after the DER blob
+    for replacement in (b"1", b"0".lower()):
+        changed = data[:padding] + replacement + data[padding + 1 :]
+        if changed == data:
+            continue
+        assert _verify(changed, tmp_path)[0] == 1
+    letter = re.search(rb"[A-F]", data[start:end])
+    assert letter, "upper-case hex digits in the signature"
+    at = start + letter.start()
+    lower = data[:at] + data[at : at + 1].lower() + data[at + 1 :]  # decodes to the same bytes
+    code, answer = _verify(lower, tmp_path)
+    assert code == 1 and "re-encoded" in answer["detail"]
+
+
+def test_appended_bytes_are_tampered(issued, tmp_path):
+    assert _verify(bytes(issued.pdf) + b"\n% appended\n", tmp_path)[0] == 1
+
+
+def test_a_stripped_signature_is_tampered(issued, tmp_path):
+    payload_bytes, seal_data = pdf.pdf_extract(bytes(issued.pdf))
+    unsigned = pdf.pdf_render(
+        payload=json.loads(payload_bytes), payload_bytes=payload_bytes, seal_data=seal_data, charts=[], charts_note=""
+    )
+    code, answer = _verify(unsigned, tmp_path)
+    assert code == 1 and "no document signature" in answer["detail"]
+
+
+def test_pages_that_contradict_the_payload_are_tampered_even_when_signed_by_the_site(issued, tmp_path):
+    """The site's own PDF key signed a document whose cover says PASS over a payload that says
+    PASS WITH WAIVERS (a rendering bug, or a stolen PDF key): the headline check catches it."""
+    payload_bytes, seal_data = pdf.pdf_extract(bytes(issued.pdf))
+    shown = {**json.loads(payload_bytes), "verdict": "PASS", "waivers": []}
+    document = pdf.pdf_render(
+        payload=shown, payload_bytes=payload_bytes, seal_data=seal_data, charts=[], charts_note=""
+    )
+    signed = signing.pdf_sign(document, keys.signing_identity_load(), reason="x", location="")
+    code, answer = _verify(signed, tmp_path)
+    assert code == 1 and "first page does not state the sealed verdict" in answer["detail"]
+
+
+def test_a_pdf_signed_by_another_ca_over_the_real_payload_is_tampered(issued, settings, tmp_path):
+    """A forger with their own CA re-signs edited pages around the genuine sealed payload: the
+    payload names the site's PDF certificate, so the swap shows."""
+    original = keys.key_dir()
+    settings.KILN_KEY_DIR = str(tmp_path / "forger")
+    forger = keys.keyring_init(site="Forger")
+    settings.KILN_KEY_DIR = str(original)
+    payload_bytes, seal_data = pdf.pdf_extract(bytes(issued.pdf))
+    shown = {**json.loads(payload_bytes), "verdict": "PASS", "waivers": []}
+    document = pdf.pdf_render(
+        payload=shown, payload_bytes=payload_bytes, seal_data=seal_data, charts=[], charts_note=""
+    )
+    code, answer = _verify(signing.pdf_sign(document, forger, reason="x", location=""), tmp_path)
+    assert code == 1 and "not the one the payload names" in answer["detail"]
+
+
+def test_a_revoked_certificate_exits_4_with_the_reason(issued, users, tmp_path):
+    services.certificate_revoke(certificate=issued, reason="wrong plan version", user=users["customer"])
+    code, answer = _verify(bytes(issued.pdf), tmp_path)
+    assert (code, answer["status"]) == (4, "revoked")
+    assert "wrong plan version" in answer["detail"] and users["customer"].username in answer["detail"]
+
+
+def test_files_that_are_not_certificates_exit_3(issued, tmp_path):
+    import weasyprint
+
+    assert _verify(b"", tmp_path)[0] == 3
+    assert _verify(b"\x00\xff" * 1000, tmp_path)[0] == 3
+    assert _verify(weasyprint.HTML(string="<p>hello</p>").write_pdf(), tmp_path)[0] == 3
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("kiln_verify", str(tmp_path / "absent.pdf"), "--json", stdout=out)
+    assert exited.value.code == 3
+
+
+def test_the_exit_codes_are_the_documented_ones():
+    assert verification.EXIT_CODES == {
+        seal.VALID: 0, seal.TAMPERED: 1, seal.UNKNOWN_KEY: 2, seal.NOT_A_CERTIFICATE: 3, seal.REVOKED: 4,
+    }  # fmt: skip
+
+
+def test_pdfsig_reports_the_whole_document_signed_and_valid(issued, tmp_path):
+    path = tmp_path / "cert.pdf"
+    path.write_bytes(bytes(issued.pdf))
+    out = subprocess.run(["pdfsig", str(path)], capture_output=True, text=True, check=False).stdout
+    assert "Total document signed" in out and "Signature is Valid" in out, out
+    assert "Kiln certificate signing" in out
+    broken = bytearray(bytes(issued.pdf))
+    broken[len(broken) // 2] ^= 0xFF
+    path.write_bytes(bytes(broken))
+    out = subprocess.run(["pdfsig", str(path)], capture_output=True, text=True, check=False).stdout
+    assert "Signature is Valid" not in out
