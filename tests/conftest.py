@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-pytest_plugins = ["testbed.pytest_plugin"]
+pytest_plugins = ["testbed.pytest_plugin", "tests.ci_guard"]
 
 REPO = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
