@@ -6,6 +6,7 @@ Loaded by tests/conftest.py; a subprocess test loads it with `-p tests.ci_guard`
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     skipped = terminalreporter.stats.get("skipped", [])
     if _in_ci() and skipped:
         terminalreporter.write_sep("=", f"CI=true: {len(skipped)} skipped test(s) fail this run", red=True)
