@@ -26,6 +26,7 @@ install: $(VENV)/.installed
 up: install
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py collectstatic --noinput -v0
+	$(BIN)/python manage.py kiln_keys init --if-missing --site "Kiln demo ($$(hostname))"
 	KILN_ALLOW_LOCAL_TRANSPORT=$${KILN_ALLOW_LOCAL_TRANSPORT:-1} $(BIN)/python manage.py kiln_demo
 	@bash scripts/up.sh "$(HOST)" "$(PORT)"
 

@@ -4,8 +4,8 @@
                                       [--stdout-bytes 2048] [--chart-timeout S] [--tracemalloc]
 
 Seeds its own database, as bench_pages.py does (a fresh SQLite file in a temporary folder, or with
-DATABASE_URL a throw-away database on that server); the site signing key is generated in the
-temporary data folder (KILN_SIGNING_KEY and KILN_TRUSTED_KEYS are ignored), and the folder is removed
+DATABASE_URL a throw-away database on that server); the site signing keys are made (kiln_keys init) in the
+temporary data folder (KILN_KEY_DIR is ignored), and the folder is removed
 at the end. Each cluster gets serials, racks and positions, one finished run of the 8-check plan
 where every result passes, with about 90 measurements per node (GPU UUIDs and serials from the
 inventory, per-GPU burn-in, temperature, ECC and link figures, a few software and fabric ones), a raw
@@ -19,7 +19,7 @@ payload.body_build, seal.canonical_bytes of the body
 (and its size), and the issue path: the vendor approver's certificate_sign (pending), the
 customer's (the request: it digests the body and queues the issue), then the certificate_issue task
 a worker runs (state, body digested twice: before rendering and again under the lock, charts,
-WeasyPrint PDF, database writes; broken down by wrapping those functions), then the same again
+WeasyPrint PDF, its PAdES signature, database writes; broken down by wrapping those functions), then the same again
 with charts turned off
 (KILN_CERT_CHARTS=0), and certificate_verify of the PDF. Wall seconds; memory as the process's peak
 RSS (ru_maxrss) after each step, or with --tracemalloc the Python allocation peak of the step
@@ -355,7 +355,7 @@ def measure_campaign(
     from django.test.utils import CaptureQueriesContext
     from django.urls import reverse
 
-    from portal.certificates import payload, seal, selectors, services
+    from portal.certificates import keys, payload, seal, selectors, services, verification
     from portal.certificates.models import Certificate, Signature
 
     campaign = seeded["campaign"]
@@ -417,20 +417,30 @@ def measure_campaign(
     out["pdf_mb"] = len(cert.pdf) / 2**20
     out["payload_mb"] = len(cert.payload.encode("utf-8")) / 2**20
     out["pages"] = pdf_pages(bytes(cert.pdf), tmp)
+    # Issuing closes the campaign, so the charts-off variant renders and signs the same body again
+    # without recording it (state, body, payload, seal, PDF, PDF signature; no database writes).
     previous = getattr(settings, "KILN_CERT_CHARTS", None)
     settings.KILN_CERT_CHARTS = "0"
     try:
-        cert_off = sign_pair(" [charts off]")
+        state = selectors.campaign_state(campaign=campaign)
+        signatures = list(cert.signatures.select_related("user").order_by("id"))
+        probe.reset()
+        with Step(use_tracemalloc) as s:
+            _, _, document_off, _ = services._render(
+                body=payload.body_build(state=state), state=state, number=cert.number + "-off",
+                issued_at=cert.issued_at, signatures=signatures, identity=keys.signing_identity_load(),
+            )  # fmt: skip
+        record("render and sign only [charts off]", s, ", ".join(f"{k} {v:.2f}" for k, v in probe.times.items()))
     finally:
         if previous is None:
             del settings.KILN_CERT_CHARTS
         else:
             settings.KILN_CERT_CHARTS = previous
-    out["pdf_mb_off"] = len(cert_off.pdf) / 2**20
-    out["pages_off"] = pdf_pages(bytes(cert_off.pdf), tmp)
+    out["pdf_mb_off"] = len(document_off) / 2**20
+    out["pages_off"] = pdf_pages(document_off, tmp)
     data = bytes(cert.pdf)
     with Step(use_tracemalloc) as s:
-        verdict = services.certificate_verify(data=data)
+        verdict = verification.certificate_verify(data=data)
     record("certificate_verify(pdf)", s, verdict.status)
     out["notes"]["verify"] = f"{verdict.status}: {verdict.detail}" if hasattr(verdict, "detail") else verdict.status
     return out
@@ -446,7 +456,7 @@ def main() -> int:
     parser.add_argument("--tracemalloc", action="store_true", help="per-step Python allocation peaks (slower)")
     args = parser.parse_args()
 
-    for name in ("KILN_SIGNING_KEY", "KILN_TRUSTED_KEYS", "KILN_CERT_CHARTS"):
+    for name in ("KILN_KEY_DIR", "KILN_CERT_CHARTS"):
         os.environ.pop(name, None)  # the key goes to the throw-away data folder; charts at their default
     if os.environ.get("DATABASE_URL"):
         os.environ["KILN_DATA_DIR"] = tempfile.mkdtemp(prefix="kiln-bench-")
@@ -457,10 +467,11 @@ def main() -> int:
     try:
         from django.contrib.auth.models import Group, User
 
-        from portal.certificates import charts, pdf, seal, services
+        from portal.certificates import charts, keys, pdf, services, signing
         from portal.roles import APPROVER
 
-        assert str(seal.signing_key_path()).startswith(data_dir), seal.signing_key_path()
+        assert str(keys.key_dir()).startswith(data_dir), keys.key_dir()
+        keys.keyring_init(site="bench")
         if args.chart_timeout is not None:
             settings.KILN_CERT_CHART_TIMEOUT_S = str(args.chart_timeout)
 
@@ -477,6 +488,7 @@ def main() -> int:
         probe.wrap(services, "body_digest", "digest")
         probe.wrap(charts, "charts_render", "charts")
         probe.wrap(pdf, "pdf_render", "pdf")
+        probe.wrap(signing, "pdf_sign", "pdf signature")
 
         rng = random.Random(42)
         seed = {"rng": rng, "series_points": args.series_points, "stdout_bytes": args.stdout_bytes}
