@@ -141,3 +141,14 @@ def test_its_state_grid_links_each_cell_and_escapes_reasons(client, campaign, ca
     cell = f'href="{href}" title="run #{run.pk}: GPU 3: &lt;b&gt;uncorrectable&lt;/b&gt; ECC"'
     assert cell in grid and "<b>uncorrectable" not in grid
     assert grid.count("<tr><td>") == 4 and grid.count('class="cstate green"') == 4 * len(campaign.item_keys) - 1
+
+
+def test_it_offers_no_signing_on_a_closed_campaign(client, issued, campaign, users):
+    client.force_login(users["vendor"])
+    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    assert 'id="campaign-closed"' in page and issued.number in page
+    assert 'id="sign-form"' not in page and "waive-form" not in page and 'id="campaign-run-form"' not in page
+    assert "Revoke" in page, "revoking stays possible"
+    response = client.post(reverse("campaign_sign", args=[campaign.pk]))
+    assert response.status_code in (200, 302)
+    assert campaign.certificates.count() == 1 and not campaign.signatures.filter(certificate__isnull=True).exists()
