@@ -103,6 +103,9 @@ class Verdict:
     payload: dict[str, Any] | None = None
     fingerprint: str = ""
     notes: list[str] = field(default_factory=list)
+    # Format 1 (no PDF signature): valid only if byte-identical to the copy the portal stored.
+    legacy: bool = False
+    payload_sha256: str = ""
 
     @property
     def ok(self) -> bool:

@@ -28,7 +28,7 @@ from portal.certificates.models import Certificate
 EXIT_CODES = {seal.VALID: 0, seal.TAMPERED: 1, seal.UNKNOWN_KEY: 2, seal.NOT_A_CERTIFICATE: 3, seal.REVOKED: 4}
 
 
-def _looks_like_kiln(data: bytes) -> bool:
+def looks_like_kiln(data: bytes) -> bool:
     """The Kiln signature field or the payload attachment is there (the raw bytes first: a damaged
     file may not parse, and WeasyPrint compresses the attachment names into object streams)."""
     if f"/T ({signing.FIELD_NAME})".encode() in data or pdf.PAYLOAD_NAME.encode() in data:
@@ -61,35 +61,27 @@ def headline_mismatch(data: bytes, payload: dict[str, Any]) -> str:
     return ""
 
 
-def _legacy(data: bytes, payload_bytes: bytes, seal_data: dict[str, Any], store: keys.TrustStore) -> seal.Verdict:
-    verdict = seal.verify(payload_bytes, seal_data, sorted(store.seal_fingerprints))
-    if not verdict.ok:
-        return verdict
-    number = (verdict.payload or {}).get("number", "")
-    stored = Certificate.objects.filter(number=number).values_list("pdf", flat=True).first()
-    if stored is None or hashlib.sha256(bytes(stored)).digest() != hashlib.sha256(data).digest():
-        return seal.Verdict(
-            seal.TAMPERED,
-            f"{number} is a format-1 certificate: its pages carry no signature, and this file is not the copy "
-            "this portal issued",
-            verdict.payload,
-            verdict.fingerprint,
-        )
-    verdict.notes.append("format 1: the payload is sealed and the file is identical to the copy this portal issued")
-    return verdict
-
-
 def verify_document(data: bytes, store: keys.TrustStore) -> seal.Verdict:
-    """Steps 1-5 (no database)."""
-    if not data.startswith(b"%PDF-") or not _looks_like_kiln(data):
+    """Steps 1-5 (no database): run on untrusted bytes, so only in the sandbox (sandbox.py)."""
+    if not data.startswith(b"%PDF-") or not looks_like_kiln(data):
         return seal.Verdict(seal.NOT_A_CERTIFICATE, "not a PDF carrying a Kiln signature or payload")
     try:
         payload_bytes, seal_data = pdf.pdf_extract(data)
     except pdf.NotACertificate as exc:
         return seal.Verdict(seal.TAMPERED, f"a Kiln certificate whose evidence cannot be read: {exc}")
+    verdict = _verify_extracted(data, payload_bytes, seal_data, store)
+    verdict.payload_sha256 = hashlib.sha256(payload_bytes).hexdigest()
+    return verdict
+
+
+def _verify_extracted(
+    data: bytes, payload_bytes: bytes, seal_data: dict[str, Any], store: keys.TrustStore
+) -> seal.Verdict:
     document = signing.pdf_signature_check(data, store.roots)
     if document.status == signing.UNSIGNED and payload_bytes.find(b'"format":"' + seal.LEGACY_FORMAT.encode()) >= 0:
-        return _legacy(data, payload_bytes, seal_data, store)
+        legacy = seal.verify(payload_bytes, seal_data, sorted(store.seal_fingerprints))
+        legacy.legacy = legacy.ok
+        return legacy
     if document.status in (signing.BROKEN, signing.UNSIGNED):
         return seal.Verdict(seal.TAMPERED, f"PDF signature: {document.detail}")
     verdict = seal.verify(payload_bytes, seal_data, sorted(store.seal_fingerprints))
@@ -115,9 +107,29 @@ def verify_document(data: bytes, store: keys.TrustStore) -> seal.Verdict:
     return verdict
 
 
+def _legacy_check(verdict: seal.Verdict, data: bytes) -> seal.Verdict:
+    number = (verdict.payload or {}).get("number", "")
+    stored = Certificate.objects.filter(number=number).values_list("pdf", flat=True).first()
+    if stored is None or hashlib.sha256(bytes(stored)).digest() != hashlib.sha256(data).digest():
+        return seal.Verdict(
+            seal.TAMPERED,
+            f"{number} is a format-1 certificate: its pages carry no signature, and this file is not the copy "
+            "this portal issued",
+            verdict.payload,
+            verdict.fingerprint,
+        )
+    verdict.notes.append("format 1: the payload is sealed and the file is identical to the copy this portal issued")
+    return verdict
+
+
 def certificate_verify(*, data: bytes) -> seal.Verdict:
-    """All six steps: the document, then what this portal knows of its number."""
-    verdict = verify_document(data, keys.trust_store_load())
+    """All six steps: the document (in a sandboxed child process), then what this portal knows of
+    its number."""
+    from portal.certificates.sandbox import verify_isolated
+
+    verdict = verify_isolated(data)
+    if verdict.legacy and verdict.status == seal.VALID:
+        verdict = _legacy_check(verdict, data)
     if verdict.status != seal.VALID or not verdict.payload:
         return verdict
     number = verdict.payload.get("number", "")
@@ -127,8 +139,7 @@ def certificate_verify(*, data: bytes) -> seal.Verdict:
             f"{number} is not in this portal's database (issued elsewhere, or the database was reset)."
         )
         return verdict
-    sealed_sha = hashlib.sha256(pdf.pdf_extract(data)[0]).hexdigest()
-    if known.sha256 != sealed_sha:
+    if known.sha256 != verdict.payload_sha256:
         verdict.notes.append(f"this portal issued {number} with a different digest ({known.sha256}).")
         return seal.Verdict(seal.TAMPERED, verdict.notes[-1], verdict.payload, verdict.fingerprint, verdict.notes)
     if known.revoked:

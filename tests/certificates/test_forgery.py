@@ -165,3 +165,25 @@ def test_pdfsig_reports_the_whole_document_signed_and_valid(issued, tmp_path):
     path.write_bytes(bytes(broken))
     out = subprocess.run(["pdfsig", str(path)], capture_output=True, text=True, check=False).stdout
     assert "Signature is Valid" not in out
+
+
+def test_the_verifier_runs_in_a_limited_child_and_survives_its_death(issued, tmp_path, monkeypatch):
+    """A hostile PDF may exhaust memory or loop in the parsers: the child dies, the answer stands."""
+    monkeypatch.setenv("KILN_VERIFY_MEMORY_MB", "64")  # too little for Python and the parsers
+    code, answer = _verify(bytes(issued.pdf), tmp_path)
+    assert code == 1 and "could not be checked within limits" in answer["detail"], answer
+    code, answer = _verify(b"%PDF-1.7 not much", tmp_path)
+    assert code == 3
+    monkeypatch.delenv("KILN_VERIFY_MEMORY_MB")
+    monkeypatch.setenv("KILN_VERIFY_WALL_S", "0.01")
+    code, answer = _verify(bytes(issued.pdf), tmp_path)
+    assert code == 1 and "no answer after 0.01 s" in answer["detail"]
+
+
+def test_a_pdf_with_a_nested_or_broken_structure_gets_an_answer_not_a_crash(issued, tmp_path):
+    nested = b"%PDF-1.7\n1 0 obj\n" + b"[" * 200000 + b"]" * 200000 + b"\nendobj\n/T (KilnSeal)\n%%EOF"
+    assert _verify(nested, tmp_path)[0] == 1
+    # Cut in half: the Kiln markers (signature field, attachment names) sit in the lost second half.
+    assert _verify(bytes(issued.pdf)[: len(bytes(issued.pdf)) // 2], tmp_path)[0] == 3
+    assert _verify(bytes(issued.pdf)[:-100], tmp_path)[0] == 1  # cut just short: still recognisably Kiln
+    assert _verify(b"%PDF-1.7\n" + b"\x00\xff" * 50000, tmp_path)[0] == 3
