@@ -406,7 +406,7 @@ def trust_store_load() -> TrustStore:
     current = (root / CURRENT).resolve() if (root / CURRENT).exists() else None
     if (root / CA_CERT).exists():
         roots.append(_ca_cert(root))
-        keys.append(_trusted_cert(roots[-1], "ca", str(root / CA_CERT), True))
+        keys.append(_trusted_cert(roots[-1], "ca", "site CA", True))
     generations = sorted((root / GENERATIONS).iterdir()) if (root / GENERATIONS).is_dir() else []
     for folder in reversed(generations):
         if not (folder / SEAL_PUB).exists():
@@ -414,18 +414,20 @@ def trust_store_load() -> TrustStore:
         public = serialization.load_pem_public_key(_read(folder / SEAL_PUB))
         if isinstance(public, Ed25519PublicKey):
             is_current = folder == current
-            keys.append(TrustedKey("seal", fingerprint(public), "", str(folder), is_current,
+            keys.append(TrustedKey("seal", fingerprint(public), "", f"generation {folder.name}", is_current,
                                    _public_pem(public).decode()))  # fmt: skip
         if (folder / PDF_CERT).exists():
-            keys.append(_trusted_cert(_load_cert(folder / PDF_CERT), "signer", str(folder), folder == current))
+            signer = _load_cert(folder / PDF_CERT)
+            keys.append(_trusted_cert(signer, "signer", f"generation {folder.name}", folder == current))
     for path in sorted((root / TRUSTED).glob("*.pem")) if (root / TRUSTED).is_dir() else []:
         if path.name.endswith(".crt.pem"):
             roots.append(_load_cert(path))
-            keys.append(_trusted_cert(roots[-1], "ca", str(path), False))
+            keys.append(_trusted_cert(roots[-1], "ca", f"imported ({path.name})", False))
         else:
             public = serialization.load_pem_public_key(_read(path))
             if isinstance(public, Ed25519PublicKey):
-                keys.append(TrustedKey("seal", fingerprint(public), "", str(path), False, _public_pem(public).decode()))
+                pem = _public_pem(public).decode()
+                keys.append(TrustedKey("seal", fingerprint(public), "", f"imported ({path.name})", False, pem))
     seal_fps = frozenset(k.fingerprint for k in keys if k.kind == "seal")
     return TrustStore(seal_fps, tuple(roots), tuple(keys))
 

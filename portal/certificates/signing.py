@@ -13,8 +13,11 @@ pyHanko writes it: with that, no byte of a Kiln certificate can change without f
 
 from __future__ import annotations
 
+import asyncio
 import binascii
 import io
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from asn1crypto import cms
@@ -75,8 +78,21 @@ def pdf_sign(document: bytes, identity: SigningIdentity, *, reason: str, locatio
     )
     writer = IncrementalPdfFileWriter(io.BytesIO(document), strict=False)
     out = io.BytesIO()
-    signers.PdfSigner(meta, signer=signer).sign_pdf(writer, output=out, bytes_reserved=SIGNATURE_BYTES)
+    pdf_signer = signers.PdfSigner(meta, signer=signer)
+    _outside_any_event_loop(lambda: pdf_signer.sign_pdf(writer, output=out, bytes_reserved=SIGNATURE_BYTES))
     return out.getvalue()
+
+
+def _outside_any_event_loop(call: Callable[[], object]) -> None:
+    """pyHanko's sync API wraps asyncio.run(), which refuses to start in a thread whose event loop
+    is running (an async caller, Playwright's sync API in tests): then run it in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        call()
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(call).result()
 
 
 def _hole_is_canonical(data: bytes, byte_range: list[int], contents: bytes) -> str:

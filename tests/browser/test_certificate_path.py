@@ -35,10 +35,13 @@ issuing: list[int] = []
 
 
 @pytest.fixture
-def demo(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, list[int]]]:
-    """The demo cluster, a two-check plan (fast), and the runs the pages start, caught instead of queued."""
+def demo(transactional_db: None, monkeypatch: pytest.MonkeyPatch, settings, tmp_path) -> list[tuple[int, list[int]]]:
+    """The demo cluster, a two-check plan (fast), site keys, and the runs the pages start, caught
+    instead of queued."""
     from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 
+    settings.KILN_KEY_DIR = str(tmp_path / "keys")
+    call_command("kiln_keys", "init", "--site", "Browser test site", stdout=StringIO())
     started: list[tuple[int, list[int]]] = []
     issuing.clear()
     # Called by the live server's thread once the page's transaction commits; the test thread runs it.
@@ -182,3 +185,16 @@ def test_it_takes_a_cluster_to_a_signed_certificate_from_the_browser(
         call_command("kiln_verify", str(pdf), "--json", stdout=out)
     verdict = json.loads(out.getvalue())
     assert exited.value.code == 0 and verdict["status"] == "valid", verdict
+
+    # 7. The same PDF through the verify page, as a customer would check it; then the campaign is
+    # closed: no more signing on it.
+    page.goto(base + "/certificates/verify/")
+    page.set_input_files("input[name=pdf]", str(pdf))
+    page.get_by_role("button", name="Verify").click()
+    page.locator("#verify-status").wait_for()
+    shot("certificate-verified")
+    assert page.locator("#verify-status").inner_text() == "VALID"
+    assert "Browser test site" in page.locator("#site-keys").inner_text()
+    page.goto(base + campaign_url)
+    assert page.locator("#campaign-closed").is_visible() and page.locator("#sign-form").count() == 0
+    shot("campaign-closed")
