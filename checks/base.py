@@ -415,7 +415,10 @@ def _judge(
         if out.exit_code is None:
             return [], Verdict(status=ERROR, reason=f"{label} returned no exit code (connection lost?)")
         if out.exit_code not in check.ok_exit_codes:
-            why = check.describe_failure(out)
+            try:
+                why = check.describe_failure(out)
+            except Exception as exc:  # describing hostile output (deeply nested JSON, say) must not crash
+                why = f"(its output could not be described: {type(exc).__name__})"
             return [], Verdict(status=ERROR, reason=f"{label} exited {out.exit_code}: {why}")
     try:
         measurements = check.parse(outputs)

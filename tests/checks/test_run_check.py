@@ -7,7 +7,7 @@ import json
 import pytest
 
 from checks import REGISTRY, get_check, run_check
-from checks.base import ERROR, PASS, EvidenceError, NodeContext, ParamsError
+from checks.base import ERROR, PASS, Command, CommandOutput, EvidenceError, NodeContext, ParamsError
 from checks.probe_check import ProbeParams
 from tests.checks.probe_docs import output, probe_doc
 
@@ -145,3 +145,15 @@ def test_it_builds_one_probe_command_from_params() -> None:
 
 def test_it_exposes_evidence_error_for_parsers() -> None:
     assert issubclass(EvidenceError, Exception) and not issubclass(EvidenceError, ValueError)
+
+
+@pytest.mark.parametrize("kind", sorted(REGISTRY))
+def test_it_errors_without_crashing_when_a_failed_commands_output_cannot_be_described(kind):
+    """describe_failure reads the output of a command that exited non-zero: hostile output there
+    (JSON nested past the recursion limit) is still an error verdict, never an exception."""
+    check = REGISTRY[kind]()
+    nested = "[" * 200_000 + "]" * 200_000
+    command = Command(argv=("tool",), timeout=5, label="tool")
+    out = CommandOutput(command=command, stdout=nested, stderr=nested, exit_code=1)
+    _, verdict = run_check(check, None, None, [out], NodeContext(hostname="n1"))
+    assert verdict.status == "error"
