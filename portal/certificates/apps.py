@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.apps import AppConfig
-from django.db.models.signals import post_migrate
+from django.db.models.signals import post_migrate, pre_migrate
 
 
 def _sides_ensure(sender: AppConfig, **kwargs: object) -> None:
@@ -25,6 +25,20 @@ def _triggers_ensure(sender: AppConfig, using: str = "default", **kwargs: Any) -
     immutability.install(connections[using])
 
 
+def _triggers_lift(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
+    """SQLite only: a migration that rebuilds a table would trip over triggers that name it."""
+    from django.db import connections
+
+    from portal.certificates import immutability
+
+    connection = connections[using]
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            tables = set(connection.introspection.table_names(cursor))
+        if "runs_checkresult" in tables:
+            immutability.uninstall(connection)
+
+
 class CertificatesConfig(AppConfig):
     name = "portal.certificates"
     label = "certificates"
@@ -32,4 +46,5 @@ class CertificatesConfig(AppConfig):
 
     def ready(self) -> None:
         post_migrate.connect(_sides_ensure, sender=self)
+        pre_migrate.connect(_triggers_lift, sender=self)
         post_migrate.connect(_triggers_ensure, sender=self)

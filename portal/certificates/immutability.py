@@ -19,9 +19,11 @@ certified does not fail. TRUNCATE is not covered: it is a whole-table wipe that 
 owner may run (`manage.py flush`); production should run the portal as a role that does not own the
 tables (docs/security.md).
 
-`install()` drops and recreates every trigger. SQLite rebuilds a table on most ALTERs and drops its
-triggers with it, so it runs again after every `migrate` (apps.py, post_migrate), and a test checks
-that every trigger exists.
+`install()` drops and recreates every trigger. PostgreSQL gets them from migration certificates 0003
+(and again after every `migrate`). SQLite rebuilds a table on most ALTERs (create, copy, drop,
+rename), which drops that table's triggers and trips over the others that name it; so on SQLite the
+triggers are dropped before every `migrate` and created after it (apps.py: pre_migrate and
+post_migrate), and a test checks that every trigger exists.
 """
 
 from __future__ import annotations
@@ -182,6 +184,18 @@ def install(connection: Any) -> None:
     with connection.cursor() as cursor:
         for statement in sql:
             cursor.execute(statement)
+
+
+def uninstall(connection: Any) -> None:
+    """Drop every kiln trigger (SQLite, before a migrate rebuilds tables)."""
+    with connection.cursor() as cursor:
+        for rule in RULES:
+            name = PREFIX + rule.name
+            if connection.vendor == "postgresql":
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {rule.table}")
+                cursor.execute(f"DROP FUNCTION IF EXISTS {name}()")
+            else:
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
 
 
 def installed(connection: Any) -> set[str]:

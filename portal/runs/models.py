@@ -98,12 +98,32 @@ class CheckResult(models.Model):
     claimed_by = models.CharField(max_length=64, blank=True, help_text="Celery task id that holds it.")
     command = models.TextField(blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
-    stdout = models.TextField(blank=True)
-    stderr = models.TextField(blank=True)
+    stdout = models.TextField(blank=True, help_text="For display: NUL and undecodable bytes escaped.")
+    stderr = models.TextField(blank=True, help_text="For display: NUL and undecodable bytes escaped.")
+    # The raw bytes as read (after the transport's cap), zlib-compressed, with their SHA-256: the
+    # evidence whatever bytes a tool printed (PostgreSQL text refuses NUL).
+    stdout_raw = models.BinaryField(null=True, blank=True)
+    stderr_raw = models.BinaryField(null=True, blank=True)
+    stdout_sha256 = models.CharField(max_length=64, blank=True)
+    stderr_sha256 = models.CharField(max_length=64, blank=True)
     output_truncated = models.BooleanField(default=False)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_s = models.FloatField(null=True, blank=True)
+    # Liveness: the task that holds a running result renews its lease while it works; the reaper
+    # acts on an expired lease, not on a deadline.
+    worker_name = models.CharField(max_length=200, blank=True, help_text="The worker (Celery hostname) holding it.")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    command_started_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its first command started on the node (None: nothing ran there yet)."
+    )
+    remote_pgid = models.IntegerField(
+        null=True, blank=True, help_text="Process group of the command running on the node now, to stop it."
+    )
+    portal_fault = models.BooleanField(
+        default=False, help_text="The error is Kiln's (database, worker, bug), not the node's: health ignores it."
+    )
 
     class Meta:
         ordering = ["run", "node__hostname", "position"]
@@ -112,6 +132,22 @@ class CheckResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.item_key} on {self.node_id}: {self.status}"
+
+
+class RunEvent(models.Model):
+    """A line of a run's log: what the system did to it (re-enqueued lost work, reaped a dead
+    worker's checks, cancelled, stopped node-side processes), with when and why."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    kind = models.CharField(max_length=40)
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["run", "at", "id"]
+
+    def __str__(self) -> str:
+        return f"run #{self.run_id} {self.kind}: {self.message[:60]}"
 
 
 class Series(models.Model):

@@ -20,23 +20,18 @@ def revocations_copy(apps, schema_editor):
 
 
 def triggers_install(apps, schema_editor):
+    """PostgreSQL only: on SQLite a later migration's table rebuild would trip over them, so there they
+    are created after every migrate (portal/certificates/apps.py)."""
     from portal.certificates import immutability
 
-    immutability.install(schema_editor.connection)
+    if schema_editor.connection.vendor == "postgresql":
+        immutability.install(schema_editor.connection)
 
 
 def triggers_drop(apps, schema_editor):
     from portal.certificates import immutability
 
-    connection = schema_editor.connection
-    with connection.cursor() as cursor:
-        for rule in immutability.RULES:
-            name = immutability.PREFIX + rule.name
-            if connection.vendor == "postgresql":
-                cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {rule.table}")
-                cursor.execute(f"DROP FUNCTION IF EXISTS {name}()")
-            else:
-                cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+    immutability.uninstall(schema_editor.connection)
 
 
 class Migration(migrations.Migration):
