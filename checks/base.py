@@ -106,6 +106,12 @@ class CommandOutput:
     # The transport kept only the head and tail of stdout or stderr (worker/ssh.py's output cap);
     # the cut is marked in the text by a "[... N bytes cut by Kiln ...]" line.
     truncated: bool = False
+    # The exact bytes the transport read (head, cut marker and tail when truncated): `stdout` and
+    # `stderr` are their UTF-8 decoding with U+FFFD for what does not decode (parsers read those).
+    # The portal stores these bytes as the evidence (compressed, with their SHA-256). None: the
+    # output was built as text (a parser test, a captured file), and the text is all there is.
+    stdout_bytes: bytes | None = field(default=None, repr=False, compare=False)
+    stderr_bytes: bytes | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass

@@ -95,7 +95,12 @@ WSGI_APPLICATION = "portal.wsgi.application"
 
 _database_url = os.environ.get("DATABASE_URL", "")
 if _database_url:
-    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+    # Persistent connections (60 s: a worker or web process reuses one across tasks and requests),
+    # checked before their first use in each request or task: a connection that PostgreSQL dropped
+    # meanwhile (restart, failover, pg_terminate_backend, a pooler's idle timeout) is replaced
+    # instead of failing the request with a 500. Writes of results also retry across a connection
+    # lost mid-task (portal/runs/dbretry.py).
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)}
 else:
     DATABASES = {
         "default": {

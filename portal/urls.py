@@ -18,6 +18,7 @@ urlpatterns = [
     path("runs/<int:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<int:run_id>/rerun/", views.run_rerun, name="run_rerun"),
     path("results/<int:result_id>/", views.result_detail, name="result_detail"),
+    path("results/<int:result_id>/raw/<str:stream>/", views.result_raw_output, name="result_raw_output"),
     path("", include("portal.charts.urls")),
     path("", include("portal.history.urls")),
     path("", include("portal.certificates.urls")),

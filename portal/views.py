@@ -240,6 +240,26 @@ def result_detail(request: HttpRequest, result_id: int) -> HttpResponse:
     )
 
 
+@role_required(VIEWER)
+def result_raw_output(request: HttpRequest, result_id: int, stream: str) -> HttpResponse:
+    """The exact bytes a check's commands printed (as the transport read them), for download:
+    never rendered (application/octet-stream, attachment), inflated a chunk at a time."""
+    from django.http import Http404, StreamingHttpResponse
+
+    from portal.runs import rawoutput
+
+    try:
+        stored = selectors.result_raw_output(result_id=result_id, stream=stream)
+    except (ValueError, selectors.CheckResult.DoesNotExist):
+        raise Http404("no such result or output stream") from None
+    if stored.compressed is None:
+        raise Http404("no raw output is stored for this result (nothing ran, or it was recorded before Kiln kept it)")
+    response = StreamingHttpResponse(rawoutput.unpack(stored.compressed), content_type="application/octet-stream")
+    response["Content-Disposition"] = f'attachment; filename="kiln-result-{result_id}.{stream}"'
+    response["X-Kiln-SHA256"] = stored.sha256  # what `sha256sum` of the file gives, and what a certificate cites
+    return response
+
+
 def plotly_js(request: HttpRequest) -> HttpResponse:
     """plotly.js from the installed plotly package: air-gapped sites load nothing from a CDN, and the
     JS always matches the Python figure builder's version."""

@@ -164,18 +164,19 @@ class CappedStream:
         return max(0, self.total - self.head_size - self.tail_size)
 
     def text(self) -> str:
-        with self._lock:
-            head, tail = bytes(self.head), b"".join(self.tail)
-        return self._render(head, tail)
+        return self.data().decode(errors="replace")
 
-    def _render(self, head: bytes, tail: bytes) -> str:
-        if not self.cut:
-            return (head + tail).decode(errors="replace")
-        tail = tail[len(tail) - self.tail_size :]
-        marker = (
-            f"\n[... {self.cut} bytes cut by Kiln: output over the {self.cap}-byte read cap; head and tail kept ...]\n"
-        )
-        return head.decode(errors="replace") + marker + tail.decode(errors="replace")
+    def data(self) -> bytes:
+        """The bytes kept, exactly as read: head, then (when something was cut) a marker line saying
+        how much, then the tail. `text()` is their decoding."""
+        with self._lock:
+            if not self.cut:
+                return b"".join([self.head, *self.tail])
+            marker = f"\n[... {self.cut} bytes cut by Kiln: output over the {self.cap}-byte read cap; "
+            marker += "head and tail kept ...]\n"
+            tail: list[bytes | memoryview] = list(self.tail)
+            tail[0] = memoryview(tail[0])[self.tail_bytes - self.tail_size :]  # the last tail_size bytes
+            return b"".join([self.head, marker.encode(), *tail])  # one copy, however large
 
 
 def _output(
@@ -187,7 +188,18 @@ def _output(
     duration: float,
 ) -> CommandOutput:
     truncated = bool(out.cut or err.cut)
-    return CommandOutput(command, out.text(), err.text(), exit_code, timed_out, duration, truncated=truncated)
+    stdout, stderr = out.data(), err.data()
+    return CommandOutput(
+        command,
+        stdout.decode(errors="replace"),
+        stderr.decode(errors="replace"),
+        exit_code,
+        timed_out,
+        duration,
+        truncated=truncated,
+        stdout_bytes=stdout,
+        stderr_bytes=stderr,
+    )
 
 
 def _drain(channel: paramiko.Channel, out: CappedStream, err: CappedStream) -> bool:

@@ -38,6 +38,14 @@ def _measurement(m: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _output_digest(r: dict[str, Any], stream: str) -> str:
+    """The SHA-256 a certificate cites for a result's output: of the exact bytes the node printed,
+    as stored when it was recorded (CheckResult.stdout_sha256: `sha256sum` of the result page's raw
+    download gives it). A result recorded before Kiln kept raw bytes has no such digest: then the
+    stored text is the output, and its UTF-8 is hashed (what certificates cited before)."""
+    return r[f"{stream}_sha256"] or seal.sha256_hex(r[stream])
+
+
 def _strip_taken_at(snapshot: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in snapshot.items() if k != "taken_at"}
 
@@ -54,7 +62,8 @@ def body_build(*, state: CampaignState) -> dict[str, Any]:
     for chunk in _chunks(result_ids):
         for r in CheckResult.objects.filter(pk__in=chunk).values(
             "id", "run_id", "item_key", "kind", "status", "reason", "scope", "node_set", "attribution", "command",
-            "exit_code", "stdout", "stderr", "output_truncated", "started_at", "finished_at", "node__hostname",
+            "exit_code", "stdout", "stderr", "stdout_sha256", "stderr_sha256", "output_truncated", "started_at",
+            "finished_at", "node__hostname",
         ):  # fmt: skip
             results[r["id"]] = r
         for m in (
@@ -89,8 +98,8 @@ def body_build(*, state: CampaignState) -> dict[str, Any]:
             "exit_code": r["exit_code"],
             "started_at": _iso(r["started_at"]),
             "finished_at": _iso(r["finished_at"]),
-            "stdout_sha256": seal.sha256_hex(r["stdout"]),
-            "stderr_sha256": seal.sha256_hex(r["stderr"]),
+            "stdout_sha256": _output_digest(r, "stdout"),
+            "stderr_sha256": _output_digest(r, "stderr"),
             "output_truncated": r["output_truncated"],
             "series_sha256": seal.sha256_hex(seal.canonical_bytes(series_hash[rid])),
             "measurements": measurements[rid],

@@ -81,13 +81,17 @@ def state_from_results(results: list[Judged]) -> tuple[str, str] | None:
 def _judged_per_node(run: Run) -> dict[int, list[Judged]]:
     names = {item["key"]: item.get("name") or item["key"] for item in run.plan_snapshot.get("items", [])}
     per_node: dict[int, list[Judged]] = {}
-    for node_id, key, status, reason in run.results.filter(scope="node").values_list(
-        "node_id", "item_key", "status", "reason"
+    # A result that Kiln failed to judge or record (portal_fault: its database, a worker, a bug) says
+    # nothing about the node: it never moves the node's health, nor fires an alert.
+    for node_id, key, status, reason in (
+        run.results.filter(scope="node", portal_fault=False)
+        .order_by("position", "id")  # plan order per node: the first of equally bad results is the cause
+        .values_list("node_id", "item_key", "status", "reason")
     ):
         per_node.setdefault(node_id, []).append(Judged(status, reason, names.get(key, key)))
     # Group results count for the nodes they name (attribution); an unattributed group failure
     # cannot be pinned on a node, so it does not change anyone's health.
-    groups = list(run.results.filter(scope="group").values_list("item_key", "attribution"))
+    groups = list(run.results.filter(scope="group", portal_fault=False).values_list("item_key", "attribution"))
     if groups:
         by_host = dict(run.cluster.nodes.values_list("hostname", "id"))
         for key, attribution in groups:

@@ -35,6 +35,7 @@ from checks.base import (
 )
 from portal.inventory.models import Node
 from portal.runs import services
+from portal.runs.dbretry import portal_fault_reason
 from portal.runs.models import CheckResult, Run, Status
 from worker.ssh import (
     CHANNEL_SLACK_S,
@@ -101,14 +102,16 @@ def execute_node(*, run_id: int, node_id: int, claim: str) -> int:
             run_id=run_id, node_id=node_id, claim=claim, status=Status.ERROR, reason=f"{exc.kind}: {exc.message}"
         )
     except Exception as exc:
-        # A bug must not leave results `running` forever: record it, then let Celery log the traceback.
+        # A bug, or the database gone for longer than the retries, must not leave results `running`
+        # forever: record it as the portal's fault (node health ignores it), then let Celery log it.
         logger.exception("run %s node %s: internal error", run_id, node.hostname)
         services.results_fail_remaining(
             run_id=run_id,
             node_id=node_id,
             claim=claim,
             status=Status.ERROR,
-            reason=f"internal error in Kiln: {type(exc).__name__}: {exc}",
+            reason=portal_fault_reason(exc),
+            portal_fault=True,
         )
         raise
     finally:

@@ -76,6 +76,15 @@ class Run(models.Model):
         return (end - self.started_at).total_seconds()
 
 
+class CheckResultManager(models.Manager["CheckResult"]):
+    """Rows without their raw output bytes (up to 2 x 16 MiB compressed per result): a page, an
+    export or a run's fan-in never loads them unless it names them (`.only(...)`, `.defer(None)`);
+    the result page's download reads them (portal/runs/selectors.py result_raw_output)."""
+
+    def get_queryset(self) -> models.QuerySet[CheckResult]:
+        return super().get_queryset().defer("stdout_raw", "stderr_raw")
+
+
 class CheckResult(models.Model):
     """What one plan item found on one node. Created `queued` at run start (one row per node × item),
     claimed by a worker with a conditional UPDATE, and finished exactly once."""
@@ -124,6 +133,8 @@ class CheckResult(models.Model):
     portal_fault = models.BooleanField(
         default=False, help_text="The error is Kiln's (database, worker, bug), not the node's: health ignores it."
     )
+
+    objects = CheckResultManager()
 
     class Meta:
         ordering = ["run", "node__hostname", "position"]

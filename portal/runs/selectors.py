@@ -305,6 +305,32 @@ def result_detail(*, result_id: int) -> CheckResult:
     return CheckResult.objects.select_related("run", "run__cluster", "node").get(pk=result_id)
 
 
+RAW_STREAMS = ("stdout", "stderr")
+
+
+@dataclass(frozen=True)
+class StoredOutput:
+    """One raw output stream of a result as stored: zlib-compressed bytes (None: none was stored,
+    the result was recorded before Kiln kept raw bytes or nothing ran) and the SHA-256 of the bytes."""
+
+    result_id: int
+    stream: str
+    compressed: bytes | None
+    sha256: str
+
+
+def result_raw_output(*, result_id: int, stream: str) -> StoredOutput:
+    """The stored raw bytes of a result's stdout or stderr (CheckResult.DoesNotExist when no such
+    result; ValueError for another stream name)."""
+    if stream not in RAW_STREAMS:
+        raise ValueError(f"no output stream {stream!r}: {' or '.join(RAW_STREAMS)}")
+    row = CheckResult.objects.filter(pk=result_id).values_list(f"{stream}_raw", f"{stream}_sha256").first()
+    if row is None:
+        raise CheckResult.DoesNotExist(f"no result {result_id}")
+    compressed, sha256 = row
+    return StoredOutput(result_id, stream, None if compressed is None else bytes(compressed), sha256)
+
+
 def run_json(*, run: Run) -> dict[str, Any]:
     """The stable `kiln_run --json` shape."""
     results = (

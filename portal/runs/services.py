@@ -12,15 +12,18 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from checks.base import REGISTRY, Check, ParamsError, Verdict, worst_status
+from checks.base import REGISTRY, ParamsError, Verdict
 from checks.base import Measurement as CheckMeasurement
 from checks.base import Series as CheckSeries
 from checks.profiles import get_profile
 from portal.catalog.models import TestPlan
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
-from portal.runs import outliers
+from portal.runs import rawoutput
+from portal.runs.dbretry import db_retry
+from portal.runs.finalize import run_finalize
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Series, Status, points_digest
+from portal.runs.rawoutput import storable, storable_json
 
 logger = logging.getLogger(__name__)
 
@@ -226,12 +229,6 @@ def _check_timeout_nesting(snapshot: dict[str, Any]) -> None:
         )
 
 
-def _enqueue_group(run_id: int, result_id: int) -> None:
-    from worker.tasks import enqueue_group
-
-    enqueue_group(run_id=run_id, result_id=result_id)
-
-
 def _enqueue(run_id: int, node_ids: list[int]) -> None:
     from worker.tasks import enqueue_node
 
@@ -273,12 +270,10 @@ def group_result_claim(*, result_id: int, claim: str) -> CheckResult | None:
     return CheckResult.objects.get(pk=result_id) if updated else None
 
 
-def _cap(text: str) -> tuple[str, bool]:
-    cap = settings.KILN_OUTPUT_CAP
-    if len(text) <= cap:
-        return text, False
-    head = cap * 3 // 4
-    return text[:head] + f"\n[... {len(text) - cap} characters cut by Kiln ...]\n" + text[-(cap - head) :], True
+def _stream(raw: bytes | list[bytes] | None, text: str) -> list[bytes]:
+    if raw is None:
+        return [rawoutput.text_bytes(text)]
+    return [raw] if isinstance(raw, bytes) else raw
 
 
 def result_record(
@@ -290,6 +285,8 @@ def result_record(
     command: str = "",
     stdout: str = "",
     stderr: str = "",
+    stdout_raw: bytes | list[bytes] | None = None,
+    stderr_raw: bytes | list[bytes] | None = None,
     exit_code: int | None = None,
     duration_s: float | None = None,
     series: list[CheckSeries] | None = None,
@@ -298,205 +295,108 @@ def result_record(
     truncated: bool = False,
 ) -> bool:
     """Finish a claimed result exactly once. Returns False when it was already finished or taken.
-    `truncated`: the transport already cut a command's output while reading it (CommandOutput.truncated)."""
-    stdout, cut_out = _cap(stdout)
-    stderr, cut_err = _cap(stderr)
+
+    `stdout_raw`/`stderr_raw`: the exact bytes (or their parts, in order), stored compressed with
+    their SHA-256, and shown escaped and capped (portal/runs/rawoutput.py); without them, the text
+    `stdout`/`stderr` is stored as UTF-8. `truncated`: the transport already cut a command's output
+    while reading it (CommandOutput.truncated). Retried across a lost database connection
+    (portal/runs/dbretry.py): the write is keyed on the claim, so a retry after a commit whose
+    answer was lost changes nothing and still reports the result recorded."""
+    cap = settings.KILN_OUTPUT_CAP
+    out = rawoutput.pack(_stream(stdout_raw, stdout), cap=cap)
+    err = rawoutput.pack(_stream(stderr_raw, stderr), cap=cap)
+    fields: dict[str, Any] = {
+        "status": verdict.status,
+        "reason": storable(verdict.reason)[:4000],
+        "command": storable(command),
+        "stdout": out.display,
+        "stderr": err.display,
+        "stdout_raw": out.compressed,
+        "stderr_raw": err.compressed,
+        "stdout_sha256": out.sha256,
+        "stderr_sha256": err.sha256,
+        "output_truncated": out.display_cut or err.display_cut or truncated,
+        "exit_code": exit_code,
+        "duration_s": duration_s,
+    }
+    if attribution is not None:
+        fields["attribution"] = storable_json(attribution)
+    if node_set is not None:
+        fields["node_set"] = node_set
+
+    def write(attempt: int) -> bool:
+        return _result_write(
+            result=result, claim=claim, fields=fields, measurements=measurements, series=series or [], retry=attempt > 1
+        )
+
+    return db_retry(write, what=f"recording result {result.pk}")
+
+
+def _result_write(
+    *,
+    result: CheckResult,
+    claim: str,
+    fields: dict[str, Any],
+    measurements: list[CheckMeasurement],
+    series: list[CheckSeries],
+    retry: bool,
+) -> bool:
     with transaction.atomic():
         updated = CheckResult.objects.filter(pk=result.pk, status=Status.RUNNING, claimed_by=claim).update(
-            status=verdict.status,
-            reason=verdict.reason[:4000],
-            command=command,
-            stdout=stdout,
-            stderr=stderr,
-            output_truncated=cut_out or cut_err or truncated,
-            exit_code=exit_code,
-            finished_at=timezone.now(),
-            duration_s=duration_s,
-            **({"attribution": attribution} if attribution is not None else {}),
-            **({"node_set": node_set} if node_set is not None else {}),
+            **fields, finished_at=timezone.now()
         )
         if not updated:
-            return False
+            # A retry whose first try did commit (the answer was lost with the connection): recorded.
+            return retry and (
+                CheckResult.objects.filter(pk=result.pk, claimed_by=claim).exclude(status__in=ACTIVE_STATUSES).exists()
+            )
         Series.objects.filter(result=result).delete()
         Series.objects.bulk_create(
             Series(
                 result=result,
-                name=sr.name[:100],
-                unit=sr.unit[:20],
-                x_unit=sr.x_unit[:20],
+                name=storable(sr.name)[:100],
+                unit=storable(sr.unit)[:20],
+                x_unit=storable(sr.x_unit)[:20],
                 gpu=sr.gpu,
-                labels=sr.labels or {},
+                labels=storable_json(sr.labels or {}),
                 x=list(sr.x),
                 y=list(sr.y),
                 points_sha256=points_digest(sr.x, sr.y),
             )
-            for sr in series or []
+            for sr in series
         )
         Measurement.objects.filter(result=result).delete()
         Measurement.objects.bulk_create(
             Measurement(
                 result=result,
-                name=m.name[:100],
+                name=storable(m.name)[:100],
                 value=m.value,
-                text=(m.text or "")[:500],
-                unit=m.unit[:20],
+                text=storable(m.text or "")[:500],
+                unit=storable(m.unit)[:20],
                 gpu=m.gpu,
-                threshold=(m.threshold or "")[:100],
+                threshold=storable(m.threshold or "")[:100],
                 ok=m.ok,
-                labels=m.labels or {},
+                labels=storable_json(m.labels or {}),
             )
             for m in measurements
         )
     return True
 
 
-def results_fail_remaining(*, run_id: int, node_id: int, claim: str, status: str, reason: str) -> int:
-    """Close every result this task still holds (connection refused, time limit, ...)."""
-    return CheckResult.objects.filter(run_id=run_id, node_id=node_id, status=Status.RUNNING, claimed_by=claim).update(
-        status=status, reason=reason[:4000], finished_at=timezone.now()
-    )
+def results_fail_remaining(
+    *, run_id: int, node_id: int, claim: str, status: str, reason: str, portal_fault: bool = False
+) -> int:
+    """Close every result this task still holds (connection refused, time limit, ...).
 
+    `portal_fault`: Kiln failed (a bug, the database gone for longer than the retries), not the
+    node: node health ignores these results. Retried across a lost database connection."""
 
-def run_finalize(*, run_id: int, dispatch: bool = True) -> Run | None:
-    """Fan-in: when no result of the run is active, apply cross-node checks and close the run.
+    def write(_: int) -> int:
+        return CheckResult.objects.filter(
+            run_id=run_id, node_id=node_id, status=Status.RUNNING, claimed_by=claim
+        ).update(status=status, reason=storable(reason)[:4000], finished_at=timezone.now(), portal_fault=portal_fault)
 
-    Called by every node task when it ends; the row lock makes the last caller the one that closes.
-    """
-    with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
-        if run is None or run.status not in ACTIVE_STATUSES:
-            return run
-        if run.results.filter(status__in=ACTIVE_STATUSES, scope="node").exists():
-            return run
-        if run.results.filter(status=Status.RUNNING, scope="group").exists():
-            return run
-        if not run.results.filter(scope="group").exclude(status__in=ACTIVE_STATUSES).exists():
-            _apply_consensus(run)  # once, when the per-node checks are all in
-            _apply_outliers(run)  # after consensus: a node consensus failed is not touched
-        next_group = run.results.filter(scope="group", status=Status.QUEUED).order_by("position").first()
-        if next_group is not None:
-            # Multi-node checks run one at a time (two would share the fabric and skew each other).
-            if dispatch and next_group.claimed_by == "":
-                CheckResult.objects.filter(pk=next_group.pk, claimed_by="").update(claimed_by="dispatched")
-                result_id = next_group.pk
-                transaction.on_commit(lambda: _enqueue_group(run.pk, result_id))
-            return run
-        statuses = list(run.results.values_list("status", flat=True).distinct())
-        if Status.CANCELLED in statuses:
-            final = Status.CANCELLED
-        else:
-            final = worst_status([s for s in statuses if s != Status.SKIPPED]) if statuses else Status.ERROR
-        counts = {s: run.results.filter(status=s).count() for s in statuses}
-        run.status = final
-        run.reason = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        run.finished_at = timezone.now()
-        if run.started_at is None:
-            run.started_at = run.finished_at
-        run.save(update_fields=["status", "reason", "finished_at", "started_at"])
-    logger.info("run %s finished: %s (%s)", run.pk, run.status, run.reason)
-    return run
-
-
-def _apply_consensus(run: Run) -> None:
-    """Cross-node agreement: each check's `consensus` names the nodes whose facts (driver,
-    firmware, kernel...) differ from the strict majority of the run; those results become `fail`."""
-    for item in run.plan_snapshot["items"]:
-        if item.get("scope", "node") != "node" or item["kind"] not in REGISTRY:
-            continue
-        check_class = REGISTRY[item["kind"]]
-        if check_class.consensus.__func__ is Check.consensus.__func__:
-            continue  # this kind has nothing to agree on
-        results = list(
-            run.results.filter(item_key=item["key"], status__in=[Status.PASS, Status.WARN, Status.FAIL])
-            .select_related("node")
-            .prefetch_related("measurements")
-        )
-        if len(results) < 3:
-            continue  # a majority of two says nothing
-        per_node = {r.node.hostname: [_to_check_measurement(m) for m in r.measurements.all()] for r in results}
-        by_node = {r.node.hostname: r for r in results}
-        for hostname, reason in check_class.consensus(per_node).items():
-            result = by_node[hostname]
-            if reason in result.reason:
-                continue  # finalize runs more than once per run; consensus is applied once
-            result.reason = f"{result.reason}; {reason}" if result.status == Status.FAIL else reason
-            result.status = Status.FAIL
-            result.save(update_fields=["status", "reason"])
-
-
-def _apply_outliers(run: Run) -> None:
-    """Fleet outliers (portal/runs/outliers.py): a node whose key metric lags the run's median by a
-    robust z-score becomes `warn` when it passed, with the deviation appended to its reason and an
-    `outlier_z` measurement (labels: metric) for the charts. fail/error results are left alone.
-
-    Idempotent: a result that already holds an `outlier_z` for a metric is not flagged again. A
-    handful of queries per run whatever its size."""
-    items = [
-        item
-        for item in run.plan_snapshot["items"]
-        if item.get("scope", "node") == "node" and item["kind"] in outliers.METRICS
-    ]
-    if not items:
-        return
-    names = {name for item in items for metric in outliers.METRICS[item["kind"]] for name in metric.names}
-    rows = Measurement.objects.filter(
-        result__run=run,
-        result__scope="node",
-        result__item_key__in=[item["key"] for item in items],
-        result__status__in=[Status.PASS, Status.WARN, Status.FAIL],  # error results carry no trusted value
-        name__in=names,
-    ).values("result_id", "result__item_key", "result__status", "name", "value", "gpu", "labels")
-    per_item: dict[str, dict[int, list[dict[str, Any]]]] = {}
-    judged: dict[int, str] = {}
-    for row in rows:
-        per_item.setdefault(row["result__item_key"], {}).setdefault(row["result_id"], []).append(row)
-        judged[row["result_id"]] = row["result__status"]
-    done = {
-        (result_id, (labels or {}).get("metric"))
-        for result_id, labels in Measurement.objects.filter(result__run=run, name="outlier_z").values_list(
-            "result_id", "labels"
-        )
-    }
-    found: dict[int, list[tuple[outliers.Metric, outliers.Outlier]]] = {}
-    for item in items:
-        per_node = per_item.get(item["key"], {})
-        for metric in outliers.METRICS[item["kind"]]:
-            for result_id, outlier in outliers.fleet_outliers(metric, per_node).items():
-                if judged[result_id] in (Status.PASS, Status.WARN) and (result_id, metric.key) not in done:
-                    found.setdefault(result_id, []).append((metric, outlier))
-    if not found:
-        return
-    results = list(CheckResult.objects.filter(pk__in=list(found)).only("id", "status", "reason"))
-    new_rows = []
-    for result in results:
-        reasons = [metric.reason(outlier) for metric, outlier in found[result.pk]]
-        result.status = Status.WARN
-        result.reason = "; ".join([result.reason, *reasons] if result.reason else reasons)[:4000]
-        for metric, outlier in found[result.pk]:
-            new_rows.append(
-                Measurement(
-                    result=result,
-                    name="outlier_z",
-                    value=round(outlier.z, 2),
-                    threshold=f"|z| <= {outliers.Z_THRESHOLD}",
-                    ok=False,
-                    labels={
-                        "metric": metric.key,
-                        "value": metric.show(outlier.value),
-                        "median": metric.show(outlier.median),
-                        "deviation_pct": f"{outlier.deviation * 100:.1f}",
-                    },
-                )
-            )
-    CheckResult.objects.bulk_update(results, ["status", "reason"], batch_size=500)
-    Measurement.objects.bulk_create(new_rows, batch_size=500)
-    logger.info("run %s: %d fleet outlier(s)", run.pk, len(new_rows))
-
-
-def _to_check_measurement(m: Measurement) -> CheckMeasurement:
-    return CheckMeasurement(
-        name=m.name, value=m.value, unit=m.unit, gpu=m.gpu, text=m.text, threshold=m.threshold, ok=m.ok, labels=m.labels
-    )
+    return db_retry(write, what=f"closing the results of node {node_id} in run {run_id}")
 
 
 def run_cancel(*, run: Run, reason: str = "cancelled by user") -> int:
@@ -509,6 +409,11 @@ def run_cancel(*, run: Run, reason: str = "cancelled by user") -> int:
     return count
 
 
+def _raw(output: Any, stream: str) -> bytes:
+    raw = getattr(output, f"{stream}_bytes", None)
+    return raw if raw is not None else rawoutput.text_bytes(getattr(output, stream))
+
+
 def record_from_check(
     *,
     result: CheckResult,
@@ -518,8 +423,9 @@ def record_from_check(
     outputs: list[Any],
     **extra: Any,
 ) -> bool:
-    """Record a check's verdict with its commands' raw outputs joined (one section per command).
-    `extra` (series, attribution, node_set) goes to result_record."""
+    """Record a check's verdict with its commands' raw outputs: the exact bytes each transport read
+    (CommandOutput.stdout_bytes), one section per command when there are several (a `### command`
+    line before each). `extra` (series, attribution, node_set) goes to result_record."""
     extra.setdefault("truncated", any(getattr(o, "truncated", False) for o in outputs))
     if len(outputs) == 1:
         out = outputs[0]
@@ -530,11 +436,19 @@ def record_from_check(
             verdict=verdict,
             measurements=measurements,
             command=out.command.display(),
-            stdout=out.stdout,
-            stderr=out.stderr,
+            stdout_raw=_raw(out, "stdout"),
+            stderr_raw=_raw(out, "stderr"),
             exit_code=out.exit_code,
             duration_s=out.duration_s,
         )
+    stdout: list[bytes] = []
+    stderr: list[bytes] = []
+    for o in outputs:
+        title = f"### {o.command.display()}\n".encode("utf-8", "backslashreplace")
+        stdout += [title, _raw(o, "stdout"), b"\n"]
+        err = _raw(o, "stderr")
+        if err:
+            stderr += [title, err, b"\n"]
     return result_record(
         **extra,
         result=result,
@@ -542,8 +456,8 @@ def record_from_check(
         verdict=verdict,
         measurements=measurements,
         command="\n".join(o.command.display() for o in outputs),
-        stdout="".join(f"### {o.command.display()}\n{o.stdout}\n" for o in outputs),
-        stderr="".join(f"### {o.command.display()}\n{o.stderr}\n" for o in outputs if o.stderr),
+        stdout_raw=stdout,
+        stderr_raw=stderr,
         exit_code=next((o.exit_code for o in outputs if o.exit_code not in (0, None)), outputs[-1].exit_code)
         if outputs
         else None,

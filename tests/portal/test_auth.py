@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import zlib
 from urllib.parse import quote
 
 import pytest
@@ -17,7 +19,16 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def objects(cluster, make_run):
     run = make_run(cluster)
-    result = set_result(run, "n01", "gpu-inventory", "pass", "all within spec")
+    raw = b'{"gpus": []}\n'
+    result = set_result(
+        run,
+        "n01",
+        "gpu-inventory",
+        "pass",
+        "all within spec",
+        stdout_raw=zlib.compress(raw),
+        stdout_sha256=hashlib.sha256(raw).hexdigest(),
+    )
     return {"cluster": cluster, "run": run, "result": result}
 
 
@@ -32,11 +43,12 @@ def page_urls(objects: dict) -> dict[str, str]:
         "run_cancel": reverse("run_cancel", args=[run.pk]),
         "run_rerun": reverse("run_rerun", args=[run.pk]),
         "result_detail": reverse("result_detail", args=[result.pk]),
+        "result_raw_output": reverse("result_raw_output", args=[result.pk, "stdout"]),
         "plotly_js": reverse("plotly_js"),
     }
 
 
-READ_PAGES = ("cluster_list", "cluster_detail", "run_detail", "result_detail")
+READ_PAGES = ("cluster_list", "cluster_detail", "run_detail", "result_detail", "result_raw_output")
 
 
 def test_it_covers_every_named_page_of_the_urlconf(objects) -> None:

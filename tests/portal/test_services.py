@@ -8,7 +8,7 @@ from checks.base import Measurement as CheckMeasurement
 from checks.base import Verdict
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.inventory.models import Cluster
-from portal.runs import services
+from portal.runs import rawoutput, services
 from portal.runs.models import CheckResult, Measurement, Run
 from tests.portal.helpers import add_measurement, set_result
 
@@ -216,8 +216,11 @@ def test_it_caps_stored_output(cluster, make_run, settings) -> None:
     result.refresh_from_db()
     assert result.output_truncated
     assert result.stdout.startswith("A" * 75) and result.stdout.endswith("END")
-    assert "characters cut by Kiln" in result.stdout
+    assert "403 bytes cut by Kiln from this display copy" in result.stdout
     assert len(result.stdout) < 200
+    # The display is cut; the stored raw output is not.
+    stored = CheckResult.objects.only("stdout_raw").get(pk=result.pk).stdout_raw
+    assert rawoutput.raw_bytes(stored) == b"A" * 500 + b"END"
 
 
 def _finish_all(run: Run, status: str = "pass") -> None:

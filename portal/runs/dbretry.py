@@ -1,0 +1,83 @@
+"""Writes that survive the database blinking: a lost connection is closed, and the write is tried
+again on a fresh one after a short back-off.
+
+Only idempotent writes go through here: recording a result is a claim-keyed conditional UPDATE (a
+retry after a commit whose answer was lost finds the row finished and changes nothing), closing a
+run takes its row lock and re-reads the state. A result that a node produced is then never turned
+into `error` because PostgreSQL restarted, failed over, or a pooler dropped the connection.
+
+When the database stays away longer than the retries last, the caller gets the exception: the
+result is the portal's fault (`CheckResult.portal_fault`, see `portal_fault_reason`), never the
+node's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Tries in all, and the back-off between them (doubling from FIRST_DELAY_S up to MAX_DELAY_S):
+# 0.5 + 1 + 2 + 4 + 8 = 15.5 s of waiting. A killed backend (pg_terminate_backend, a pooler
+# dropping a client) is answered by the very next connect; a restart of PostgreSQL (fast shutdown,
+# then a start with little WAL to replay) takes seconds; and 15 s stays well inside the node task's
+# slack for recording (KILN_TASK_SLACK_S, 60 s). A managed failover (AWS documents 60-120 s for RDS
+# Multi-AZ) outlasts it: then the write fails, and the result is the portal's fault.
+RETRY_ATTEMPTS = 6
+FIRST_DELAY_S = 0.5
+MAX_DELAY_S = 8.0
+# What a lost or broken connection raises through Django (psycopg's OperationalError: "terminating
+# connection due to administrator command", "server closed the connection unexpectedly", "could not
+# connect"; InterfaceError: "connection already closed"). IntegrityError, DataError and
+# ProgrammingError are bugs or bad data: a retry would only repeat them.
+RETRYABLE: tuple[type[DatabaseError], ...] = (OperationalError, InterfaceError)
+
+
+def db_retry(
+    write: Callable[[int], T],
+    *,
+    what: str,
+    attempts: int = RETRY_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """`write(attempt)` (1, 2, ...) until it returns, retrying across a lost database connection.
+
+    Inside an outer transaction nothing can be retried (the transaction is gone with the connection):
+    the error is raised at once, for the outermost caller to handle."""
+    delay = FIRST_DELAY_S
+    for attempt in range(1, attempts + 1):
+        try:
+            return write(attempt)
+        except RETRYABLE as exc:
+            if attempt >= attempts or connection.in_atomic_block:
+                raise
+            logger.warning(
+                "%s: database connection lost (%s: %s); retry %d of %d in %.1f s",
+                what,
+                type(exc).__name__,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+                attempt,
+                attempts - 1,
+                delay,
+            )
+            with contextlib.suppress(DatabaseError):
+                connection.close()  # the next query opens a fresh connection
+            sleep(delay)
+            delay = min(delay * 2, MAX_DELAY_S)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def portal_fault_reason(exc: BaseException) -> str:
+    """The reason of a result that Kiln failed to judge or record (CheckResult.portal_fault): it
+    says that the portal failed, not the node."""
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, DatabaseError):
+        return f"Kiln could not record this result: database error ({type(exc).__name__}: {detail})"[:4000]
+    return f"internal error in Kiln: {type(exc).__name__}: {detail}"[:4000]

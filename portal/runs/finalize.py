@@ -1,0 +1,240 @@
+"""Fan-in: closing a run once nothing of it is active, in a constant number of queries.
+
+Every node task calls `run_finalize` when it ends (and the reaper, and cancel). In order:
+
+1. One aggregate (status counts by scope) says whether every per-node result is final.
+2. Cross-node checks, exactly once per run: consensus (`Check.consensus`: the odd node out on
+   driver, firmware...) then fleet outliers (portal/runs/outliers.py). They run OUTSIDE the run's
+   row lock, so the pages, cancel and the other finishing tasks never wait on them. Exactly once:
+   the pass takes a lock on the run's first per-node result (a row no one else writes once every
+   per-node result is final) and writes a `cross_node` RunEvent in the same transaction as its
+   changes; a second finaliser waits on that lock, then finds the event and does nothing; a
+   finaliser that dies mid-way rolls back everything, event included, and the next one redoes it.
+3. Under the run's row lock: the same aggregate again, then the next multi-node check is
+   dispatched, or the run is closed with its worst status and its counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import DatabaseError, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from checks.base import REGISTRY, Check, worst_status
+from checks.base import Measurement as CheckMeasurement
+from portal.runs import outliers
+from portal.runs.dbretry import db_retry
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunEvent, Status
+
+logger = logging.getLogger(__name__)
+
+CROSS_NODE_EVENT = "cross_node"
+
+
+def run_finalize(*, run_id: int, dispatch: bool = True) -> Run | None:
+    """Close the run when nothing of it is active (see the module's docstring). Idempotent and safe
+    to call from any number of workers at once; retried across a lost database connection."""
+    return db_retry(lambda _: _finalize(run_id=run_id, dispatch=dispatch), what=f"closing run {run_id}")
+
+
+def _tally(run_id: int) -> dict[tuple[str, str], int]:
+    """{(scope, status): results}: one GROUP BY. `order_by()` drops Meta.ordering, whose join on
+    node__hostname would otherwise make every result its own row."""
+    rows = CheckResult.objects.filter(run_id=run_id).order_by().values_list("scope", "status").annotate(n=Count("id"))
+    return {(scope, status): n for scope, status, n in rows}
+
+
+def _active(tally: dict[tuple[str, str], int], scope: str, statuses: tuple[str, ...] = ACTIVE_STATUSES) -> bool:
+    return any(n for (s, status), n in tally.items() if s == scope and status in statuses)
+
+
+def _finalize(*, run_id: int, dispatch: bool) -> Run | None:
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or run.status not in ACTIVE_STATUSES:
+        return run
+    tally = _tally(run_id)
+    if _active(tally, "node"):
+        return run
+    if any(scope == "node" for scope, _ in tally):
+        cross_node_apply(run=run)
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status not in ACTIVE_STATUSES:
+            return run
+        tally = _tally(run_id)
+        if _active(tally, "node") or _active(tally, "group", (Status.RUNNING,)):
+            return run
+        next_group = run.results.filter(scope="group", status=Status.QUEUED).order_by("position").first()
+        if next_group is not None:
+            # Multi-node checks run one at a time (two would share the fabric and skew each other).
+            if dispatch and next_group.claimed_by == "":
+                CheckResult.objects.filter(pk=next_group.pk, claimed_by="").update(claimed_by="dispatched")
+                result_id = next_group.pk
+                transaction.on_commit(lambda: _enqueue_group(run_id, result_id))
+            return run
+        counts: dict[str, int] = {}
+        for (_, status), n in tally.items():
+            counts[status] = counts.get(status, 0) + n
+        if counts.get(Status.CANCELLED):
+            final = Status.CANCELLED
+        else:
+            judged = [s for s in counts if s != Status.SKIPPED]
+            final = worst_status(judged) if counts else Status.ERROR
+        run.status = final
+        run.reason = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        run.finished_at = timezone.now()
+        if run.started_at is None:
+            run.started_at = run.finished_at
+        run.save(update_fields=["status", "reason", "finished_at", "started_at"])
+    logger.info("run %s finished: %s (%s)", run.pk, run.status, run.reason)
+    return run
+
+
+def _enqueue_group(run_id: int, result_id: int) -> None:
+    from worker.tasks import enqueue_group
+
+    enqueue_group(run_id=run_id, result_id=result_id)
+
+
+def cross_node_apply(*, run: Run) -> bool:
+    """Consensus, then outliers, once per run, when every per-node result is final. True when this
+    call applied them. A bug in them is logged and noted in the run's log, and the run still closes
+    (a cross-node check is an extra judgement; it must not hold the run open); a database error
+    rolls everything back and is raised, so the next finaliser tries again."""
+    if RunEvent.objects.filter(run_id=run.pk, kind=CROSS_NODE_EVENT).exists():
+        return False
+    with transaction.atomic():
+        # The mutex: the run's first per-node result, not the run's row (see the module docstring).
+        list(
+            CheckResult.objects.filter(run_id=run.pk, scope="node")
+            .order_by("pk")
+            .select_for_update()
+            .values_list("pk", flat=True)[:1]
+        )
+        if RunEvent.objects.filter(run_id=run.pk, kind=CROSS_NODE_EVENT).exists():
+            return False  # another finaliser did it while this one waited on the lock
+        if CheckResult.objects.filter(run_id=run.pk, scope="node", status__in=ACTIVE_STATUSES).exists():
+            return False  # a result went back to the queue (the reaper): not all in yet
+        try:
+            with transaction.atomic():
+                failed = _apply_consensus(run)
+                flagged = _apply_outliers(run)  # after consensus: a node consensus failed is not touched
+            message = f"cross-node checks applied: {failed} result(s) failed by consensus, {flagged} fleet outlier(s)"
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            logger.exception("run %s: cross-node checks failed", run.pk)
+            message = f"cross-node checks not applied: internal error in Kiln: {type(exc).__name__}: {exc}"[:2000]
+        RunEvent.objects.create(run_id=run.pk, kind=CROSS_NODE_EVENT, message=message)
+    return True
+
+
+def _to_check_measurement(m: Measurement) -> CheckMeasurement:
+    return CheckMeasurement(
+        name=m.name, value=m.value, unit=m.unit, gpu=m.gpu, text=m.text, threshold=m.threshold, ok=m.ok, labels=m.labels
+    )
+
+
+def _apply_consensus(run: Run) -> int:
+    """Cross-node agreement: each check's `consensus` names the nodes whose facts (driver,
+    firmware, kernel...) differ from the strict majority of the run; those results become `fail`.
+    Two queries per check kind that has a consensus, and one batched update. Returns how many."""
+    changed: list[CheckResult] = []
+    for item in run.plan_snapshot["items"]:
+        if item.get("scope", "node") != "node" or item["kind"] not in REGISTRY:
+            continue
+        check_class = REGISTRY[item["kind"]]
+        if check_class.consensus.__func__ is Check.consensus.__func__:
+            continue  # this kind has nothing to agree on
+        results = list(
+            run.results.filter(item_key=item["key"], status__in=[Status.PASS, Status.WARN, Status.FAIL])
+            .select_related("node")
+            .only("id", "status", "reason", "node__hostname")
+            .prefetch_related("measurements")
+        )
+        if len(results) < 3:
+            continue  # a majority of two says nothing
+        per_node = {r.node.hostname: [_to_check_measurement(m) for m in r.measurements.all()] for r in results}
+        by_node = {r.node.hostname: r for r in results}
+        for hostname, reason in check_class.consensus(per_node).items():
+            result = by_node[hostname]
+            if reason in result.reason:
+                continue  # already applied (a run finalised before this code kept no event)
+            result.reason = (f"{result.reason}; {reason}" if result.status == Status.FAIL else reason)[:4000]
+            result.status = Status.FAIL
+            changed.append(result)
+    CheckResult.objects.bulk_update(changed, ["status", "reason"], batch_size=500)
+    return len(changed)
+
+
+def _apply_outliers(run: Run) -> int:
+    """Fleet outliers (portal/runs/outliers.py): a node whose key metric lags the run's median by a
+    robust z-score becomes `warn` when it passed, with the deviation appended to its reason and an
+    `outlier_z` measurement (labels: metric) for the charts. fail/error results are left alone.
+
+    Idempotent: a result that already holds an `outlier_z` for a metric is not flagged again. A
+    handful of queries per run whatever its size. Returns how many outliers it flagged."""
+    items = [
+        item
+        for item in run.plan_snapshot["items"]
+        if item.get("scope", "node") == "node" and item["kind"] in outliers.METRICS
+    ]
+    if not items:
+        return 0
+    names = {name for item in items for metric in outliers.METRICS[item["kind"]] for name in metric.names}
+    rows = Measurement.objects.filter(
+        result__run=run,
+        result__scope="node",
+        result__item_key__in=[item["key"] for item in items],
+        result__status__in=[Status.PASS, Status.WARN, Status.FAIL],  # error results carry no trusted value
+        name__in=names,
+    ).values("result_id", "result__item_key", "result__status", "name", "value", "gpu", "labels")
+    per_item: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    judged: dict[int, str] = {}
+    for row in rows:
+        per_item.setdefault(row["result__item_key"], {}).setdefault(row["result_id"], []).append(row)
+        judged[row["result_id"]] = row["result__status"]
+    done = {
+        (result_id, (labels or {}).get("metric"))
+        for result_id, labels in Measurement.objects.filter(result__run=run, name="outlier_z").values_list(
+            "result_id", "labels"
+        )
+    }
+    found: dict[int, list[tuple[outliers.Metric, outliers.Outlier]]] = {}
+    for item in items:
+        per_node = per_item.get(item["key"], {})
+        for metric in outliers.METRICS[item["kind"]]:
+            for result_id, outlier in outliers.fleet_outliers(metric, per_node).items():
+                if judged[result_id] in (Status.PASS, Status.WARN) and (result_id, metric.key) not in done:
+                    found.setdefault(result_id, []).append((metric, outlier))
+    if not found:
+        return 0
+    results = list(CheckResult.objects.filter(pk__in=list(found)).only("id", "status", "reason"))
+    new_rows = []
+    for result in results:
+        reasons = [metric.reason(outlier) for metric, outlier in found[result.pk]]
+        result.status = Status.WARN
+        result.reason = "; ".join([result.reason, *reasons] if result.reason else reasons)[:4000]
+        for metric, outlier in found[result.pk]:
+            new_rows.append(
+                Measurement(
+                    result=result,
+                    name="outlier_z",
+                    value=round(outlier.z, 2),
+                    threshold=f"|z| <= {outliers.Z_THRESHOLD}",
+                    ok=False,
+                    labels={
+                        "metric": metric.key,
+                        "value": metric.show(outlier.value),
+                        "median": metric.show(outlier.median),
+                        "deviation_pct": f"{outlier.deviation * 100:.1f}",
+                    },
+                )
+            )
+    CheckResult.objects.bulk_update(results, ["status", "reason"], batch_size=500)
+    Measurement.objects.bulk_create(new_rows, batch_size=500)
+    logger.info("run %s: %d fleet outlier(s)", run.pk, len(new_rows))
+    return len(new_rows)
