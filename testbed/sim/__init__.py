@@ -19,7 +19,8 @@ Faults (GPU values are physical slots, "3" or a list "1,5"):
     hang=1 (nvmlInit and nvidia-smi block forever)  garbage=1 (nvmlInit fails with a
     driver/library version mismatch and nvidia-smi prints junk)  nvml_absent=1 (nvmlInit fails
     with LIBRARY_NOT_FOUND; nvidia-smi works)  delay_ms=N (a slow, healthy node: nvmlInit and
-    nvidia-smi take N ms)
+    nvidia-smi take N ms)  flood_mb=N (nvidia-smi prints N MiB of binary junk instead of its
+    answer: byte i of the stream is i % 256, NUL and non-UTF-8 included; NVML is unaffected)
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ FAULT_KEYS: frozenset[str] = frozenset(
         "pcie_degraded_gpu",
         "hang",
         "garbage",
+        "flood_mb",
         "nvml_absent",
         "delay_ms",
         # NCCL (all_reduce_perf, mpirun): slow NVLink = this node's busbw x factor; wrong results;
