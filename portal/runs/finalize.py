@@ -152,7 +152,7 @@ def _apply_consensus(run: Run) -> int:
         results = list(
             run.results.filter(item_key=item["key"], status__in=[Status.PASS, Status.WARN, Status.FAIL])
             .select_related("node")
-            .only("id", "status", "reason", "node__hostname")
+            .only("id", "run_id", "status", "reason", "node__hostname")  # not the outputs (up to 256 KiB each)
             .prefetch_related("measurements")
         )
         if len(results) < 3:

@@ -1,0 +1,183 @@
+"""Closing a run: a constant number of queries whatever its size; consensus and outliers exactly
+once, outside the run's row lock, also when several workers finish the last results at once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+from django.db import OperationalError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+from portal.inventory.models import Cluster, Node
+from portal.runs import finalize, services
+from portal.runs.models import CheckResult, Measurement, Run, RunEvent
+
+PLAN = ("gpu-inventory", "ecc-health", "nccl-allreduce")
+
+
+def plan() -> TestPlan:
+    made, created = TestPlan.objects.get_or_create(slug="fin", defaults={"name": "finalize"})
+    if created:
+        for order, slug in enumerate(PLAN):
+            TestPlanItem.objects.create(plan=made, check_definition=CheckDefinition.objects.get(slug=slug), order=order)
+    return made
+
+
+def finished_run(size: int, name: str) -> Run:
+    """A run of `size` nodes whose results are all in: one node on an odd driver (consensus fails it),
+    one slow on busbw (an outlier), the rest alike. The run itself is still `running`."""
+    cluster = Cluster.objects.create(name=name, profile="H100-SXM-8", transport="local")
+    Node.objects.bulk_create(Node(cluster=cluster, hostname=f"{name}{i:03d}") for i in range(1, size + 1))
+    run = services.run_start(cluster=cluster, plan=plan(), enqueue=False)
+    Run.objects.filter(pk=run.pk).update(status="running")
+    CheckResult.objects.filter(run=run).update(status="pass", reason="within spec")
+    rows = []
+    for result in CheckResult.objects.filter(run=run).select_related("node"):
+        index = int(result.node.hostname[len(name) :])
+        if result.kind == "gpu_inventory":
+            driver = "535.104.05" if index == 2 else "550.54.15"
+            rows += [
+                Measurement(result=result, name="driver_version", text=driver),
+                Measurement(result=result, name="gpu_count", value=8),
+            ]
+        elif result.kind == "nccl_allreduce":
+            rows.append(Measurement(result=result, name="busbw_peak", value=400.0 if index == 3 else 470.0 + index % 3))
+    Measurement.objects.bulk_create(rows)
+    return run
+
+
+def queries_to_close(run: Run) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        closed = services.run_finalize(run_id=run.pk)
+    assert closed.status == "fail", closed.reason  # the odd driver
+    return len(queries)
+
+
+@pytest.mark.django_db
+def test_it_closes_a_run_in_the_same_number_of_queries_at_8_and_60_nodes() -> None:
+    small, large = finished_run(8, "s"), finished_run(60, "l")
+
+    assert queries_to_close(small) == queries_to_close(large)
+    for run, size in ((small, 8), (large, 60)):
+        run.refresh_from_db()
+        assert run.reason == f"1 fail, {3 * size - 2} pass, 1 warn"
+        odd = CheckResult.objects.get(run=run, item_key="gpu-inventory", status="fail")
+        assert "differs from" in odd.reason
+        slow = CheckResult.objects.get(run=run, item_key="nccl-allreduce", status="warn")
+        assert "outlier: busbw" in slow.reason
+
+
+@pytest.mark.django_db
+def test_it_logs_the_cross_node_pass_once_and_is_idempotent() -> None:
+    run = finished_run(8, "i")
+    services.run_finalize(run_id=run.pk)
+    Run.objects.filter(pk=run.pk).update(status="running")  # as if a finaliser ran again before it closed
+    services.run_finalize(run_id=run.pk)
+
+    (event,) = RunEvent.objects.filter(run=run, kind=finalize.CROSS_NODE_EVENT)
+    assert event.message == "cross-node checks applied: 1 result(s) failed by consensus, 1 fleet outlier(s)"
+    assert CheckResult.objects.get(run=run, item_key="gpu-inventory", status="fail").reason.count("differs") == 1
+    assert Measurement.objects.filter(result__run=run, name="outlier_z").count() == 1
+
+
+@pytest.mark.django_db
+def test_it_rolls_a_failed_cross_node_pass_back_and_redoes_it_next_time(monkeypatch) -> None:
+    run = finished_run(8, "r")
+    real = finalize._apply_outliers
+
+    def lost_connection(run: Run) -> int:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(finalize, "_apply_outliers", lost_connection)
+    with pytest.raises(OperationalError):
+        services.run_finalize(run_id=run.pk)
+    assert not RunEvent.objects.filter(run=run).exists()
+    assert not CheckResult.objects.filter(run=run, status="fail").exists()  # consensus rolled back too
+    assert Run.objects.get(pk=run.pk).status == "running"
+
+    monkeypatch.setattr(finalize, "_apply_outliers", real)
+    assert services.run_finalize(run_id=run.pk).status == "fail"
+    assert RunEvent.objects.filter(run=run, kind=finalize.CROSS_NODE_EVENT).count() == 1
+    assert Measurement.objects.filter(result__run=run, name="outlier_z").count() == 1
+
+
+@pytest.mark.django_db
+def test_it_closes_the_run_when_a_cross_node_check_has_a_bug(monkeypatch) -> None:
+    run = finished_run(8, "b")
+
+    def bug(run: Run) -> int:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(finalize, "_apply_consensus", bug)
+    closed = services.run_finalize(run_id=run.pk)
+
+    assert closed.status == "pass"  # judged by the node results alone: no consensus fail, no outlier warn
+    (event,) = RunEvent.objects.filter(run=run)
+    assert event.message == "cross-node checks not applied: internal error in Kiln: ZeroDivisionError: division by zero"
+
+
+def _in_thread(target: Callable[[], object]) -> threading.Thread:
+    def run() -> None:
+        try:
+            target()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_runs_cross_node_checks_outside_the_run_row_lock(monkeypatch, real_services) -> None:
+    run = finished_run(8, "o")
+    inside, release = threading.Event(), threading.Event()
+    real = finalize._apply_outliers
+
+    def slow(run: Run) -> int:
+        inside.set()
+        assert release.wait(30)
+        return real(run)
+
+    monkeypatch.setattr(finalize, "_apply_outliers", slow)
+    first = _in_thread(lambda: services.run_finalize(run_id=run.pk))
+    assert inside.wait(30)
+    second = _in_thread(lambda: services.run_finalize(run_id=run.pk))  # another worker finishing at once
+    try:
+        # While the cross-node pass runs, the run's row is free: cancel, the pages, other tasks go on.
+        with transaction.atomic():
+            Run.objects.select_for_update(nowait=True).get(pk=run.pk)
+    finally:
+        release.set()
+        first.join(30)
+        second.join(30)
+    assert not first.is_alive() and not second.is_alive()
+
+    assert Run.objects.get(pk=run.pk).status == "fail"
+    assert RunEvent.objects.filter(run=run, kind=finalize.CROSS_NODE_EVENT).count() == 1
+    assert CheckResult.objects.get(run=run, item_key="gpu-inventory", status="fail").reason.count("differs") == 1
+    assert Measurement.objects.filter(result__run=run, name="outlier_z").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_applies_consensus_once_when_many_workers_finish_at_once(real_services) -> None:
+    run = finished_run(12, "m")
+    start = threading.Barrier(6)
+    closed: list[str] = []
+
+    def finish() -> None:
+        start.wait(10)
+        closed.append(services.run_finalize(run_id=run.pk).status)
+
+    threads = [_in_thread(finish) for _ in range(6)]
+    for thread in threads:
+        thread.join(60)
+
+    assert closed == ["fail"] * 6
+    assert RunEvent.objects.filter(run=run, kind=finalize.CROSS_NODE_EVENT).count() == 1
+    assert CheckResult.objects.get(run=run, item_key="gpu-inventory", status="fail").reason.count("differs") == 1
+    assert Measurement.objects.filter(result__run=run, name="outlier_z").count() == 1
+    assert Run.objects.get(pk=run.pk).reason == "1 fail, 34 pass, 1 warn"
