@@ -29,6 +29,7 @@ from portal.health.models import (
     SchedulerAction,
 )
 from portal.inventory.models import Cluster, Node
+from portal.runs.dbretry import db_retry
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run, Status
 
 logger = logging.getLogger(__name__)
@@ -106,7 +107,12 @@ def _judged_per_node(run: Run) -> dict[int, list[Judged]]:
 def health_evaluate_run(*, run_id: int) -> list[HealthTransition]:
     """Update the health of every node a finished run judged; record transitions; queue their
     alerts and scheduler hooks (on commit). Idempotent: a second call finds no state change.
-    A run older than the one a node's state already came from does not overwrite it."""
+    A run older than the one a node's state already came from does not overwrite it. Retried
+    across a lost database connection (portal/runs/dbretry.py), like the run's own closing."""
+    return db_retry(lambda _: _health_evaluate_run(run_id=run_id), what=f"node health of run {run_id}")
+
+
+def _health_evaluate_run(*, run_id: int) -> list[HealthTransition]:
     run = Run.objects.select_related("cluster").filter(pk=run_id).first()
     if run is None or run.status in ACTIVE_STATUSES or run.status == Status.CANCELLED:
         return []
