@@ -127,6 +127,7 @@ def _health_evaluate_run(*, run_id: int) -> list[HealthTransition]:
         if missing:
             healths = {h.node_id: h for h in NodeHealth.objects.select_for_update().filter(node_id__in=list(per_node))}
         changed: list[NodeHealth] = []
+        seen: list[int] = []  # judged again with the same state and cause: only last_run and checked_at move
         for node_id, results in per_node.items():
             health = healths[node_id]
             if health.last_run_id and health.last_run_id > run.pk:
@@ -135,6 +136,9 @@ def _health_evaluate_run(*, run_id: int) -> list[HealthTransition]:
             if verdict is None:
                 continue
             state, reason = verdict
+            if (state, reason[:2000]) == (health.state, health.reason):
+                seen.append(health.pk)
+                continue
             if state != health.state:
                 transitions.append(
                     HealthTransition(
@@ -149,17 +153,18 @@ def _health_evaluate_run(*, run_id: int) -> list[HealthTransition]:
                 health.since = now
             health.state, health.reason, health.last_run, health.checked_at = state, reason[:2000], run, now
             changed.append(health)
+        # Two statements whatever the fleet's size: one UPDATE for the nodes that stay as they were
+        # (the usual case of a sweep), and a CASE per field for those that changed.
+        NodeHealth.objects.filter(pk__in=seen).update(last_run=run, checked_at=now)
         NodeHealth.objects.bulk_update(changed, ["state", "reason", "since", "last_run", "checked_at"])
         transitions = HealthTransition.objects.bulk_create(transitions)
         if transitions:
             _react(cluster=run.cluster, transitions=transitions, healths=healths)
-    for t in transitions:
-        logger.info("health: %s", t.describe(_hostname(t.node_id)))
+    if transitions:  # one query for the names, however many nodes moved
+        names = dict(Node.objects.filter(pk__in=[t.node_id for t in transitions]).values_list("pk", "hostname"))
+        for t in transitions:
+            logger.info("health: %s", t.describe(names.get(t.node_id, str(t.node_id))))
     return transitions
-
-
-def _hostname(node_id: int) -> str:
-    return Node.objects.filter(pk=node_id).values_list("hostname", flat=True).first() or str(node_id)
 
 
 def _react(*, cluster: Cluster, transitions: list[HealthTransition], healths: dict[int, NodeHealth]) -> None:
