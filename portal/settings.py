@@ -164,7 +164,9 @@ KILN_SSH_CONNECT_TIMEOUT = float(os.environ.get("KILN_SSH_CONNECT_TIMEOUT", "10"
 # Node pairs run at once by pairwise localisation, from one SSH connection to the launcher: below
 # OpenSSH's MaxSessions default of 10 sessions per connection (sshd_config(5)), with room to spare.
 KILN_PAIR_PARALLELISM = int(os.environ.get("KILN_PAIR_PARALLELISM", "8"))
-# Raw stdout/stderr kept per result, in characters: enough for a probe or a tool table, bounded.
+# Characters of the display copy of a result's stdout/stderr (pages, exports): enough for a probe or
+# a tool table, bounded. The exact bytes as read (worker/ssh.py caps those at 16 MiB per stream) are
+# stored compressed beside it and downloadable (portal/runs/rawoutput.py).
 KILN_OUTPUT_CAP = int(os.environ.get("KILN_OUTPUT_CAP", "262144"))
 # Most nodes one typed node set may name (forms, filters, commands); larger ones are refused before
 # anything is expanded (portal/inventory/nodesets.py). 100,000 GPUs, the largest single clusters
