@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from checks.base import Measurement as CheckMeasurement
 from checks.base import Verdict
@@ -162,16 +165,30 @@ def test_it_claims_a_nodes_results_once(cluster, make_run) -> None:
     assert CheckResult.objects.filter(run=run, status="queued").count() == 3 * 2
 
 
-def test_it_lets_a_redelivered_task_reclaim_its_running_rows(cluster, make_run) -> None:
+def test_it_runs_nothing_on_a_second_delivery_while_the_first_holds_a_live_lease(cluster, make_run) -> None:
+    run = make_run(cluster)
+    node = _node(cluster, "n01")
+    first = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
+    assert all(r.lease_expires_at > timezone.now() and r.worker_name and r.heartbeat_at for r in first)
+
+    again = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")  # the same message, twice
+
+    assert again == []
+    assert set(CheckResult.objects.filter(run=run, node=node).values_list("attempt", flat=True)) == {1}
+
+
+def test_it_takes_over_running_rows_once_their_lease_has_lapsed(cluster, make_run) -> None:
     run = make_run(cluster)
     node = _node(cluster, "n01")
     first = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
     services.result_record(result=first[0], claim="task-a", verdict=Verdict("pass", "ok"), measurements=[])
+    CheckResult.objects.filter(pk=first[1].pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
 
-    again = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
+    again = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-b")
 
     assert [r.item_key for r in again] == ["ecc-health"]  # the finished one is not run twice
-    assert again[0].attempt == 2 and again[0].status == "running"
+    assert again[0].attempt == 2 and again[0].status == "running" and again[0].claimed_by == "task-b"
+    assert again[0].lease_expires_at > timezone.now() and again[0].command_started_at is None
     assert CheckResult.objects.get(pk=first[0].pk).attempt == 1
 
 
@@ -193,7 +210,7 @@ def test_it_records_a_result_exactly_once(cluster, make_run) -> None:
     assert not services.result_record(
         result=result, claim="task-a", verdict=Verdict("fail", "second"), measurements=measurements
     )
-    other = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")[0]
+    other = CheckResult.objects.get(run=run, node=node, item_key="ecc-health")  # task-a holds it, running
     assert not services.result_record(
         result=other, claim="task-b", verdict=Verdict("fail", "not my claim"), measurements=measurements
     )
@@ -293,23 +310,32 @@ def test_it_flags_nothing_without_a_strict_majority(cluster, make_run) -> None:
     assert services.run_finalize(run_id=run.pk).status == "pass"
 
 
-def test_it_cancels_queued_results_and_finalizes(cluster, make_run) -> None:
+def test_it_cancels_queued_and_running_results_and_nothing_running_passes_afterwards(cluster, make_run) -> None:
+    from portal.runs.models import RunEvent
+
     run = make_run(cluster)
     node = _node(cluster, "n01")
     claimed = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
 
     count = services.run_cancel(run=run, reason="cancelled by otto")
 
-    assert count == 3 * 2
+    assert count == 4 * 2
     run.refresh_from_db()
-    assert run.status == "queued"  # n01 is still running: the run closes when it finishes
+    assert run.status == "cancelled" and run.finished_at is not None  # no check is left to wait for
     assert set(CheckResult.objects.filter(run=run).exclude(node=node).values_list("status", "reason")) == {
         ("cancelled", "cancelled by otto")
     }
-    for result in claimed:
-        services.result_record(result=result, claim="task-a", verdict=Verdict("pass", "ok"), measurements=[])
-    assert services.run_finalize(run_id=run.pk).status == "cancelled"
+    assert set(CheckResult.objects.filter(run=run, node=node).values_list("status", "reason")) == {
+        ("cancelled", "cancelled by otto while it ran")
+    }
+    for result in claimed:  # the task finishing its checks afterwards records nothing
+        assert not services.result_record(result=result, claim="task-a", verdict=Verdict("pass", "ok"), measurements=[])
+    assert set(CheckResult.objects.filter(run=run).values_list("status", flat=True)) == {"cancelled"}
+    assert list(RunEvent.objects.filter(run=run).values_list("kind", "message")) == [
+        ("cancelled", "cancelled by otto: 2 running and 6 queued check(s) cancelled")
+    ]
     assert services.run_cancel(run=run) == 0
+    assert RunEvent.objects.filter(run=run).count() == 1
 
 
 def test_it_closes_a_run_cancelled_before_any_worker_started(cluster, make_run) -> None:
