@@ -440,6 +440,11 @@ class SSHTransport:
                     return _output(command, out, err, None, True, time.monotonic() - started)
             exit_code = channel.recv_exit_status()
             channel.close()
+            if liveness is not None and liveness.dead_reason:
+                raise UnreachableError(liveness.dead_reason)
+            if exit_code == -1 and not transport.is_active():
+                # The channel ended with the connection, not with the command: no exit status came.
+                raise UnreachableError(f"{self.target.hostname}: connection lost while {command.argv[0]} ran")
         except (OSError, EOFError, paramiko.SSHException) as exc:
             if liveness is not None and liveness.dead_reason:
                 raise UnreachableError(liveness.dead_reason) from None

@@ -23,8 +23,9 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, *, every: 
 
 
 def sim_processes(state_file: str | Path, name: str) -> list[int]:
-    """Live (non-zombie) processes whose command line mentions `name` and whose environment holds
-    KILN_SIM_STATE=state_file: a tool the node simulator is running for that node."""
+    """Live (non-zombie) processes of the tool `name` (the program, or the script an interpreter
+    runs: not a wrapper naming it as an argument) whose environment holds KILN_SIM_STATE=state_file:
+    a tool the node simulator is running for that node."""
     wanted = f"KILN_SIM_STATE={Path(state_file).resolve()}".encode()
     found = []
     for entry in Path("/proc").iterdir():
@@ -34,7 +35,8 @@ def sim_processes(state_file: str | Path, name: str) -> list[int]:
             stat = (entry / "stat").read_text()
             if stat[stat.rindex(")") + 2] in "ZX":
                 continue
-            if name.encode() not in (entry / "cmdline").read_bytes():
+            argv = (entry / "cmdline").read_bytes().split(b"\0")[:2]
+            if name.encode() not in {Path(a.decode(errors="replace")).name.encode() for a in argv}:
                 continue
             if wanted not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
