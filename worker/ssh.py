@@ -412,6 +412,15 @@ class SSHTransport:
                     f"{self.target.hostname}: the host refused another session on the connection ({exc}); "
                     "too many at once for its sshd MaxSessions"
                 ) from None
+            except paramiko.SSHException as exc:
+                if liveness is not None and liveness.dead_reason:
+                    raise UnreachableError(liveness.dead_reason) from None
+                if "Timeout" in str(exc) and transport.is_active():
+                    raise UnreachableError(
+                        f"sshd on {self.target.hostname} stopped answering: no reply to opening a session "
+                        f"for {self.target.connect_timeout:g} s"
+                    ) from None
+                raise
             channel.settimeout(0.2)
             channel.exec_command(remote_shell_line(command, tag))
             if command.stdin is not None:

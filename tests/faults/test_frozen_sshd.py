@@ -5,17 +5,22 @@ stops the burn-in nobody could stop while it was frozen."""
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
 
+from checks.base import Command
 from portal.health.services import reap
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent
 from tests.faults.conftest import state_file
 from tests.faults.helpers import sim_processes, wait_for
+from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, NodeTarget, SSHTransport, UnreachableError
 
 pytestmark = pytest.mark.integration
 
@@ -54,3 +59,81 @@ def test_it_reports_a_frozen_sshd_within_thirty_seconds_and_fails_the_rest_at_on
     message = RunEvent.objects.get(run=run, kind="processes stopped").message
     assert message.startswith("burn-in on gpu05 (error, lease lapsed): process group ")
     assert message.endswith("stopped over a new connection by the reaper")
+
+
+def ssh_target(testbed, hostname: str, **overrides) -> NodeTarget:
+    node = testbed.node(hostname)
+    return NodeTarget(
+        hostname=hostname,
+        address=node.address,
+        port=node.port,
+        user=testbed.ssh_user,
+        key_path=str(testbed.client_key_path),
+        known_hosts=testbed.known_hosts_path.read_text(),
+        connect_timeout=5,
+        **overrides,
+    )
+
+
+def run_then_freeze(testbed, transport: SSHTransport, command: Command) -> tuple[Any, float]:
+    """Start `command`, freeze the node's sshd while it runs; returns (its output or the exception
+    it raised, seconds from the freeze to that)."""
+    outcome: list[Any] = []
+    thread = threading.Thread(target=lambda: outcome.append(_call(transport.run, command)), daemon=True)
+    thread.start()
+    time.sleep(1)  # running on the node
+    testbed.freeze_sshd("gpu06")
+    frozen = time.monotonic()
+    thread.join(60)
+    return (outcome[0] if outcome else None), time.monotonic() - frozen
+
+
+def _call(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return exc
+
+
+def test_a_command_outliving_its_own_timeout_marks_the_node_hung(clean_testbed) -> None:
+    """Keepalives off (an hour apart): the channel backstop ends the wait on a frozen node, and the
+    next commands fail at once instead of each waiting out its own timeout."""
+    transport = SSHTransport(ssh_target(clean_testbed, "gpu06", keepalive_s=3600))
+    transport.open()
+    try:
+        first, waited = run_then_freeze(clean_testbed, transport, Command(argv=("sleep", "3"), timeout=2))
+        assert first.timed_out and first.exit_code is None
+        assert waited < 2 + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S
+
+        started = time.monotonic()
+        with pytest.raises(UnreachableError, match=r"^gpu06 is hung: sleep was still running \d+ s after it started"):
+            transport.run(Command(argv=("true",), timeout=600))
+        assert time.monotonic() - started < 1
+    finally:
+        clean_testbed.thaw_sshd("gpu06")
+        transport.close()
+
+
+def test_the_transport_says_which_sshd_stopped_answering(clean_testbed) -> None:
+    transport = SSHTransport(ssh_target(clean_testbed, "gpu06", keepalive_s=2, keepalive_count=2))
+    transport.open()
+    try:
+        raised, took = run_then_freeze(clean_testbed, transport, Command(argv=("sleep", "60"), timeout=120))
+        assert isinstance(raised, UnreachableError), raised
+        assert re.fullmatch(r"sshd on gpu06 stopped answering: no reply to keepalives for \d+ s", raised.message)
+        assert took < 2 + 2 * 2 + 2  # silence, unanswered requests, the monitor's ticks
+    finally:
+        clean_testbed.thaw_sshd("gpu06")
+        transport.close()
+
+
+def test_a_session_the_frozen_sshd_never_opens_says_so(clean_testbed) -> None:
+    transport = SSHTransport(ssh_target(clean_testbed, "gpu06"))
+    transport.open()
+    try:
+        clean_testbed.freeze_sshd("gpu06")
+        with pytest.raises(UnreachableError, match=r"^sshd on gpu06 stopped answering: no reply to opening a session"):
+            transport.run(Command(argv=("true",), timeout=10))
+    finally:
+        clean_testbed.thaw_sshd("gpu06")
+        transport.close()
