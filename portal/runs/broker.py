@@ -10,9 +10,11 @@ delivered long ago whose results are still `queued` went to a consumer that died
 them, so only deliveries younger than the allowance count as pending.
 
 The scan reads the list once (LRANGE; ~1 KB per message: 10,000 waiting nodes are ~10 MB) and
-only runs when some result is overdue. Brokers other than Redis cannot be inspected here: the
-answer is None, and the reaper re-enqueues on time alone (a duplicate delivery is harmless: the
-claim takes nothing a live lease holds).
+only runs when some result is overdue. Kombu's filesystem transport (the embedded default) keeps
+each waiting message as a file in its queue folder and deletes it on delivery: the files are the
+pending messages. Other brokers cannot be inspected here: the answer is None, and the reaper
+re-enqueues on time alone (a duplicate delivery is harmless: the claim takes nothing a live lease
+holds).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import base64
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -36,6 +39,9 @@ def pending_tasks(*, max_age_s: float) -> set[TaskKey] | None:
     from worker.celery import app
 
     url = str(app.conf.broker_url or "")
+    if url.startswith("filesystem://"):
+        folder = (app.conf.broker_transport_options or {}).get("data_folder_in")
+        return pending_in_folder(Path(folder)) if folder else None
     if not url.startswith(("redis://", "rediss://", "sentinel://")):
         return None
     try:
@@ -58,6 +64,22 @@ def pending_tasks(*, max_age_s: float) -> set[TaskKey] | None:
     except Exception:  # the broker is away: the reaper goes on time alone this round
         logger.warning("reaper: could not read the broker's queue", exc_info=True)
         return None
+
+
+def pending_in_folder(folder: Path) -> set[TaskKey] | None:
+    """The run tasks waiting in a Kombu filesystem queue folder (one `*.msg` file per message)."""
+    found: set[TaskKey] = set()
+    try:
+        files = list(folder.glob("*.msg"))
+    except OSError:
+        logger.warning("reaper: could not list the broker folder %s", folder, exc_info=True)
+        return None
+    for path in files:
+        try:
+            _add(found, path.read_bytes())
+        except OSError:
+            continue  # delivered (deleted) while we looked: not pending
+    return found
 
 
 def _add(found: set[TaskKey], raw: Any) -> None:

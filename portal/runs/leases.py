@@ -15,6 +15,7 @@ and reports its process group (worker/procgroup.py); the execution code itself i
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import socket
@@ -225,6 +226,15 @@ class TrackedTransport:
     def __init__(self, inner: Transport, holding: Holding) -> None:
         self.inner = inner
         self.holding = holding
+        try:
+            accepts = inspect.signature(inner.run).parameters
+        except (TypeError, ValueError):
+            accepts = {}
+        # A transport that cannot tag its commands (a stand-in in tests, a wrapper) still runs them;
+        # only their process groups go unrecorded, so a cancel cannot stop them before they end.
+        self.tags = "on_start" in accepts or any(p.kind is p.VAR_KEYWORD for p in accepts.values())
+        if not self.tags:
+            logger.warning("%s: %s cannot report process groups", holding.label, type(inner).__name__)
 
     def run(self, command: Command, **_: Any) -> CommandOutput:
         holding = self.holding
@@ -242,7 +252,10 @@ class TrackedTransport:
 
         # A TransportError leaves remote_pgid set: the command's fate is unknown, so the reaper
         # stops it over a new connection once this task's lease has lapsed.
-        output = self.inner.run(command, tag=tag_for(result.pk, result.attempt), on_start=on_start)
+        if self.tags:
+            output = self.inner.run(command, tag=tag_for(result.pk, result.attempt), on_start=on_start)
+        else:
+            output = self.inner.run(command)
         for pgid in pgids:
             holding.command_ended(result, pgid)
         if holding.is_stopped(result.pk):

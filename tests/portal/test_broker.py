@@ -5,10 +5,11 @@ after a flush."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from portal.runs.broker import pending_tasks, task_key
+from portal.runs.broker import pending_in_folder, pending_tasks, task_key
 from tests.conftest import _flush_broker
 
 
@@ -45,6 +46,27 @@ def test_it_counts_an_unacknowledged_delivery_as_pending_only_while_it_is_recent
             message.ack()
             queue.close()
     assert pending_tasks(max_age_s=120) == set()
+
+
+def test_it_reads_the_embedded_brokers_queue_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kombu's filesystem transport: a file per waiting message, deleted when delivered."""
+    from celery import Celery
+
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)  # Celery prefers it to the app's own broker
+
+    for sub in ("queue", "control"):
+        (tmp_path / sub).mkdir()
+    folder = str(tmp_path / "queue")
+    options = {"data_folder_in": folder, "data_folder_out": folder, "control_folder": str(tmp_path / "control")}
+    app = Celery("fs", broker="filesystem://", broker_transport_options=options)
+    assert app.conf.broker_url == "filesystem://"
+    app.send_task("kiln.run_node", args=(3, 4))
+    app.send_task("kiln.reap")
+
+    assert pending_in_folder(tmp_path / "queue") == {("kiln.run_node", (3, 4))}
+    for message in (tmp_path / "queue").glob("*.msg"):
+        message.unlink()
+    assert pending_in_folder(tmp_path / "queue") == set()
 
 
 def test_it_ignores_other_tasks_and_garbage() -> None:
