@@ -9,7 +9,8 @@ threads-pool worker):
     two queries per node task): wall ms per beat and queries per beat;
   - a check's liveness writes (command started, process group set and cleared) queued to the
     keeper's single connection, against the same UPDATE made directly in the task's own thread:
-    the wait of the synchronous one (command started), median and p95.
+    the wait of the synchronous one (command started), median and p95; and the same check starting
+    on every node at once (its marks written in one UPDATE) against one UPDATE per node.
 Seeds a throw-away database (SQLite in a temporary folder, or with DATABASE_URL a `kiln_bench_<pid>`
 database on that server, dropped at the end), like bench_pages.py.
 """
@@ -21,6 +22,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -151,12 +153,13 @@ def run(args: argparse.Namespace, described: str) -> int:
     live = leases.LeaseKeeper()  # with its thread and its own connection, as in a worker holding a task
     holding = live.hold(claim="bench", results=tasks[0], label="bench")
     now = timezone.now()
+    CheckResult.objects.filter(pk=one.pk).update(command_started_at=None)
 
     def queued() -> None:
-        live.submit(lambda: CheckResult.objects.filter(pk=one.pk).update(command_started_at=now), wait=True)
+        live.mark_started(one.pk)
 
     def direct() -> None:
-        CheckResult.objects.filter(pk=one.pk).update(command_started_at=now)
+        CheckResult.objects.filter(pk=one.pk, command_started_at__isnull=True).update(command_started_at=now)
 
     waits = timed(queued, args.repeat * 10)
     own = timed(direct, args.repeat * 10)
@@ -169,6 +172,32 @@ def run(args: argparse.Namespace, described: str) -> int:
         f"per check: 1 synchronous write (command started) + 2 queued per command (process group set,"
         f" cleared); write: keeper {statistics.median(waits):.3f} ms, direct {statistics.median(own):.3f} ms,"
         f" ratio {statistics.median(waits) / statistics.median(own):.2f}"
+    )
+
+    # A burst: the same check starting on every node at once (64 threads), each waiting for its mark.
+    firsts = [results[0].pk for results in tasks]
+    live = leases.LeaseKeeper()
+    holding = live.hold(claim="bench", results=tasks[0], label="bench")
+
+    def burst() -> None:
+        CheckResult.objects.filter(pk__in=firsts).update(command_started_at=None)
+        threads = [threading.Thread(target=live.mark_started, args=(pk,)) for pk in firsts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def one_by_one() -> None:
+        CheckResult.objects.filter(pk__in=firsts).update(command_started_at=None)
+        for pk in firsts:
+            CheckResult.objects.filter(pk=pk, command_started_at__isnull=True).update(command_started_at=timezone.now())
+
+    together = statistics.median(timed(burst, args.repeat))
+    apart = statistics.median(timed(one_by_one, args.repeat))
+    live.release(holding)
+    print(
+        f"{len(firsts)} checks starting at once: marks written together {together:.2f} ms (incl. 64 threads),"
+        f" one UPDATE each {apart:.2f} ms, ratio {together / apart:.2f}"
     )
     time.sleep(0.2)  # the keeper closes its connection once idle, before the database is dropped
     return 0

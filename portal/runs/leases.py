@@ -136,13 +136,7 @@ class Holding:
         if result.pk in self._started:
             return
         self._started.add(result.pk)
-        now = timezone.now()
-        self.keeper.submit(
-            lambda: CheckResult.objects.filter(pk=result.pk, command_started_at__isnull=True).update(
-                command_started_at=now
-            ),
-            wait=True,
-        )
+        self.keeper.mark_started(result.pk)
 
     def command_running(self, result: CheckResult, pgid: int) -> None:
         with self._lock:
@@ -274,6 +268,8 @@ class LeaseKeeper:
         self._holdings: dict[int, Holding] = {}
         self._writes: deque[tuple[Callable[[], Any], threading.Event | None]] = deque()
         self._head_failures = 0
+        # "Command started" marks, written together: the checks of many nodes start at once.
+        self._started: list[tuple[int, threading.Event]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -307,6 +303,18 @@ class LeaseKeeper:
             return False
         return True
 
+    def mark_started(self, result_id: int) -> bool:
+        """Write command_started_at (once) before a command of `result_id` starts; waits for it."""
+        done = threading.Event()
+        with self._lock:
+            self._started.append((result_id, done))
+        self._ensure_thread()
+        self._wake.set()
+        if not done.wait(WRITE_WAIT_S):
+            logger.warning("lease keeper: 'command started' waited over %ss (database away?); going on", WRITE_WAIT_S)
+            return False
+        return True
+
     def flush(self, timeout: float = WRITE_WAIT_S) -> bool:
         return self.submit(lambda: None, wait=True) if self._thread is not None else True
 
@@ -335,11 +343,24 @@ class LeaseKeeper:
             connection.close()
             return
         with self._lock:
-            idle = not self._holdings and not self._writes
+            idle = not self._holdings and not self._writes and not self._started
         if idle:
             connection.close()  # hold no database connection while nothing is held
 
     def _flush_writes(self) -> None:
+        with self._lock:
+            started, self._started = self._started, []
+        if started:
+            try:
+                CheckResult.objects.filter(pk__in=[pk for pk, _ in started], command_started_at__isnull=True).update(
+                    command_started_at=timezone.now()
+                )
+            except DatabaseError:
+                with self._lock:
+                    self._started[:0] = started  # again at the next beat; the waiters go on after WRITE_WAIT_S
+                raise
+            for _, done in started:
+                done.set()
         while True:
             with self._lock:
                 if not self._writes:
