@@ -22,10 +22,11 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -44,6 +45,10 @@ logger = logging.getLogger(__name__)
 # (the database is away): the check still runs, only a worker death in that window would be
 # retried instead of reported.
 WRITE_WAIT_S = 10.0
+# Claims of one result before a lost worker's check is no longer handed out again (re-queued by
+# the reaper, taken over by a redelivered message): a check that kills its worker (an OOM in the
+# worker, a poison message) must not take down worker after worker. The reaper then reports it.
+MAX_CLAIMS = 3
 # Tries of one keeper write across database errors (one per beat: ~15 s at the 3 s default)
 # before it is dropped and logged; a refused write (integrity) is dropped at once.
 WRITE_TRIES = 5
@@ -81,6 +86,36 @@ def worker_name() -> str:
     except Exception:  # outside a task (kiln_run --inline): the host name will do
         hostname = None
     return f"{hostname or socket.gethostname()} pid {os.getpid()}"[:200]
+
+
+def holders_gone(names: Iterable[str]) -> list[str]:
+    """Of these holders (worker_name values), the processes of this very worker (same Celery node
+    name: a prefork pool's children) that no longer exist. Their leases need not be waited out: a
+    pool child killed mid-task, its message redelivered to a sibling, is taken over at once. Any
+    other holder (another worker, another host) is judged by its lease alone."""
+    mine, _, my_pid = worker_name().rpartition(" pid ")
+    gone = []
+    for name in set(names):
+        node, _, pid = name.rpartition(" pid ")
+        if node != mine or not pid.isdigit() or pid == my_pid:
+            continue
+        if not _pid_alive(int(pid)):
+            gone.append(name)
+    return gone
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet reaped by the pool) is gone
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2] not in "ZX"
+    except (OSError, ValueError):
+        return True
 
 
 def claim_fields(now: datetime) -> dict[str, Any]:

@@ -31,10 +31,9 @@ from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, TransportError
 
 logger = logging.getLogger(__name__)
 
-# Claims of one result whose worker died before it started a command on the node, after which it
-# is `error` instead of queued again: a node whose check kills its worker before starting (an OOM
-# in the worker, a poison message) must not take down worker after worker.
-MAX_ATTEMPTS = 3
+# Claims of one result after which a lost worker's check is `error` instead of queued again
+# (leases.MAX_CLAIMS: a check that kills its worker must not take down worker after worker).
+MAX_ATTEMPTS = leases.MAX_CLAIMS
 # Nodes stopped at once: each stop is one SSH connect (~60 ms) and a few seconds at most.
 STOP_PARALLELISM = 16
 

@@ -254,8 +254,10 @@ def run_mark_started(*, run_id: int) -> None:
 
 
 def _lapsed(now: Any) -> Q:
-    """A running result whose holder stopped renewing its lease (portal/runs/leases.py)."""
-    return Q(status=Status.RUNNING) & (Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True))
+    """A running result whose holder stopped renewing its lease (portal/runs/leases.py), claimed
+    fewer than leases.MAX_CLAIMS times (after that, the reaper reports it instead)."""
+    lapsed = Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True)
+    return Q(status=Status.RUNNING, attempt__lt=leases.MAX_CLAIMS) & lapsed
 
 
 def results_claim(*, run_id: int, node_id: int, claim: str) -> list[CheckResult]:
@@ -264,13 +266,21 @@ def results_claim(*, run_id: int, node_id: int, claim: str) -> list[CheckResult]
     Rows still `queued`, or `running` under a lease that has lapsed (its holder died, whoever it
     was), are taken with a fresh lease; rows under a live lease are left alone, even when they are
     held under this very claim: a second delivery of the same message runs nothing while the
-    first one lives. Conditional UPDATE; the rows taken are told apart by this claim's start time.
+    first one lives (unless its holder was a process of this worker that is gone:
+    leases.holders_gone). Conditional UPDATE; the rows taken are told apart by this claim's start
+    time.
     """
     now = timezone.now()
     claimable = Q(status=Status.QUEUED) | _lapsed(now)
-    CheckResult.objects.filter(claimable, run_id=run_id, node_id=node_id, scope="node").update(
-        status=Status.RUNNING, claimed_by=claim, attempt=F("attempt") + 1, started_at=now, **leases.claim_fields(now)
-    )
+    mine = CheckResult.objects.filter(run_id=run_id, node_id=node_id, scope="node")
+    fields = {"status": Status.RUNNING, "claimed_by": claim, "attempt": F("attempt") + 1, "started_at": now}
+    if not mine.filter(claimable).update(**fields, **leases.claim_fields(now)):
+        # Held under this very claim by a process of this worker that is gone (a pool child killed,
+        # its message redelivered to a sibling): taken over without waiting out the lease.
+        held = mine.filter(status=Status.RUNNING, claimed_by=claim, attempt__lt=leases.MAX_CLAIMS)
+        gone = leases.holders_gone(held.values_list("worker_name", flat=True))
+        if gone:
+            held.filter(worker_name__in=gone).update(**fields, **leases.claim_fields(now))
     return list(
         CheckResult.objects.filter(
             run_id=run_id, node_id=node_id, scope="node", status=Status.RUNNING, claimed_by=claim, started_at=now

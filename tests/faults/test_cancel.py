@@ -51,6 +51,7 @@ def test_it_stops_a_burn_in_within_ten_seconds_of_cancel(testbed_cluster, clean_
         "gpu_burn to stop on both nodes",
     )
     took = time.monotonic() - started
+    print(f"cancel: the node-side processes were gone {took:.1f} s later")
 
     assert took < 10, f"gpu_burn ran {took:.1f} s after the cancel"
     wait_for(lambda: RunEvent.objects.filter(run=run, kind="processes stopped").count() == 2, 10, "the log lines")
@@ -79,6 +80,7 @@ def test_it_stops_a_multi_node_check_on_its_launcher(testbed_cluster, clean_test
     assert cancel(run)["cancelled"] == 1
     wait_for(lambda: not sim_processes(launcher, "all_reduce_perf"), 20, "all_reduce_perf to stop")
     took = time.monotonic() - started
+    print(f"cancel: the node-side processes were gone {took:.1f} s later")
 
     assert took < 10, f"all_reduce_perf ran {took:.1f} s after the cancel"
     group = CheckResult.objects.get(run=run, scope="group")

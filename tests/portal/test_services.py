@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import pytest
@@ -175,6 +176,38 @@ def test_it_runs_nothing_on_a_second_delivery_while_the_first_holds_a_live_lease
 
     assert again == []
     assert set(CheckResult.objects.filter(run=run, node=node).values_list("attempt", flat=True)) == {1}
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def test_it_takes_over_at_once_what_a_gone_process_of_this_worker_held(cluster, make_run) -> None:
+    """A prefork child killed mid-task: its message comes back to a sibling (same Celery node name)
+    under the same claim, and the sibling need not wait out the dead child's lease."""
+    from portal.runs import leases
+
+    run = make_run(cluster)
+    node = _node(cluster, "n01")
+    services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
+    me, _, _ = leases.worker_name().rpartition(" pid ")
+    rows = CheckResult.objects.filter(run=run, node=node)
+
+    rows.update(worker_name=f"other-worker@elsewhere pid {_dead_pid()}")
+    assert services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a") == []  # its lease decides
+
+    rows.update(worker_name=f"{me} pid {os.getpid()}")  # alive (this very process)
+    assert services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a") == []
+
+    rows.update(worker_name=f"{me} pid {_dead_pid()}")
+    assert services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-b") == []  # another message
+    again = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
+    assert [r.attempt for r in again] == [2, 2]
+    assert {r.worker_name for r in again} == {leases.worker_name()}
 
 
 def test_it_takes_over_running_rows_once_their_lease_has_lapsed(cluster, make_run) -> None:
