@@ -225,6 +225,19 @@ def test_it_takes_over_running_rows_once_their_lease_has_lapsed(cluster, make_ru
     assert CheckResult.objects.get(pk=first[0].pk).attempt == 1
 
 
+def test_it_stops_handing_out_a_check_claimed_three_times(cluster, make_run) -> None:
+    """A check whose holders keep dying (it may be what kills them) is left to the reaper to report."""
+    from portal.runs import leases
+
+    run = make_run(cluster)
+    node = _node(cluster, "n01")
+    services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
+    CheckResult.objects.filter(run=run, node=node).update(
+        attempt=leases.MAX_CLAIMS, lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-b") == []
+
+
 def test_it_records_a_result_exactly_once(cluster, make_run) -> None:
     run = make_run(cluster)
     node = _node(cluster, "n01")
