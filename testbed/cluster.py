@@ -657,10 +657,18 @@ class Testbed:
         return set(self._rotated)
 
     def reset(self) -> None:
-        """Back to the state right after up(): no faults, original host keys, every sshd running."""
+        """Back to the state right after up(): no faults, original host keys, every sshd running,
+        nothing else running on the nodes (a test that failed half-way may have left a long
+        burn-in behind, or a command of a frozen node that nobody could stop)."""
         self._require_up()
         for n in self.nodes:
             self.thaw_sshd(n.hostname)
+        strays = [
+            pid for pid in _pids_in_netns([n.netns for n in self.nodes]) if _comm(pid) not in ("sshd", "sshd-session")
+        ]
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         for host in sorted(self._rotated):
             self.restore_host_key(host)
         stopped = [n for n in self.nodes if not self.sshd_alive(n.hostname)]

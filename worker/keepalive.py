@@ -85,6 +85,11 @@ class Liveness:
                 self._busy -= 1
 
     @property
+    def in_flight(self) -> int:
+        """Commands running on the connection now."""
+        return self._busy
+
+    @property
     def watched(self) -> bool:
         return self._busy > 0 and self.dead_reason is None
 

@@ -392,6 +392,33 @@ class SSHTransport:
                     raise UnreachableError(liveness.dead_reason) from None
                 raise
 
+    def _open_session(self, transport: paramiko.Transport, liveness: Liveness | None) -> paramiko.Channel:
+        """A new session on the connection. Refused while other commands of ours hold sessions:
+        SessionRefusedError (sshd's MaxSessions; localisation then runs fewer pairs at once). Refused
+        with none of ours open: our last session's close is still on its way to sshd, so a few
+        short retries (a node with MaxSessions 1 refused back-to-back commands otherwise)."""
+        for wait in (0.05, 0.1, 0.2, None):
+            try:
+                return transport.open_session(timeout=self.target.connect_timeout)
+            except paramiko.ChannelException as exc:
+                alone = liveness is None or liveness.in_flight <= 1
+                if wait is None or not alone:
+                    raise SessionRefusedError(
+                        f"{self.target.hostname}: the host refused another session on the connection ({exc}); "
+                        "too many at once for its sshd MaxSessions"
+                    ) from None
+                time.sleep(wait)
+            except paramiko.SSHException as exc:
+                if liveness is not None and liveness.dead_reason:
+                    raise UnreachableError(liveness.dead_reason) from None
+                if "Timeout" in str(exc) and transport.is_active():
+                    raise UnreachableError(
+                        f"sshd on {self.target.hostname} stopped answering: no reply to opening a session "
+                        f"for {self.target.connect_timeout:g} s"
+                    ) from None
+                raise
+        raise AssertionError("unreachable")  # the last wait is None: the loop returns or raises
+
     def _run(
         self,
         transport: paramiko.Transport,
@@ -405,22 +432,7 @@ class SSHTransport:
         out, err = CappedStream(self.target.output_cap), CappedStream(self.target.output_cap)
         stderr: CappedStream | PgidSniffer = PgidSniffer(err, on_start) if tag else err
         try:
-            try:
-                channel = transport.open_session(timeout=self.target.connect_timeout)
-            except paramiko.ChannelException as exc:
-                raise SessionRefusedError(
-                    f"{self.target.hostname}: the host refused another session on the connection ({exc}); "
-                    "too many at once for its sshd MaxSessions"
-                ) from None
-            except paramiko.SSHException as exc:
-                if liveness is not None and liveness.dead_reason:
-                    raise UnreachableError(liveness.dead_reason) from None
-                if "Timeout" in str(exc) and transport.is_active():
-                    raise UnreachableError(
-                        f"sshd on {self.target.hostname} stopped answering: no reply to opening a session "
-                        f"for {self.target.connect_timeout:g} s"
-                    ) from None
-                raise
+            channel = self._open_session(transport, liveness)
             channel.settimeout(0.2)
             channel.exec_command(remote_shell_line(command, tag))
             if command.stdin is not None:
