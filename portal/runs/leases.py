@@ -37,7 +37,7 @@ from checks.base import Command, CommandOutput
 from portal.runs import events
 from portal.runs.models import CheckResult, Status
 from worker.procgroup import stop_group, tag_for
-from worker.ssh import REMOTE_KILL_GRACE_S, Transport, TransportError
+from worker.ssh import REMOTE_KILL_GRACE_S, SessionRefusedError, Transport, TransportError, open_transport
 
 logger = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ class Holding:
         if inner is None:
             return
         try:
-            outcome = stop_group(inner, pgid=pgid, tag=tag, grace_s=REMOTE_KILL_GRACE_S)
+            outcome = _stop_over(inner, pgid=pgid, tag=tag)
         except Exception as exc:  # the reaper retries over a new connection once the lease lapses
             message = (
                 f"could not stop {result.item_key} on {self.label} (process group {pgid}) over the open "
@@ -246,6 +246,22 @@ class Holding:
             events.run_event_add(run_id=result.run_id, kind=kind, message=message)
 
         self.keeper.submit(write)
+
+
+def _stop_over(transport: Transport, *, pgid: int, tag: str) -> str:
+    """Stop a group over the task's open connection; over a new one to the same node when the
+    open one has no session to spare (sshd's MaxSessions, e.g. 1: the check's command holds it)."""
+    try:
+        return stop_group(transport, pgid=pgid, tag=tag, grace_s=REMOTE_KILL_GRACE_S)
+    except SessionRefusedError:
+        target = getattr(transport, "target", None)
+        if target is None:
+            raise
+        fresh = open_transport(target)
+        try:
+            return stop_group(fresh, pgid=pgid, tag=tag, grace_s=REMOTE_KILL_GRACE_S)
+        finally:
+            fresh.close()
 
 
 class TrackedTransport:

@@ -6,17 +6,21 @@ and a multi-node NCCL check on its launcher."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 
+from checks.base import Command
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
-from portal.runs import services
+from portal.runs import leases, services
+from portal.runs.execution import node_target
 from portal.runs.models import CheckResult, Run, RunEvent
 from tests.faults.conftest import state_file
 from tests.faults.helpers import sim_processes, wait_for
+from worker.ssh import SSHTransport
 
 pytestmark = pytest.mark.integration
 
@@ -89,3 +93,42 @@ def test_it_stops_a_multi_node_check_on_its_launcher(testbed_cluster, clean_test
     assert stopped is not None
     message = RunEvent.objects.get(run=run, kind="processes stopped").message
     assert message.startswith("nccl-allreduce-multi on launcher gpu01 (cancelled): process group ")
+
+
+def test_it_stops_over_a_new_connection_when_the_node_allows_one_session(testbed_cluster, clean_testbed) -> None:
+    """sshd with MaxSessions 1: the running command holds the task's only session, so the stop goes
+    over a second connection, as fast."""
+    node = clean_testbed.node("gpu06")
+    config = node.sshd_config_path.read_text()
+    node.sshd_config_path.write_text(config.replace("MaxSessions 50", "MaxSessions 1"))
+    clean_testbed.restart_sshd("gpu06")
+    gpu06 = testbed_cluster.nodes.get(hostname="gpu06")
+    run = services.run_start(cluster=testbed_cluster, plan=TestPlan.objects.get(slug="itest"), nodes=[gpu06])
+    claimed = services.results_claim(run_id=run.pk, node_id=gpu06.pk, claim="task-1")
+    outcome: list[object] = []
+    try:
+        with leases.held(claim="task-1", results=claimed, label="gpu06") as holding:
+            transport = holding.track(SSHTransport(node_target(gpu06)))
+            holding.begin(claimed[0])
+
+            def run_long() -> None:
+                try:
+                    outcome.append(transport.run(Command(argv=("sleep", "120"), timeout=300)))
+                except leases.CheckStopped as exc:
+                    outcome.append(exc)
+
+            thread = threading.Thread(target=run_long, daemon=True)
+            thread.start()
+            wait_for(lambda: CheckResult.objects.get(pk=claimed[0].pk).remote_pgid, 20, "the command to run")
+            started = time.monotonic()
+            holding.saw_closed({claimed[0].pk: "cancelled"})
+            thread.join(20)
+            took = time.monotonic() - started
+            transport.close()
+    finally:
+        node.sshd_config_path.write_text(config)
+        clean_testbed.restart_sshd("gpu06")
+
+    assert isinstance(outcome[0], leases.CheckStopped) and took < 10
+    message = RunEvent.objects.get(run=run, kind="processes stopped").message
+    assert message.startswith("gpu-inventory on gpu06 (cancelled): process group ") and "ended on SIGTERM" in message
