@@ -182,6 +182,31 @@ KILN_ALLOW_LOCAL_TRANSPORT = env_bool("KILN_ALLOW_LOCAL_TRANSPORT", False)
 KILN_SCONTROL_PATH = os.environ.get("KILN_SCONTROL_PATH", "scontrol")
 KILN_KUBECTL_PATH = os.environ.get("KILN_KUBECTL_PATH", "kubectl")
 KILN_CONTROLLER_TRANSPORT = os.environ.get("KILN_CONTROLLER_TRANSPORT", "ssh")
+# Liveness (portal/runs/leases.py, portal/runs/reaper.py, worker/keepalive.py). A running task's
+# results hold a lease that one heartbeat thread per worker process renews in one UPDATE every
+# KILN_HEARTBEAT_S; the same beat reads back which held results were cancelled, so 3 s leaves 7 s of
+# the issue's 10 s cancel bound for SIGTERM, its 5 s grace and SIGKILL.
+KILN_HEARTBEAT_S = float(os.environ.get("KILN_HEARTBEAT_S", "3"))
+# A lease not renewed for this long means its worker is gone: 10 heartbeats, so a worker whose
+# beats stall for up to ~25 s (a database restart or failover, a long pause) keeps its work. A dead
+# worker's checks are acted on within TTL + one reaper interval: 60 s (the issue asks < 2 min).
+KILN_LEASE_TTL_S = float(os.environ.get("KILN_LEASE_TTL_S", "30"))
+if KILN_LEASE_TTL_S < 3 * KILN_HEARTBEAT_S:
+    raise ImproperlyConfigured("KILN_LEASE_TTL_S must be at least 3 x KILN_HEARTBEAT_S (a few missed beats)")
+# How often the reaper runs (django-celery-beat, PeriodicTask kiln-reaper): with the 30 s lease,
+# a lost worker is acted on 30-60 s after its last heartbeat.
+KILN_REAPER_INTERVAL_S = int(os.environ.get("KILN_REAPER_INTERVAL_S", "30"))
+# A queued check nobody claimed this long after its task was sent is looked for in the broker and
+# sent again when the broker no longer holds it (Redis flushed or restarted). 2 min: long enough
+# for any worker with a free slot to pick a message up, short enough that a lost run recovers in
+# under 3 min. A long queue behind busy workers is recognised as such, not re-sent.
+KILN_LOST_MESSAGE_S = float(os.environ.get("KILN_LOST_MESSAGE_S", "120"))
+# SSH keepalives while a command runs: a request every KILN_SSH_KEEPALIVE_S of silence, and the
+# connection is dead after KILN_SSH_KEEPALIVE_COUNT intervals without a reply: ssh(1)'s
+# ServerAliveInterval / ServerAliveCountMax (CountMax defaults to 3 there too). A frozen sshd is
+# noticed within 5 + 3 x 5 = 20 s, and one check's wait, not every check's timeout, is lost.
+KILN_SSH_KEEPALIVE_S = float(os.environ.get("KILN_SSH_KEEPALIVE_S", "5"))
+KILN_SSH_KEEPALIVE_COUNT = int(os.environ.get("KILN_SSH_KEEPALIVE_COUNT", "3"))
 
 # --- Email (alerts) -------------------------------------------------------------------------------
 EMAIL_BACKEND = os.environ.get("KILN_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

@@ -137,6 +137,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "compact": compact,
     }
     if not htmx:
+        context["events"] = selectors.run_events(run=run)
         return render(request, "runs/run_detail.html", context)
     response = render(request, "runs/_run_grid.html", context)
     if since is not None and not compact:
@@ -200,7 +201,10 @@ def _timestamp(value: str | None) -> datetime | None:
 def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     count = services.run_cancel(run=run, reason=f"cancelled by {request.user.get_username()}")
-    messages.info(request, f"Cancelled {count} queued check(s); running checks finish and are recorded.")
+    messages.info(
+        request,
+        f"Cancelled {count} check(s); running ones are being stopped on their nodes (see the run's log).",
+    )
     return redirect("run_detail", run_id=run.pk)
 
 

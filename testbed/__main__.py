@@ -1,4 +1,5 @@
-"""Command line for the testbed: ``python -m testbed up|down|status|fault|clear|stop-sshd|start-sshd|rotate-key``."""
+"""Command line for the testbed: ``python -m testbed up|down|status|fault|clear|stop-sshd|start-sshd|
+freeze-sshd|thaw-sshd|rotate-key``."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("clear", "clear one node's faults", host=True)
     add("stop-sshd", "stop one node's sshd (node becomes unreachable)", host=True)
     add("start-sshd", "start one node's sshd again", host=True)
+    add("freeze-sshd", "SIGSTOP every sshd process of one node (connections stay up, nothing answers)", host=True)
+    add("thaw-sshd", "SIGCONT every sshd process of one node", host=True)
     add("rotate-key", "give one node a new host key, NOT updating known_hosts", host=True)
     add("restore-key", "put one node's original host key back", host=True)
     return parser
@@ -83,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
             tb.stop_sshd(args.host)
         elif args.command == "start-sshd":
             tb.start_sshd(args.host)
+        elif args.command == "freeze-sshd":
+            print(" ".join(str(pid) for pid in tb.freeze_sshd(args.host)))
+        elif args.command == "thaw-sshd":
+            tb.thaw_sshd(args.host)
         elif args.command == "rotate-key":
             tb.rotate_host_key(args.host)
         elif args.command == "restore-key":

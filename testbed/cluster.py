@@ -168,9 +168,17 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def _kill_and_wait(pids: list[int], timeout: float = 5.0) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)  # a frozen (SIGSTOPped) sshd acts on SIGTERM only once continued
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     remaining = [p for p in pids if _pid_alive(p)]
@@ -594,6 +602,28 @@ class Testbed:
             return
         self._start_sshds([self.node(hostname)])
 
+    def sshd_processes(self, hostname: str) -> list[int]:
+        """Every sshd process of the node: the listener and each connection's session processes."""
+        pids = _pids_in_netns([self.node(hostname).netns])
+        return [pid for pid in pids if _comm(pid) in ("sshd", "sshd-session")]
+
+    def freeze_sshd(self, hostname: str) -> list[int]:
+        """SIGSTOP every sshd process of the node (a hung sshd): its kernel still answers TCP, so
+        connections stay up and TCP keepalives are answered, but nothing reaches the commands or
+        comes back. The commands themselves keep running. Returns the stopped pids."""
+        self._require_up()
+        pids = self.sshd_processes(hostname)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    def thaw_sshd(self, hostname: str) -> None:
+        """SIGCONT every sshd process of the node (harmless when none was stopped)."""
+        for pid in self.sshd_processes(hostname):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
     def restart_sshd(self, hostname: str) -> None:
         self.stop_sshd(hostname)
         self._start_sshds([self.node(hostname)])
@@ -627,8 +657,18 @@ class Testbed:
         return set(self._rotated)
 
     def reset(self) -> None:
-        """Back to the state right after up(): no faults, original host keys, every sshd running."""
+        """Back to the state right after up(): no faults, original host keys, every sshd running,
+        nothing else running on the nodes (a test that failed half-way may have left a long
+        burn-in behind, or a command of a frozen node that nobody could stop)."""
         self._require_up()
+        for n in self.nodes:
+            self.thaw_sshd(n.hostname)
+        strays = [
+            pid for pid in _pids_in_netns([n.netns for n in self.nodes]) if _comm(pid) not in ("sshd", "sshd-session")
+        ]
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         for host in sorted(self._rotated):
             self.restore_host_key(host)
         stopped = [n for n in self.nodes if not self.sshd_alive(n.hostname)]

@@ -23,6 +23,7 @@ import threading
 import time
 import typing
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -30,6 +31,8 @@ import paramiko
 from fabric import Config, Connection
 
 from checks.base import Command, CommandOutput
+from worker.keepalive import Liveness, default_count_max, default_interval_s
+from worker.procgroup import TAG_ENV, PgidSniffer, tagged_argv
 
 logger = logging.getLogger(__name__)
 
@@ -111,14 +114,25 @@ class NodeTarget:
     connect_timeout: float = 10.0
     local_env: dict[str, str] = field(default_factory=dict)
     output_cap: int = DEFAULT_OUTPUT_CAP  # bytes kept per stream (head and tail), see DEFAULT_OUTPUT_CAP
+    # Application keepalives while a command is in flight (worker/keepalive.py): a request every
+    # `keepalive_s` of silence; the connection is dead after `keepalive_count` intervals unanswered.
+    keepalive_s: float = field(default_factory=default_interval_s)
+    keepalive_count: int = field(default_factory=default_count_max)
 
     @property
     def connect_host(self) -> str:
         return self.address or self.hostname
 
 
+# Called with the process group of a command once it is known, while the command runs.
+PgidCallback = Callable[[int], None]
+
+
 class Transport(Protocol):
-    def run(self, command: Command) -> CommandOutput: ...
+    def run(self, command: Command, *, tag: str = "", on_start: PgidCallback | None = None) -> CommandOutput:
+        """Run one command. With a `tag`, the command carries KILN_TAG=tag and `on_start` gets
+        its process group (worker/procgroup.py) as soon as it has started."""
+        ...
 
     def close(self) -> None: ...
 
@@ -202,7 +216,7 @@ def _output(
     )
 
 
-def _drain(channel: paramiko.Channel, out: CappedStream, err: CappedStream) -> bool:
+def _drain(channel: paramiko.Channel, out: CappedStream, err: CappedStream | PgidSniffer) -> bool:
     """Read what is available on both streams; True when anything was read."""
     got = False
     while channel.recv_stderr_ready():
@@ -223,10 +237,14 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-def remote_shell_line(command: Command) -> str:
-    """The one shell line sent to a node: env, then `timeout` around the argv, every part quoted."""
+def remote_shell_line(command: Command, tag: str = "") -> str:
+    """The one shell line sent to a node: env, then `timeout` around the argv, every part quoted.
+    With a `tag`, a POSIX sh prints its pid (the group `timeout` makes) on stderr first and execs
+    the rest with KILN_TAG set (worker/procgroup.py)."""
     argv = ["timeout", "-k", str(REMOTE_KILL_GRACE_S), f"{max(1, int(command.timeout))}", *command.argv]
     prefix = ["env", *(f"{k}={v}" for k, v in command.env.items())] if command.env else []
+    if tag:
+        return shlex.join(tagged_argv([*prefix, *argv], tag))
     return shlex.join([*prefix, *argv])
 
 
@@ -311,6 +329,11 @@ class SSHTransport:
         # Replace fabric's AutoAddPolicy client with one that verifies against known_hosts.
         self.connection.client = _client(known)
         self._opened = False
+        self.liveness: Liveness | None = None
+        # Set when a command outlived its remote `timeout` and the channel backstop had to end the
+        # wait: the node could not even kill its own process, so it is hung; the next commands
+        # fail at once with this reason instead of each waiting out its own timeout.
+        self.hung: str | None = None
 
     def open(self) -> None:
         where = f"{self.target.hostname} ({self.target.connect_host}:{self.target.port})"
@@ -345,49 +368,122 @@ class SSHTransport:
                 transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+        self.liveness = Liveness(
+            transport,
+            hostname=self.target.hostname,
+            interval_s=self.target.keepalive_s,
+            count_max=self.target.keepalive_count,
+        )
         self._opened = True
 
-    def run(self, command: Command) -> CommandOutput:
+    def run(self, command: Command, *, tag: str = "", on_start: PgidCallback | None = None) -> CommandOutput:
         """Run one command on a fresh channel of the node's connection.
 
         Plain paramiko channel I/O (no reader threads): stdin is sent whole and closed, then
         stdout/stderr are drained until the exit status arrives or the channel backstop passes.
+        While it waits, keepalives with a reply deadline watch the node's sshd (worker/keepalive.py):
+        a frozen sshd ends the wait with UnreachableError saying so.
         """
         if not self._opened:
             self.open()
         transport = self.connection.transport
+        liveness = self.liveness
+        if liveness is not None and liveness.dead_reason:
+            raise UnreachableError(liveness.dead_reason)
+        if self.hung:
+            raise UnreachableError(self.hung)
         if transport is None or not transport.is_active():
             raise UnreachableError(f"{self.target.hostname}: connection lost before running {command.argv[0]}")
+        if liveness is None:
+            return self._run(transport, command, tag, on_start, None)
+        with liveness.busy():
+            try:
+                return self._run(transport, command, tag, on_start, liveness)
+            except UnreachableError:
+                if liveness.dead_reason:
+                    raise UnreachableError(liveness.dead_reason) from None
+                raise
+
+    def _open_session(self, transport: paramiko.Transport, liveness: Liveness | None) -> paramiko.Channel:
+        """A new session on the connection. Refused while other commands of ours hold sessions:
+        SessionRefusedError (sshd's MaxSessions; localisation then runs fewer pairs at once). Refused
+        with none of ours open: our last session's close is still on its way to sshd, so a few
+        short retries (a node with MaxSessions 1 refused back-to-back commands otherwise)."""
+        for wait in (0.05, 0.1, 0.2, None):
+            try:
+                return transport.open_session(timeout=self.target.connect_timeout)
+            except paramiko.ChannelException as exc:
+                alone = liveness is None or liveness.in_flight <= 1
+                if wait is None or not alone:
+                    raise SessionRefusedError(
+                        f"{self.target.hostname}: the host refused another session on the connection ({exc}); "
+                        "too many at once for its sshd MaxSessions"
+                    ) from None
+                time.sleep(wait)
+            except paramiko.SSHException as exc:
+                if liveness is not None and liveness.dead_reason:
+                    raise UnreachableError(liveness.dead_reason) from None
+                if "Timeout" in str(exc) and transport.is_active():
+                    raise UnreachableError(
+                        f"sshd on {self.target.hostname} stopped answering: no reply to opening a session "
+                        f"for {self.target.connect_timeout:g} s"
+                    ) from None
+                raise
+        raise AssertionError("unreachable")  # the last wait is None: the loop returns or raises
+
+    def _run(
+        self,
+        transport: paramiko.Transport,
+        command: Command,
+        tag: str,
+        on_start: PgidCallback | None,
+        liveness: Liveness | None,
+    ) -> CommandOutput:
         started = time.monotonic()
         deadline = started + command.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S
         out, err = CappedStream(self.target.output_cap), CappedStream(self.target.output_cap)
+        stderr: CappedStream | PgidSniffer = PgidSniffer(err, on_start) if tag else err
         try:
-            try:
-                channel = transport.open_session(timeout=self.target.connect_timeout)
-            except paramiko.ChannelException as exc:
-                raise SessionRefusedError(
-                    f"{self.target.hostname}: the host refused another session on the connection ({exc}); "
-                    "too many at once for its sshd MaxSessions"
-                ) from None
+            channel = self._open_session(transport, liveness)
             channel.settimeout(0.2)
-            channel.exec_command(remote_shell_line(command))
+            channel.exec_command(remote_shell_line(command, tag))
             if command.stdin is not None:
                 channel.sendall(command.stdin.encode())
             channel.shutdown_write()
             while True:
-                drained = _drain(channel, out, err)
+                drained = _drain(channel, out, stderr)
+                if drained and liveness is not None:
+                    liveness.alive()
                 if channel.exit_status_ready() and not drained:
-                    _drain(channel, out, err)
+                    _drain(channel, out, stderr)
                     break
+                if liveness is not None and liveness.dead_reason:
+                    raise UnreachableError(liveness.dead_reason)
                 if not drained and channel.eof_received:
                     time.sleep(0.01)  # output closed, exit status not yet in: do not spin
                 if time.monotonic() > deadline:
                     channel.close()  # the backstop: closing the channel hangs up the remote session
+                    self.hung = (
+                        f"{self.target.hostname} is hung: {command.argv[0]} was still running "
+                        f"{time.monotonic() - started:.0f} s after it started, past its {command.timeout:g} s "
+                        f"limit and the node's own timeout -k {REMOTE_KILL_GRACE_S}"
+                    )
+                    if isinstance(stderr, PgidSniffer):
+                        stderr.flush()
                     return _output(command, out, err, None, True, time.monotonic() - started)
             exit_code = channel.recv_exit_status()
             channel.close()
+            if liveness is not None and liveness.dead_reason:
+                raise UnreachableError(liveness.dead_reason)
+            if exit_code == -1 and not transport.is_active():
+                # The channel ended with the connection, not with the command: no exit status came.
+                raise UnreachableError(f"{self.target.hostname}: connection lost while {command.argv[0]} ran")
         except (OSError, EOFError, paramiko.SSHException) as exc:
+            if liveness is not None and liveness.dead_reason:
+                raise UnreachableError(liveness.dead_reason) from None
             raise UnreachableError(f"{self.target.hostname}: connection lost: {exc or type(exc).__name__}") from None
+        if isinstance(stderr, PgidSniffer):
+            stderr.flush()
         duration = time.monotonic() - started
         # GNU timeout exits 124 (TERM) or 137 (KILL after the grace) when it had to stop the command.
         timed_out = exit_code in (124, 137) and duration >= command.timeout - 0.5
@@ -435,12 +531,15 @@ class LocalTransport:
     def __init__(self, target: NodeTarget) -> None:
         self.target = target
 
-    def run(self, command: Command) -> CommandOutput:
+    def run(self, command: Command, *, tag: str = "", on_start: PgidCallback | None = None) -> CommandOutput:
         """Run the argv in its own process group; stdout and stderr are read while it runs, under
         the target's output cap (CappedStream), so a runaway tool cannot fill the worker's memory.
         Past the timeout (the process, or a descendant holding its output open) the whole group is
-        killed and the output so far is returned with timed_out set."""
+        killed and the output so far is returned with timed_out set. With a `tag`, the command
+        carries KILN_TAG and `on_start` gets its process group (its pid: start_new_session)."""
         env = {**local_base_env(), **self.target.local_env, **command.env}
+        if tag:
+            env[TAG_ENV] = tag
         started = time.monotonic()
         try:
             process = subprocess.Popen(
@@ -453,6 +552,8 @@ class LocalTransport:
             )
         except OSError as exc:
             return CommandOutput(command, "", f"{command.argv[0]}: {exc.strerror}", 127, False, 0.0)
+        if on_start is not None:
+            on_start(process.pid)
         out, err = CappedStream(self.target.output_cap), CappedStream(self.target.output_cap)
         readers = [
             threading.Thread(target=_pump, args=(process.stdout, out), daemon=True),

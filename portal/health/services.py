@@ -624,9 +624,11 @@ def _limits(snapshot: dict[str, Any], node_count: int) -> tuple[float, float]:
 
 
 def reap(*, now: datetime | None = None) -> list[int]:
-    """Mark results stuck past their deadline as `error` (with the reason), then finalize their
-    runs. Also finalizes active runs that have no active result left (a worker died between
-    recording and finalizing). Returns the ids of the runs it touched.
+    """First the liveness rules (portal/runs/reaper.py: lapsed leases, lost messages, orphaned
+    node-side processes); then, as a backstop, mark results stuck past their deadline as `error`
+    (with the reason), then finalize their runs. Also finalizes active runs that have no active
+    result left (a worker died between recording and finalizing). Returns the ids of the runs it
+    touched.
 
     Deadlines (the same nested limits the worker enqueues with, worker/timeouts.py):
     - running node result: started_at + the node task's hard limit + KILN_REAPER_GRACE_S;
@@ -637,9 +639,11 @@ def reap(*, now: datetime | None = None) -> list[int]:
     from ClusterShell.NodeSet import NodeSet
 
     from portal.runs.execution import group_item_limits
+    from portal.runs.reaper import reap_liveness
     from portal.runs.services import run_finalize
 
     now = now or timezone.now()
+    by_lease = reap_liveness(now=now)
     grace = conf.reaper_grace_s()
     queue_allowance = conf.reaper_queue_allowance_s()
     active_runs = list(
@@ -689,7 +693,7 @@ def reap(*, now: datetime | None = None) -> list[int]:
                 finished_at=now,
             )
         stalled = not run.results.filter(Q(status__in=ACTIVE_STATUSES)).exists()
-        if reaped or stalled:
+        if reaped or stalled or run.pk in by_lease:
             if reaped:
                 logger.warning("reaper: run %s: %d result(s) marked error", run.pk, reaped)
             run_finalize(run_id=run.pk)
@@ -709,6 +713,9 @@ def reaper_schedule_ensure() -> None:
             "interval": every,
             "crontab": None,
             "enabled": True,
-            "description": "Marks results stuck past their deadline as error and finalizes their runs.",
+            "description": (
+                "Acts on lapsed leases (worker lost: re-enqueue or error), re-sends lost messages, stops "
+                "orphaned node-side processes; marks results stuck past their deadline as error; finalizes runs."
+            ),
         },
     )

@@ -34,7 +34,7 @@ from checks.base import (
     worst_status,
 )
 from portal.inventory.models import Node
-from portal.runs import services
+from portal.runs import leases, services
 from portal.runs.dbretry import portal_fault_reason
 from portal.runs.models import CheckResult, Run, Status
 from worker.ssh import (
@@ -76,16 +76,25 @@ def snapshot_item(run: Run, item_key: str) -> dict[str, Any]:
 
 
 def execute_node(*, run_id: int, node_id: int, claim: str) -> int:
-    """Run every unfinished check of one node in this run. Returns how many results it recorded."""
+    """Run every unfinished check of one node in this run. Returns how many results it recorded.
+
+    The claimed results are held under a lease (portal/runs/leases.py) while they run: renewed by
+    the process's heartbeat, and stopped on the node when they are closed under the task."""
     results = services.results_claim(run_id=run_id, node_id=node_id, claim=claim)
     if not results:
         return 0
+    with leases.held(claim=claim, results=results, label=f"node #{node_id}") as holding:
+        return _execute_held(run_id=run_id, node_id=node_id, claim=claim, results=results, holding=holding)
+
+
+def _execute_held(*, run_id: int, node_id: int, claim: str, results: list[CheckResult], holding: leases.Holding) -> int:
     services.run_mark_started(run_id=run_id)
     run = Run.objects.select_related("cluster").get(pk=run_id)
     node = Node.objects.select_related("cluster").get(pk=node_id)
+    holding.label = node.hostname
     target = node_target(node)
     try:
-        transport = open_transport(target)
+        transport = holding.track(open_transport(target))
     except TransportError as exc:
         reason = f"{exc.kind}: {exc.message}"
         logger.warning("run %s node %s: %s", run_id, node.hostname, reason)
@@ -94,9 +103,16 @@ def execute_node(*, run_id: int, node_id: int, claim: str) -> int:
         )
     recorded = 0
     try:
+        leases.stop_taken_over(transport=transport.inner, results=results, label=node.hostname)
         for result in results:
-            if _run_one(run=run, node=node, result=result, transport=transport, claim=claim):
-                recorded += 1
+            if holding.is_stopped(result.pk):
+                continue  # cancelled (or reaped) before it started
+            holding.begin(result)
+            try:
+                if _run_one(run=run, node=node, result=result, transport=transport, claim=claim):
+                    recorded += 1
+            except leases.CheckStopped:
+                continue  # closed under the task while it ran: its process group was stopped
     except TransportError as exc:
         recorded += services.results_fail_remaining(
             run_id=run_id, node_id=node_id, claim=claim, status=Status.ERROR, reason=f"{exc.kind}: {exc.message}"
@@ -185,6 +201,16 @@ def execute_group(*, run_id: int, result_id: int, claim: str, time_budget_s: flo
     result = services.group_result_claim(result_id=result_id, claim=claim)
     if result is None:
         return False
+    with leases.held(claim=claim, results=[result], label=f"result #{result_id}") as holding:
+        try:
+            return _execute_group_held(run_id=run_id, result=result, claim=claim, deadline=deadline, holding=holding)
+        except leases.CheckStopped:
+            return False  # cancelled (or reaped) while it ran: its process groups were stopped
+
+
+def _execute_group_held(
+    *, run_id: int, result: CheckResult, claim: str, deadline: float | None, holding: leases.Holding
+) -> bool:
     run = Run.objects.select_related("cluster").get(pk=run_id)
     item = snapshot_item(run, result.item_key)
     check = get_check(item["kind"])
@@ -200,14 +226,17 @@ def execute_group(*, run_id: int, result_id: int, claim: str, time_budget_s: flo
             result=result, claim=claim, verdict=Verdict(status=status, reason=why), measurements=[], outputs=[]
         )
     launcher = members[0]
+    holding.label = f"launcher {launcher.hostname}"
     contexts = tuple(node_context(run, n) for n in members)
     group = GroupContext(nodes=contexts, launcher=contexts[0], tag=f"kiln-{run.pk}-{result.pk}")
     try:
-        transport = open_transport(node_target(launcher))
+        transport = holding.track(open_transport(node_target(launcher)))
     except TransportError as exc:
         verdict = Verdict(status=ERROR, reason=f"launcher {launcher.hostname}: {exc.kind}: {exc.message}")
         return services.record_from_check(result=result, claim=claim, verdict=verdict, measurements=[], outputs=[])
     try:
+        leases.stop_taken_over(transport=transport.inner, results=[result], label=launcher.hostname)
+        holding.begin(result)
         outputs = _run_commands(transport, check.group_commands(params, group))
         measurements, verdict = run_group_check(check, params, thresholds, outputs, group)
         attribution = dict(getattr(verdict, "node_verdicts", {}) or {})

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from checks.base import REGISTRY, Check, worst_status
 from checks.base import Measurement as CheckMeasurement
-from portal.runs import outliers
+from portal.runs import leases, outliers
 from portal.runs.dbretry import db_retry
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunEvent, Status
 
@@ -71,7 +71,9 @@ def _finalize(*, run_id: int, dispatch: bool) -> Run | None:
         if next_group is not None:
             # Multi-node checks run one at a time (two would share the fabric and skew each other).
             if dispatch and next_group.claimed_by == "":
-                CheckResult.objects.filter(pk=next_group.pk, claimed_by="").update(claimed_by="dispatched")
+                CheckResult.objects.filter(pk=next_group.pk, claimed_by="").update(
+                    claimed_by="dispatched", lease_expires_at=leases.queued_lease()
+                )
                 result_id = next_group.pk
                 transaction.on_commit(lambda: _enqueue_group(run_id, result_id))
             return run

@@ -10,7 +10,7 @@ from ClusterShell.NodeSet import NodeSet
 from django.db.models import Count, Max, Q, QuerySet, Sum
 
 from portal.inventory.models import Cluster, Node
-from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run, Status
+from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run, RunEvent, Status
 
 
 @dataclass(slots=True)
@@ -266,6 +266,12 @@ def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime |
         problems_only=problems_only,
         partial=changed_since is not None,
     )
+
+
+def run_events(*, run: Run, limit: int = 200) -> list[RunEvent]:
+    """The run's log, oldest first (the last `limit` lines)."""
+    newest = list(RunEvent.objects.filter(run=run).order_by("-at", "-id")[:limit])
+    return newest[::-1]
 
 
 def cluster_list() -> QuerySet[Cluster]:

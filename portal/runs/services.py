@@ -19,7 +19,7 @@ from checks.profiles import get_profile
 from portal.catalog.models import TestPlan
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
-from portal.runs import rawoutput
+from portal.runs import events, leases, rawoutput
 from portal.runs.dbretry import db_retry
 from portal.runs.finalize import run_finalize
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Series, Status, points_digest
@@ -148,6 +148,9 @@ def _run_create(
     enqueue: bool,
 ) -> Run:
     _check_timeout_nesting(snapshot)
+    # A queued result's lease is the time its task may wait in the broker before the reaper looks
+    # for its message (portal/runs/reaper.py); without a broker (inline) there is nothing to lose.
+    queued_lease = leases.queued_lease() if enqueue else None
     with transaction.atomic():
         run = Run.objects.create(
             cluster=cluster,
@@ -160,7 +163,14 @@ def _run_create(
         node_items = [item for item in snapshot["items"] if item.get("scope", "node") == "node"]
         group_items = [item for item in snapshot["items"] if item.get("scope", "node") == "group"]
         CheckResult.objects.bulk_create(
-            CheckResult(run=run, node=node, item_key=item["key"], kind=item["kind"], position=item["position"])
+            CheckResult(
+                run=run,
+                node=node,
+                item_key=item["key"],
+                kind=item["kind"],
+                position=item["position"],
+                lease_expires_at=queued_lease,
+            )
             for node in node_list
             for item in node_items
         )
@@ -240,32 +250,47 @@ def run_mark_started(*, run_id: int) -> None:
     Run.objects.filter(pk=run_id, status=Status.QUEUED).update(status=Status.RUNNING, started_at=timezone.now())
 
 
+def _lapsed(now: Any) -> Q:
+    """A running result whose holder stopped renewing its lease (portal/runs/leases.py), claimed
+    fewer than leases.MAX_CLAIMS times (after that, the reaper reports it instead)."""
+    lapsed = Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True)
+    return Q(status=Status.RUNNING, attempt__lt=leases.MAX_CLAIMS) & lapsed
+
+
 def results_claim(*, run_id: int, node_id: int, claim: str) -> list[CheckResult]:
     """Claim this node's unfinished results for a task. Returns them in plan order.
 
-    Rows still `queued`, or `running` under the same claim (the same task redelivered after its
-    worker died), are taken; rows another live task holds are left alone. Conditional UPDATE, so
-    two deliveries of the same message never both run a check.
+    Rows still `queued`, or `running` under a lease that has lapsed (its holder died, whoever it
+    was), are taken with a fresh lease; rows under a live lease are left alone, even when they are
+    held under this very claim: a second delivery of the same message runs nothing while the
+    first one lives (unless its holder was a process of this worker that is gone:
+    leases.holders_gone). Conditional UPDATE; the rows taken are told apart by this claim's start
+    time.
     """
     now = timezone.now()
-    claimable = Q(status=Status.QUEUED) | Q(status=Status.RUNNING, claimed_by=claim)
-    CheckResult.objects.filter(claimable, run_id=run_id, node_id=node_id, scope="node").update(
-        status=Status.RUNNING, claimed_by=claim, attempt=F("attempt") + 1, started_at=now
-    )
+    claimable = Q(status=Status.QUEUED) | _lapsed(now)
+    mine = CheckResult.objects.filter(run_id=run_id, node_id=node_id, scope="node")
+    fields = {"status": Status.RUNNING, "claimed_by": claim, "attempt": F("attempt") + 1, "started_at": now}
+    if not mine.filter(claimable).update(**fields, **leases.claim_fields(now)):
+        # Held under this very claim by a process of this worker that is gone (a pool child killed,
+        # its message redelivered to a sibling): taken over without waiting out the lease.
+        held = mine.filter(status=Status.RUNNING, claimed_by=claim, attempt__lt=leases.MAX_CLAIMS)
+        gone = leases.holders_gone(held.values_list("worker_name", flat=True))
+        if gone:
+            held.filter(worker_name__in=gone).update(**fields, **leases.claim_fields(now))
     return list(
         CheckResult.objects.filter(
-            run_id=run_id, node_id=node_id, scope="node", status=Status.RUNNING, claimed_by=claim
+            run_id=run_id, node_id=node_id, scope="node", status=Status.RUNNING, claimed_by=claim, started_at=now
         ).order_by("position")
     )
 
 
 def group_result_claim(*, result_id: int, claim: str) -> CheckResult | None:
-    """Claim a dispatched group result for its task (or re-claim it after a redelivery)."""
-    claimable = Q(status=Status.QUEUED, claimed_by__in=["dispatched", claim]) | Q(
-        status=Status.RUNNING, claimed_by=claim
-    )
+    """Claim a dispatched group result for its task (or take it over once its lease has lapsed)."""
+    now = timezone.now()
+    claimable = Q(status=Status.QUEUED, claimed_by__in=["dispatched", claim]) | _lapsed(now)
     updated = CheckResult.objects.filter(claimable, pk=result_id, scope="group").update(
-        status=Status.RUNNING, claimed_by=claim, attempt=F("attempt") + 1, started_at=timezone.now()
+        status=Status.RUNNING, claimed_by=claim, attempt=F("attempt") + 1, started_at=now, **leases.claim_fields(now)
     )
     return CheckResult.objects.get(pk=result_id) if updated else None
 
@@ -400,13 +425,28 @@ def results_fail_remaining(
 
 
 def run_cancel(*, run: Run, reason: str = "cancelled by user") -> int:
-    """Cancel what has not started yet. Running checks finish and are recorded."""
+    """Cancel every unfinished check of the run, queued or running. Returns how many.
+
+    A running check is `cancelled` at once, so nothing it still does can be recorded as a verdict;
+    the task holding it sees that at its next heartbeat and stops its process group on the node
+    over its open connection (portal/runs/leases.py); a dead task's processes are stopped by the
+    reaper. The run's log says what was cancelled and, later, what was stopped where."""
+    now = timezone.now()
     with transaction.atomic():
-        count = CheckResult.objects.filter(run=run, status=Status.QUEUED).update(
-            status=Status.CANCELLED, reason=reason, finished_at=timezone.now()
+        queued = CheckResult.objects.filter(run=run, status=Status.QUEUED).update(
+            status=Status.CANCELLED, reason=reason[:4000], finished_at=now
         )
+        running = CheckResult.objects.filter(run=run, status=Status.RUNNING).update(
+            status=Status.CANCELLED, reason=f"{reason} while it ran"[:4000], finished_at=now
+        )
+        if queued or running:
+            events.run_event_add(
+                run_id=run.pk,
+                kind=events.CANCELLED,
+                message=f"{reason}: {running} running and {queued} queued check(s) cancelled",
+            )
     run_finalize(run_id=run.pk)
-    return count
+    return queued + running
 
 
 def _raw(output: Any, stream: str) -> bytes:

@@ -68,10 +68,11 @@ FAULT_KEYS: frozenset[str] = frozenset(
         "nvml_absent",
         "delay_ms",
         # NCCL (all_reduce_perf, mpirun): slow NVLink = this node's busbw x factor; wrong results;
-        # a slow network port: any multi-node run that includes this node is slow.
+        # a slow network port: any multi-node run that includes this node is slow; a long run (s).
         "nccl_busbw_factor",
         "nccl_wrong",
         "net_slow_factor",
+        "nccl_run_s",
         # gpu_burn: compute errors on a GPU; "OK" with 0 Gflop/s; gflops per GPU.
         "burn_errors_gpu",
         "burn_errors_count",

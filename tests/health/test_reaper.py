@@ -74,7 +74,7 @@ def test_it_errors_results_never_picked_up(cluster, make_run, settings) -> None:
 
 def test_it_is_registered_as_a_periodic_task_at_migrate() -> None:
     task = PeriodicTask.objects.get(name="kiln-reaper")
-    assert task.task == "kiln.reap" and task.enabled and task.interval.every == 60
+    assert task.task == "kiln.reap" and task.enabled and task.interval.every == 30
 
 
 def test_it_judges_a_group_check_by_the_limits_its_task_was_sent_with(cluster, make_run, settings) -> None:

@@ -78,7 +78,9 @@ def test_it_fails_exactly_the_faulty_nodes_on_the_right_check(acceptance_testbed
     celery_worker_process.start()
     out = io.StringIO()
     with pytest.raises(SystemExit) as exit_info:
-        call_command("kiln_run", "acc", "acceptance", "--json", "--timeout", "600", stdout=out, stderr=io.StringIO())
+        call_command(
+            "kiln_run", "acc", "acceptance", "--wait", "--json", "--timeout", "600", stdout=out, stderr=io.StringIO()
+        )
     data = json.loads(out.getvalue())
     statuses = node_statuses(data)
     # Nothing errored: "could not tell" would hide a fault behind a missing verdict.

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 def kiln_run_json(*args: str) -> tuple[int, dict]:
     out = io.StringIO()
     with pytest.raises(SystemExit) as exit_info:
-        call_command("kiln_run", *args, "--json", "--timeout", "180", stdout=out, stderr=io.StringIO())
+        call_command("kiln_run", *args, "--wait", "--json", "--timeout", "180", stdout=out, stderr=io.StringIO())
     return exit_info.value.code, json.loads(out.getvalue())
 
 

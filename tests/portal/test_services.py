@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from checks.base import Measurement as CheckMeasurement
 from checks.base import Verdict
@@ -162,17 +166,76 @@ def test_it_claims_a_nodes_results_once(cluster, make_run) -> None:
     assert CheckResult.objects.filter(run=run, status="queued").count() == 3 * 2
 
 
-def test_it_lets_a_redelivered_task_reclaim_its_running_rows(cluster, make_run) -> None:
+def test_it_runs_nothing_on_a_second_delivery_while_the_first_holds_a_live_lease(cluster, make_run) -> None:
+    run = make_run(cluster)
+    node = _node(cluster, "n01")
+    first = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
+    assert all(r.lease_expires_at > timezone.now() and r.worker_name and r.heartbeat_at for r in first)
+
+    again = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")  # the same message, twice
+
+    assert again == []
+    assert set(CheckResult.objects.filter(run=run, node=node).values_list("attempt", flat=True)) == {1}
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def test_it_takes_over_at_once_what_a_gone_process_of_this_worker_held(cluster, make_run) -> None:
+    """A prefork child killed mid-task: its message comes back to a sibling (same Celery node name)
+    under the same claim, and the sibling need not wait out the dead child's lease."""
+    from portal.runs import leases
+
+    run = make_run(cluster)
+    node = _node(cluster, "n01")
+    services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
+    me, _, _ = leases.worker_name().rpartition(" pid ")
+    rows = CheckResult.objects.filter(run=run, node=node)
+
+    rows.update(worker_name=f"other-worker@elsewhere pid {_dead_pid()}")
+    assert services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a") == []  # its lease decides
+
+    rows.update(worker_name=f"{me} pid {os.getpid()}")  # alive (this very process)
+    assert services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a") == []
+
+    rows.update(worker_name=f"{me} pid {_dead_pid()}")
+    assert services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-b") == []  # another message
+    again = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
+    assert [r.attempt for r in again] == [2, 2]
+    assert {r.worker_name for r in again} == {leases.worker_name()}
+
+
+def test_it_takes_over_running_rows_once_their_lease_has_lapsed(cluster, make_run) -> None:
     run = make_run(cluster)
     node = _node(cluster, "n01")
     first = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
     services.result_record(result=first[0], claim="task-a", verdict=Verdict("pass", "ok"), measurements=[])
+    CheckResult.objects.filter(pk=first[1].pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
 
-    again = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
+    again = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-b")
 
     assert [r.item_key for r in again] == ["ecc-health"]  # the finished one is not run twice
-    assert again[0].attempt == 2 and again[0].status == "running"
+    assert again[0].attempt == 2 and again[0].status == "running" and again[0].claimed_by == "task-b"
+    assert again[0].lease_expires_at > timezone.now() and again[0].command_started_at is None
     assert CheckResult.objects.get(pk=first[0].pk).attempt == 1
+
+
+def test_it_stops_handing_out_a_check_claimed_three_times(cluster, make_run) -> None:
+    """A check whose holders keep dying (it may be what kills them) is left to the reaper to report."""
+    from portal.runs import leases
+
+    run = make_run(cluster)
+    node = _node(cluster, "n01")
+    services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
+    CheckResult.objects.filter(run=run, node=node).update(
+        attempt=leases.MAX_CLAIMS, lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-b") == []
 
 
 def test_it_records_a_result_exactly_once(cluster, make_run) -> None:
@@ -193,7 +256,7 @@ def test_it_records_a_result_exactly_once(cluster, make_run) -> None:
     assert not services.result_record(
         result=result, claim="task-a", verdict=Verdict("fail", "second"), measurements=measurements
     )
-    other = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")[0]
+    other = CheckResult.objects.get(run=run, node=node, item_key="ecc-health")  # task-a holds it, running
     assert not services.result_record(
         result=other, claim="task-b", verdict=Verdict("fail", "not my claim"), measurements=measurements
     )
@@ -296,23 +359,33 @@ def test_it_flags_nothing_without_a_strict_majority(cluster, make_run) -> None:
     assert services.run_finalize(run_id=run.pk).status == "pass"
 
 
-def test_it_cancels_queued_results_and_finalizes(cluster, make_run) -> None:
+def test_it_cancels_queued_and_running_results_and_nothing_running_passes_afterwards(cluster, make_run) -> None:
+    from portal.runs.models import RunEvent
+
     run = make_run(cluster)
     node = _node(cluster, "n01")
     claimed = services.results_claim(run_id=run.pk, node_id=node.pk, claim="task-a")
 
     count = services.run_cancel(run=run, reason="cancelled by otto")
 
-    assert count == 3 * 2
+    assert count == 4 * 2
     run.refresh_from_db()
-    assert run.status == "queued"  # n01 is still running: the run closes when it finishes
+    assert run.status == "cancelled" and run.finished_at is not None  # no check is left to wait for
     assert set(CheckResult.objects.filter(run=run).exclude(node=node).values_list("status", "reason")) == {
         ("cancelled", "cancelled by otto")
     }
-    for result in claimed:
-        services.result_record(result=result, claim="task-a", verdict=Verdict("pass", "ok"), measurements=[])
-    assert services.run_finalize(run_id=run.pk).status == "cancelled"
+    assert set(CheckResult.objects.filter(run=run, node=node).values_list("status", "reason")) == {
+        ("cancelled", "cancelled by otto while it ran")
+    }
+    for result in claimed:  # the task finishing its checks afterwards records nothing
+        assert not services.result_record(result=result, claim="task-a", verdict=Verdict("pass", "ok"), measurements=[])
+    assert set(CheckResult.objects.filter(run=run).values_list("status", flat=True)) == {"cancelled"}
+    log = RunEvent.objects.filter(run=run).exclude(kind="cross_node")  # cross-node: finalize's own line
+    assert list(log.values_list("kind", "message")) == [
+        ("cancelled", "cancelled by otto: 2 running and 6 queued check(s) cancelled")
+    ]
     assert services.run_cancel(run=run) == 0
+    assert log.count() == 1
 
 
 def test_it_closes_a_run_cancelled_before_any_worker_started(cluster, make_run) -> None:

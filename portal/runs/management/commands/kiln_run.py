@@ -1,7 +1,10 @@
 """kiln_run CLUSTER PLAN [--nodes NODESET] [--wait] [--json]
 
-Exit code: 0 when everything passed (warnings included), 1 when anything failed, 2 when anything
-errored or was cancelled (error wins over fail: "could not tell" must not read as a plain failure).
+Without --wait it prints the run's id at once (with --json: `{"run": ID, "status": "queued"}`), so
+a script can follow or cancel (`kiln_cancel ID`) what it started. With --wait (or --inline) it
+prints the verdicts when the run ends, and exits 0 when everything passed (warnings included), 1
+when anything failed, 2 when anything errored or was cancelled (error wins over fail: "could not
+tell" must not read as a plain failure).
 """
 
 from __future__ import annotations
@@ -28,7 +31,11 @@ class Command(BaseCommand):
         parser.add_argument("plan", help="plan slug, e.g. quick or acceptance")
         parser.add_argument("--nodes", default="", help="node set, e.g. 'gpu[01-04]' (default: all)")
         parser.add_argument("--wait", action="store_true", help="wait until the run finishes")
-        parser.add_argument("--json", action="store_true", help="print the verdicts as JSON (implies --wait)")
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help='print JSON: {"run": ID, "status": "queued"} at once, or with --wait the verdicts',
+        )
         parser.add_argument("--timeout", type=float, default=0, help="give up waiting after N seconds")
         parser.add_argument(
             "--inline", action="store_true", help="run the checks in this process instead of on Celery workers"
@@ -52,8 +59,11 @@ class Command(BaseCommand):
                 run = services.run_start(cluster=cluster, plan=plan, nodes=nodes)
         except services.RunStartError as exc:
             raise CommandError(str(exc)) from None
-        if not (options["wait"] or options["json"] or options["inline"]):
-            self.stdout.write(f"run {run.pk} queued on {run.node_set}")
+        if not (options["wait"] or options["inline"]):
+            if options["json"]:
+                self.stdout.write(json.dumps({"run": run.pk, "status": run.status}))
+            else:
+                self.stdout.write(f"run {run.pk} queued on {run.node_set}")
             return
         run = self._wait(run, timeout=options["timeout"], quiet=options["json"])
         if options["json"]:

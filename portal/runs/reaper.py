@@ -1,0 +1,272 @@
+"""The reaper's liveness rules: it acts on leases, not deadlines (portal.health's kiln.reap runs
+them every KILN_REAPER_INTERVAL_S, before its deadline backstop).
+
+1. A running result whose lease has lapsed lost its worker. If its check had not started a command
+   on the node, it goes back to the queue and its task is sent again (another worker takes it);
+   if it had, it is `error` ("worker lost: WORKER, last heartbeat T", portal_fault: the node is not
+   to blame), never run twice behind anyone's back.
+2. A queued result whose message is overdue (KILN_LOST_MESSAGE_S after it was sent) and that the
+   broker no longer holds is sent again (portal/runs/broker.py).
+3. A result whose lease has lapsed with a process group still recorded (its worker died, or its
+   connection broke mid-command) has that group stopped over a new connection, until its own
+   remote timeout would have ended it anyway.
+Each action is a line in the run's log (RunEvent).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from portal.runs import broker, events, leases
+from portal.runs.models import CheckResult, RunEvent, Status
+from worker.procgroup import stop_group, tag_for
+from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, TransportError
+
+logger = logging.getLogger(__name__)
+
+# Claims of one result after which a lost worker's check is `error` instead of queued again
+# (leases.MAX_CLAIMS: a check that kills its worker must not take down worker after worker).
+MAX_ATTEMPTS = leases.MAX_CLAIMS
+# Nodes stopped at once: each stop is one SSH connect (~60 ms) and a few seconds at most.
+STOP_PARALLELISM = 16
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "never"
+
+
+def reap_liveness(*, now: datetime | None = None) -> set[int]:
+    """Apply the three rules; returns the ids of the runs whose results it changed."""
+    now = now or timezone.now()
+    touched = reap_lapsed(now=now)
+    touched |= requeue_lost(now=now)
+    stop_orphans(now=now)
+    return touched
+
+
+def reap_lapsed(*, now: datetime) -> set[int]:
+    rows = list(
+        CheckResult.objects.filter(status=Status.RUNNING, lease_expires_at__lt=now)
+        .select_related("node")
+        .only(
+            "id", "run", "node", "node__hostname", "scope", "item_key", "claimed_by", "attempt", "worker_name",
+            "heartbeat_at", "lease_expires_at", "command_started_at",
+        )
+    )  # fmt: skip
+    holders: dict[tuple[int, int, str, str], list[CheckResult]] = defaultdict(list)
+    for row in rows:
+        holders[(row.run_id, row.node_id, row.scope, row.claimed_by)].append(row)
+    touched: set[int] = set()
+    for (run_id, node_id, scope, _), held in holders.items():
+        with transaction.atomic():
+            if _reap_holder(run_id=run_id, node_id=node_id, scope=scope, held=held, now=now):
+                touched.add(run_id)
+    return touched
+
+
+def _reap_holder(*, run_id: int, node_id: int, scope: str, held: list[CheckResult], now: datetime) -> bool:
+    first = held[0]
+    host = first.node.hostname
+    worker = first.worker_name or "an unnamed worker"
+    lost = f"worker lost: {worker}, last heartbeat {_when(first.heartbeat_at)}"
+    lapsed = {"status": Status.RUNNING, "lease_expires_at__lt": now}
+    fresh = [r for r in held if r.command_started_at is None and r.attempt < MAX_ATTEMPTS]
+    started = [r for r in held if r not in fresh]
+    changed = False
+    if started:
+        why = lost if all(r.command_started_at for r in started) else f"{lost}; not retried after {MAX_ATTEMPTS} claims"
+        errored = CheckResult.objects.filter(pk__in=[r.pk for r in started], **lapsed).update(
+            status=Status.ERROR, reason=why, portal_fault=True, finished_at=now
+        )
+        if errored:
+            changed = True
+            events.run_event_add(
+                run_id=run_id,
+                kind=events.WORKER_LOST,
+                message=f"{host}: {', '.join(r.item_key for r in started)} marked error ({why})",
+            )
+    if fresh:
+        requeued = CheckResult.objects.filter(pk__in=[r.pk for r in fresh], **lapsed).update(
+            status=Status.QUEUED,
+            claimed_by="dispatched" if scope == "group" else "",
+            lease_expires_at=leases.queued_lease(now),
+            heartbeat_at=None,
+            started_at=None,
+        )
+        if requeued:
+            changed = True
+            events.run_event_add(
+                run_id=run_id,
+                kind=events.REENQUEUED,
+                message=(
+                    f"{host}: {', '.join(r.item_key for r in fresh)} had not started when its worker was lost "
+                    f"({worker}, last heartbeat {_when(first.heartbeat_at)}); sent to another worker"
+                ),
+            )
+            _send_again(run_id=run_id, node_id=node_id, scope=scope, result_ids=[r.pk for r in fresh])
+    return changed
+
+
+def _send_again(*, run_id: int, node_id: int, scope: str, result_ids: list[int]) -> None:
+    from worker.tasks import enqueue_group, enqueue_node
+
+    if scope == "group":
+        for result_id in result_ids:
+            transaction.on_commit(lambda pk=result_id: enqueue_group(run_id=run_id, result_id=pk))
+    else:
+        transaction.on_commit(lambda: enqueue_node(run_id=run_id, node_id=node_id))
+
+
+def requeue_lost(*, now: datetime) -> set[int]:
+    overdue = list(
+        CheckResult.objects.filter(status=Status.QUEUED, lease_expires_at__lt=now)
+        .exclude(scope="group", claimed_by="")  # a group check not dispatched yet waits on its run
+        .values_list("pk", "run_id", "node_id", "node__hostname", "scope", "lease_expires_at")
+    )
+    if not overdue:
+        return set()
+    allowance = leases.lost_message_s()
+    pending = broker.pending_tasks(max_age_s=allowance)
+    tasks: dict[broker.TaskKey, list[tuple[Any, ...]]] = defaultdict(list)
+    for row in overdue:
+        pk, run_id, node_id, _, scope, _ = row
+        key = ("kiln.run_group", (run_id, pk)) if scope == "group" else ("kiln.run_node", (run_id, node_id))
+        tasks[key].append(row)
+    waiting = [row[0] for key, rows in tasks.items() if pending is not None and key in pending for row in rows]
+    for start in range(0, len(waiting), 1000):  # still in the broker: a long queue, not a lost message
+        CheckResult.objects.filter(pk__in=waiting[start : start + 1000], status=Status.QUEUED).update(
+            lease_expires_at=leases.queued_lease(now)
+        )
+    where = "in the broker" if pending is not None else "that Kiln could see (the broker cannot be inspected)"
+    touched: set[int] = set()
+    for key, rows in tasks.items():
+        if pending is not None and key in pending:
+            continue
+        _, run_id, node_id, host, scope, lease = rows[0]
+        waited = (now - lease).total_seconds() + allowance
+        with transaction.atomic():
+            sent = CheckResult.objects.filter(
+                pk__in=[row[0] for row in rows], status=Status.QUEUED, lease_expires_at__lt=now
+            ).update(lease_expires_at=leases.queued_lease(now))
+            if not sent:
+                continue  # claimed meanwhile, or another reaper got there first
+            what = "its multi-node check" if scope == "group" else f"its {sent} queued check(s)"
+            events.run_event_add(
+                run_id=run_id,
+                kind=events.REENQUEUED,
+                message=f"{host}: {what} waited {waited:.0f} s with no task {where}; sent again",
+            )
+            _send_again(run_id=run_id, node_id=node_id, scope=scope, result_ids=[row[0] for row in rows])
+        touched.add(run_id)
+    return touched
+
+
+def stop_orphans(*, now: datetime) -> int:
+    """Stop the process groups left on nodes by results whose lease lapsed. Returns how many."""
+    rows = list(
+        CheckResult.objects.filter(remote_pgid__isnull=False, lease_expires_at__lt=now).select_related(
+            "node__cluster", "run"
+        )
+    )
+    if not rows:
+        return 0
+    live, expired = [], []
+    for row in rows:
+        (live if _may_still_run(row, now) else expired).append(row)
+    for row in expired:  # its own remote timeout has ended it by now
+        CheckResult.objects.filter(pk=row.pk, remote_pgid=row.remote_pgid).update(remote_pgid=None)
+    by_host: dict[int, tuple[Any, list[CheckResult]]] = {}
+    for row in live:
+        host = _host_of(row)
+        by_host.setdefault(host.pk, (host, []))[1].append(row)
+    if not by_host:
+        return 0
+    with ThreadPoolExecutor(max_workers=min(STOP_PARALLELISM, len(by_host)), thread_name_prefix="kiln-reap") as pool:
+        outcomes = list(pool.map(lambda item: _stop_on(*item), by_host.values()))
+    stopped = 0
+    for (host, host_rows), outcome in zip(by_host.values(), outcomes, strict=True):
+        for row in host_rows:
+            result = outcome.get(row.pk)
+            if isinstance(result, str):
+                if result != "survived":
+                    CheckResult.objects.filter(pk=row.pk, remote_pgid=row.remote_pgid).update(remote_pgid=None)
+                if result in ("stopped", "killed", "survived"):
+                    stopped += 1
+                    how = {"stopped": "ended on SIGTERM", "killed": "needed SIGKILL"}.get(
+                        result, "was still there after SIGKILL"
+                    )
+                    events.run_event_add(
+                        run_id=row.run_id,
+                        kind=events.PROCESSES_STOPPED if result != "survived" else events.STOP_FAILED,
+                        message=f"{row.item_key} on {host.hostname} ({row.status}, lease lapsed): process group "
+                        f"{row.remote_pgid} {how}; stopped over a new connection by the reaper",
+                    )
+            else:
+                _report_stop_failure(row, host.hostname, str(result))
+    return stopped
+
+
+def _may_still_run(row: CheckResult, now: datetime) -> bool:
+    """Whether the command can still be running: its check's budget, with the remote timeout's kill
+    grace and the channel slack, has not passed since its first command started."""
+    started = row.command_started_at or row.started_at
+    if started is None:
+        return True
+    item = next((i for i in row.run.plan_snapshot.get("items", []) if i["key"] == row.item_key), None)
+    budget = float(item["timeout_s"]) if item else 0.0
+    return started + timedelta(seconds=budget + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S) > now
+
+
+def _host_of(row: CheckResult) -> Any:
+    """Where the process group runs: the node, or for a multi-node check its launcher (the first
+    node whose per-node checks did not error, as execute_group chose it)."""
+    if row.scope != "group":
+        return row.node
+    from portal.runs.execution import group_members
+
+    members, _ = group_members(row.run)
+    return members[0] if members else row.node
+
+
+def _stop_on(host: Any, rows: list[CheckResult]) -> dict[int, str | Exception]:
+    """One new connection to `host`; every row's group stopped on it. No database access here."""
+    from portal.runs.execution import node_target
+    from worker.ssh import open_transport
+
+    try:
+        transport = open_transport(node_target(host))
+    except TransportError as exc:
+        return {row.pk: exc for row in rows}
+    outcome: dict[int, str | Exception] = {}
+    try:
+        for row in rows:
+            try:
+                outcome[row.pk] = stop_group(
+                    transport, pgid=row.remote_pgid, tag=tag_for(row.pk, row.attempt), grace_s=REMOTE_KILL_GRACE_S
+                )
+            except (TransportError, RuntimeError) as exc:
+                outcome[row.pk] = exc
+    finally:
+        transport.close()
+    return outcome
+
+
+def _report_stop_failure(row: CheckResult, hostname: str, why: str) -> None:
+    """Logged every round; written to the run's log once per result (the reaper retries each round)."""
+    logger.warning("reaper: could not stop result %s on %s: %s", row.pk, hostname, why)
+    marker = f"(result #{row.pk})"
+    if RunEvent.objects.filter(run_id=row.run_id, kind=events.STOP_FAILED, message__contains=marker).exists():
+        return
+    events.run_event_add(
+        run_id=row.run_id,
+        kind=events.STOP_FAILED,
+        message=f"{row.item_key} on {hostname} {marker}: could not stop process group {row.remote_pgid} yet: "
+        f"{why}; the reaper keeps trying until its own time limit ends it",
+    )

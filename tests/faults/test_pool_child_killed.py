@@ -1,0 +1,75 @@
+"""A prefork pool child SIGKILLed mid burn-in: Celery gives its message to a sibling at once
+(reject_on_worker_lost), and the sibling, seeing that the lease's holder was a process of this very
+worker that is gone, takes the checks over without waiting out the lease: it stops the burn-in the
+dead child left on the node, then runs it again. The run passes within seconds, never with two
+gpu_burns at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from portal.runs import services
+from portal.runs.models import CheckResult, Run, RunEvent
+from tests.conftest import REPO, WorkerProcess
+from tests.faults.conftest import state_file
+from tests.faults.helpers import sim_processes, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+class PreforkWorker(WorkerProcess):
+    """A worker on the prefork pool, whatever the default pool is."""
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "worker", "worker", "--loglevel=INFO", "--pool=prefork",
+             f"--concurrency={self.concurrency}", "--without-gossip", "--without-mingle",
+             "-n", f"itest-{os.getpid()}-{time.monotonic_ns()}@%h"],
+            cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        wait_for(lambda: b"ready." in self.log_path.read_bytes(), 60, "the prefork worker")
+
+
+def test_a_sibling_takes_over_at_once_from_a_killed_pool_child(
+    testbed_cluster, clean_testbed, processes, soak_plan, tmp_path
+) -> None:
+    worker = PreforkWorker(tmp_path / "prefork.log", concurrency=2)
+    worker.start()
+    try:
+        node = testbed_cluster.nodes.get(hostname="gpu04")
+        run = services.run_start(cluster=testbed_cluster, plan=soak_plan(20), nodes=[node])
+        burn = CheckResult.objects.filter(run=run, item_key="burn-in")
+        state = state_file(clean_testbed, "gpu04")
+        wait_for(lambda: sim_processes(state, "gpu_burn") and burn.exclude(remote_pgid=None).exists(), 60, "burn-in")
+        child = int(burn.get().worker_name.rpartition(" pid ")[2])
+        assert child != worker.process.pid
+
+        os.kill(child, signal.SIGKILL)
+        killed = time.monotonic()
+        most = 0
+
+        def ended() -> bool:
+            nonlocal most
+            most = max(most, len(sim_processes(state, "gpu_burn")))
+            return not Run.objects.get(pk=run.pk).is_active
+
+        wait_for(ended, 90, "the run to end", every=0.2)
+        took = time.monotonic() - killed
+        print(f"pool child killed: the run ended {took:.1f} s later")
+    finally:
+        worker.kill()
+
+    # The burn-in runs again (20 s): without the take-over it would first wait out the 30 s lease.
+    assert took < 20 + 15, f"the run took {took:.0f} s after its pool child was killed"
+    assert Run.objects.get(pk=run.pk).status == "pass"
+    assert burn.get().attempt == 2 and burn.get().status == "pass"
+    assert most == 1, f"{most} gpu_burns at once on gpu04"
+    stopped = RunEvent.objects.get(run=run, kind="processes stopped").message
+    assert stopped.startswith("burn-in on gpu04: the previous attempt's process group ")

@@ -1,0 +1,111 @@
+"""Leases on the local transport (real processes, the node simulator, no sshd): the heartbeat
+renews what a task holds, a check records when it touched the node and which process group runs
+for it, and cancel stops that group within seconds while nothing it still does is recorded."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+from portal.inventory.models import Cluster, Node
+from portal.runs import leases, services
+from portal.runs.execution import execute_node
+from portal.runs.models import CheckResult, Run, RunEvent
+from tests.faults.helpers import sim_processes, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from testbed.sim import build_simulator
+
+    return build_simulator(tmp_path_factory.mktemp("sim"))
+
+
+@pytest.fixture
+def sim_node(sim: Any, tmp_path: Path, transactional_db: None) -> Node:
+    from testbed.sim import node_env, write_state
+
+    cluster = Cluster.objects.create(name="lease", transport="local", profile="H100-SXM-8")
+    state = tmp_path / "n01.state"
+    write_state(state, node="n01")
+    return Node.objects.create(cluster=cluster, hostname="n01", local_env=node_env(sim, state))
+
+
+def burn_plan(duration_s: int) -> TestPlan:
+    plan = TestPlan.objects.create(slug=f"burn-{duration_s}", name="burn")
+    TestPlanItem.objects.create(
+        plan=plan,
+        check_definition=CheckDefinition.objects.get(slug="burn-in"),
+        order=0,
+        param_overrides={"duration_s": duration_s, "sample_interval_s": 0.5},
+    )
+    TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug="ecc-health"), order=1)
+    return plan
+
+
+def in_thread(target: Callable[[], Any]) -> threading.Thread:
+    def run() -> None:
+        from django.db import connection
+
+        try:
+            target()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_it_stops_a_running_burn_in_within_seconds_of_cancel_and_records_nothing(sim_node: Node) -> None:
+    run = services.run_start(cluster=sim_node.cluster, plan=burn_plan(600), enqueue=False)
+    state = sim_node.local_env["KILN_SIM_STATE"]
+    worker = in_thread(lambda: execute_node(run_id=run.pk, node_id=sim_node.pk, claim="task-1"))
+    wait_for(lambda: sim_processes(state, "gpu_burn"), 30, "gpu_burn to run")
+    burn = CheckResult.objects.get(run=run, item_key="burn-in")
+    assert burn.status == "running" and burn.command_started_at is not None
+    wait_for(lambda: CheckResult.objects.get(pk=burn.pk).remote_pgid, 10, "the process group to be recorded")
+
+    cancelled_at = time.monotonic()
+    assert services.run_cancel(run=run, reason="cancelled by otto") == 2
+    wait_for(lambda: not sim_processes(state, "gpu_burn"), 10, "gpu_burn to be stopped")
+    stopped_after = time.monotonic() - cancelled_at
+    worker.join(15)
+
+    assert not worker.is_alive()
+    assert stopped_after < 10
+    assert set(CheckResult.objects.filter(run=run).values_list("status", flat=True)) == {"cancelled"}
+    assert CheckResult.objects.get(pk=burn.pk).remote_pgid is None
+    assert Run.objects.get(pk=run.pk).status == "cancelled"
+    log = list(RunEvent.objects.filter(run=run).exclude(kind="cross_node").values_list("kind", "message"))
+    assert log[0] == ("cancelled", "cancelled by otto: 2 running and 0 queued check(s) cancelled")  # claimed together
+    assert log[1][0] == "processes stopped" and log[1][1].startswith("burn-in on n01 (cancelled): process group")
+
+
+def test_it_renews_the_leases_of_what_a_task_holds(sim_node: Node, settings: Any) -> None:
+    settings.KILN_HEARTBEAT_S = 0.2
+    settings.KILN_LEASE_TTL_S = 30
+    run = services.run_start(cluster=sim_node.cluster, plan=burn_plan(600), enqueue=False)
+    claimed = services.results_claim(run_id=run.pk, node_id=sim_node.pk, claim="task-1")
+    CheckResult.objects.filter(run=run).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+    with leases.held(claim="task-1", results=claimed, label="n01"):
+        wait_for(
+            lambda: all(r.lease_expires_at > timezone.now() for r in CheckResult.objects.filter(run=run)),
+            5,
+            "the heartbeat to renew both leases",
+        )
+        renewed = {r.pk: r.heartbeat_at for r in CheckResult.objects.filter(run=run)}
+    time.sleep(0.6)  # released: no more beats
+    assert {r.pk: r.heartbeat_at for r in CheckResult.objects.filter(run=run)} == renewed
+    assert all("pid" in r.worker_name for r in CheckResult.objects.filter(run=run))
