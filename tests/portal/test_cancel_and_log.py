@@ -44,7 +44,8 @@ def test_kiln_cancel_cancels_queued_and_running_checks(cluster: Cluster, make_ru
 
     assert code == 0 and json.loads(out) == {"run": run.pk, "status": "cancelled", "cancelled": 8}
     assert set(CheckResult.objects.filter(run=run).values_list("status", flat=True)) == {"cancelled"}
-    assert RunEvent.objects.get(run=run, kind=events.CANCELLED).message == "wrong nodes: 2 running and 6 queued check(s) cancelled"
+    message = RunEvent.objects.get(run=run, kind=events.CANCELLED).message
+    assert message == "wrong nodes: 2 running and 6 queued check(s) cancelled"
 
 
 def test_kiln_cancel_says_so_when_the_run_had_finished(cluster: Cluster, make_run) -> None:
