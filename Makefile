@@ -11,7 +11,7 @@ PORT ?= 8000
 TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/9
 
-.PHONY: install up test lint demo-reset clean
+.PHONY: install up test lint bench-fanout demo-reset clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,3 +37,9 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# Kiln's quick plan against pdsh/clush/asyncssh on testbed nodes (root; PostgreSQL and Redis as for
+# `make test`). BENCH_ARGS="--nodes 64" for one size.
+bench-fanout: install
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/python bench/bench_fanout.py $(BENCH_ARGS)

@@ -78,6 +78,15 @@ class Command:
     concatenation). `stdin` is fed to the process, e.g. the probe script for
     `python3 -`. `timeout` is the remote limit in seconds: the transport wraps
     the command in `timeout` so the remote process dies with it.
+
+    `read_only`: running it changes nothing on the node (it reads counters,
+    logs, versions; it starts no load, writes no file, resets nothing). The
+    worker then shares its output with an identical read-only command of a
+    later check on the same node, as long as every command run in between
+    was read-only too (worker/shared_reads.py): the probe runs once per
+    node per run, not once per check. A command that is not read-only (a
+    burn-in, NCCL, fio) ends the sharing, so an ECC check after a burn-in
+    reads its counters after the burn-in. Set it only when it is true.
     """
 
     argv: tuple[str, ...]
@@ -85,6 +94,7 @@ class Command:
     stdin: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     label: str = ""
+    read_only: bool = False
 
     def display(self) -> str:
         import shlex

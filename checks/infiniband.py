@@ -209,7 +209,7 @@ class IbPorts(Check):
     }
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
-        return [Command(argv=("ibstat",), timeout=float(params.timeout_s), label="ibstat")]
+        return [Command(argv=("ibstat",), timeout=float(params.timeout_s), label="ibstat", read_only=True)]
 
     def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
         out = outputs[0]

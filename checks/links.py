@@ -157,7 +157,9 @@ class GpuLinks(ProbeCheck):
     }
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
-        nvlink = Command(argv=("nvidia-smi", "nvlink", "--status"), timeout=NVLINK_TIMEOUT_S, label=NVLINK_LABEL)
+        nvlink = Command(
+            argv=("nvidia-smi", "nvlink", "--status"), timeout=NVLINK_TIMEOUT_S, label=NVLINK_LABEL, read_only=True
+        )
         return [*super().commands(params, node), nvlink]
 
     def describe_failure(self, output: CommandOutput) -> str:

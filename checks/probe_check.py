@@ -194,6 +194,7 @@ class ProbeCheck(Check):
                 stdin=probe_source(),
                 timeout=float(params.timeout_s),
                 label=PROBE_LABEL,
+                read_only=True,  # NVML and nvidia-smi reads only: shared by the checks that read it
             )
         ]
 

@@ -108,7 +108,10 @@ class SoftwareConsistency(ProbeCheck):
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
         facts = Command(
-            argv=("sh", "-c", FACTS_SCRIPT, "sh", params.os_release_path), timeout=FACTS_TIMEOUT_S, label=FACTS_LABEL
+            argv=("sh", "-c", FACTS_SCRIPT, "sh", params.os_release_path),
+            timeout=FACTS_TIMEOUT_S,
+            label=FACTS_LABEL,
+            read_only=True,  # uname, cat, ibstat
         )
         return [*super().commands(params, node), facts]
 

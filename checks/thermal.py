@@ -278,6 +278,7 @@ class DlcTemperature(Check):
                 stdin=source,
                 timeout=float(p.idle_s + p.timeout_s),
                 label=IDLE if p.load_s > 0 else IDLE_ONLY,
+                read_only=True,  # samples NVML while the GPUs idle; starts nothing
             ),
         ]
         if p.load_s > 0:
@@ -290,10 +291,11 @@ class DlcTemperature(Check):
                 )
             )
         if p.sensor_source == "ipmitool":
-            cmds.append(Command(argv=("ipmitool", "sdr"), timeout=float(p.timeout_s), label=SENSORS))
+            cmds.append(Command(argv=("ipmitool", "sdr"), timeout=float(p.timeout_s), label=SENSORS, read_only=True))
         elif p.sensor_source == "redfish":
             argv = ("curl", "-sfk", "--netrc-optional", "--max-time", str(p.timeout_s), p.redfish_url)
-            cmds.append(Command(argv=argv, timeout=float(p.timeout_s + 5), label=SENSORS + " redfish"))
+            # An HTTP GET of the BMC's thermal resource.
+            cmds.append(Command(argv=argv, timeout=float(p.timeout_s + 5), label=SENSORS + " redfish", read_only=True))
         return cmds
 
     def describe_failure(self, output: CommandOutput) -> str:

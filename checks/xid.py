@@ -575,7 +575,10 @@ fi
 
 def kernel_log_command(since: float | None, timeout: float = 60.0) -> Command:
     epoch = "" if since is None else str(int(since))
-    return Command(argv=("sh", "-c", KERNEL_LOG_SCRIPT, "sh", epoch), timeout=timeout, label=KERNEL_LOG_LABEL)
+    # journalctl -k / dmesg: reads the kernel ring buffer, clears nothing.
+    return Command(
+        argv=("sh", "-c", KERNEL_LOG_SCRIPT, "sh", epoch), timeout=timeout, label=KERNEL_LOG_LABEL, read_only=True
+    )
 
 
 @dataclass

@@ -147,6 +147,28 @@ else:
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# The worker's pool, read by a plain `celery -A worker worker` (Celery takes worker_pool and
+# worker_concurrency from here when no --pool / --concurrency is given; an explicit --pool=prefork
+# is overridden by this setting, a Celery quirk: use KILN_WORKER_POOL=prefork instead).
+# Threads: a node task is seconds to hours of waiting on SSH around milliseconds of Python, so a
+# thread per node is enough, where a prefork process per node cost ~60 MB each (64 slots: 3.9 GB
+# PSS, issue 10). Celery time limits are not enforced on threads; what bounds a task instead is in
+# worker/timeouts.py.
+CELERY_WORKER_POOL = os.environ.get("KILN_WORKER_POOL", "threads")
+# Nodes one worker process drives at once. 64: one worker keeps a 64-node sweep fully parallel, as
+# pdsh and clush fan out to every node at once. Past that the process's Python (one core under the
+# GIL) is the limit: the quick plan costs the worker ~0.09 s of CPU per node (SSH, parsing,
+# recording; bench/bench_fanout.py), so one process keeps up with 64 nodes whose checks take more
+# than ~6 s; add worker processes (README, "Sizing") rather than threads. Prefork: the CPU count.
+CELERY_WORKER_CONCURRENCY = int(
+    os.environ.get("KILN_WORKER_CONCURRENCY", "64" if CELERY_WORKER_POOL in ("threads", "gevent", "eventlet") else "0")
+) or (os.cpu_count() or 1)
+# Database connections one worker process holds at most, whatever its concurrency: node tasks do
+# their database work in short phases (claim, record a result, close the run; ~2-20 ms each) and
+# hand the connection back between them (worker/db.py). 4: one process runs Python on one core, so
+# more phases at once do not finish sooner (bench_fanout at 64 nodes: 8 or 16 were no faster than
+# 4); 15 worker processes then hold 60 of PostgreSQL's default max_connections=100 beside the web.
+KILN_WORKER_DB_CONNECTIONS = int(os.environ.get("KILN_WORKER_DB_CONNECTIONS", "4"))
 # Slack, in seconds, between a node's summed command budgets and its task's soft time limit
 # (connects, recording results). See worker/timeouts.py.
 KILN_TASK_SLACK_S = int(os.environ.get("KILN_TASK_SLACK_S", "60"))

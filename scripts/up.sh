@@ -19,7 +19,8 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-"$BIN/celery" -A worker worker --loglevel=INFO --concurrency="${KILN_WORKER_CONCURRENCY:-8}" >"$LOG_DIR/worker.log" 2>&1 &
+# The settings' pool: threads, KILN_WORKER_CONCURRENCY node tasks at once (portal/settings.py).
+"$BIN/celery" -A worker worker --loglevel=INFO >"$LOG_DIR/worker.log" 2>&1 &
 pids+=($!)
 "$BIN/celery" -A worker beat --loglevel=INFO >"$LOG_DIR/beat.log" 2>&1 &
 pids+=($!)

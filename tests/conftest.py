@@ -59,11 +59,16 @@ def make_user(db):
 
 
 class WorkerProcess:
-    """A real `celery -A worker worker` process on the test database and broker."""
+    """A real `celery -A worker worker` process on the test database and broker.
 
-    def __init__(self, log_path: Path, *, concurrency: int = 8) -> None:
+    With no `pool` and no `concurrency` it runs exactly what the README tells users to run: the
+    settings' defaults (a threads pool of KILN_WORKER_CONCURRENCY). `pool="prefork"` sets
+    KILN_WORKER_POOL for it (Celery overrides a bare --pool=prefork with the configured pool)."""
+
+    def __init__(self, log_path: Path, *, concurrency: int | None = None, pool: str | None = None) -> None:
         self.log_path = log_path
         self.concurrency = concurrency
+        self.pool = pool
         self.process: subprocess.Popen[bytes] | None = None
 
     def env(self) -> dict[str, str]:
@@ -77,18 +82,25 @@ class WorkerProcess:
         visibility = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout")
         if visibility:
             env["KILN_BROKER_VISIBILITY_TIMEOUT"] = str(visibility)
+        for name in ("KILN_WORKER_POOL", "KILN_WORKER_CONCURRENCY"):
+            env.pop(name, None)  # the defaults, unless this test asks otherwise
+        if self.pool:
+            env["KILN_WORKER_POOL"] = self.pool
         return env
+
+    def argv(self) -> list[str]:
+        argv = [sys.executable, "-m", "celery", "-A", "worker", "worker", "--loglevel=INFO"]
+        if self.concurrency is not None:
+            argv.append(f"--concurrency={self.concurrency}")
+        if self.pool:
+            argv.append(f"--pool={self.pool}")
+        return [*argv, "--without-gossip", "--without-mingle", "-n", f"itest-{os.getpid()}-{time.monotonic_ns()}@%h"]
 
     def start(self) -> None:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [
-                sys.executable, "-m", "celery", "-A", "worker", "worker",
-                "--loglevel=INFO", f"--concurrency={self.concurrency}", "--pool=prefork",
-                "--without-gossip", "--without-mingle", "-n", f"itest-{os.getpid()}-{time.monotonic_ns()}@%h",
-            ],
-            cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            self.argv(), cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -7,6 +7,7 @@ import logging
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
+from worker.db import db_phase
 from worker.decorators import kiln_task
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,8 @@ def run_node(self, run_id: int, node_id: int) -> int:
         )
         return 0
     finally:
-        services.run_finalize(run_id=run_id)
+        with db_phase("finalise"):
+            services.run_finalize(run_id=run_id)
 
 
 def enqueue_node(*, run_id: int, node_id: int) -> None:
@@ -69,7 +71,8 @@ def run_group(self, run_id: int, result_id: int, time_budget_s: float | None = N
         )
         raise
     finally:
-        services.run_finalize(run_id=run_id)
+        with db_phase("finalise"):
+            services.run_finalize(run_id=run_id)
 
 
 def enqueue_group(*, run_id: int, result_id: int) -> None:

@@ -4,6 +4,16 @@ Each layer leaves room for the one inside it to act first, so a hung command is 
 and recorded as `error: timed out`, rather than the worker being killed with nothing recorded.
 `portal.runs.services.run_start` refuses a plan whose hard limit would reach the broker's
 visibility timeout (a redelivery while the first delivery still runs).
+
+On the default threads pool (portal/settings.py, CELERY_WORKER_POOL) Celery does not enforce the
+soft and hard limits: a thread cannot be interrupted. Nothing depends on them there. Every command
+is bounded on the node by `timeout -k` and in the worker by the channel backstop
+(worker/ssh.py: budget + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S), every connect by
+KILN_SSH_CONNECT_TIMEOUT, and a group task stops starting pair rounds by its own clock
+(`time_budget_s`), so a node task ends by the soft limit computed here without being told to. The
+limits still travel with each message (a prefork worker, KILN_WORKER_POOL=prefork, enforces them)
+and the reaper judges a result that outlives its deadline by them; the tasks' SoftTimeLimitExceeded
+handlers only run on such a pool.
 """
 
 from __future__ import annotations

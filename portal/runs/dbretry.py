@@ -21,6 +21,8 @@ from typing import TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
+from worker.db import connect_checked
+
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -71,6 +73,8 @@ def db_retry(
                 connection.close()  # the next query opens a fresh connection
             sleep(delay)
             delay = min(delay * 2, MAX_DELAY_S)
+            with contextlib.suppress(DatabaseError):
+                connect_checked()  # the retry starts on a connection that answers, not a dead pooled one
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 

@@ -1,6 +1,12 @@
 """Running one node's share of a run: one connection, the plan items in order, results recorded.
 
 This is the service the node task calls. It touches the network only through `worker.ssh`.
+
+A worker runs many node tasks at once on threads, so a task holds no database connection while it
+waits on its node: its database work is done in short phases (worker.db.db_phase: claim, record
+one result, close the run), each closing the thread's connection when it ends. One SSH connection
+serves every command of the node's checks, and identical read-only reads (the probe) run once
+(worker.shared_reads).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from portal.inventory.models import Node
 from portal.runs import leases, services
 from portal.runs.dbretry import portal_fault_reason
 from portal.runs.models import CheckResult, Run, Status
+from worker.db import db_phase, ledger, timed
+from worker.shared_reads import SharedReads
 from worker.ssh import (
     CHANNEL_SLACK_S,
     REMOTE_KILL_GRACE_S,
@@ -79,8 +87,10 @@ def execute_node(*, run_id: int, node_id: int, claim: str) -> int:
     """Run every unfinished check of one node in this run. Returns how many results it recorded.
 
     The claimed results are held under a lease (portal/runs/leases.py) while they run: renewed by
-    the process's heartbeat, and stopped on the node when they are closed under the task."""
-    results = services.results_claim(run_id=run_id, node_id=node_id, claim=claim)
+    the process's heartbeat, and stopped on the node when they are closed under the task. The
+    database is used in short phases (worker/db.py): no connection is held while the node works."""
+    with db_phase("claim"):
+        results = services.results_claim(run_id=run_id, node_id=node_id, claim=claim)
     if not results:
         return 0
     with leases.held(claim=claim, results=results, label=f"node #{node_id}") as holding:
@@ -88,19 +98,24 @@ def execute_node(*, run_id: int, node_id: int, claim: str) -> int:
 
 
 def _execute_held(*, run_id: int, node_id: int, claim: str, results: list[CheckResult], holding: leases.Holding) -> int:
-    services.run_mark_started(run_id=run_id)
-    run = Run.objects.select_related("cluster").get(pk=run_id)
-    node = Node.objects.select_related("cluster").get(pk=node_id)
+    with db_phase("claim"):
+        services.run_mark_started(run_id=run_id)
+        run = Run.objects.select_related("cluster").get(pk=run_id)
+        node = Node.objects.select_related("cluster").get(pk=node_id)
     holding.label = node.hostname
     target = node_target(node)
     try:
-        transport = holding.track(open_transport(target))
+        with timed("connect"):
+            # Shared reads outside the lease's tracking: an identical read answered from an earlier
+            # one runs nothing on the node, so there is no process group to record for it.
+            transport = SharedReads(holding.track(open_transport(target)))
     except TransportError as exc:
         reason = f"{exc.kind}: {exc.message}"
         logger.warning("run %s node %s: %s", run_id, node.hostname, reason)
-        return services.results_fail_remaining(
-            run_id=run_id, node_id=node_id, claim=claim, status=Status.ERROR, reason=reason
-        )
+        with db_phase("record"):
+            return services.results_fail_remaining(
+                run_id=run_id, node_id=node_id, claim=claim, status=Status.ERROR, reason=reason
+            )
     recorded = 0
     try:
         leases.stop_taken_over(transport=transport.inner, results=results, label=node.hostname)
@@ -114,25 +129,34 @@ def _execute_held(*, run_id: int, node_id: int, claim: str, results: list[CheckR
             except leases.CheckStopped:
                 continue  # closed under the task while it ran: its process group was stopped
     except TransportError as exc:
-        recorded += services.results_fail_remaining(
-            run_id=run_id, node_id=node_id, claim=claim, status=Status.ERROR, reason=f"{exc.kind}: {exc.message}"
-        )
+        with db_phase("record"):
+            recorded += services.results_fail_remaining(
+                run_id=run_id, node_id=node_id, claim=claim, status=Status.ERROR, reason=f"{exc.kind}: {exc.message}"
+            )
     except Exception as exc:
         # A bug, or the database gone for longer than the retries, must not leave results `running`
         # forever: record it as the portal's fault (node health ignores it), then let Celery log it.
         logger.exception("run %s node %s: internal error", run_id, node.hostname)
-        services.results_fail_remaining(
-            run_id=run_id,
-            node_id=node_id,
-            claim=claim,
-            status=Status.ERROR,
-            reason=portal_fault_reason(exc),
-            portal_fault=True,
-        )
+        with db_phase("record"):
+            services.results_fail_remaining(
+                run_id=run_id,
+                node_id=node_id,
+                claim=claim,
+                status=Status.ERROR,
+                reason=portal_fault_reason(exc),
+                portal_fault=True,
+            )
         raise
     finally:
         transport.close()
+        _note_reads(node, transport)
     return recorded
+
+
+def _note_reads(node: Node, transport: SharedReads) -> None:
+    book = ledger()
+    if book is not None:
+        book.notes.update(node=node.hostname, commands_run=transport.ran, commands_shared=transport.shared)
 
 
 def _run_one(*, run: Run, node: Node, result: CheckResult, transport: Transport, claim: str) -> bool:
@@ -144,18 +168,17 @@ def _run_one(*, run: Run, node: Node, result: CheckResult, transport: Transport,
         thresholds_raw["expected_gpu_count"] = node.expected_gpus  # a node-level exception to the profile
     thresholds = check.make_thresholds(thresholds_raw)
     context = node_context(run, node)
-    outputs = _run_commands(transport, check.commands(params, context))
-    measurements, verdict = run_check(check, params, thresholds, outputs, context)
-    if not outputs:
-        verdict = Verdict(status=ERROR, reason="the check produced no command to run")
-    return services.record_from_check(
-        result=result,
-        claim=claim,
-        verdict=verdict,
-        measurements=measurements,
-        outputs=outputs,
-        series=_series(check, outputs, verdict),
-    )
+    with timed("commands"):
+        outputs = _run_commands(transport, check.commands(params, context))
+    with timed("judge"):
+        measurements, verdict = run_check(check, params, thresholds, outputs, context)
+        if not outputs:
+            verdict = Verdict(status=ERROR, reason="the check produced no command to run")
+        series = _series(check, outputs, verdict)
+    with db_phase("record"):
+        return services.record_from_check(
+            result=result, claim=claim, verdict=verdict, measurements=measurements, outputs=outputs, series=series
+        )
 
 
 def node_context(run: Run, node: Node) -> NodeContext:
@@ -198,7 +221,8 @@ def execute_group(*, run_id: int, result_id: int, claim: str, time_budget_s: flo
     within `time_budget_s` from now (the task's soft limit less its slack; None: no limit).
     """
     deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
-    result = services.group_result_claim(result_id=result_id, claim=claim)
+    with db_phase("claim"):
+        result = services.group_result_claim(result_id=result_id, claim=claim)
     if result is None:
         return False
     with leases.held(claim=claim, results=[result], label=f"result #{result_id}") as holding:
@@ -211,20 +235,21 @@ def execute_group(*, run_id: int, result_id: int, claim: str, time_budget_s: flo
 def _execute_group_held(
     *, run_id: int, result: CheckResult, claim: str, deadline: float | None, holding: leases.Holding
 ) -> bool:
-    run = Run.objects.select_related("cluster").get(pk=run_id)
-    item = snapshot_item(run, result.item_key)
-    check = get_check(item["kind"])
-    params = check.make_params(item["params"])
-    thresholds = check.make_thresholds(item["thresholds"])
-    members, excluded = group_members(run)
-    if len(members) < check.min_nodes:
-        why = f"needs at least {check.min_nodes} reachable nodes, has {len(members)}"
-        if excluded:
-            why += f" ({NodeSet.fromlist(excluded)} left out after per-node errors)"
-        status = Status.SKIPPED if not excluded else Status.ERROR
-        return services.record_from_check(
-            result=result, claim=claim, verdict=Verdict(status=status, reason=why), measurements=[], outputs=[]
-        )
+    with db_phase("claim"):
+        run = Run.objects.select_related("cluster").get(pk=run_id)
+        item = snapshot_item(run, result.item_key)
+        check = get_check(item["kind"])
+        params = check.make_params(item["params"])
+        thresholds = check.make_thresholds(item["thresholds"])
+        members, excluded = group_members(run)
+        if len(members) < check.min_nodes:
+            why = f"needs at least {check.min_nodes} reachable nodes, has {len(members)}"
+            if excluded:
+                why += f" ({NodeSet.fromlist(excluded)} left out after per-node errors)"
+            status = Status.SKIPPED if not excluded else Status.ERROR
+            return services.record_from_check(
+                result=result, claim=claim, verdict=Verdict(status=status, reason=why), measurements=[], outputs=[]
+            )
     launcher = members[0]
     holding.label = f"launcher {launcher.hostname}"
     contexts = tuple(node_context(run, n) for n in members)
@@ -233,7 +258,8 @@ def _execute_group_held(
         transport = holding.track(open_transport(node_target(launcher)))
     except TransportError as exc:
         verdict = Verdict(status=ERROR, reason=f"launcher {launcher.hostname}: {exc.kind}: {exc.message}")
-        return services.record_from_check(result=result, claim=claim, verdict=verdict, measurements=[], outputs=[])
+        with db_phase("record"):
+            return services.record_from_check(result=result, claim=claim, verdict=verdict, measurements=[], outputs=[])
     try:
         leases.stop_taken_over(transport=transport.inner, results=[result], label=launcher.hostname)
         holding.begin(result)
@@ -263,7 +289,8 @@ def _execute_group_held(
                 verdict = Verdict(status=worst_status(merged), reason=_join(verdict, localised))
     except TransportError as exc:
         verdict = Verdict(status=ERROR, reason=f"launcher {launcher.hostname}: {exc.kind}: {exc.message}")
-        return services.record_from_check(result=result, claim=claim, verdict=verdict, measurements=[], outputs=[])
+        with db_phase("record"):
+            return services.record_from_check(result=result, claim=claim, verdict=verdict, measurements=[], outputs=[])
     finally:
         transport.close()
     if attribution:
@@ -275,16 +302,18 @@ def _execute_group_held(
         verdict.reason += f" (left out after per-node errors: {NodeSet.fromlist(excluded)})"
         for hostname in excluded:
             attribution[hostname] = Verdict(status=Status.SKIPPED, reason="left out: per-node checks errored")
-    return services.record_from_check(
-        result=result,
-        claim=claim,
-        verdict=verdict,
-        measurements=measurements,
-        outputs=outputs,
-        series=_series(check, outputs, verdict),
-        attribution={h: {"status": v.status, "reason": v.reason} for h, v in attribution.items()},
-        node_set=str(NodeSet.fromlist([n.hostname for n in members])),
-    )
+    series = _series(check, outputs, verdict)
+    with db_phase("record"):
+        return services.record_from_check(
+            result=result,
+            claim=claim,
+            verdict=verdict,
+            measurements=measurements,
+            outputs=outputs,
+            series=series,
+            attribution={h: {"status": v.status, "reason": v.reason} for h, v in attribution.items()},
+            node_set=str(NodeSet.fromlist([n.hostname for n in members])),
+        )
 
 
 def group_members(run: Run) -> tuple[list[Node], list[str]]:

@@ -6,8 +6,8 @@ A task that claims results holds them here (`held`). One keeper thread per worke
 - reads back which of them are no longer `running` (cancelled, or closed by the reaper) and stops
   their node-side process groups over the task's own open connection;
 - writes what a check is doing on its node (command_started_at before its first command,
-  remote_pgid while a command runs) on its own single database connection, so a task waiting on
-  SSH holds none.
+  remote_pgid while a command runs) in short database phases of its own (worker/db.py), so a task
+  waiting on SSH holds no connection, and neither does the keeper between beats.
 
 The task's transport is wrapped (`Holding.track`): every command it runs carries its result's tag
 and reports its process group (worker/procgroup.py); the execution code itself is unchanged.
@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, connection
+from django.db import DatabaseError, IntegrityError
 from django.utils import timezone
 
 from checks.base import Command, CommandOutput
 from portal.runs import events
 from portal.runs.models import CheckResult, Status
+from worker.db import db_phase
 from worker.procgroup import stop_group, tag_for
 from worker.ssh import REMOTE_KILL_GRACE_S, SessionRefusedError, Transport, TransportError, open_transport
 
@@ -382,21 +383,24 @@ class LeaseKeeper:
             self.tick()
 
     def tick(self) -> None:
-        """Write what is queued; renew and read back the leases when a beat is due."""
+        """Write what is queued; renew and read back the leases when a beat is due. In a database
+        phase of its own (worker/db.py): the connection goes back to the worker's pool after each
+        tick instead of being kept by this thread. Nothing held and nothing to write: no phase,
+        so an idle worker opens no connection at each beat."""
+        with self._lock:
+            idle = not self._started and not self._writes and not any(h.pending for h in self._holdings.values())
+        if idle:
+            self._next_beat = time.monotonic() + heartbeat_s()
+            return
         try:
-            self._flush_writes()
-            if time.monotonic() >= self._next_beat:
-                self.beat()
-                self._next_beat = time.monotonic() + heartbeat_s()
+            with db_phase("heartbeat"):
+                self._flush_writes()
+                if time.monotonic() >= self._next_beat:
+                    self.beat()
+                    self._next_beat = time.monotonic() + heartbeat_s()
         except Exception:
             logger.exception("lease keeper: database write failed; retrying at the next beat")
             self._next_beat = time.monotonic() + heartbeat_s()
-            connection.close()
-            return
-        with self._lock:
-            idle = not self._holdings and not self._writes and not self._started
-        if idle:
-            connection.close()  # hold no database connection while nothing is held
 
     def _flush_writes(self) -> None:
         with self._lock:

@@ -7,6 +7,7 @@ state a person would expect, and how long it took to get there."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,3 +106,75 @@ def soak_plan(transactional_db: None) -> Callable[..., Any]:
 
 def state_file(testbed: Any, hostname: str) -> Path:
     return testbed.node(hostname).state_file
+
+
+class PrivateRedis:
+    """A redis-server of this test alone (no persistence, like the machine's), so that it can be
+    shut down and started again mid-run without touching the broker other tests use."""
+
+    def __init__(self, log_path: Path) -> None:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        import redis
+
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=self.log_path.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if redis.Redis.from_url(self.url, socket_timeout=1).ping():
+                    return
+            except redis.ConnectionError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start:\n{self.log_path.read_text(errors='replace')}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """SIGKILL: the broker dies with every message it held (nothing is kept on disk)."""
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def _point_celery_at(url: str) -> None:
+    """This process's Celery app sends to `url` from now on (its producer pools are rebuilt)."""
+    from worker.celery import app
+
+    app.conf.broker_url = url
+    # Forget the pools, do not close them: kombu keeps one per broker URL in a process-wide registry
+    # (kombu.pools), and the one for the usual broker is needed again after this test.
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
+@pytest.fixture
+def private_broker(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateRedis]:
+    """Workers, beat and this process use a Redis of this test's own (request it before
+    `processes`): the test may kill and restart it."""
+    from worker.celery import app
+
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed (Debian package redis-server)")
+    server = PrivateRedis(tmp_path / "redis.log")
+    server.start()
+    before = app.conf.broker_url
+    settings.CELERY_BROKER_URL = server.url
+    monkeypatch.setenv("CELERY_BROKER_URL", server.url)  # Celery's conf.broker_url reads it before any setting
+    _point_celery_at(server.url)
+    try:
+        yield server
+    finally:
+        monkeypatch.undo()
+        _point_celery_at(before)
+        server.stop()

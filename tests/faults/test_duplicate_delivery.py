@@ -46,6 +46,11 @@ def test_it_runs_nothing_twice_when_a_task_is_delivered_twice(
     assert set(results.values_list("status", "attempt")) == {("pass", 1)}
     per_result = Series.objects.filter(result__run=run).values("result").annotate(n=Count("id"))
     assert len({row["n"] for row in per_result}) == 1  # no result holds a second copy of its curves
-    log = worker.log_path.read_text(errors="replace")
-    returns = re.findall(rf"kiln\.run_node\[{task_id}\] succeeded in [0-9.]+s: (\d+)", log)
+
+    def returns_logged() -> list[str]:  # the run closes inside the task, a moment before Celery logs its return
+        log = worker.log_path.read_text(errors="replace")
+        return re.findall(rf"kiln\.run_node\[{task_id}\] succeeded in [0-9.]+s: (\d+)", log)
+
+    wait_for(lambda: len(returns_logged()) >= 2, 15, "both deliveries to return")
+    returns = returns_logged()
     assert sorted(returns) == ["0", "2"], returns  # one delivery recorded both checks, the other none

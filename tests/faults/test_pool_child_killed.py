@@ -8,39 +8,23 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent
-from tests.conftest import REPO, WorkerProcess
+from tests.conftest import WorkerProcess
 from tests.faults.conftest import state_file
 from tests.faults.helpers import sim_processes, wait_for
 
 pytestmark = pytest.mark.integration
 
 
-class PreforkWorker(WorkerProcess):
-    """A worker on the prefork pool, whatever the default pool is."""
-
-    def start(self) -> None:
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "worker", "worker", "--loglevel=INFO", "--pool=prefork",
-             f"--concurrency={self.concurrency}", "--without-gossip", "--without-mingle",
-             "-n", f"itest-{os.getpid()}-{time.monotonic_ns()}@%h"],
-            cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        wait_for(lambda: b"ready." in self.log_path.read_bytes(), 60, "the prefork worker")
-
-
 def test_a_sibling_takes_over_at_once_from_a_killed_pool_child(
     testbed_cluster, clean_testbed, processes, soak_plan, tmp_path
 ) -> None:
-    worker = PreforkWorker(tmp_path / "prefork.log", concurrency=2)
+    worker = WorkerProcess(tmp_path / "prefork.log", concurrency=2, pool="prefork")  # KILN_WORKER_POOL
     worker.start()
     try:
         node = testbed_cluster.nodes.get(hostname="gpu04")

@@ -33,23 +33,28 @@ class Flaky:
 def test_it_retries_across_lost_connections_with_a_growing_back_off(monkeypatch) -> None:
     closed: list[bool] = []
     monkeypatch.setattr(connection, "close", lambda: closed.append(True))
+    checked: list[bool] = []
+    monkeypatch.setattr(dbretry, "connect_checked", lambda: checked.append(True))
     slept: list[float] = []
     write = Flaky(failures=4)
 
     assert dbretry.db_retry(write, what="test", sleep=slept.append) == "written"
     assert write.attempts == [1, 2, 3, 4, 5]
     assert slept == [0.5, 1.0, 2.0, 4.0]
-    assert closed == [True] * 4  # each retry on a fresh connection
+    assert closed == [True] * 4  # each retry on a fresh connection,
+    assert checked == [True] * 4  # checked to answer before the write is tried again
 
 
 def test_it_retries_an_interface_error_too(monkeypatch) -> None:
     monkeypatch.setattr(connection, "close", lambda: None)
+    monkeypatch.setattr(dbretry, "connect_checked", lambda: None)
     write = Flaky(failures=1, error=InterfaceError)
     assert dbretry.db_retry(write, what="test", sleep=lambda s: None) == "written"
 
 
 def test_it_gives_up_after_the_last_attempt(monkeypatch) -> None:
     monkeypatch.setattr(connection, "close", lambda: None)
+    monkeypatch.setattr(dbretry, "connect_checked", lambda: None)
     slept: list[float] = []
     write = Flaky(failures=10)
 
