@@ -11,19 +11,32 @@ PORT ?= 8000
 TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/9
 
-.PHONY: install up test lint bench-fanout demo-reset clean
+# The lock: exact versions with hashes, generated from the ranges in pyproject.toml by `make lock`.
+# Everything installed comes from it, pip and setuptools included (requirements/build.in).
+LOCK := requirements/dev.txt
+UV_COMPILE := $(BIN)/uv pip compile -q --universal --python-version 3.11 --generate-hashes \
+  pyproject.toml requirements/build.in
+
+# `manage.py check --deploy` against production-like settings: HTTPS on, DEBUG off, PostgreSQL and
+# Redis named (nothing connects to them), a throw-away secret key of Django's recommended length.
+DEPLOY_ENV := KILN_HTTPS=1 KILN_DEBUG=0 KILN_REQUIRE_POSTGRES=1 KILN_ALLOWED_HOSTS=kiln.example.org \
+  DATABASE_URL=postgresql://kiln@db.invalid/kiln CELERY_BROKER_URL=redis://redis.invalid:6379/0 \
+  KILN_SECRET_KEY=$$($(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(50))')
+
+.PHONY: install up test lint lock bench-fanout demo-reset clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+$(VENV)/.installed: $(LOCK) pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 install: $(VENV)/.installed
 
 up: install
+	$(BIN)/python manage.py kiln_init
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py kiln_keys init --if-missing --site "Kiln demo ($$(hostname))"
@@ -31,15 +44,26 @@ up: install
 	@bash scripts/up.sh "$(HOST)" "$(PORT)"
 
 test: install
+	KILN_DATA_DIR=$(CURDIR)/data/test $(BIN)/python manage.py kiln_init -v0
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) KILN_DATA_DIR=$(CURDIR)/data/test \
 	  $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The tool checks CI runs (.ci/run) and .pre-commit-config.yaml repeats.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(DEPLOY_ENV) $(BIN)/python manage.py check --deploy --fail-level WARNING
+
+# Regenerate the lock after changing a range in pyproject.toml (or to take newer versions).
+lock: install
+	$(UV_COMPILE) -o requirements/base.txt
+	$(UV_COMPILE) --extra dev -o requirements/dev.txt
+	$(UV_COMPILE) --extra dev --extra bench -o requirements/bench.txt
 
 # Kiln's quick plan against pdsh/clush/asyncssh on testbed nodes (root; PostgreSQL and Redis as for
 # `make test`). BENCH_ARGS="--nodes 64" for one size.
 bench-fanout: install
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m pip install -q --require-hashes -r requirements/bench.txt
 	$(BIN)/python bench/bench_fanout.py $(BENCH_ARGS)

@@ -1,39 +1,34 @@
-"""Kiln settings. Everything comes from the environment; see .env.example."""
+"""Kiln settings: the one place configuration is read. Every value comes from the environment,
+read here once through django-environ (.env.example documents each); apps read django.conf.settings.
+Importing this module writes nothing: `manage.py kiln_init` (run by `make up`) makes the data folders
+and the generated secret key (portal/datadir.py)."""
 
 from __future__ import annotations
 
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
+import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.datadir import broker_dirs, secret_key_read
+
 BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
 
+DATA_DIR = Path(env.str("KILN_DATA_DIR", default=str(BASE_DIR / "data"))).resolve()
 
-def env_bool(name: str, default: bool = False) -> bool:
-    return os.environ.get(name, str(default)).strip().lower() in ("1", "true", "yes", "on")
+DEBUG = env.bool("KILN_DEBUG", default=False)
+# Embedded default: a random key generated once into the data directory by `manage.py kiln_init`,
+# never a constant in git. Empty when neither exists: Django then refuses to use it, and the system
+# check kiln.E001 says to run kiln_init (portal/datadir.py).
+SECRET_KEY = env.str("KILN_SECRET_KEY", default="") or secret_key_read(DATA_DIR)
 
-
-DATA_DIR = Path(os.environ.get("KILN_DATA_DIR", BASE_DIR / "data")).resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
-
-DEBUG = env_bool("KILN_DEBUG", False)
-_secret = os.environ.get("KILN_SECRET_KEY", "")
-if not _secret:
-    # Embedded default: a random key generated once into the data directory, never a constant in git.
-    key_file = DATA_DIR / "secret_key"
-    if not key_file.exists():
-        import secrets
-
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
-    _secret = key_file.read_text().strip()
-SECRET_KEY = _secret
-
-ALLOWED_HOSTS = [h.strip() for h in os.environ.get("KILN_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
-CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("KILN_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+ALLOWED_HOSTS = [h.strip() for h in env.list("KILN_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"]) if h]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in env.list("KILN_CSRF_TRUSTED_ORIGINS", default=[]) if o.strip()]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -93,7 +88,7 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "portal.wsgi.application"
 
-_database_url = os.environ.get("DATABASE_URL", "")
+_database_url = env.str("DATABASE_URL", default="")
 if _database_url:
     # Persistent connections (60 s: a worker or web process reuses one across tasks and requests),
     # checked before their first use in each request or task: a connection that PostgreSQL dropped
@@ -105,7 +100,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DATA_DIR / "kiln.sqlite3",
+            "NAME": str(DATA_DIR / "kiln.sqlite3"),
             # Worker and web share one SQLite file: wait for locks instead of failing at once.
             "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
         }
@@ -117,35 +112,33 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = os.environ.get("KILN_TIME_ZONE", "UTC")
+TIME_ZONE = env.str("KILN_TIME_ZONE", default="UTC")
 USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
-STATIC_ROOT = DATA_DIR / "static"
-STATIC_ROOT.mkdir(exist_ok=True)
+STATIC_ROOT = DATA_DIR / "static"  # made by collectstatic (and kiln_init)
 # Serve straight from the app's static folders too, so a checkout works before collectstatic.
 WHITENOISE_USE_FINDERS = True
 
 # --- Celery -------------------------------------------------------------------------------------
-_broker = os.environ.get("CELERY_BROKER_URL", "")
+_broker = env.str("CELERY_BROKER_URL", default="")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
 if _broker:
     CELERY_BROKER_URL = _broker
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
 else:
-    # No-server default: kombu's filesystem transport. In and out must be the same folder.
-    _queue_dir = DATA_DIR / "broker"
-    (_queue_dir / "queue").mkdir(parents=True, exist_ok=True)
-    (_queue_dir / "control").mkdir(parents=True, exist_ok=True)
+    # No-server default: kombu's filesystem transport. In and out must be the same folder; kiln_init
+    # makes both folders.
+    _queue, _control = broker_dirs(DATA_DIR)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_queue_dir / "queue"),
-        "data_folder_out": str(_queue_dir / "queue"),
-        "control_folder": str(_queue_dir / "control"),
+        "data_folder_in": str(_queue),
+        "data_folder_out": str(_queue),
+        "control_folder": str(_control),
         "polling_interval": 0.05,
     }
-CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # The worker's pool, read by a plain `celery -A worker worker` (Celery takes worker_pool and
 # worker_concurrency from here when no --pool / --concurrency is given; an explicit --pool=prefork
@@ -154,102 +147,146 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # thread per node is enough, where a prefork process per node cost ~60 MB each (64 slots: 3.9 GB
 # PSS, issue 10). Celery time limits are not enforced on threads; what bounds a task instead is in
 # worker/timeouts.py.
-CELERY_WORKER_POOL = os.environ.get("KILN_WORKER_POOL", "threads")
+CELERY_WORKER_POOL = env.str("KILN_WORKER_POOL", default="threads")
 # Nodes one worker process drives at once. 64: one worker keeps a 64-node sweep fully parallel, as
 # pdsh and clush fan out to every node at once. Past that the process's Python (one core under the
 # GIL) is the limit: the quick plan costs the worker ~0.09 s of CPU per node (SSH, parsing,
 # recording; bench/bench_fanout.py), so one process keeps up with 64 nodes whose checks take more
 # than ~6 s; add worker processes (README, "Sizing") rather than threads. Prefork: the CPU count.
-CELERY_WORKER_CONCURRENCY = int(
-    os.environ.get("KILN_WORKER_CONCURRENCY", "64" if CELERY_WORKER_POOL in ("threads", "gevent", "eventlet") else "0")
+CELERY_WORKER_CONCURRENCY = env.int(
+    "KILN_WORKER_CONCURRENCY", default=64 if CELERY_WORKER_POOL in ("threads", "gevent", "eventlet") else 0
 ) or (os.cpu_count() or 1)
 # Database connections one worker process holds at most, whatever its concurrency: node tasks do
 # their database work in short phases (claim, record a result, close the run; ~2-20 ms each) and
 # hand the connection back between them (worker/db.py). 4: one process runs Python on one core, so
 # more phases at once do not finish sooner (bench_fanout at 64 nodes: 8 or 16 were no faster than
 # 4); 15 worker processes then hold 60 of PostgreSQL's default max_connections=100 beside the web.
-KILN_WORKER_DB_CONNECTIONS = int(os.environ.get("KILN_WORKER_DB_CONNECTIONS", "4"))
+KILN_WORKER_DB_CONNECTIONS = env.int("KILN_WORKER_DB_CONNECTIONS", default=4)
 # Slack, in seconds, between a node's summed command budgets and its task's soft time limit
 # (connects, recording results). See worker/timeouts.py.
-KILN_TASK_SLACK_S = int(os.environ.get("KILN_TASK_SLACK_S", "60"))
+KILN_TASK_SLACK_S = env.int("KILN_TASK_SLACK_S", default=60)
 # The broker must not redeliver a task while it is still legitimately running: the visibility
 # timeout is the outermost of the nested timeouts. Default 25 h: a 24 h burn-in plus slack.
 # It is also how long a task of a killed worker waits before another worker picks it up.
 if CELERY_BROKER_URL.startswith("redis"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "visibility_timeout": int(os.environ.get("KILN_BROKER_VISIBILITY_TIMEOUT", str(25 * 3600)))
+        "visibility_timeout": env.int("KILN_BROKER_VISIBILITY_TIMEOUT", default=25 * 3600)
     }
 
 # --- Kiln ---------------------------------------------------------------------------------------
 # Seconds to wait for an SSH TCP connect + handshake before calling a node unreachable.
-KILN_SSH_CONNECT_TIMEOUT = float(os.environ.get("KILN_SSH_CONNECT_TIMEOUT", "10"))
+KILN_SSH_CONNECT_TIMEOUT = env.float("KILN_SSH_CONNECT_TIMEOUT", default=10)
 # Node pairs run at once by pairwise localisation, from one SSH connection to the launcher: below
 # OpenSSH's MaxSessions default of 10 sessions per connection (sshd_config(5)), with room to spare.
-KILN_PAIR_PARALLELISM = int(os.environ.get("KILN_PAIR_PARALLELISM", "8"))
+KILN_PAIR_PARALLELISM = env.int("KILN_PAIR_PARALLELISM", default=8)
 # Characters of the display copy of a result's stdout/stderr (pages, exports): enough for a probe or
 # a tool table, bounded. The exact bytes as read (worker/ssh.py caps those at 16 MiB per stream) are
 # stored compressed beside it and downloadable (portal/runs/rawoutput.py).
-KILN_OUTPUT_CAP = int(os.environ.get("KILN_OUTPUT_CAP", "262144"))
+KILN_OUTPUT_CAP = env.int("KILN_OUTPUT_CAP", default=262144)
 # Most nodes one typed node set may name (forms, filters, commands); larger ones are refused before
 # anything is expanded (portal/inventory/nodesets.py). 100,000 GPUs, the largest single clusters
 # announced in 2024, at 8 GPUs per HGX node is 12,500 nodes; 20,000 leaves headroom. Expanding
 # 20,000 names takes about 6 ms (bench/bench_nodeset.py).
-KILN_MAX_NODESET = int(os.environ.get("KILN_MAX_NODESET", "20000"))
+KILN_MAX_NODESET = env.int("KILN_MAX_NODESET", default=20000)
 # What runs on the portal and worker hosts is server configuration, never a form field
 # (docs/security.md). The `local` transport runs a cluster's checks on the worker host itself (a
 # single GPU server, the demo's simulated nodes): refused unless this is set (`make up` sets it).
-KILN_ALLOW_LOCAL_TRANSPORT = env_bool("KILN_ALLOW_LOCAL_TRANSPORT", False)
+KILN_ALLOW_LOCAL_TRANSPORT = env.bool("KILN_ALLOW_LOCAL_TRANSPORT", default=False)
 # Scheduler hooks: the programs they run, and where: `ssh` (the controller host named in a
 # cluster's health settings) or `local` (this worker host, where scontrol/kubectl are installed).
-KILN_SCONTROL_PATH = os.environ.get("KILN_SCONTROL_PATH", "scontrol")
-KILN_KUBECTL_PATH = os.environ.get("KILN_KUBECTL_PATH", "kubectl")
-KILN_CONTROLLER_TRANSPORT = os.environ.get("KILN_CONTROLLER_TRANSPORT", "ssh")
+KILN_SCONTROL_PATH = env.str("KILN_SCONTROL_PATH", default="scontrol")
+KILN_KUBECTL_PATH = env.str("KILN_KUBECTL_PATH", default="kubectl")
+KILN_CONTROLLER_TRANSPORT = env.str("KILN_CONTROLLER_TRANSPORT", default="ssh")
 # Liveness (portal/runs/leases.py, portal/runs/reaper.py, worker/keepalive.py). A running task's
 # results hold a lease that one heartbeat thread per worker process renews in one UPDATE every
 # KILN_HEARTBEAT_S; the same beat reads back which held results were cancelled, so 3 s leaves 7 s of
 # the issue's 10 s cancel bound for SIGTERM, its 5 s grace and SIGKILL.
-KILN_HEARTBEAT_S = float(os.environ.get("KILN_HEARTBEAT_S", "3"))
+KILN_HEARTBEAT_S = env.float("KILN_HEARTBEAT_S", default=3)
 # A lease not renewed for this long means its worker is gone: 10 heartbeats, so a worker whose
 # beats stall for up to ~25 s (a database restart or failover, a long pause) keeps its work. A dead
 # worker's checks are acted on within TTL + one reaper interval: 60 s (the issue asks < 2 min).
-KILN_LEASE_TTL_S = float(os.environ.get("KILN_LEASE_TTL_S", "30"))
+KILN_LEASE_TTL_S = env.float("KILN_LEASE_TTL_S", default=30)
 if KILN_LEASE_TTL_S < 3 * KILN_HEARTBEAT_S:
     raise ImproperlyConfigured("KILN_LEASE_TTL_S must be at least 3 x KILN_HEARTBEAT_S (a few missed beats)")
 # How often the reaper runs (django-celery-beat, PeriodicTask kiln-reaper): with the 30 s lease,
 # a lost worker is acted on 30-60 s after its last heartbeat.
-KILN_REAPER_INTERVAL_S = int(os.environ.get("KILN_REAPER_INTERVAL_S", "30"))
+KILN_REAPER_INTERVAL_S = env.int("KILN_REAPER_INTERVAL_S", default=30)
 # A queued check nobody claimed this long after its task was sent is looked for in the broker and
 # sent again when the broker no longer holds it (Redis flushed or restarted). 2 min: long enough
 # for any worker with a free slot to pick a message up, short enough that a lost run recovers in
 # under 3 min. A long queue behind busy workers is recognised as such, not re-sent.
-KILN_LOST_MESSAGE_S = float(os.environ.get("KILN_LOST_MESSAGE_S", "120"))
+KILN_LOST_MESSAGE_S = env.float("KILN_LOST_MESSAGE_S", default=120)
 # SSH keepalives while a command runs: a request every KILN_SSH_KEEPALIVE_S of silence, and the
 # connection is dead after KILN_SSH_KEEPALIVE_COUNT intervals without a reply: ssh(1)'s
 # ServerAliveInterval / ServerAliveCountMax (CountMax defaults to 3 there too). A frozen sshd is
 # noticed within 5 + 3 x 5 = 20 s, and one check's wait, not every check's timeout, is lost.
-KILN_SSH_KEEPALIVE_S = float(os.environ.get("KILN_SSH_KEEPALIVE_S", "5"))
-KILN_SSH_KEEPALIVE_COUNT = int(os.environ.get("KILN_SSH_KEEPALIVE_COUNT", "3"))
+KILN_SSH_KEEPALIVE_S = env.float("KILN_SSH_KEEPALIVE_S", default=5)
+KILN_SSH_KEEPALIVE_COUNT = env.int("KILN_SSH_KEEPALIVE_COUNT", default=3)
+
+# --- Health, alerts, metrics (portal/health/conf.py reads these) --------------------------------
+# Bearer token for /metrics (Prometheus); empty: /metrics answers 403.
+KILN_METRICS_TOKEN = env.str("KILN_METRICS_TOKEN", default="")
+# Sender of alert e-mails; empty: DEFAULT_FROM_EMAIL.
+KILN_ALERT_FROM_EMAIL = env.str("KILN_ALERT_FROM_EMAIL", default="")
+# Delivery attempts per alert before it is `failed`, and the first retry delay (doubling, capped at
+# 1 h): 5 attempts from 30 s span ~15 min, enough to ride out a mail relay or webhook restart.
+KILN_ALERT_MAX_ATTEMPTS = env.int("KILN_ALERT_MAX_ATTEMPTS", default=5)
+KILN_ALERT_RETRY_BASE_S = env.float("KILN_ALERT_RETRY_BASE_S", default=30)
+# Webhook POST timeout: 10 s, the default of most webhook senders (GitHub, Alertmanager).
+KILN_WEBHOOK_TIMEOUT_S = env.float("KILN_WEBHOOK_TIMEOUT_S", default=10)
+# Base URL put in alerts, e.g. https://kiln.example.org (empty: no link).
+KILN_PORTAL_URL = env.str("KILN_PORTAL_URL", default="")
+# The reaper runs every 30 s: with the 30 s lease TTL a dead worker's checks are acted on within a
+# minute. Grace past a result's hard time limit (120 s: a slow final write), and how long a result
+# may wait `queued` on top of its run's limits (6 h: a full queue behind long burn-ins).
+KILN_REAPER_INTERVAL_S = env.int("KILN_REAPER_INTERVAL_S", default=30)
+KILN_REAPER_GRACE_S = env.float("KILN_REAPER_GRACE_S", default=120)
+KILN_REAPER_QUEUE_ALLOWANCE_S = env.float("KILN_REAPER_QUEUE_ALLOWANCE_S", default=6 * 3600)
+# Recent results the "at risk" trend rule looks at (5; at least 3 for a trend to mean anything).
+KILN_HEALTH_TREND_SWEEPS = env.int("KILN_HEALTH_TREND_SWEEPS", default=5)
+# One scontrol/kubectl call's timeout (30 s: both answer in well under a second when healthy), and
+# attempts of one drain/resume with its first retry delay: 5 attempts, 30 s doubling, span ~15 min,
+# enough to ride out a slurmctld/API-server restart or failover.
+KILN_SCHEDULER_HOOK_TIMEOUT_S = env.float("KILN_SCHEDULER_HOOK_TIMEOUT_S", default=30)
+KILN_SCHEDULER_HOOK_MAX_ATTEMPTS = env.int("KILN_SCHEDULER_HOOK_MAX_ATTEMPTS", default=5)
+KILN_SCHEDULER_HOOK_RETRY_BASE_S = env.float("KILN_SCHEDULER_HOOK_RETRY_BASE_S", default=30)
+
+# --- Certificates -------------------------------------------------------------------------------
+# Folder of the site's signing keys; empty: DATA_DIR/keys (portal/certificates/keys.py).
+KILN_KEY_DIR = env.str("KILN_KEY_DIR", default="")
+# Static charts in the PDF (plotly -> SVG through kaleido and Chromium); off leaves them out. 60 s
+# per certificate's charts: a 1,250-node certificate's charts render in a few seconds.
+KILN_CERT_CHARTS = env.bool("KILN_CERT_CHARTS", default=True)
+KILN_CERT_CHART_TIMEOUT_S = env.float("KILN_CERT_CHART_TIMEOUT_S", default=60)
+# Chromium for the charts; empty: looked up on PATH.
+BROWSER_PATH = env.str("BROWSER_PATH", default="")
+# Limits of the child process that verifies an uploaded PDF (portal/certificates/sandbox.py). A
+# 1,250-node certificate verifies in ~1 s and ~300 MB (bench/bench_certificate.py): these leave a
+# wide margin and still stop a decompression bomb or a parser loop long before it hurts the host.
+KILN_VERIFY_MEMORY_MB = env.int("KILN_VERIFY_MEMORY_MB", default=2048)
+KILN_VERIFY_CPU_S = env.int("KILN_VERIFY_CPU_S", default=120)
+KILN_VERIFY_WALL_S = env.float("KILN_VERIFY_WALL_S", default=180)
 
 # --- Email (alerts) -------------------------------------------------------------------------------
-EMAIL_BACKEND = os.environ.get("KILN_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
-EMAIL_HOST = os.environ.get("KILN_EMAIL_HOST", "localhost")
-EMAIL_PORT = int(os.environ.get("KILN_EMAIL_PORT", "25"))
-EMAIL_HOST_USER = os.environ.get("KILN_EMAIL_HOST_USER", "")
-EMAIL_HOST_PASSWORD = os.environ.get("KILN_EMAIL_HOST_PASSWORD", "")
-EMAIL_USE_TLS = env_bool("KILN_EMAIL_USE_TLS", False)
-DEFAULT_FROM_EMAIL = os.environ.get("KILN_DEFAULT_FROM_EMAIL", "kiln@localhost")
+EMAIL_BACKEND = env.str("KILN_EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env.str("KILN_EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("KILN_EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("KILN_EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("KILN_EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("KILN_EMAIL_USE_TLS", default=False)
+DEFAULT_FROM_EMAIL = env.str("KILN_DEFAULT_FROM_EMAIL", default="kiln@localhost")
 
 # --- Web hardening (docs/security.md, "Web hardening") ----------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 # KILN_HTTPS=1: the portal is reached over HTTPS only. Cookies are sent over HTTPS only, plain HTTP
 # is redirected, and browsers are told to use HTTPS for the next year (HSTS).
-KILN_HTTPS = env_bool("KILN_HTTPS", False)
+KILN_HTTPS = env.bool("KILN_HTTPS", default=False)
 # Behind a proxy that terminates TLS, Django sees plain HTTP: set KILN_TRUST_PROXY_SSL_HEADER=1 so
 # that `X-Forwarded-Proto: https` marks a request secure (without it, SECURE_SSL_REDIRECT redirects
 # forever). Only when the proxy sets or strips that header on every request: a client that reaches
 # the portal directly, or through a proxy that passes the header on, could claim HTTPS with it.
-KILN_TRUST_PROXY_SSL_HEADER = env_bool("KILN_TRUST_PROXY_SSL_HEADER", False)
+KILN_TRUST_PROXY_SSL_HEADER = env.bool("KILN_TRUST_PROXY_SSL_HEADER", default=False)
 if KILN_TRUST_PROXY_SSL_HEADER:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 if KILN_HTTPS:
@@ -258,12 +295,12 @@ if KILN_HTTPS:
     SECURE_SSL_REDIRECT = True
     # One year (31536000 s): the shortest max-age hstspreload.org accepts, and the OWASP HTTP Strict
     # Transport Security Cheat Sheet's example (max-age=31536000; includeSubDomains).
-    SECURE_HSTS_SECONDS = int(os.environ.get("KILN_HSTS_SECONDS", "31536000"))
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("KILN_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_SECONDS = env.int("KILN_HSTS_SECONDS", default=31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("KILN_HSTS_INCLUDE_SUBDOMAINS", default=True)
     # Preloading puts the domain in the browsers' built-in HSTS lists, which is the site owner's
     # decision to submit (hstspreload.org) and hard to undo; internal names cannot be preloaded. Off
     # unless asked for, and Django's reminder (security.W021) is silenced for that reason.
-    SECURE_HSTS_PRELOAD = env_bool("KILN_HSTS_PRELOAD", False)
+    SECURE_HSTS_PRELOAD = env.bool("KILN_HSTS_PRELOAD", default=False)
     if not SECURE_HSTS_PRELOAD:
         SILENCED_SYSTEM_CHECKS = ["security.W021"]
 # Content-Security-Policy (portal/middleware.py). Everything is served by the app itself (air-gapped
@@ -297,8 +334,8 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = int(os.environ.get("KILN_LOGIN_FAILURE_LIMIT", "10"))
-AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("KILN_LOGIN_COOLOFF_MINUTES", "30")))
+AXES_FAILURE_LIMIT = env.int("KILN_LOGIN_FAILURE_LIMIT", default=10)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("KILN_LOGIN_COOLOFF_MINUTES", default=30))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
@@ -306,15 +343,15 @@ AXES_VERBOSE = False  # no banner on every manage.py command; lockouts are still
 # The client address: REMOTE_ADDR, or behind KILN_PROXY_COUNT proxies that each append to
 # X-Forwarded-For, the address the outermost one saw (portal/middleware.py). 0 without a proxy: a
 # client could otherwise write any address into the header and never be locked out.
-KILN_PROXY_COUNT = int(os.environ.get("KILN_PROXY_COUNT", "0"))
+KILN_PROXY_COUNT = env.int("KILN_PROXY_COUNT", default=0)
 AXES_CLIENT_IP_CALLABLE = "portal.middleware.client_ip"
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("KILN_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env.str("KILN_LOG_LEVEL", default="INFO")},
 }
 
-if DATABASES["default"]["ENGINE"].endswith("sqlite3") and os.environ.get("KILN_REQUIRE_POSTGRES"):
+if DATABASES["default"]["ENGINE"].endswith("sqlite3") and env.bool("KILN_REQUIRE_POSTGRES", default=False):
     raise ImproperlyConfigured("KILN_REQUIRE_POSTGRES is set but DATABASE_URL is empty")

@@ -32,7 +32,8 @@ TICK_S = 0.5
 
 def _setting(name: str, default: float) -> float:
     """A number from Django's settings where Django is configured (portal, workers), else the
-    environment, else the default (portal/settings.py documents each)."""
+    environment, else the default (portal/settings.py documents each). The environment fallback
+    stays: this transport layer also runs without Django (bench, testbed scripts)."""
     from django.conf import settings
 
     if settings.configured and hasattr(settings, name):

@@ -33,16 +33,11 @@ class Chart:
     svg: bytes
 
 
-def _setting(name: str, default: str) -> str:
-    from django.conf import settings
-
-    value = getattr(settings, name, None)
-    return str(value) if value is not None else os.environ.get(name, default)
-
-
 def browser_path() -> str | None:
     """BROWSER_PATH when set, else a Chromium on PATH (Debian: /usr/bin/chromium)."""
-    configured = os.environ.get("BROWSER_PATH", "")
+    from django.conf import settings
+
+    configured = str(settings.BROWSER_PATH or "")
     if configured:
         return configured if os.access(configured, os.X_OK) else None
     for name in ("chromium", "chromium-browser", "google-chrome"):
@@ -129,16 +124,18 @@ def figures_build(*, result_ids: list[int], items: list[dict[str, Any]]) -> list
 
 def charts_render(*, result_ids: list[int], items: list[dict[str, Any]]) -> tuple[list[Chart], str]:
     """(charts, note). The note says why charts were left out, or is empty."""
-    if _setting("KILN_CERT_CHARTS", "1").strip().lower() in ("0", "false", "no", "off"):
+    from django.conf import settings
+
+    if str(settings.KILN_CERT_CHARTS).strip().lower() in ("0", "false", "no", "off", ""):
         return [], "Charts were left out: chart rendering is turned off (KILN_CERT_CHARTS=0)."
     browser = browser_path()
     if browser is None:
         return [], "Charts were left out: no Chromium was found to render them (set BROWSER_PATH)."
-    os.environ.setdefault("BROWSER_PATH", browser)
+    os.environ.setdefault("BROWSER_PATH", browser)  # kaleido finds Chromium through the environment
     figures = figures_build(result_ids=result_ids, items=items)
     if not figures:
         return [], "No chart: the cited checks recorded no curve to draw."
-    timeout = float(_setting("KILN_CERT_CHART_TIMEOUT_S", "60"))
+    timeout = float(settings.KILN_CERT_CHART_TIMEOUT_S)
     future = _pool.submit(_export, figures)
     try:
         return future.result(timeout=timeout), ""

@@ -91,7 +91,7 @@ class TrustStore:
 def key_dir() -> Path:
     from django.conf import settings
 
-    configured = str(getattr(settings, "KILN_KEY_DIR", "") or os.environ.get("KILN_KEY_DIR", "") or "")
+    configured = str(settings.KILN_KEY_DIR or "")
     return Path(configured) if configured else Path(settings.DATA_DIR) / "keys"
 
 

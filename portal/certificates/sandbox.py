@@ -21,12 +21,10 @@ from typing import Any
 
 from portal.certificates import seal
 
-# A 1,250-node certificate verifies in ~1 s and ~300 MB (bench/bench_certificate.py); these leave a
-# wide margin and still stop a decompression bomb or a parser loop long before it hurts the host.
-# KILN_VERIFY_MEMORY_MB / KILN_VERIFY_CPU_S / KILN_VERIFY_WALL_S override them.
-MEMORY_BYTES = int(os.environ.get("KILN_VERIFY_MEMORY_MB", "2048")) * 1024**2
-CPU_SECONDS = int(os.environ.get("KILN_VERIFY_CPU_S", "120"))
-WALL_SECONDS = float(os.environ.get("KILN_VERIFY_WALL_S", "180"))
+# The limits are settings (KILN_VERIFY_MEMORY_MB, KILN_VERIFY_CPU_S, KILN_VERIFY_WALL_S in
+# portal/settings.py). The parent hands the first two to the child in its environment: the child
+# limits itself before it loads Django, so that the limits cover all of it.
+LIMIT_ENV = ("KILN_VERIFY_MEMORY_MB", "KILN_VERIFY_CPU_S")
 MAX_INPUT = 64 * 1024**2  # the verify page accepts 50 MiB
 SUMMARY_KEYS = ("number", "verdict", "issued_at", "format")
 
@@ -56,8 +54,11 @@ def verify_isolated(data: bytes) -> seal.Verdict:
 
     if len(data) > MAX_INPUT:
         return seal.Verdict(seal.NOT_A_CERTIFICATE, f"larger than {MAX_INPUT // 1024**2} MiB")
+    from django.conf import settings
+
     env = {**os.environ, "KILN_KEY_DIR": str(keys.key_dir())}  # the parent's keys, however it found them
-    wall = float(os.environ.get("KILN_VERIFY_WALL_S", WALL_SECONDS))
+    env.update({name: str(getattr(settings, name)) for name in LIMIT_ENV})
+    wall = float(settings.KILN_VERIFY_WALL_S)
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "portal.certificates.sandbox"],
@@ -76,8 +77,11 @@ def verify_isolated(data: bytes) -> seal.Verdict:
 
 
 def _limit_self() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
+    """In the child, before Django: the parent put the limits in the environment (LIMIT_ENV)."""
+    memory = int(os.environ["KILN_VERIFY_MEMORY_MB"]) * 1024**2
+    cpu = int(os.environ["KILN_VERIFY_CPU_S"])
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
 
 
 def main() -> int:

@@ -1,5 +1,5 @@
-"""Settings of the health app. Each reads a Django setting of the same name when one is defined,
-else the environment variable, else the default, so the app works before settings.py names them.
+"""Settings of the health app, read from django.conf.settings (portal/settings.py reads each from
+the environment and documents its default):
 
     KILN_METRICS_TOKEN               bearer token for /metrics (empty: /metrics answers 403)
     KILN_ALERT_FROM_EMAIL            sender of alert emails (default: DEFAULT_FROM_EMAIL)
@@ -24,70 +24,65 @@ a Kiln host is never a field an operator can edit (docs/security.md).
 
 from __future__ import annotations
 
-import os
-
 from django.conf import settings
 
 
-def _get(name: str, default: str) -> str:
-    value = getattr(settings, name, None)
-    if value is not None:
-        return str(value)
-    return os.environ.get(name, default)
+def _get(name: str) -> str:
+    return str(getattr(settings, name))
 
 
 def metrics_token() -> str:
-    return _get("KILN_METRICS_TOKEN", "").strip()
+    return _get("KILN_METRICS_TOKEN").strip()
 
 
 def alert_from_email() -> str:
-    return _get("KILN_ALERT_FROM_EMAIL", "") or settings.DEFAULT_FROM_EMAIL
+    return _get("KILN_ALERT_FROM_EMAIL") or settings.DEFAULT_FROM_EMAIL
 
 
 def alert_max_attempts() -> int:
-    return max(1, int(_get("KILN_ALERT_MAX_ATTEMPTS", "5")))
+    return max(1, int(_get("KILN_ALERT_MAX_ATTEMPTS")))
 
 
 def alert_retry_base_s() -> float:
-    return float(_get("KILN_ALERT_RETRY_BASE_S", "30"))
+    return float(_get("KILN_ALERT_RETRY_BASE_S"))
 
 
 def webhook_timeout_s() -> float:
-    return float(_get("KILN_WEBHOOK_TIMEOUT_S", "10"))
+    return float(_get("KILN_WEBHOOK_TIMEOUT_S"))
 
 
 def portal_url() -> str:
-    return _get("KILN_PORTAL_URL", "").rstrip("/")
+    return _get("KILN_PORTAL_URL").rstrip("/")
 
 
 def reaper_interval_s() -> int:
-    return max(5, int(_get("KILN_REAPER_INTERVAL_S", "30")))
+    return max(5, int(_get("KILN_REAPER_INTERVAL_S")))
 
 
 def reaper_grace_s() -> float:
-    return float(_get("KILN_REAPER_GRACE_S", "120"))
+    return float(_get("KILN_REAPER_GRACE_S"))
 
 
 def reaper_queue_allowance_s() -> float:
-    return float(_get("KILN_REAPER_QUEUE_ALLOWANCE_S", str(6 * 3600)))
+    return float(_get("KILN_REAPER_QUEUE_ALLOWANCE_S"))
 
 
 def trend_sweeps() -> int:
-    return max(3, int(_get("KILN_HEALTH_TREND_SWEEPS", "5")))
+    return max(3, int(_get("KILN_HEALTH_TREND_SWEEPS")))
 
 
 def hook_timeout_s() -> float:
-    return float(_get("KILN_SCHEDULER_HOOK_TIMEOUT_S", "30"))
+    return float(_get("KILN_SCHEDULER_HOOK_TIMEOUT_S"))
 
 
 def hook_max_attempts() -> int:
     # 5 attempts, 30 s doubling: retries span ~15 min (30+60+120+240 s), enough to ride out a
     # slurmctld/API-server restart or failover; a longer outage is shown as `failed`.
-    return max(1, int(_get("KILN_SCHEDULER_HOOK_MAX_ATTEMPTS", "5")))
+    return max(1, int(_get("KILN_SCHEDULER_HOOK_MAX_ATTEMPTS")))
 
 
 def hook_retry_base_s() -> float:
-    return float(_get("KILN_SCHEDULER_HOOK_RETRY_BASE_S", "30"))
+    return float(_get("KILN_SCHEDULER_HOOK_RETRY_BASE_S"))
 
 
 class HookConfigError(ValueError):
@@ -95,23 +90,23 @@ class HookConfigError(ValueError):
 
 
 def scontrol_path() -> str:
-    return _program("KILN_SCONTROL_PATH", "scontrol")
+    return _program("KILN_SCONTROL_PATH")
 
 
 def kubectl_path() -> str:
-    return _program("KILN_KUBECTL_PATH", "kubectl")
+    return _program("KILN_KUBECTL_PATH")
 
 
 def controller_transport() -> str:
-    value = _get("KILN_CONTROLLER_TRANSPORT", "ssh").strip().lower()
+    value = _get("KILN_CONTROLLER_TRANSPORT").strip().lower()
     if value not in ("ssh", "local"):
         raise HookConfigError(f"KILN_CONTROLLER_TRANSPORT={value!r}: expected ssh or local")
     return value
 
 
-def _program(name: str, default: str) -> str:
+def _program(name: str) -> str:
     """A program name or path: one word, no control characters, not an option."""
-    value = _get(name, default).strip()
+    value = _get(name).strip()
     if not value or value.startswith("-") or any(c.isspace() or ord(c) < 32 or c == "\x7f" for c in value):
         raise HookConfigError(f"{name}={value!r}: expected a program name or path (one word)")
     return value

@@ -26,6 +26,7 @@ def test_the_demo_certificate_verifies_with_kiln_verify_and_pdfsig(tmp_path: Pat
     env["KILN_DATA_DIR"] = str(tmp_path / "data")
     env.pop("KILN_ALLOW_LOCAL_TRANSPORT", None)  # the demo command allows its own simulators
     out = tmp_path / "demo.pdf"
+    assert _manage("kiln_init", env=env).returncode == 0  # as `make up` does first
     assert _manage("migrate", "--noinput", "-v0", env=env).returncode == 0
     made = _manage("kiln_demo", "--certificate", str(out), env=env)
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]

@@ -167,15 +167,15 @@ def test_pdfsig_reports_the_whole_document_signed_and_valid(issued, tmp_path):
     assert "Signature is Valid" not in out
 
 
-def test_the_verifier_runs_in_a_limited_child_and_survives_its_death(issued, tmp_path, monkeypatch):
+def test_the_verifier_runs_in_a_limited_child_and_survives_its_death(issued, tmp_path, settings):
     """A hostile PDF may exhaust memory or loop in the parsers: the child dies, the answer stands."""
-    monkeypatch.setenv("KILN_VERIFY_MEMORY_MB", "64")  # too little for Python and the parsers
+    settings.KILN_VERIFY_MEMORY_MB = 64  # too little for Python and the parsers
     code, answer = _verify(bytes(issued.pdf), tmp_path)
     assert code == 1 and "could not be checked within limits" in answer["detail"], answer
     code, answer = _verify(b"%PDF-1.7 not much", tmp_path)
     assert code == 3
-    monkeypatch.delenv("KILN_VERIFY_MEMORY_MB")
-    monkeypatch.setenv("KILN_VERIFY_WALL_S", "0.01")
+    settings.KILN_VERIFY_MEMORY_MB = 2048
+    settings.KILN_VERIFY_WALL_S = 0.01
     code, answer = _verify(bytes(issued.pdf), tmp_path)
     assert code == 1 and "no answer after 0.01 s" in answer["detail"]
 

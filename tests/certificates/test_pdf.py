@@ -60,7 +60,7 @@ def test_it_attaches_the_exact_signed_payload(issued):
 
 def test_it_says_charts_are_left_out_without_chromium(settings, monkeypatch):
     settings.KILN_CERT_CHARTS = "1"
-    monkeypatch.setenv("BROWSER_PATH", "/nonexistent/chromium")
+    settings.BROWSER_PATH = "/nonexistent/chromium"
     result, note = charts.charts_render(result_ids=[], items=[])
     assert result == [] and "no Chromium" in note
 
@@ -74,7 +74,7 @@ def test_it_draws_the_busbw_chart_as_svg_with_chromium(settings, monkeypatch, cl
     from tests.certificates.conftest import finish
 
     settings.KILN_CERT_CHARTS = "1"
-    monkeypatch.setenv("BROWSER_PATH", "/usr/bin/chromium")
+    settings.BROWSER_PATH = "/usr/bin/chromium"
     plan = TestPlan.objects.create(slug="nccl", name="nccl")
     TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug="nccl-allreduce"))
     campaign = services.campaign_create(cluster=cluster, plan=plan, name="nccl", user=users["operator"])

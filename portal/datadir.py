@@ -1,0 +1,69 @@
+"""The data folder's layout, made by `manage.py kiln_init` (and `make up`), never at import.
+
+settings.py only reads from here (it must import nothing of Django's apps); kiln_init writes. The
+secret key is created atomically and never replaced: two kiln_init runs at once (web and worker
+containers starting together) end with one key that both read.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+SECRET_KEY_FILE = "secret_key"
+# 50 URL-safe bytes: Django's check --deploy asks for at least 50 characters (security.W009).
+SECRET_KEY_BYTES = 50
+
+
+def broker_dirs(data_dir: Path) -> tuple[Path, Path]:
+    """The filesystem broker's (queue, control) folders of the embedded default."""
+    return data_dir / "broker" / "queue", data_dir / "broker" / "control"
+
+
+def layout(data_dir: Path) -> list[Path]:
+    """Every folder the embedded setup writes to: SQLite file, broker, collected static files, logs."""
+    return [data_dir, *broker_dirs(data_dir), data_dir / "static", data_dir / "logs"]
+
+
+def secret_key_read(data_dir: Path) -> str:
+    """The generated secret key, or "" when kiln_init has not made one."""
+    try:
+        return (data_dir / SECRET_KEY_FILE).read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def secret_key_create(data_dir: Path) -> bool:
+    """Writes a new random key unless one exists; True if this call made it. Written to a private
+    temporary file first, then linked into place: the key is whole or absent, and a key another
+    process linked first is kept."""
+    target = data_dir / SECRET_KEY_FILE
+    if target.exists():
+        return False
+    fd, tmp = tempfile.mkstemp(dir=data_dir, prefix=".secret_key.")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(SECRET_KEY_BYTES))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, target)
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+    return True
+
+
+def init_data_dir(data_dir: Path, *, secret_key: bool = True) -> list[Path]:
+    """Makes the folders and, unless the key comes from the environment, the secret key. Returns
+    what it created (empty when everything was there)."""
+    made = []
+    for folder in layout(data_dir):
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            made.append(folder)
+    if secret_key and secret_key_create(data_dir):
+        made.append(data_dir / SECRET_KEY_FILE)
+    return made

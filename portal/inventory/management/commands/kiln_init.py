@@ -1,0 +1,28 @@
+"""`manage.py kiln_init`: makes the data folder (KILN_DATA_DIR) and the generated secret key. Settings
+never write at import; `make up` runs this first, and so does any fresh deployment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from portal.datadir import init_data_dir, secret_key_read
+
+
+class Command(BaseCommand):
+    help = "Create KILN_DATA_DIR's folders and, unless KILN_SECRET_KEY is set, the generated secret key."
+    # Runs before the secret key exists, which the system checks would refuse (kiln.E001).
+    requires_system_checks: list[str] = []
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        data_dir = settings.DATA_DIR
+        # A key that is set but is not the file's came from KILN_SECRET_KEY: no file is made then.
+        key = getattr(settings._wrapped, "SECRET_KEY", "")  # settings.SECRET_KEY raises when empty
+        from_env = bool(key) and key != secret_key_read(data_dir)
+        made = init_data_dir(data_dir, secret_key=not from_env)
+        for path in made:
+            self.stdout.write(f"created {path}")
+        if not made:
+            self.stdout.write(f"{data_dir}: already set up")
