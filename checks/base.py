@@ -43,10 +43,12 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from checks import evidence as impossible_evidence
 from checks.evidence import Rule
+
+_C = TypeVar("_C", bound="Check")  # _prepare hands back the kind of check it was given
 
 PASS = "pass"
 WARN = "warn"
@@ -372,6 +374,14 @@ def register(cls: type[Check]) -> type[Check]:
     return cls
 
 
+def get_group_check(key: str) -> GroupCheck:
+    """get_check for the callers that run a group check: its group attributes, typed."""
+    check = get_check(key)
+    if not isinstance(check, GroupCheck):
+        raise TypeError(f"check kind {key!r} is not a group check")
+    return check
+
+
 def get_check(key: str) -> Check:
     try:
         return REGISTRY[key]()
@@ -392,8 +402,8 @@ def run_check(
     `error` (see the module docstring). `params`/`thresholds` may be schema
     instances or plain dicts (validated through make_params/make_thresholds,
     so a bad key raises ParamsError before anything is judged)."""
-    check, thresholds = _prepare(check, params, thresholds)
-    return _judge(check, outputs, lambda measurements: check.evaluate(measurements, thresholds, node))
+    prepared, thresholds = _prepare(check, params, thresholds)
+    return _judge(prepared, outputs, lambda measurements: prepared.evaluate(measurements, thresholds, node))
 
 
 def run_group_check(
@@ -404,11 +414,11 @@ def run_group_check(
     group: GroupContext,
 ) -> tuple[list[Measurement], Verdict]:
     """`run_check` for a group check: the same error rules, then `evaluate_group`."""
-    check, thresholds = _prepare(check, params, thresholds)
-    return _judge(check, outputs, lambda measurements: check.evaluate_group(measurements, thresholds, group))
+    prepared, thresholds = _prepare(check, params, thresholds)
+    return _judge(prepared, outputs, lambda measurements: prepared.evaluate_group(measurements, thresholds, group))
 
 
-def _prepare(check: Check | type[Check], params: Any, thresholds: Any) -> tuple[Any, Any]:
+def _prepare(check: _C | type[_C], params: Any, thresholds: Any) -> tuple[_C, Any]:
     if isinstance(check, type):
         check = check()
     if params is None or isinstance(params, dict):

@@ -35,6 +35,7 @@ from checks.base import (
     Series,
     Verdict,
     get_check,
+    get_group_check,
     run_check,
     run_group_check,
     worst_status,
@@ -238,7 +239,7 @@ def _execute_group_held(
     with db_phase("claim"):
         run = Run.objects.select_related("cluster").get(pk=run_id)
         item = snapshot_item(run, result.item_key)
-        check = get_check(item["kind"])
+        check = get_group_check(item["kind"])
         params = check.make_params(item["params"])
         thresholds = check.make_thresholds(item["thresholds"])
         members, excluded = group_members(run)
@@ -369,7 +370,7 @@ def group_item_limits(*, item: dict[str, Any], node_count: int) -> tuple[int, in
     visibility timeout. The worker enqueues with these and the reaper judges by them."""
     from worker.timeouts import group_task_limits
 
-    check = get_check(item["kind"])
+    check = get_group_check(item["kind"])
     ring_rounds = (
         len(pair_batches(ring_pairs(range(node_count)), settings.KILN_PAIR_PARALLELISM))
         if check.pairwise and node_count >= 3
