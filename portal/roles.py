@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission
+from django.contrib.auth.models import AnonymousUser, Group, Permission, User
 from django.http import HttpRequest
 
 VIEWER = "viewer"
@@ -36,7 +36,7 @@ SUPERUSER_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def has_role(user: AbstractBaseUser | AnonymousUser, role: str) -> bool:
+def has_role(user: User | AnonymousUser, role: str) -> bool:
     """Superusers hold every role; operators and approvers can also view."""
     if not user.is_authenticated:
         return False

@@ -11,7 +11,8 @@ from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -27,7 +28,7 @@ from portal.roles import OPERATOR, VIEWER, has_role
 from portal.runs import selectors, services
 from portal.runs.models import STATUS_COLOURS, Run
 
-View = Callable[..., HttpResponse]
+View = Callable[..., HttpResponseBase]
 
 
 def role_required(role: str) -> Callable[[View], View]:
@@ -35,7 +36,7 @@ def role_required(role: str) -> Callable[[View], View]:
 
     def decorator(view: View) -> View:
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not has_role(request.user, role):
                 raise PermissionDenied(f"this page needs the {role} role")
             return view(request, *args, **kwargs)
@@ -228,8 +229,6 @@ def result_detail(request: HttpRequest, result_id: int) -> HttpResponse:
     try:
         result = selectors.result_detail(result_id=result_id)
     except selectors.CheckResult.DoesNotExist:
-        from django.http import Http404
-
         raise Http404("no such result") from None
     return render(
         request,
@@ -245,11 +244,9 @@ def result_detail(request: HttpRequest, result_id: int) -> HttpResponse:
 
 
 @role_required(VIEWER)
-def result_raw_output(request: HttpRequest, result_id: int, stream: str) -> HttpResponse:
+def result_raw_output(request: HttpRequest, result_id: int, stream: str) -> StreamingHttpResponse:
     """The exact bytes a check's commands printed (as the transport read them), for download:
     never rendered (application/octet-stream, attachment), inflated a chunk at a time."""
-    from django.http import Http404, StreamingHttpResponse
-
     from portal.runs import rawoutput
 
     try:
@@ -264,13 +261,12 @@ def result_raw_output(request: HttpRequest, result_id: int, stream: str) -> Http
     return response
 
 
-def plotly_js(request: HttpRequest) -> HttpResponse:
+def plotly_js(request: HttpRequest) -> FileResponse:
     """plotly.js from the installed plotly package: air-gapped sites load nothing from a CDN, and the
     JS always matches the Python figure builder's version."""
     from pathlib import Path
 
     import plotly
-    from django.http import FileResponse
 
     path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
     response = FileResponse(path.open("rb"), content_type="application/javascript")

@@ -27,10 +27,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import connection, connections
+
+if TYPE_CHECKING:
+    from dj_database_url import DBConfig  # the type of one DATABASES entry (portal/settings.py)
 
 _local = threading.local()
 _gate_lock = threading.Lock()
@@ -52,7 +55,7 @@ WORKER_APPLICATION_NAME = "kiln-worker"
 POOL_TIMEOUT_S = 60
 
 
-def configure_worker_database(*, pool: str, db: dict[str, Any] | None = None) -> None:
+def configure_worker_database(*, pool: str, db: DBConfig | None = None) -> None:
     """At worker start, before its threads connect (worker/celery.py, worker_init).
 
     PostgreSQL only. The worker's connections get the application_name `kiln-worker` (unless the

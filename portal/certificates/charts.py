@@ -111,10 +111,13 @@ def figures_build(*, result_ids: list[int], items: list[dict[str, Any]]) -> list
     if fs:
         fig = go.Figure()
         for name in ("write_bw", "read_bw"):
-            rows = [v for v in fs if v["name"] == name]
-            fig.add_trace(
-                go.Bar(x=[v["result__node__hostname"] for v in rows], y=[v["value"] / 1e9 for v in rows], name=name)
-            )
+            # value is never None (filtered above); the row type cannot say so
+            bars = [
+                (v["result__node__hostname"], v["value"] / 1e9)
+                for v in fs
+                if v["name"] == name and v["value"] is not None
+            ]
+            fig.add_trace(go.Bar(x=[host for host, _ in bars], y=[gb for _, gb in bars], name=name))
         fig.update_layout(barmode="group", yaxis_title="GB/s")
         figures.append(("Filesystem throughput per node", fig))
     for _, fig in figures:

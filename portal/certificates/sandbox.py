@@ -33,7 +33,9 @@ def _summary(payload: dict[str, Any] | None) -> dict[str, Any] | None:
     """What the pages and kiln_verify show of the payload (the full evidence can be 100+ MB)."""
     if not isinstance(payload, dict):
         return None
-    cluster = payload.get("cluster") if isinstance(payload.get("cluster"), dict) else {}
+    cluster = payload.get("cluster")
+    if not isinstance(cluster, dict):
+        cluster = {}
     out = {key: payload.get(key) for key in SUMMARY_KEYS}
     out["cluster"] = {key: cluster.get(key) for key in ("name", "customer", "site")}
     out["waivers"] = len(payload.get("waivers") or [])

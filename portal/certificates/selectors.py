@@ -4,12 +4,13 @@ A handful of queries per call, whatever the number of nodes or runs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from portal.certificates.models import (
@@ -112,7 +113,7 @@ def campaign_runs(*, campaign: Campaign) -> QuerySet[Run]:
     )
 
 
-def _latest_results(campaign: Campaign) -> list[dict[str, Any]]:
+def _latest_results(campaign: Campaign) -> list[Mapping[str, Any]]:
     """Every final result of the campaign's runs, oldest first (later rows win)."""
     return list(
         CheckResult.objects.filter(
@@ -141,7 +142,7 @@ def campaign_state(*, campaign: Campaign) -> CampaignState:
     by_name = {n.hostname: n for n in nodes}
     excluded = list(campaign.exclusions.select_related("node", "excluded_by"))
     excluded_ids = {e.node_id for e in excluded}
-    latest: dict[tuple[int, str], dict[str, Any]] = {}
+    latest: dict[tuple[int, str], Mapping[str, Any]] = {}
     for row in _latest_results(campaign):
         if row["scope"] == "group":
             attribution = row["attribution"] or {}
@@ -168,12 +169,12 @@ def campaign_state(*, campaign: Campaign) -> CampaignState:
             continue
         cells = []
         for item in items:
-            row = latest.get((node.pk, item["key"]))
-            if row is None:
+            found = latest.get((node.pk, item["key"]))
+            if found is None:
                 cell = Cell(node.pk, node.hostname, item["key"], MISSING)
             else:
-                status = row["status"]
-                waiver = waivers.get((row["id"], node.pk))
+                status = found["status"]
+                waiver = waivers.get((found["id"], node.pk))
                 if status in ACCEPTED:
                     state = OK if status == Status.PASS else WARN
                 elif waiver is not None:
@@ -185,13 +186,13 @@ def campaign_state(*, campaign: Campaign) -> CampaignState:
                     node.hostname,
                     item["key"],
                     state,
-                    result_id=row["id"],
-                    run_id=row["run_id"],
+                    result_id=found["id"],
+                    run_id=found["run_id"],
                     result_status=status,
-                    reason=row["reason"],
-                    scope=row["scope"],
+                    reason=found["reason"],
+                    scope=found["scope"],
                     waiver=waiver if state == WAIVED else None,
-                    finished_at=row["finished_at"],
+                    finished_at=found["finished_at"],
                 )
             counts[cell.state] += 1
             cells.append(cell)
@@ -223,7 +224,7 @@ def campaign_certificates(*, campaign: Campaign) -> QuerySet[Certificate]:
     return campaign.certificates.defer("pdf", "payload").select_related("revocation").order_by("-issued_at", "-id")
 
 
-def signer_side(*, user: AbstractBaseUser | AnonymousUser) -> str | None:
+def signer_side(*, user: User | AnonymousUser) -> str | None:
     """A signer's side is their organisation group: `vendor` or `customer` (exactly one of them)."""
     if not user.is_authenticated:
         return None

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -47,9 +47,11 @@ def audit_record(*, campaign: Campaign, user: Any, action: str, detail: str = ""
     )
 
 
-def _require_approver(user: Any) -> None:
-    if not has_role(user, APPROVER):
+def _require_approver(user: User | AnonymousUser) -> User:
+    """The user, once known to hold the approver role (an anonymous one never does)."""
+    if isinstance(user, AnonymousUser) or not has_role(user, APPROVER):
         raise CampaignError("only a user with the approver role can do this")
+    return user
 
 
 def _require_open(campaign: Campaign) -> None:
@@ -210,11 +212,11 @@ def waiver_grant(*, campaign: Campaign, hostname: str, item_key: str, justificat
     return waiver
 
 
-def certificate_sign(*, campaign: Campaign, user: AbstractBaseUser) -> Signature:
+def certificate_sign(*, campaign: Campaign, user: User | AnonymousUser) -> Signature:
     """One approver signs the current body. When the other side has signed the same body, the
     certificate is issued by a task (rendering and sealing take minutes at 1,000+ nodes, too long
     for a request); the campaign shows it as issuing until then."""
-    _require_approver(user)
+    user = _require_approver(user)
     side = signer_side(user=user)
     if side is None:
         raise CampaignError("a signer must belong to exactly one of the groups `vendor` and `customer`")
@@ -274,7 +276,7 @@ def _enqueue_issue(campaign_id: int) -> None:
     certificate_issue_task.delay(campaign_id)
 
 
-def certificate_issue_retry(*, campaign: Campaign, user: AbstractBaseUser) -> None:
+def certificate_issue_retry(*, campaign: Campaign, user: User | AnonymousUser) -> None:
     """Ask again for a certificate both sides signed (after a failed or lost issuing attempt)."""
     _require_approver(user)
     with transaction.atomic():

@@ -122,7 +122,7 @@ class KilnCollector:
         families: dict[str, GaugeMetricFamily] = {}
         for cluster, host, kind, name, gpu, labels, value in rows:
             spec = MEASUREMENTS.get((kind, name))
-            if spec is None:
+            if spec is None or value is None:  # value is never None (filtered above); the row type cannot say so
                 continue
             metric, help_text, extra, extra_value = spec
             names = ["cluster", "node", "gpu"] + ([extra] if extra else [])

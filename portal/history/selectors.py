@@ -69,7 +69,7 @@ KEY_METRICS: tuple[Metric, ...] = (
 METRICS_BY_KEY = {m.key: m for m in KEY_METRICS}
 _KEY_KINDS = sorted({k for m in KEY_METRICS for k in m.kinds})
 _KEY_NAMES = sorted({m.name for m in KEY_METRICS})
-_STATUS_RANK = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 2}
+_STATUS_RANK: dict[str, int] = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 2}
 
 
 def metric_for(*, kind: str, name: str, labels: dict[str, Any]) -> Metric | None:
@@ -354,7 +354,7 @@ def _run_facts(run: Run) -> _RunFacts:
         hostname, item_key, kind, scope = info[result_id]
         labels = labels or {}
         metric = metric_for(kind=kind, name=name, labels=labels)
-        if metric is None:
+        if metric is None or value is None:  # never None (filtered above); the row type cannot say so
             continue
         if scope == "node":
             subject = hostname
@@ -481,11 +481,11 @@ def runs_compare(*, a: Run, b: Run, only_worse: bool = False) -> Comparison:
             a_reason=sa[1] if sa else "", a_result=sa[2] if sa else None, b_result=sb[2] if sb else None,
         )  # fmt: skip
         subjects.setdefault(key[0], NodeComparison(key[0], [], [])).changes.append(change)
-    for key in set(fa.values) | set(fb.values):
-        subject, metric_key, check = key
+    for value_key in set(fa.values) | set(fb.values):
+        subject, metric_key, check = value_key
         metric = METRICS_BY_KEY[metric_key]
-        va = _fold(metric, fa.values[key]) if key in fa.values else None
-        vb = _fold(metric, fb.values[key]) if key in fb.values else None
+        va = _fold(metric, fa.values[value_key]) if value_key in fa.values else None
+        vb = _fold(metric, fb.values[value_key]) if value_key in fb.values else None
         delta = MetricDelta(
             subject=subject, metric=metric, check=check,
             a=va[0] if va else None, b=vb[0] if vb else None, a_gpu=va[1] if va else None,

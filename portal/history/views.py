@@ -9,7 +9,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 from django import forms
 from django.core.paginator import Page, Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
@@ -160,7 +160,8 @@ class ResultSearchForm(forms.Form):
             raise forms.ValidationError(f"not a node set ({exc}); write e.g. gpu[01-08,12]") from None
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         since, until = data.get("since"), data.get("until")
         if since and until and since > until:
             raise forms.ValidationError("'since' is after 'until'")
@@ -187,7 +188,7 @@ _FORMATS = ("csv", "json")
 
 
 @role_required(VIEWER)
-def result_search(request: HttpRequest) -> HttpResponse:
+def result_search(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     form = ResultSearchForm(request.GET)
     fmt = request.GET.get("format", "")
     if fmt and fmt not in _FORMATS:
@@ -204,10 +205,10 @@ def result_search(request: HttpRequest) -> HttpResponse:
 
 
 def _error_text(form: forms.Form) -> str:
-    lines = [
-        "; ".join(errors) if field == "__all__" else f"{field}: {'; '.join(errors)}"
-        for field, errors in form.errors.items()
-    ]
+    lines = []
+    for field, errors in form.errors.items():
+        text = "; ".join(str(e) for e in errors)
+        lines.append(text if field == "__all__" else f"{field}: {text}")
     return "bad filter:\n" + "\n".join(lines) + "\n"
 
 
@@ -222,7 +223,7 @@ def _search_context(form: ResultSearchForm, page: Page | None) -> dict[str, Any]
 
 
 @role_required(VIEWER)
-def run_results_export(request: HttpRequest, run_id: int, fmt: str) -> HttpResponse:
+def run_results_export(request: HttpRequest, run_id: int, fmt: str) -> StreamingHttpResponse:
     run = get_object_or_404(Run.objects.select_related("cluster"), pk=run_id)
     results = selectors.results_search(filters=selectors.ResultFilter(run=run)).order_by(
         "node__hostname", "position", "id"
@@ -232,6 +233,6 @@ def run_results_export(request: HttpRequest, run_id: int, fmt: str) -> HttpRespo
 
 
 @role_required(VIEWER)
-def run_measurements_export(request: HttpRequest, run_id: int) -> HttpResponse:
+def run_measurements_export(request: HttpRequest, run_id: int) -> StreamingHttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     return exports.measurements_export(run=run)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, Error, InterfaceError, OperationalError, connection
 
 from worker.db import connect_checked
 
@@ -39,7 +39,7 @@ MAX_DELAY_S = 8.0
 # connection due to administrator command", "server closed the connection unexpectedly", "could not
 # connect"; InterfaceError: "connection already closed"). IntegrityError, DataError and
 # ProgrammingError are bugs or bad data: a retry would only repeat them.
-RETRYABLE: tuple[type[DatabaseError], ...] = (OperationalError, InterfaceError)
+RETRYABLE: tuple[type[Error], ...] = (OperationalError, InterfaceError)
 
 
 def db_retry(

@@ -16,8 +16,8 @@ Every node task calls `run_finalize` when it ends (and the reaper, and cancel). 
 
 from __future__ import annotations
 
+import inspect
 import logging
-from typing import Any
 
 from django.db import DatabaseError, transaction
 from django.db.models import Count
@@ -80,6 +80,7 @@ def _finalize(*, run_id: int, dispatch: bool) -> Run | None:
         counts: dict[str, int] = {}
         for (_, status), n in tally.items():
             counts[status] = counts.get(status, 0) + n
+        final: str
         if counts.get(Status.CANCELLED):
             final = Status.CANCELLED
         else:
@@ -149,8 +150,8 @@ def _apply_consensus(run: Run) -> int:
         if item.get("scope", "node") != "node" or item["kind"] not in REGISTRY:
             continue
         check_class = REGISTRY[item["kind"]]
-        if check_class.consensus.__func__ is Check.consensus.__func__:
-            continue  # this kind has nothing to agree on
+        if inspect.getattr_static(check_class, "consensus") is inspect.getattr_static(Check, "consensus"):
+            continue  # the kind keeps Check's consensus: it has nothing to agree on
         results = list(
             run.results.filter(item_key=item["key"], status__in=[Status.PASS, Status.WARN, Status.FAIL])
             .select_related("node")
@@ -194,7 +195,7 @@ def _apply_outliers(run: Run) -> int:
         result__status__in=[Status.PASS, Status.WARN, Status.FAIL],  # error results carry no trusted value
         name__in=names,
     ).values("result_id", "result__item_key", "result__status", "name", "value", "gpu", "labels")
-    per_item: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    per_item: dict[str, dict[int, list[outliers.Row]]] = {}
     judged: dict[int, str] = {}
     for row in rows:
         per_item.setdefault(row["result__item_key"], {}).setdefault(row["result_id"], []).append(row)

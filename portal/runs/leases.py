@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -272,6 +272,7 @@ class TrackedTransport:
     def __init__(self, inner: Transport, holding: Holding) -> None:
         self.inner = inner
         self.holding = holding
+        accepts: Mapping[str, inspect.Parameter]
         try:
             accepts = inspect.signature(inner.run).parameters
         except (TypeError, ValueError):
@@ -414,8 +415,8 @@ class LeaseKeeper:
                 with self._lock:
                     self._started[:0] = started  # again at the next beat; the waiters go on after WRITE_WAIT_S
                 raise
-            for _, done in started:
-                done.set()
+            for _, event in started:
+                event.set()
         while True:
             with self._lock:
                 if not self._writes:

@@ -19,6 +19,7 @@ import logging
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -119,7 +120,7 @@ def _send_again(*, run_id: int, node_id: int, scope: str, result_ids: list[int])
 
     if scope == "group":
         for result_id in result_ids:
-            transaction.on_commit(lambda pk=result_id: enqueue_group(run_id=run_id, result_id=pk))
+            transaction.on_commit(partial(enqueue_group, run_id=run_id, result_id=result_id))
     else:
         transaction.on_commit(lambda: enqueue_node(run_id=run_id, node_id=node_id))
 
@@ -177,7 +178,8 @@ def stop_orphans(*, now: datetime) -> int:
     )
     if not rows:
         return 0
-    live, expired = [], []
+    live: list[CheckResult] = []
+    expired: list[CheckResult] = []
     for row in rows:
         (live if _may_still_run(row, now) else expired).append(row)
     for row in expired:  # its own remote timeout has ended it by now
@@ -247,6 +249,8 @@ def _stop_on(host: Any, rows: list[CheckResult]) -> dict[int, str | Exception]:
     outcome: dict[int, str | Exception] = {}
     try:
         for row in rows:
+            if row.remote_pgid is None:  # never: rows are selected with a process group
+                continue
             try:
                 outcome[row.pk] = stop_group(
                     transport, pgid=row.remote_pgid, tag=tag_for(row.pk, row.attempt), grace_s=REMOTE_KILL_GRACE_S

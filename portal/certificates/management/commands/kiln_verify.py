@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandParser
 
@@ -32,7 +32,7 @@ class Command(BaseCommand):
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
 
-        def exit_usage(status: int = 0, message: str | None = None) -> None:
+        def exit_usage(status: int = 0, message: str | None = None) -> NoReturn:
             if message:
                 sys.stderr.write(message)
             sys.exit(EX_USAGE if status else 0)

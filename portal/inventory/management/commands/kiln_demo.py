@@ -72,12 +72,12 @@ class Command(BaseCommand):
                 )
         fast_plan_ensure(slug="demo-acceptance", name="Acceptance (demo speed)")
         what = "created" if created else "refreshed"
-        faults = (
+        fault_text = (
             "no faults"
             if options["healthy"]
             else ", ".join(f"{h}: {', '.join(f'{k}={v}' for k, v in f.items())}" for h, f in DEMO_FAULTS.items())
         )
-        self.stdout.write(f"{what} cluster demo with {len(DEMO_NODES)} simulated nodes ({faults})")
+        self.stdout.write(f"{what} cluster demo with {len(DEMO_NODES)} simulated nodes ({fault_text})")
         self.stdout.write("plans: quick, demo-acceptance (the acceptance plan at simulator speed)")
         if options["certificate"]:
             self._certificate(options["certificate"], healthy=options["healthy"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand
 
 from portal.datadir import init_data_dir, secret_key_read
@@ -19,7 +20,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         data_dir = settings.DATA_DIR
         # A key that is set but is not the file's came from KILN_SECRET_KEY: no file is made then.
-        key = getattr(settings._wrapped, "SECRET_KEY", "")  # settings.SECRET_KEY raises when empty
+        try:
+            key = settings.SECRET_KEY
+        except ImproperlyConfigured:  # what Django raises for an empty key: none is set yet
+            key = ""
         from_env = bool(key) and key != secret_key_read(data_dir)
         made = init_data_dir(data_dir, secret_key=not from_env)
         for path in made:
