@@ -224,6 +224,8 @@ def kiln_once(cluster: Any, plan: Any, nodes: list[Any], database_url: str) -> K
         time.sleep(0.1)
     peak = sampler.stop()
     run.refresh_from_db()
+    if run.finished_at is None:
+        raise SystemExit(f"run {run.pk} is {run.status} but has no finish time")
     seconds = (run.finished_at - run.created_at).total_seconds()
     return KilnRun(seconds, peak, len(sampler.pids), run.status, run.pk)
 

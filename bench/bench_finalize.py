@@ -131,6 +131,8 @@ def measure(run: Any, repeat: int) -> Closing:
                 t0 = time.perf_counter()
                 closed = services.run_finalize(run_id=run.pk)  # health runs on commit, inside this
                 wall = (time.perf_counter() - t0) * 1000
+            if closed is None:
+                raise SystemExit(f"run {run.pk} vanished while it was closed")
             reason = closed.reason
             walls.append(wall - judged.ms)
             crosses.append(cross.ms)

@@ -26,6 +26,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from portal.runs.models import CheckResult  # imported for real once Django is set up
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -56,7 +60,7 @@ def setup_django() -> tuple[Callable[[], None], str]:
     return teardown, described
 
 
-def seed(nodes: int, checks: int) -> list[list[object]]:
+def seed(nodes: int, checks: int) -> list[list[CheckResult]]:
     """One run, `nodes` nodes with `checks` running results each; returns each node's results."""
     from django.utils import timezone
 

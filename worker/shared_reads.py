@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Any
 
 from checks.base import Command, CommandOutput
-from worker.ssh import Transport
+from worker.ssh import PgidCallback, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +45,12 @@ class SharedReads:
         self.ran = 0  # commands sent to the node
         self.shared = 0  # commands answered from an earlier identical read
 
-    def run(self, command: Command) -> CommandOutput:
+    def run(self, command: Command, *, tag: str = "", on_start: PgidCallback | None = None) -> CommandOutput:
+        """A shared answer starts nothing on the node: `on_start` is called only for a command sent."""
         if not command.read_only:
             self._kept.clear()  # before it runs: even if it fails half-way, nothing stale survives
             self.ran += 1
-            return self.transport.run(command)
+            return self.transport.run(command, tag=tag, on_start=on_start)
         key = _key(command)
         kept = self._kept.get(key)
         if kept is not None and (kept.duration_s or 0.0) <= command.timeout:
@@ -56,7 +58,7 @@ class SharedReads:
             logger.debug("shared read: %s answered from an identical earlier read", command.label or command.argv[0])
             return dataclasses.replace(kept, command=command)
         self.ran += 1
-        output = self.transport.run(command)
+        output = self.transport.run(command, tag=tag, on_start=on_start)
         if output.exit_code is not None and not output.timed_out:
             self._kept[key] = output
         return output
@@ -65,7 +67,7 @@ class SharedReads:
         self._kept.clear()
         self.transport.close()
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Any:
         # Anything else a transport offers (its target, a way to stop its remote processes) is the
         # wrapped transport's own.
         if name == "transport":

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
 from checks.base import REGISTRY, Command, CommandOutput, NodeContext, get_check
 from worker.shared_reads import SharedReads
-from worker.ssh import UnreachableError
+from worker.ssh import PgidCallback, UnreachableError
 
 PROBE = Command(argv=("python3", "-"), stdin="print('probe')", timeout=60, label="probe.py", read_only=True)
 
@@ -22,9 +23,13 @@ class CountingTransport:
         self.timed_out = timed_out
         self.duration = duration
         self.closed = False
+        self.tags: list[str] = []
 
-    def run(self, command: Command) -> CommandOutput:
+    def run(self, command: Command, *, tag: str = "", on_start: PgidCallback | None = None) -> CommandOutput:
         self.ran.append(command)
+        self.tags.append(tag)
+        if on_start is not None:
+            on_start(1000 + len(self.ran))  # the process group it "started"
         return CommandOutput(command, f"reading #{len(self.ran)}", "", self.exit_code, self.timed_out, self.duration)
 
     def close(self) -> None:
@@ -40,6 +45,18 @@ def test_it_runs_an_identical_read_only_command_once() -> None:
     assert again.stdout == first.stdout == "reading #1"
     assert again.command.label == "probe for ecc"  # the asking check's own command, for its parser
     assert (reads.ran, reads.shared) == (1, 1)
+
+
+def test_a_sent_command_carries_its_tag_and_a_shared_answer_starts_nothing() -> None:
+    """The lease's tracking (portal/runs/leases.py) learns the process group of what runs, and only that."""
+    transport = CountingTransport()
+    reads = SharedReads(transport)
+    started: list[int] = []
+    reads.run(PROBE, tag="r1", on_start=started.append)
+    reads.run(PROBE, tag="r2", on_start=started.append)  # shared: nothing runs
+    reads.run(Command(argv=("gpu_burn", "60"), timeout=90), tag="r3", on_start=started.append)
+    assert transport.tags == ["r1", "r3"]
+    assert started == [1001, 1002]
 
 
 def test_it_reads_again_after_a_command_that_is_not_read_only() -> None:
@@ -64,11 +81,11 @@ def test_it_keeps_sharing_across_other_read_only_commands() -> None:
 
 def test_it_forgets_before_a_changing_command_even_when_that_command_fails() -> None:
     class Failing(CountingTransport):
-        def run(self, command: Command) -> CommandOutput:
+        def run(self, command: Command, **kwargs: Any) -> CommandOutput:
             if not command.read_only:
                 self.ran.append(command)
                 raise UnreachableError("connection lost")
-            return super().run(command)
+            return super().run(command, **kwargs)
 
     transport = Failing()
     reads = SharedReads(transport)
