@@ -14,6 +14,10 @@ from tests.conftest import REPO
 def test_the_immutability_tests_pass_on_sqlite(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env["KILN_DATA_DIR"] = str(tmp_path / "data")
+    made = subprocess.run(  # the data folder and secret key, as `make up` makes them first
+        [sys.executable, "manage.py", "kiln_init"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/certificates/test_immutability.py"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
