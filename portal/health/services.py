@@ -609,7 +609,7 @@ def scheduled_run_fire(*, schedule_id: int, task_id: str = "", now: datetime | N
 
 def _limits(snapshot: dict[str, Any], node_count: int) -> tuple[float, float]:
     """(node task hard limit, all group tasks' hard limits summed), as the worker enqueues them."""
-    from portal.runs.execution import group_item_limits
+    from portal.runs.pairs import group_item_limits
     from worker.timeouts import node_task_limits
 
     items = snapshot.get("items", [])
@@ -638,7 +638,7 @@ def reap(*, now: datetime | None = None) -> list[int]:
     """
     from ClusterShell.NodeSet import NodeSet
 
-    from portal.runs.execution import group_item_limits
+    from portal.runs.pairs import group_item_limits
     from portal.runs.reaper import reap_liveness
     from portal.runs.services import run_finalize
 

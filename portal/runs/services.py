@@ -19,11 +19,12 @@ from checks.profiles import get_profile
 from portal.catalog.models import TestPlan
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
-from portal.runs import events, leases, rawoutput
+from portal.runs import dispatch, events, leases, rawoutput
 from portal.runs.dbretry import db_retry
 from portal.runs.finalize import run_finalize
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Series, Status, points_digest
 from portal.runs.rawoutput import storable, storable_json
+from worker.timeouts import node_task_limits
 
 logger = logging.getLogger(__name__)
 
@@ -225,8 +226,6 @@ def run_rerun(*, run: Run, requested_by: Any = None, enqueue: bool = True) -> Ru
 
 
 def _check_timeout_nesting(snapshot: dict[str, Any]) -> None:
-    from worker.timeouts import node_task_limits
-
     _, hard = node_task_limits(
         command_budgets=[item["timeout_s"] for item in snapshot["items"]],
         connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
@@ -240,10 +239,8 @@ def _check_timeout_nesting(snapshot: dict[str, Any]) -> None:
 
 
 def _enqueue(run_id: int, node_ids: list[int]) -> None:
-    from worker.tasks import enqueue_node
-
     for node_id in node_ids:
-        enqueue_node(run_id=run_id, node_id=node_id)
+        dispatch.enqueue_node(run_id=run_id, node_id=node_id)
 
 
 def run_mark_started(*, run_id: int) -> None:
@@ -293,6 +290,13 @@ def group_result_claim(*, result_id: int, claim: str) -> CheckResult | None:
         status=Status.RUNNING, claimed_by=claim, attempt=F("attempt") + 1, started_at=now, **leases.claim_fields(now)
     )
     return CheckResult.objects.get(pk=result_id) if updated else None
+
+
+def group_result_error(*, result_id: int, claim: str, reason: str) -> int:
+    """Close a group result its task still holds as `error` (time limit, a bug in Kiln)."""
+    return CheckResult.objects.filter(pk=result_id, status=Status.RUNNING, claimed_by=claim).update(
+        status=Status.ERROR, reason=reason
+    )
 
 
 def _stream(raw: bytes | list[bytes] | None, text: str) -> list[bytes]:
