@@ -12,10 +12,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from checks.base import REGISTRY, ParamsError, Verdict
 from checks.base import Measurement as CheckMeasurement
 from checks.base import Series as CheckSeries
-from checks.profiles import get_profile
+from checks.base import Verdict
 from portal.catalog.models import TestPlan
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
@@ -24,72 +23,10 @@ from portal.runs.dbretry import db_retry
 from portal.runs.finalize import run_finalize
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Series, Status, points_digest
 from portal.runs.rawoutput import storable, storable_json
+from portal.runs.snapshot import RunStartError, plan_snapshot_build
 from worker.timeouts import node_task_limits
 
 logger = logging.getLogger(__name__)
-
-
-class RunStartError(ValueError):
-    """The run cannot start as asked; the message says why, and nothing was created."""
-
-
-def _merge(*layers: dict[str, Any] | None) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        merged.update(layer or {})
-    return merged
-
-
-def plan_snapshot_build(*, plan: TestPlan, cluster: Cluster) -> dict[str, Any]:
-    """Freeze a plan for one cluster: kinds, fully-resolved params and thresholds, per item.
-
-    Resolution order (later wins): check defaults < hardware profile < definition < plan item <
-    cluster override. Every layer is validated by the check's own schema.
-    """
-    profile = get_profile(cluster.profile)
-    items = []
-    for position, item in enumerate(plan.items.select_related("check_definition").order_by("order", "id")):
-        definition = item.check_definition
-        check_class = REGISTRY.get(definition.kind)
-        if check_class is None:
-            raise RunStartError(f"plan item {definition.slug!r}: unknown check kind {definition.kind!r}")
-        params = _merge(
-            check_class.default_params(), profile.params_for(definition.kind), definition.params, item.param_overrides
-        )
-        thresholds = _merge(
-            check_class.default_thresholds(),
-            profile.thresholds_for(definition.kind),
-            definition.thresholds,
-            item.threshold_overrides,
-            (cluster.threshold_overrides or {}).get(definition.kind, {}),
-        )
-        try:
-            typed_params = check_class.make_params(params)
-            check_class.make_thresholds(thresholds)
-        except ParamsError as exc:
-            raise RunStartError(f"plan item {definition.slug!r}: {exc}") from None
-        check = check_class()
-        items.append(
-            {
-                "key": definition.slug,
-                "name": definition.name,
-                "kind": definition.kind,
-                "position": position,
-                "params": params,
-                "thresholds": thresholds,
-                "timeout_s": check.timeout(typed_params),
-                "scope": check_class.scope,
-            }
-        )
-    if not items:
-        raise RunStartError(f"plan {plan.slug!r} has no checks")
-    return {
-        "slug": plan.slug,
-        "name": plan.name,
-        "profile": profile.key,
-        "items": items,
-        "taken_at": timezone.now().isoformat(),
-    }
 
 
 def nodes_select(*, cluster: Cluster, node_set: str = "") -> list[Node]:
