@@ -19,6 +19,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 logger = logging.getLogger("kiln.worker")
 
+# The signal handlers below import worker.db and Django's settings when they run: this module is
+# the app every process loads first (`celery -A worker`), before Django's settings are set up.
+
 app = Celery("kiln")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.update(

@@ -34,7 +34,7 @@ def local_base_env() -> dict[str, str]:
 def local_transport_allowed() -> bool:
     """KILN_ALLOW_LOCAL_TRANSPORT, server configuration: Django's setting where Django is
     configured (the portal and its workers), else the environment variable."""
-    from django.conf import settings
+    from django.conf import settings  # here, not at the top: the transport also runs without Django
 
     if settings.configured and hasattr(settings, "KILN_ALLOW_LOCAL_TRANSPORT"):
         return bool(settings.KILN_ALLOW_LOCAL_TRANSPORT)
