@@ -22,7 +22,7 @@ kube_context_validator = RegexValidator(
 
 
 class HealthState(models.TextChoices):
-    """A node's health, derived from its latest results (portal/health/services.py: state_from_results)."""
+    """A node's health, derived from its latest results (portal/health/services/state.py: state_from_results)."""
 
     UNKNOWN = "unknown", "unknown"
     HEALTHY = "healthy", "healthy"

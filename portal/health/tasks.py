@@ -1,4 +1,7 @@
-"""Celery tasks of the health app (discovered by worker/celery.py). Thin: they call services."""
+"""Celery tasks of the health app (discovered by worker/celery.py). Thin: they call services.
+
+The services queue these tasks (portal/health/services/state.py), so each task imports the
+service it calls when it runs: importing them here would close a loop within the app."""
 
 from __future__ import annotations
 

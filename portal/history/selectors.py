@@ -14,6 +14,7 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from portal.inventory.models import Cluster, Node
+from portal.ordering import natural_key
 from portal.runs.models import CheckResult, Measurement, Run, Status
 
 
@@ -246,12 +247,8 @@ def node_trends(*, node: Node, runs: int = TREND_RUNS) -> list[Trend]:
     for key, trend in trends.items():
         if len(item_keys.get(key, ())) == 1:  # one check: "GPU 3" says it all
             trend.lines = {k.split(" · ", 1)[-1]: v for k, v in trend.lines.items()}
-        trend.lines = dict(sorted(trend.lines.items(), key=lambda kv: _natural(kv[0])))
+        trend.lines = dict(sorted(trend.lines.items(), key=lambda kv: natural_key(kv[0])))
     return [trends[m.key] for m in KEY_METRICS if m.key in trends]
-
-
-def _natural(text: str) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 _THRESHOLD = re.compile(r"^\s*(>=|<=|>|<)\s*(-?[\d.]+)\s*([^\s(,]*)")
@@ -495,7 +492,7 @@ def runs_compare(*, a: Run, b: Run, only_worse: bool = False) -> Comparison:
     order = {m.key: i for i, m in enumerate(KEY_METRICS)}
     counts = _count(list(subjects.values()))  # before the "only worse" filter: the summary stays whole
     nodes = []
-    for subject in sorted(subjects, key=_natural):
+    for subject in sorted(subjects, key=natural_key):
         node = subjects[subject]
         node.deltas.sort(key=lambda d: (order[d.metric.key], d.check))
         if only_worse:

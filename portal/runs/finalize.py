@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from checks.base import REGISTRY, Check, worst_status
 from checks.base import Measurement as CheckMeasurement
-from portal.runs import leases, outliers
+from portal.runs import dispatch, leases, outliers
 from portal.runs.dbretry import db_retry
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunEvent, Status
 
@@ -96,9 +96,7 @@ def _finalize(*, run_id: int, dispatch: bool) -> Run | None:
 
 
 def _enqueue_group(run_id: int, result_id: int) -> None:
-    from worker.tasks import enqueue_group
-
-    enqueue_group(run_id=run_id, result_id=result_id)
+    dispatch.enqueue_group(run_id=run_id, result_id=result_id)
 
 
 def cross_node_apply(*, run: Run) -> bool:

@@ -24,10 +24,12 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal.runs import broker, events, leases
+from portal.runs import broker, dispatch, events, leases
+from portal.runs.execution import node_target
+from portal.runs.groups import group_members
 from portal.runs.models import CheckResult, RunEvent, Status
 from worker.procgroup import stop_group, tag_for
-from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, TransportError
+from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, TransportError, open_transport
 
 logger = logging.getLogger(__name__)
 
@@ -115,13 +117,11 @@ def _reap_holder(*, run_id: int, node_id: int, scope: str, held: list[CheckResul
 
 
 def _send_again(*, run_id: int, node_id: int, scope: str, result_ids: list[int]) -> None:
-    from worker.tasks import enqueue_group, enqueue_node
-
     if scope == "group":
         for result_id in result_ids:
-            transaction.on_commit(lambda pk=result_id: enqueue_group(run_id=run_id, result_id=pk))
+            transaction.on_commit(lambda pk=result_id: dispatch.enqueue_group(run_id=run_id, result_id=pk))
     else:
-        transaction.on_commit(lambda: enqueue_node(run_id=run_id, node_id=node_id))
+        transaction.on_commit(lambda: dispatch.enqueue_node(run_id=run_id, node_id=node_id))
 
 
 def requeue_lost(*, now: datetime) -> set[int]:
@@ -137,7 +137,7 @@ def requeue_lost(*, now: datetime) -> set[int]:
     tasks: dict[broker.TaskKey, list[tuple[Any, ...]]] = defaultdict(list)
     for row in overdue:
         pk, run_id, node_id, _, scope, _ = row
-        key = ("kiln.run_group", (run_id, pk)) if scope == "group" else ("kiln.run_node", (run_id, node_id))
+        key = (dispatch.RUN_GROUP, (run_id, pk)) if scope == "group" else (dispatch.RUN_NODE, (run_id, node_id))
         tasks[key].append(row)
     waiting = [row[0] for key, rows in tasks.items() if pending is not None and key in pending for row in rows]
     for start in range(0, len(waiting), 1000):  # still in the broker: a long queue, not a lost message
@@ -229,17 +229,12 @@ def _host_of(row: CheckResult) -> Any:
     node whose per-node checks did not error, as execute_group chose it)."""
     if row.scope != "group":
         return row.node
-    from portal.runs.execution import group_members
-
     members, _ = group_members(row.run)
     return members[0] if members else row.node
 
 
 def _stop_on(host: Any, rows: list[CheckResult]) -> dict[int, str | Exception]:
     """One new connection to `host`; every row's group stopped on it. No database access here."""
-    from portal.runs.execution import node_target
-    from worker.ssh import open_transport
-
     try:
         transport = open_transport(node_target(host))
     except TransportError as exc:

@@ -18,7 +18,7 @@ from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.certificates import selectors
 from portal.certificates.models import Campaign, Certificate
 from portal.certificates.tasks import certificate_issue_task
-from portal.runs.execution import execute_run_inline
+from portal.runs.groups import execute_run_inline
 from portal.runs.models import Run
 from testbed.sim import write_state
 

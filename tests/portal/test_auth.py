@@ -106,10 +106,10 @@ def test_it_hides_the_start_button_from_viewers(client, make_user, objects) -> N
 def test_it_lets_an_operator_start_a_run(
     quick_plan, client, make_user, cluster, monkeypatch, django_capture_on_commit_callbacks
 ) -> None:
-    import worker.tasks
+    from portal.runs import dispatch
 
     enqueued: list[dict] = []
-    monkeypatch.setattr(worker.tasks, "enqueue_node", lambda **kwargs: enqueued.append(kwargs))
+    monkeypatch.setattr(dispatch, "enqueue_node", lambda **kwargs: enqueued.append(kwargs))
     client.force_login(make_user("otto", "operator"))
     assert client.get(reverse("run_start", args=[cluster.name])).status_code == 200
 

@@ -27,9 +27,9 @@ def command(*args: str) -> tuple[int, str]:
 
 
 def test_kiln_run_json_without_wait_prints_the_run_at_once(cluster: Cluster, quick_plan, monkeypatch) -> None:
-    import worker.tasks
+    from portal.runs import dispatch
 
-    monkeypatch.setattr(worker.tasks, "enqueue_node", lambda **kwargs: None)  # no broker here
+    monkeypatch.setattr(dispatch, "enqueue_node", lambda **kwargs: None)  # no broker here
     code, out = command("kiln_run", "c1", "unit", "--json")
 
     run = Run.objects.get()

@@ -107,10 +107,10 @@ def test_it_reruns_the_nodes_a_failed_multi_node_check_named(finished) -> None:
 
 
 def test_it_enqueues_the_rerun_nodes_once_committed(finished, monkeypatch, django_capture_on_commit_callbacks) -> None:
-    import worker.tasks
+    from portal.runs import dispatch
 
     enqueued: list[dict] = []
-    monkeypatch.setattr(worker.tasks, "enqueue_node", lambda **kwargs: enqueued.append(kwargs))
+    monkeypatch.setattr(dispatch, "enqueue_node", lambda **kwargs: enqueued.append(kwargs))
 
     with django_capture_on_commit_callbacks(execute=True):
         rerun = services.run_rerun(run=finished)
@@ -124,9 +124,9 @@ def test_it_enqueues_the_rerun_nodes_once_committed(finished, monkeypatch, djang
 
 
 def test_it_lets_an_operator_rerun_from_the_run_page(client, make_user, finished, monkeypatch) -> None:
-    import worker.tasks
+    from portal.runs import dispatch
 
-    monkeypatch.setattr(worker.tasks, "enqueue_node", lambda **kwargs: None)
+    monkeypatch.setattr(dispatch, "enqueue_node", lambda **kwargs: None)
     client.force_login(make_user("otto", "operator"))
     page = client.get(reverse("run_detail", args=[finished.pk])).content.decode()
     assert 'id="rerun"' in page and "Re-run failed/errored nodes" in page

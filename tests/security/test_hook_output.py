@@ -51,7 +51,7 @@ def test_it_keeps_a_bounded_head_and_counts_the_rest() -> None:
 
 def test_viewers_read_the_scrubbed_output_on_the_deliveries_page(cluster, make_user, client, settings) -> None:
     from portal.health.models import SchedulerAction
-    from portal.health.services import _scheduler_action_close
+    from portal.health.services.scheduler import _scheduler_action_close
 
     settings.KILN_METRICS_TOKEN = "metrics-bearer-token-0123"
     node = cluster.nodes.get(hostname="n01")

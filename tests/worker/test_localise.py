@@ -21,8 +21,9 @@ from checks.base import (
     Measurement,
     NodeContext,
 )
-from portal.runs import execution
-from portal.runs.execution import _localise, pair_batches, pair_run_budget, ring_pairs
+from portal.runs import pairs
+from portal.runs.pairs import localise as _localise
+from portal.runs.pairs import pair_batches, pair_run_budget, ring_pairs
 from worker.ssh import SessionRefusedError
 from worker.timeouts import group_task_limits
 
@@ -172,7 +173,7 @@ class ClockTransport(EchoTransport):
 
 def test_it_stops_starting_pairs_at_its_deadline_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     transport = ClockTransport()
-    monkeypatch.setattr(execution, "time", SimpleNamespace(monotonic=transport.monotonic))
+    monkeypatch.setattr(pairs, "time", SimpleNamespace(monotonic=transport.monotonic))
     check = PairCheck({"gpu07"})
     budget = pair_run_budget(check, None)
     # Room for the ring (12 pairs one at a time, 1 s each) but not for the verification pairs.
@@ -185,7 +186,7 @@ def test_it_stops_starting_pairs_at_its_deadline_and_says_so(monkeypatch: pytest
 
 def test_it_runs_no_pair_when_no_time_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
     transport = ClockTransport()
-    monkeypatch.setattr(execution, "time", SimpleNamespace(monotonic=transport.monotonic))
+    monkeypatch.setattr(pairs, "time", SimpleNamespace(monotonic=transport.monotonic))
     _, _, verdict = _localise(PairCheck({"gpu07"}), None, None, transport, group_of(12), deadline=1.0)
     assert transport.runs == []
     assert "12 pair run(s) left out" in verdict.reason
