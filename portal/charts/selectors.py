@@ -19,7 +19,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from portal.charts.lttb import downsample
 from portal.inventory.models import Node
-from portal.runs.models import CheckResult, Measurement, Run, Series
+from portal.runs.models import CheckResult, Measurement, Run, Scope, Series
 
 # Telemetry is drawn at this many points per trace at most (LTTB keeps spikes); exports stay whole.
 MAX_POINTS = 1500
@@ -85,7 +85,7 @@ def _curve_name(result: CheckResult, series: Series) -> str:
     labels = series.labels or {}
     if labels.get("pair"):
         return f"pair {labels['pair']}"
-    if result.scope == "group":
+    if result.scope == Scope.GROUP:
         return result.node_set or result.node.hostname
     return result.node.hostname
 
@@ -96,7 +96,7 @@ def nccl_result(*, result: CheckResult) -> NcclData:
     series = Series.objects.filter(result=result, name="busbw").order_by("id")
     curves = [Curve(_curve_name(result, s), list(s.x), list(s.y)) for s in series]
     threshold = item_thresholds(result.run, result.item_key).get("min_busbw_gbps")
-    where = result.node_set if result.scope == "group" else result.node.hostname
+    where = result.node_set if result.scope == Scope.GROUP else result.node.hostname
     return NcclData(title=f"{result.item_key}: busbw on {where}", curves=curves, threshold=threshold)
 
 
@@ -462,7 +462,7 @@ def run_metric_values(*, run: Run, item_key: str, metric: str, phase: str = "") 
         labels = labels or {}
         if "job" in labels:  # fio per-job rows: the *_sum rows carry the node's figure
             continue
-        node = labels.get("node") if scope == "group" else hostname
+        node = labels.get("node") if scope == Scope.GROUP else hostname
         if not node:
             continue
         out.append({"node": node, "gpu": gpu, "value": value, "unit": unit, "threshold": threshold})
@@ -542,7 +542,7 @@ def node_statuses(*, run: Run) -> dict[int, tuple[str, int]]:
     groups = []
     for pk, node_id, hostname, status, scope, node_set, attribution in rows:
         by_host[hostname] = node_id
-        if scope == "group":
+        if scope == Scope.GROUP:
             groups.append((pk, status, node_set, attribution or {}))
         else:
             per_node.setdefault(node_id, []).append((status, pk))
