@@ -111,7 +111,7 @@ def nccl_run(*, run: Run, item_key: str) -> NcclData:
         .order_by("result__node__hostname", "id")
     )
     curves = [
-        Curve(_curve_name(s.result, s), list(s.x), list(s.y), reverse("result_detail", args=[s.result_id]))
+        Curve(_curve_name(s.result, s), list(s.x), list(s.y), reverse("runs:result_detail", args=[s.result_id]))
         for s in rows
     ]
     threshold = item_thresholds(run, item_key).get("min_busbw_gbps")
@@ -587,7 +587,7 @@ def run_rack(*, run: Run, metric: str = "status") -> RackData:
                 status=status,
                 value=values.get(hostname),
                 url=node_results_url(
-                    cluster=cluster_name, hostname=hostname, fallback=reverse("result_detail", args=[result_pk])
+                    cluster=cluster_name, hostname=hostname, fallback=reverse("runs:result_detail", args=[result_pk])
                 ),
             )
         )
@@ -601,7 +601,7 @@ def node_results_url(*, cluster: str, hostname: str, fallback: str) -> str:
     from django.urls import NoReverseMatch, reverse
 
     try:
-        return reverse("node_detail", args=[cluster, hostname])
+        return reverse("history:node_detail", args=[cluster, hostname])
     except NoReverseMatch:
         return fallback
 
@@ -624,13 +624,13 @@ def run_chart_links(*, run: Run) -> list[RunChartLink]:
     )
     fs = Measurement.objects.filter(result__run=run, result__kind__in=FS_KINDS).exists()
     links = [
-        RunChartLink(f"NCCL busbw ({key})", reverse("charts_run_nccl", args=[run.pk]) + f"?check={key}")
+        RunChartLink(f"NCCL busbw ({key})", reverse("charts:run_nccl", args=[run.pk]) + f"?check={key}")
         for key in sorted(kinds)
     ]
     if fs:
-        links.append(RunChartLink("Filesystem", reverse("charts_run_filesystem", args=[run.pk])))
-    links.append(RunChartLink("Fleet distribution", reverse("charts_run_distribution", args=[run.pk])))
-    links.append(RunChartLink("Rack heatmap", reverse("charts_run_rack", args=[run.pk])))
+        links.append(RunChartLink("Filesystem", reverse("charts:run_filesystem", args=[run.pk])))
+    links.append(RunChartLink("Fleet distribution", reverse("charts:run_distribution", args=[run.pk])))
+    links.append(RunChartLink("Rack heatmap", reverse("charts:run_rack", args=[run.pk])))
     return links
 
 

@@ -237,7 +237,7 @@ def alert_payload(*, transition: HealthTransition, cluster: Cluster, hostname: s
     if conf.portal_url():
         from django.urls import reverse
 
-        payload["url"] = conf.portal_url() + reverse("health_cluster", args=[cluster.name])
+        payload["url"] = conf.portal_url() + reverse("health:cluster", args=[cluster.name])
     return payload
 
 

@@ -63,7 +63,7 @@ def result_row(r: CheckResult) -> dict[str, Any]:
         "finished_at": _iso(r.finished_at),
         "duration_s": r.duration_s,
         "attribution": r.attribution if group and r.attribution else None,
-        "url": reverse("result_detail", args=[r.pk]),
+        "url": reverse("runs:result_detail", args=[r.pk]),
     }
 
 
