@@ -9,9 +9,9 @@ from urllib.parse import quote
 import pytest
 from django.urls import reverse
 
-from portal.runs.models import CheckResult, Run
 from portal.inventory import urls as inventory_urls
 from portal.runs import urls as runs_urls
+from portal.runs.models import CheckResult, Run
 from portal.urls import urlpatterns
 from tests.portal.helpers import set_result
 
