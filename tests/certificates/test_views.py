@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from portal.certificates import services
 from portal.certificates.models import Certificate, Waiver
+from portal.certificates.seal import NOT_A_CERTIFICATE, VALID
 
 
 @pytest.fixture
@@ -107,12 +108,17 @@ def test_it_escapes_user_text_on_the_campaign_page(client, campaign, users):
 def test_it_verifies_an_uploaded_pdf(client, issued, users):
     client.force_login(users["viewer"])
     upload = SimpleUploadedFile("c.pdf", bytes(issued.pdf), content_type="application/pdf")
-    page = client.post(reverse("certificates:certificate_verify"), {"pdf": upload}).content.decode()
+    response = client.post(reverse("certificates:certificate_verify"), {"pdf": upload})
+    assert response.status_code == 200
+    assert response.context["verdict"].status == VALID
+    page = response.content.decode()
     assert 'id="verify-status">VALID<' in page and issued.number in page and "exit code 0" in page
     assert issued.key_fingerprint in page
     junk = SimpleUploadedFile("c.pdf", b"%PDF-1.4 garbage", content_type="application/pdf")
-    page = client.post(reverse("certificates:certificate_verify"), {"pdf": junk}).content.decode()
-    assert "not a certificate" in page
+    response = client.post(reverse("certificates:certificate_verify"), {"pdf": junk})
+    assert response.status_code == 200
+    assert response.context["verdict"].status == NOT_A_CERTIFICATE
+    assert f'id="verify-status">{NOT_A_CERTIFICATE.upper()}<' in response.content.decode()
 
 
 def test_it_shows_the_campaign_in_a_fixed_number_of_queries(
