@@ -79,10 +79,11 @@ def test_it_runs_the_plan_on_the_testbed_with_every_failure_mode(
     results = CheckResult.objects.filter(run_id=data["run"])
     gpu05 = results.get(node__hostname="gpu05", item_key="gpu-inventory")
     assert "timed out after 5s" in gpu05.reason, gpu05.reason
-    # ...and it held up no other node: the healthy nodes' checks ran while it hung (their intervals
-    # overlap its command's) and all finished before it did. Run one node after another, gpu06 and
-    # gpu08 would start after gpu05 finished. Recorded timestamps are compared, not durations.
-    hung_from, hung_to = gpu05.command_started_at or gpu05.started_at, gpu05.finished_at
+    # ...and it held up no other node: the healthy nodes' checks ran while it was held (their
+    # intervals overlap its own, claim to finish) and all finished before it did. Run one node after
+    # another, gpu06 and gpu08 would start after gpu05 finished. Recorded timestamps are compared,
+    # not durations.
+    hung_from, hung_to = gpu05.started_at, gpu05.finished_at
     healthy = list(results.filter(node__hostname__in=HEALTHY).values_list("started_at", "finished_at"))
     assert len(healthy) == 2 * len(HEALTHY)
     assert all(finished < hung_to for _, finished in healthy), (hung_from, hung_to)
