@@ -10,8 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from portal.certificates import seal
+from portal.certificates.models import CertificateVerdict
 from portal.certificates.selectors import WAIVED, CampaignState
-from portal.runs.models import CheckResult, Measurement, Run, Series, points_digest
+from portal.runs.models import CheckResult, Measurement, Run, Scope, Series, points_digest
 
 CHUNK = 500
 
@@ -115,7 +116,7 @@ def body_build(*, state: CampaignState) -> dict[str, Any]:
         for cell in row_cells:
             entry: dict[str, Any] = {"state": cell.state}
             if cell.result_id is not None:
-                if cell.scope == "group":
+                if cell.scope == Scope.GROUP:
                     group_ids.add(cell.result_id)
                     entry.update(
                         {
@@ -130,7 +131,7 @@ def body_build(*, state: CampaignState) -> dict[str, Any]:
                 if cell.state == WAIVED and cell.waiver is not None:
                     entry["waiver_id"] = cell.waiver.pk
             checks[cell.item_key] = entry
-            if cell.item_key in inventory_keys and cell.result_id is not None and cell.scope == "node":
+            if cell.item_key in inventory_keys and cell.result_id is not None and cell.scope == Scope.NODE:
                 for m in measurements[cell.result_id]:
                     if m["gpu"] is not None and m["name"] in ("gpu_uuid", "gpu_serial"):
                         gpus.setdefault(m["gpu"], {"index": m["gpu"], "uuid": "", "serial": ""})
@@ -214,7 +215,7 @@ def body_build(*, state: CampaignState) -> dict[str, Any]:
     ends = [r["finished_at"] for r in runs_out if r["finished_at"]]
     return {
         "format": seal.FORMAT,
-        "verdict": "PASS WITH WAIVERS" if waivers else "PASS",
+        "verdict": CertificateVerdict.PASS_WITH_WAIVERS if waivers else CertificateVerdict.PASS,
         "cluster": {
             "name": cluster.name,
             "customer": cluster.customer,

@@ -19,7 +19,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from portal.charts.lttb import downsample
 from portal.inventory.models import Node
-from portal.runs.models import CheckResult, Measurement, Run, Series
+from portal.runs.models import CheckResult, Measurement, Run, Scope, Series
 
 # Telemetry is drawn at this many points per trace at most (LTTB keeps spikes); exports stay whole.
 MAX_POINTS = 1500
@@ -85,7 +85,7 @@ def _curve_name(result: CheckResult, series: Series) -> str:
     labels = series.labels or {}
     if labels.get("pair"):
         return f"pair {labels['pair']}"
-    if result.scope == "group":
+    if result.scope == Scope.GROUP:
         return result.node_set or result.node.hostname
     return result.node.hostname
 
@@ -96,7 +96,7 @@ def nccl_result(*, result: CheckResult) -> NcclData:
     series = Series.objects.filter(result=result, name="busbw").order_by("id")
     curves = [Curve(_curve_name(result, s), list(s.x), list(s.y)) for s in series]
     threshold = item_thresholds(result.run, result.item_key).get("min_busbw_gbps")
-    where = result.node_set if result.scope == "group" else result.node.hostname
+    where = result.node_set if result.scope == Scope.GROUP else result.node.hostname
     return NcclData(title=f"{result.item_key}: busbw on {where}", curves=curves, threshold=threshold)
 
 
@@ -111,7 +111,7 @@ def nccl_run(*, run: Run, item_key: str) -> NcclData:
         .order_by("result__node__hostname", "id")
     )
     curves = [
-        Curve(_curve_name(s.result, s), list(s.x), list(s.y), reverse("result_detail", args=[s.result_id]))
+        Curve(_curve_name(s.result, s), list(s.x), list(s.y), reverse("runs:result_detail", args=[s.result_id]))
         for s in rows
     ]
     threshold = item_thresholds(run, item_key).get("min_busbw_gbps")
@@ -462,7 +462,7 @@ def run_metric_values(*, run: Run, item_key: str, metric: str, phase: str = "") 
         labels = labels or {}
         if "job" in labels:  # fio per-job rows: the *_sum rows carry the node's figure
             continue
-        node = labels.get("node") if scope == "group" else hostname
+        node = labels.get("node") if scope == Scope.GROUP else hostname
         if not node:
             continue
         out.append({"node": node, "gpu": gpu, "value": value, "unit": unit, "threshold": threshold})
@@ -542,7 +542,7 @@ def node_statuses(*, run: Run) -> dict[int, tuple[str, int]]:
     groups = []
     for pk, node_id, hostname, status, scope, node_set, attribution in rows:
         by_host[hostname] = node_id
-        if scope == "group":
+        if scope == Scope.GROUP:
             groups.append((pk, status, node_set, attribution or {}))
         else:
             per_node.setdefault(node_id, []).append((status, pk))
@@ -587,7 +587,7 @@ def run_rack(*, run: Run, metric: str = "status") -> RackData:
                 status=status,
                 value=values.get(hostname),
                 url=node_results_url(
-                    cluster=cluster_name, hostname=hostname, fallback=reverse("result_detail", args=[result_pk])
+                    cluster=cluster_name, hostname=hostname, fallback=reverse("runs:result_detail", args=[result_pk])
                 ),
             )
         )
@@ -601,7 +601,7 @@ def node_results_url(*, cluster: str, hostname: str, fallback: str) -> str:
     from django.urls import NoReverseMatch, reverse
 
     try:
-        return reverse("node_detail", args=[cluster, hostname])
+        return reverse("history:node_detail", args=[cluster, hostname])
     except NoReverseMatch:
         return fallback
 
@@ -624,13 +624,13 @@ def run_chart_links(*, run: Run) -> list[RunChartLink]:
     )
     fs = Measurement.objects.filter(result__run=run, result__kind__in=FS_KINDS).exists()
     links = [
-        RunChartLink(f"NCCL busbw ({key})", reverse("charts_run_nccl", args=[run.pk]) + f"?check={key}")
+        RunChartLink(f"NCCL busbw ({key})", reverse("charts:run_nccl", args=[run.pk]) + f"?check={key}")
         for key in sorted(kinds)
     ]
     if fs:
-        links.append(RunChartLink("Filesystem", reverse("charts_run_filesystem", args=[run.pk])))
-    links.append(RunChartLink("Fleet distribution", reverse("charts_run_distribution", args=[run.pk])))
-    links.append(RunChartLink("Rack heatmap", reverse("charts_run_rack", args=[run.pk])))
+        links.append(RunChartLink("Filesystem", reverse("charts:run_filesystem", args=[run.pk])))
+    links.append(RunChartLink("Fleet distribution", reverse("charts:run_distribution", args=[run.pk])))
+    links.append(RunChartLink("Rack heatmap", reverse("charts:run_rack", args=[run.pk])))
     return links
 
 

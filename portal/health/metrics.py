@@ -25,7 +25,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from portal.health.models import HealthState, NodeHealth, ScheduledFire
 from portal.inventory.models import Node
-from portal.runs.models import CheckResult, Measurement, Status
+from portal.runs.models import CheckResult, Measurement, Scope, Status
 
 # (kind, measurement) -> (metric name, help, extra label name, extra label value or None for `phase`)
 MEASUREMENTS: dict[tuple[str, str], tuple[str, str, str, str | None]] = {
@@ -109,7 +109,9 @@ class KilnCollector:
     def _measurements(self) -> Iterator[Metric]:
         kinds = {kind for kind, _ in MEASUREMENTS}
         latest = (
-            CheckResult.objects.filter(scope="node", kind__in=kinds, status__in=[Status.PASS, Status.WARN, Status.FAIL])
+            CheckResult.objects.filter(
+                scope=Scope.NODE, kind__in=kinds, status__in=[Status.PASS, Status.WARN, Status.FAIL]
+            )
             .values("node_id", "kind")
             .annotate(last=Max("id"))
             .values("last")

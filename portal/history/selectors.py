@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce
 
 from portal.inventory.models import Cluster, Node
 from portal.ordering import natural_key
-from portal.runs.models import CheckResult, Measurement, Run, Status
+from portal.runs.models import CheckResult, Measurement, Run, Scope, Status
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def group_result_ids(*, hostnames: Iterable[str], groups: QuerySet[CheckResult])
     wanted = set(hostnames)
     cache: dict[str, frozenset[str]] = {}
     ids = []
-    for pk, node_set, attribution in groups.filter(scope="group").values_list("id", "node_set", "attribution"):
+    for pk, node_set, attribution in groups.filter(scope=Scope.GROUP).values_list("id", "node_set", "attribution"):
         if wanted & _members(node_set, cache) or wanted & set(attribution or {}):
             ids.append(pk)
     return ids
@@ -153,11 +153,11 @@ class TimelineEntry:
 def timeline_entries(*, results: Iterable[CheckResult], hostname: str) -> list[TimelineEntry]:
     out = []
     for r in results:
-        mine = (r.attribution or {}).get(hostname) if r.scope == "group" else None
+        mine = (r.attribution or {}).get(hostname) if r.scope == Scope.GROUP else None
         if mine:
             out.append(TimelineEntry(r, mine.get("status", r.status), mine.get("reason", ""), True))
         else:
-            out.append(TimelineEntry(r, r.status, r.reason, r.scope == "group"))
+            out.append(TimelineEntry(r, r.status, r.reason, r.scope == Scope.GROUP))
     return out
 
 
@@ -224,7 +224,7 @@ def node_trends(*, node: Node, runs: int = TREND_RUNS) -> list[Trend]:
         metric = metric_for(kind=kind, name=name, labels=labels)
         if metric is None or value is None:
             continue
-        if scope == "group":
+        if scope == Scope.GROUP:
             host = labels.get("host")
             if host is not None and host != node.hostname:
                 continue
@@ -239,11 +239,11 @@ def node_trends(*, node: Node, runs: int = TREND_RUNS) -> list[Trend]:
         trend = trends.setdefault(metric.key, Trend(metric=metric))
         point = TrendPoint(run_id, result_id, at, value * metric.scale, ok, status, threshold)
         trend.lines.setdefault(line, []).append(point)
-        if threshold and (scope == "node" or not trend.node_threshold):
+        if threshold and (scope == Scope.NODE or not trend.node_threshold):
             # The latest run's threshold (rows come oldest first); the node's own check wins over a
             # multi-node one drawn on the same chart (its floor is a different number).
             trend.threshold = threshold
-            trend.node_threshold = trend.node_threshold or scope == "node"
+            trend.node_threshold = trend.node_threshold or scope == Scope.NODE
     for key, trend in trends.items():
         if len(item_keys.get(key, ())) == 1:  # one check: "GPU 3" says it all
             trend.lines = {k.split(" · ", 1)[-1]: v for k, v in trend.lines.items()}
@@ -336,8 +336,8 @@ def _run_facts(run: Run) -> _RunFacts:
     )
     info: dict[int, tuple[str, str, str, str]] = {}
     for pk, hostname, item_key, kind, scope, node_set, attribution, status, reason in results:
-        info[pk] = (hostname, item_key, kind, scope if scope != "group" else node_set or hostname)
-        if scope == "group":
+        info[pk] = (hostname, item_key, kind, scope if scope != Scope.GROUP else node_set or hostname)
+        if scope == Scope.GROUP:
             attribution = attribution or {}
             for member in _members(node_set, cache) | set(attribution):
                 mine = attribution.get(member) or {}
@@ -353,7 +353,7 @@ def _run_facts(run: Run) -> _RunFacts:
         metric = metric_for(kind=kind, name=name, labels=labels)
         if metric is None:
             continue
-        if scope == "node":
+        if scope == Scope.NODE:
             subject = hostname
         else:  # group: per-host values go to that host, the group's own value to the node set
             subject = labels.get("host") or scope
@@ -547,5 +547,5 @@ def results_search(*, filters: ResultFilter) -> QuerySet[CheckResult]:
     if filters.nodes is not None:
         hostnames = list(filters.nodes)
         group_ids = group_result_ids(hostnames=hostnames, groups=qs)
-        qs = qs.filter(Q(node__hostname__in=hostnames, scope="node") | Q(id__in=group_ids))
+        qs = qs.filter(Q(node__hostname__in=hostnames, scope=Scope.NODE) | Q(id__in=group_ids))
     return qs.select_related("run", "run__cluster", "node").order_by("-at", "-id")

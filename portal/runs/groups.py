@@ -32,7 +32,7 @@ from checks.base import (
 from portal.inventory.models import Node
 from portal.runs import leases, services
 from portal.runs.execution import execute_node, node_context, node_target, series_of, snapshot_item
-from portal.runs.models import CheckResult, Run, Status
+from portal.runs.models import CheckResult, Run, Scope, Status
 from portal.runs.pairs import localise, run_commands
 from worker.db import db_phase
 from worker.ssh import Transport, TransportError, open_transport
@@ -174,12 +174,12 @@ def _attribute(done: _GroupRun, members: list[Node], excluded: list[str]) -> Non
 
 def group_members(run: Run) -> tuple[list[Node], list[str]]:
     """The run's nodes in hostname order, less those whose per-node checks errored."""
-    nodes = {r.node_id: r.node for r in run.results.filter(scope="node").select_related("node__cluster")}
+    nodes = {r.node_id: r.node for r in run.results.filter(scope=Scope.NODE).select_related("node__cluster")}
     if not nodes:  # a plan of group checks only: every node of the run
         names = list(NodeSet(run.node_set))
         members = list(Node.objects.filter(cluster=run.cluster, hostname__in=names).select_related("cluster"))
         return sorted(members, key=lambda n: n.hostname), []
-    errored = set(run.results.filter(scope="node", status=Status.ERROR).values_list("node_id", flat=True))
+    errored = set(run.results.filter(scope=Scope.NODE, status=Status.ERROR).values_list("node_id", flat=True))
     members = sorted((n for pk, n in nodes.items() if pk not in errored), key=lambda n: n.hostname)
     excluded = sorted(n.hostname for pk, n in nodes.items() if pk in errored)
     return members, excluded
@@ -202,7 +202,7 @@ def execute_run_inline(*, run_id: int, node_ids: list[int], max_workers: int = 3
         list(pool.map(one, node_ids))
     while True:
         services.run_finalize(run_id=run_id, dispatch=False)
-        group = CheckResult.objects.filter(run_id=run_id, scope="group", status=Status.QUEUED).order_by("position")
+        group = CheckResult.objects.filter(run_id=run_id, scope=Scope.GROUP, status=Status.QUEUED).order_by("position")
         result = group.first()
         if result is None:
             break

@@ -27,7 +27,7 @@ from django.utils import timezone
 from portal.runs import broker, dispatch, events, leases
 from portal.runs.execution import node_target
 from portal.runs.groups import group_members
-from portal.runs.models import CheckResult, RunEvent, Status
+from portal.runs.models import CheckResult, RunEvent, Scope, Status
 from worker.procgroup import stop_group, tag_for
 from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, TransportError, open_transport
 
@@ -97,7 +97,7 @@ def _reap_holder(*, run_id: int, node_id: int, scope: str, held: list[CheckResul
     if fresh:
         requeued = CheckResult.objects.filter(pk__in=[r.pk for r in fresh], **lapsed).update(
             status=Status.QUEUED,
-            claimed_by="dispatched" if scope == "group" else "",
+            claimed_by="dispatched" if scope == Scope.GROUP else "",
             lease_expires_at=leases.queued_lease(now),
             heartbeat_at=None,
             started_at=None,
@@ -117,7 +117,7 @@ def _reap_holder(*, run_id: int, node_id: int, scope: str, held: list[CheckResul
 
 
 def _send_again(*, run_id: int, node_id: int, scope: str, result_ids: list[int]) -> None:
-    if scope == "group":
+    if scope == Scope.GROUP:
         for result_id in result_ids:
             transaction.on_commit(lambda pk=result_id: dispatch.enqueue_group(run_id=run_id, result_id=pk))
     else:
@@ -127,7 +127,7 @@ def _send_again(*, run_id: int, node_id: int, scope: str, result_ids: list[int])
 def requeue_lost(*, now: datetime) -> set[int]:
     overdue = list(
         CheckResult.objects.filter(status=Status.QUEUED, lease_expires_at__lt=now)
-        .exclude(scope="group", claimed_by="")  # a group check not dispatched yet waits on its run
+        .exclude(scope=Scope.GROUP, claimed_by="")  # a group check not dispatched yet waits on its run
         .values_list("pk", "run_id", "node_id", "node__hostname", "scope", "lease_expires_at")
     )
     if not overdue:
@@ -137,7 +137,7 @@ def requeue_lost(*, now: datetime) -> set[int]:
     tasks: dict[broker.TaskKey, list[tuple[Any, ...]]] = defaultdict(list)
     for row in overdue:
         pk, run_id, node_id, _, scope, _ = row
-        key = (dispatch.RUN_GROUP, (run_id, pk)) if scope == "group" else (dispatch.RUN_NODE, (run_id, node_id))
+        key = (dispatch.RUN_GROUP, (run_id, pk)) if scope == Scope.GROUP else (dispatch.RUN_NODE, (run_id, node_id))
         tasks[key].append(row)
     waiting = [row[0] for key, rows in tasks.items() if pending is not None and key in pending for row in rows]
     for start in range(0, len(waiting), 1000):  # still in the broker: a long queue, not a lost message
@@ -157,7 +157,7 @@ def requeue_lost(*, now: datetime) -> set[int]:
             ).update(lease_expires_at=leases.queued_lease(now))
             if not sent:
                 continue  # claimed meanwhile, or another reaper got there first
-            what = "its multi-node check" if scope == "group" else f"its {sent} queued check(s)"
+            what = "its multi-node check" if scope == Scope.GROUP else f"its {sent} queued check(s)"
             events.run_event_add(
                 run_id=run_id,
                 kind=events.REENQUEUED,
@@ -227,7 +227,7 @@ def _may_still_run(row: CheckResult, now: datetime) -> bool:
 def _host_of(row: CheckResult) -> Any:
     """Where the process group runs: the node, or for a multi-node check its launcher (the first
     node whose per-node checks did not error, as execute_group chose it)."""
-    if row.scope != "group":
+    if row.scope != Scope.GROUP:
         return row.node
     members, _ = group_members(row.run)
     return members[0] if members else row.node

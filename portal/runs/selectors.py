@@ -11,7 +11,7 @@ from django.db.models import Count, Max, Q, QuerySet, Sum
 
 from checks.base import worst_status
 from portal.inventory.models import Cluster, Node
-from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run, RunEvent, Status
+from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run, RunEvent, Scope, Status
 
 
 @dataclass(slots=True)
@@ -154,7 +154,7 @@ def estimate_eta(*, elapsed_s: float | None, rows: list[dict[str, Any]]) -> floa
     done_work = left_work = serial_left = 0.0
     for row in rows:
         active = row["status"] in ACTIVE_STATUSES
-        if row["scope"] == "group":
+        if row["scope"] == Scope.GROUP:
             if active:
                 serial_left += row["n"] * avg.get(row["kind"], default if avg else 0.0)
             continue
@@ -196,8 +196,8 @@ def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime |
     positions = {item["key"]: i for i, item in enumerate(columns)}
     results = CheckResult.objects.filter(run=run)
     # A few rows: the multi-node checks, with their member lists.
-    group_results = list(results.filter(scope="group").values_list(*_GROUP_FIELDS))
-    node_results = results.filter(scope="node")
+    group_results = list(results.filter(scope=Scope.GROUP).values_list(*_GROUP_FIELDS))
+    node_results = results.filter(scope=Scope.NODE)
     if changed_since is not None:
         if any((t or changed_since) > changed_since for g in group_results for t in g[6:8]):
             changed_since = None  # a multi-node result shows in every member's row: send them all
@@ -274,11 +274,11 @@ def _place_group_results(
 def _tallied(columns: list[dict[str, Any]], tally: Tally, group_results: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     kinds = {item["key"]: item["kind"] for item in columns}
     tallied = [
-        {"kind": kinds.get(key, key), "scope": "node", "status": status, "n": n, "seconds": sec, "timed": timed}
+        {"kind": kinds.get(key, key), "scope": Scope.NODE, "status": status, "n": n, "seconds": sec, "timed": timed}
         for (key, status), (n, sec, timed) in tally.items()
     ]
     tallied += [
-        {"kind": kinds.get(key, key), "scope": "group", "status": status, "n": 1, "seconds": sec}
+        {"kind": kinds.get(key, key), "scope": Scope.GROUP, "status": status, "n": 1, "seconds": sec}
         | {"timed": int(sec is not None)}
         for _, key, status, *_, sec in group_results
     ]
@@ -395,7 +395,7 @@ def measurement_table(*, result: CheckResult) -> MeasurementTable:
 
 def _result_json(r: CheckResult) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "node": r.node.hostname if r.scope == "node" else r.node_set,
+        "node": r.node.hostname if r.scope == Scope.NODE else r.node_set,
         "check": r.item_key,
         "status": r.status,
         "reason": r.reason,
@@ -410,8 +410,8 @@ def _result_json(r: CheckResult) -> dict[str, Any]:
             for m in r.measurements.all()
         ],
     }
-    if r.scope == "group":
-        row["scope"] = "group"
+    if r.scope == Scope.GROUP:
+        row["scope"] = Scope.GROUP
         row["launcher"] = r.node.hostname
         row["nodes"] = r.attribution or {}
     return row

@@ -21,7 +21,7 @@ from portal.inventory.models import Cluster, Node
 from portal.runs import dispatch, events, leases, rawoutput
 from portal.runs.dbretry import db_retry
 from portal.runs.finalize import run_finalize
-from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Series, Status, points_digest
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Scope, Series, Status, points_digest
 from portal.runs.rawoutput import storable, storable_json
 from portal.runs.snapshot import RunStartError, plan_snapshot_build
 from worker.timeouts import node_task_limits
@@ -98,8 +98,8 @@ def _run_create(
             requested_by=requested_by if getattr(requested_by, "pk", None) else None,
             parent=parent,
         )
-        node_items = [item for item in snapshot["items"] if item.get("scope", "node") == "node"]
-        group_items = [item for item in snapshot["items"] if item.get("scope", "node") == "group"]
+        node_items = [item for item in snapshot["items"] if item.get("scope", Scope.NODE) == Scope.NODE]
+        group_items = [item for item in snapshot["items"] if item.get("scope", Scope.NODE) == Scope.GROUP]
         CheckResult.objects.bulk_create(
             CheckResult(
                 run=run,
@@ -121,7 +121,7 @@ def _run_create(
                 item_key=item["key"],
                 kind=item["kind"],
                 position=item["position"],
-                scope="group",
+                scope=Scope.GROUP,
                 node_set=run.node_set,
             )
             for item in group_items
@@ -142,8 +142,10 @@ def run_rerun(*, run: Run, requested_by: Any = None, enqueue: bool = True) -> Ru
     if run.is_active:
         raise RunStartError(f"run #{run.pk} is still {run.status}: re-run its failures once it has finished")
     bad = (Status.FAIL, Status.ERROR)
-    hostnames: set[str] = set(run.results.filter(scope="node", status__in=bad).values_list("node__hostname", flat=True))
-    for node_set, attribution in run.results.filter(scope="group", status__in=bad).values_list(
+    hostnames: set[str] = set(
+        run.results.filter(scope=Scope.NODE, status__in=bad).values_list("node__hostname", flat=True)
+    )
+    for node_set, attribution in run.results.filter(scope=Scope.GROUP, status__in=bad).values_list(
         "node_set", "attribution"
     ):
         named = {host for host, verdict in (attribution or {}).items() if verdict.get("status") in bad}
@@ -203,7 +205,7 @@ def results_claim(*, run_id: int, node_id: int, claim: str) -> list[CheckResult]
     """
     now = timezone.now()
     claimable = Q(status=Status.QUEUED) | _lapsed(now)
-    mine = CheckResult.objects.filter(run_id=run_id, node_id=node_id, scope="node")
+    mine = CheckResult.objects.filter(run_id=run_id, node_id=node_id, scope=Scope.NODE)
     fields = {"status": Status.RUNNING, "claimed_by": claim, "attempt": F("attempt") + 1, "started_at": now}
     if not mine.filter(claimable).update(**fields, **leases.claim_fields(now)):
         # Held under this very claim by a process of this worker that is gone (a pool child killed,
@@ -214,7 +216,7 @@ def results_claim(*, run_id: int, node_id: int, claim: str) -> list[CheckResult]
             held.filter(worker_name__in=gone).update(**fields, **leases.claim_fields(now))
     return list(
         CheckResult.objects.filter(
-            run_id=run_id, node_id=node_id, scope="node", status=Status.RUNNING, claimed_by=claim, started_at=now
+            run_id=run_id, node_id=node_id, scope=Scope.NODE, status=Status.RUNNING, claimed_by=claim, started_at=now
         ).order_by("position")
     )
 
@@ -223,7 +225,7 @@ def group_result_claim(*, result_id: int, claim: str) -> CheckResult | None:
     """Claim a dispatched group result for its task (or take it over once its lease has lapsed)."""
     now = timezone.now()
     claimable = Q(status=Status.QUEUED, claimed_by__in=["dispatched", claim]) | _lapsed(now)
-    updated = CheckResult.objects.filter(claimable, pk=result_id, scope="group").update(
+    updated = CheckResult.objects.filter(claimable, pk=result_id, scope=Scope.GROUP).update(
         status=Status.RUNNING, claimed_by=claim, attempt=F("attempt") + 1, started_at=now, **leases.claim_fields(now)
     )
     return CheckResult.objects.get(pk=result_id) if updated else None

@@ -58,7 +58,7 @@ def test_viewers_read_the_scrubbed_output_on_the_deliveries_page(cluster, make_u
     action = SchedulerAction.objects.create(node=node, action="drain", argv=["scontrol"], status="running")
     _scheduler_action_close(action, "failed", hook_output("kubectl: token=metrics-bearer-token-0123 refused"))
     client.force_login(make_user("v", "viewer"))
-    page = client.get(reverse("health_deliveries", args=["c1"])).content.decode()
+    page = client.get(reverse("health:deliveries", args=["c1"])).content.decode()
     assert "token=[redacted]" in page and "metrics-bearer-token-0123" not in page
 
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 from portal.health import conf, notify
 from portal.health.models import (
     AlertDelivery,
+    Channel,
     ClusterHealthSettings,
     DeliveryStatus,
     HealthState,
@@ -35,12 +36,12 @@ def alerts_create(*, cfg: ClusterHealthSettings, transitions: list[HealthTransit
         if cfg.email_list:
             rows.append(
                 AlertDelivery(
-                    transition=t, cluster_id=cfg.cluster_id, channel="email", target=", ".join(cfg.email_list)
+                    transition=t, cluster_id=cfg.cluster_id, channel=Channel.EMAIL, target=", ".join(cfg.email_list)
                 )
             )
         if cfg.webhook_url:
             rows.append(
-                AlertDelivery(transition=t, cluster_id=cfg.cluster_id, channel="webhook", target=cfg.webhook_url)
+                AlertDelivery(transition=t, cluster_id=cfg.cluster_id, channel=Channel.WEBHOOK, target=cfg.webhook_url)
             )
     return AlertDelivery.objects.bulk_create(rows)
 
@@ -61,7 +62,7 @@ def alert_payload(*, transition: HealthTransition, cluster: Cluster, hostname: s
         "text": text,
     }
     if conf.portal_url():
-        payload["url"] = conf.portal_url() + reverse("health_cluster", args=[cluster.name])
+        payload["url"] = conf.portal_url() + reverse("health:cluster", args=[cluster.name])
     return payload
 
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from portal.health import conf
-from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run, Status
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run, Scope, Status
 from portal.runs.pairs import group_item_limits
 from portal.runs.reaper import reap_liveness
 from portal.runs.services import run_finalize
@@ -28,11 +28,11 @@ def _limits(snapshot: dict[str, Any], node_count: int) -> tuple[float, float]:
 
     items = snapshot.get("items", [])
     connect = settings.KILN_SSH_CONNECT_TIMEOUT
-    node_items = [i["timeout_s"] for i in items if i.get("scope", "node") == "node"]
+    node_items = [i["timeout_s"] for i in items if i.get("scope", Scope.NODE) == Scope.NODE]
     _, node_hard = node_task_limits(command_budgets=node_items or [0], connect_timeout=connect)
     group_total = 0.0
     for item in items:
-        if item.get("scope", "node") == "group":
+        if item.get("scope", Scope.NODE) == Scope.GROUP:
             group_total += group_item_limits(item=item, node_count=node_count)[1]
     return float(node_hard), group_total
 
@@ -64,7 +64,7 @@ def reap(*, now: datetime | None = None) -> list[int]:
         items = {i["key"]: i for i in run.plan_snapshot.get("items", [])}
         reaped = 0
         stuck_running = CheckResult.objects.filter(
-            run=run, status=Status.RUNNING, scope="node", started_at__lt=now - timedelta(seconds=node_hard + grace)
+            run=run, status=Status.RUNNING, scope=Scope.NODE, started_at__lt=now - timedelta(seconds=node_hard + grace)
         )
         reaped += stuck_running.update(
             status=Status.ERROR,
@@ -74,7 +74,7 @@ def reap(*, now: datetime | None = None) -> list[int]:
             ),
             finished_at=now,
         )
-        for result in CheckResult.objects.filter(run=run, status=Status.RUNNING, scope="group").only(
+        for result in CheckResult.objects.filter(run=run, status=Status.RUNNING, scope=Scope.GROUP).only(
             "id", "item_key", "started_at"
         ):
             item = items.get(result.item_key)

@@ -13,15 +13,19 @@ from django.utils import timezone
 from checks.base import Command
 from portal.health import conf, hooks
 from portal.health.models import (
+    ACTION_OPEN,
     DRAIN_STATES,
+    ActionStatus,
     ClusterHealthSettings,
     HealthState,
     HealthTransition,
+    HookAction,
     HookMode,
+    KilnDrain,
     NodeHealth,
     SchedulerAction,
 )
-from portal.inventory.models import Cluster, Node
+from portal.inventory.models import Cluster, Node, Scheduler
 from worker.ssh import TransportError, open_transport
 
 logger = logging.getLogger(__name__)
@@ -34,10 +38,14 @@ def hooks_plan(
     Kiln itself drained (never one an admin drained). Dry run records the commands only. The
     commands are the fixed ones of portal/health/hooks.py; one that cannot be built (a hostname
     scontrol or kubectl would misread, a bad kubectl context) is recorded as `failed`, never run."""
-    if cfg.hook_mode == HookMode.OFF or cluster.scheduler not in ("slurm", "k8s"):
+    if cfg.hook_mode == HookMode.OFF or cluster.scheduler not in (Scheduler.SLURM, Scheduler.KUBERNETES):
         return []
     dry = cfg.hook_mode == HookMode.DRY_RUN
-    take, give = ("drain", "resume") if cluster.scheduler == "slurm" else ("cordon", "uncordon")
+    take, give = (
+        (HookAction.DRAIN, HookAction.RESUME)
+        if cluster.scheduler == Scheduler.SLURM
+        else (HookAction.CORDON, HookAction.UNCORDON)
+    )
     hostnames = dict(Node.objects.filter(pk__in=[t.node_id for t in transitions]).values_list("id", "hostname"))
     actions: list[SchedulerAction] = []
     touched: list[NodeHealth] = []
@@ -46,8 +54,10 @@ def hooks_plan(
         host = hostnames[t.node_id]
         if t.to_state in DRAIN_STATES and t.from_state not in DRAIN_STATES and not health.kiln_drain:
             action, reason = take, f"{t.to_state}: {t.reason}"
-            health.kiln_drain = "dry-run" if dry else "drained"
-        elif t.to_state == HealthState.HEALTHY and health.kiln_drain in ("dry-run" if dry else "drained",):
+            health.kiln_drain = KilnDrain.DRY_RUN if dry else KilnDrain.DRAINED
+        elif t.to_state == HealthState.HEALTHY and health.kiln_drain == (
+            KilnDrain.DRY_RUN if dry else KilnDrain.DRAINED
+        ):
             action, reason = give, ""
             health.kiln_drain = ""
         else:
@@ -56,9 +66,9 @@ def hooks_plan(
         reason = reason[:250]
         try:
             argv = hooks.hook_argv(action=action, hostname=host, reason=reason, kubectl_context=cfg.kubectl_context)
-            status, output = ("dry-run" if dry else "pending"), ""
+            status, output = (ActionStatus.DRY_RUN if dry else ActionStatus.PENDING), ""
         except (hooks.HookRefused, conf.HookConfigError) as exc:
-            argv, status, output = [], "failed", f"refused: {exc}"
+            argv, status, output = [], ActionStatus.FAILED, f"refused: {exc}"
             if action in TAKE_ACTIONS:
                 health.kiln_drain = ""  # nothing was drained, so nothing is Kiln's to resume
         actions.append(
@@ -71,15 +81,15 @@ def hooks_plan(
                 dry_run=dry,
                 status=status,
                 output=output,
-                finished_at=timezone.now() if dry or status == "failed" else None,
+                finished_at=timezone.now() if dry or status == ActionStatus.FAILED else None,
             )
         )
     NodeHealth.objects.bulk_update(touched, ["kiln_drain"])
     return SchedulerAction.objects.bulk_create(actions)
 
 
-TAKE_ACTIONS = ("drain", "cordon")
-GIVE_ACTIONS = ("resume", "uncordon")
+TAKE_ACTIONS = (HookAction.DRAIN, HookAction.CORDON)
+GIVE_ACTIONS = (HookAction.RESUME, HookAction.UNCORDON)
 
 
 def _hook_lease() -> timedelta:
@@ -110,17 +120,21 @@ def scheduler_action_execute(*, action_id: int) -> SchedulerAction:
         list(NodeHealth.objects.select_for_update().filter(node_id=action.node_id))
         action.attempts += 1
         if ok:
-            return _scheduler_action_close(action, "done", text)
+            return _scheduler_action_close(action, ActionStatus.DONE, text)
         if retry and action.attempts < conf.hook_max_attempts():
-            action.status = "retrying"
+            action.status = ActionStatus.RETRYING
             action.output = f"attempt {action.attempts} of {conf.hook_max_attempts()} failed: {text}"[:4000]
             action.save(update_fields=["status", "attempts", "output"])
             return action
-        action = _scheduler_action_close(action, "failed", f"failed after {action.attempts} attempt(s): {text}")
+        action = _scheduler_action_close(
+            action, ActionStatus.FAILED, f"failed after {action.attempts} attempt(s): {text}"
+        )
         if action.action in TAKE_ACTIONS:
-            NodeHealth.objects.filter(node_id=action.node_id, kiln_drain="drained").update(kiln_drain="")
+            NodeHealth.objects.filter(node_id=action.node_id, kiln_drain=KilnDrain.DRAINED).update(kiln_drain="")
         else:
-            NodeHealth.objects.filter(node_id=action.node_id).update(kiln_drain="drained")  # still ours to resume
+            NodeHealth.objects.filter(node_id=action.node_id).update(
+                kiln_drain=KilnDrain.DRAINED
+            )  # still ours to resume
         return action
 
 
@@ -134,19 +148,19 @@ def _scheduler_action_claim(action_id: int) -> tuple[SchedulerAction, str | None
         list(NodeHealth.objects.select_for_update().filter(node_id=node_id))
         action = SchedulerAction.objects.select_related("node", "node__cluster").get(pk=action_id)
         now = timezone.now()
-        if action.status == "running" and action.started_at and now - action.started_at < _hook_lease():
+        if action.status == ActionStatus.RUNNING and action.started_at and now - action.started_at < _hook_lease():
             return action, "claimed by a live attempt"
-        if action.status not in ("pending", "retrying", "running"):
+        if action.status not in ACTION_OPEN:
             return action, "finished"
         newer = (
             SchedulerAction.objects.filter(node_id=node_id, dry_run=False, pk__gt=action.pk)
-            .exclude(status__in=("dry-run",))
+            .exclude(status=ActionStatus.DRY_RUN)
             .order_by("pk")
             .first()
         )
         if newer is not None:
             why = f"not run: superseded by {newer.action} #{newer.pk} for this node"
-            return _scheduler_action_close(action, "superseded", why), "superseded"
+            return _scheduler_action_close(action, ActionStatus.SUPERSEDED, why), ActionStatus.SUPERSEDED
         if action.action in GIVE_ACTIONS:
             taken = (
                 SchedulerAction.objects.filter(
@@ -155,19 +169,23 @@ def _scheduler_action_claim(action_id: int) -> tuple[SchedulerAction, str | None
                 .order_by("-pk")
                 .first()
             )
-            if taken is not None and taken.status in ("pending", "retrying", "running"):
+            if taken is not None and taken.status in ACTION_OPEN:
                 # The drain is still being attempted: decide after it (each wait counts as an attempt).
                 action.attempts += 1
                 waiting = f"{taken.action} #{taken.pk} is still {taken.status}"
                 if action.attempts >= conf.hook_max_attempts():
-                    return _scheduler_action_close(action, "failed", f"not run: {waiting}"), "failed"
-                action.status, action.output = "retrying", f"waiting: {waiting}"
+                    return _scheduler_action_close(
+                        action, ActionStatus.FAILED, f"not run: {waiting}"
+                    ), ActionStatus.FAILED
+                action.status, action.output = ActionStatus.RETRYING, f"waiting: {waiting}"
                 action.save(update_fields=["status", "attempts", "output"])
                 return action, "waiting"
-            if taken is None or taken.status != "done":
+            if taken is None or taken.status != ActionStatus.DONE:
                 why = "no earlier drain" if taken is None else f"{taken.action} #{taken.pk} {taken.status}, not done"
-                return _scheduler_action_close(action, "skipped", f"not run: nothing to undo ({why})"), "skipped"
-        action.status, action.started_at = "running", now
+                return _scheduler_action_close(
+                    action, ActionStatus.SKIPPED, f"not run: nothing to undo ({why})"
+                ), ActionStatus.SKIPPED
+        action.status, action.started_at = ActionStatus.RUNNING, now
         action.save(update_fields=["status", "started_at"])
         return action, None
 

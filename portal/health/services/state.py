@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.health.models import (
+    ActionStatus,
     ClusterHealthSettings,
     HealthState,
     HealthTransition,
@@ -21,7 +22,7 @@ from portal.health.services.scheduler import hooks_plan
 from portal.health.tasks import alert_deliver, scheduler_action_run
 from portal.inventory.models import Cluster, Node
 from portal.runs.dbretry import db_retry
-from portal.runs.models import ACTIVE_STATUSES, Run, Status
+from portal.runs.models import ACTIVE_STATUSES, Run, Scope, Status
 
 logger = logging.getLogger(__name__)
 
@@ -75,14 +76,14 @@ def _judged_per_node(run: Run) -> dict[int, list[Judged]]:
     # A result that Kiln failed to judge or record (portal_fault: its database, a worker, a bug) says
     # nothing about the node: it never moves the node's health, nor fires an alert.
     for node_id, key, status, reason in (
-        run.results.filter(scope="node", portal_fault=False)
+        run.results.filter(scope=Scope.NODE, portal_fault=False)
         .order_by("position", "id")  # plan order per node: the first of equally bad results is the cause
         .values_list("node_id", "item_key", "status", "reason")
     ):
         per_node.setdefault(node_id, []).append(Judged(status, reason, names.get(key, key)))
     # Group results count for the nodes they name (attribution); an unattributed group failure
     # cannot be pinned on a node, so it does not change anyone's health.
-    groups = list(run.results.filter(scope="group", portal_fault=False).values_list("item_key", "attribution"))
+    groups = list(run.results.filter(scope=Scope.GROUP, portal_fault=False).values_list("item_key", "attribution"))
     if groups:
         by_host = dict(run.cluster.nodes.values_list("hostname", "id"))
         for key, attribution in groups:
@@ -165,7 +166,7 @@ def _react(*, cluster: Cluster, transitions: list[HealthTransition], healths: di
     deliveries = alerts_create(cfg=cfg, transitions=transitions)
     actions = hooks_plan(cfg=cfg, cluster=cluster, transitions=transitions, healths=healths)
     delivery_ids = [d.pk for d in deliveries]
-    action_ids = [a.pk for a in actions if a.status == "pending"]
+    action_ids = [a.pk for a in actions if a.status == ActionStatus.PENDING]
     transaction.on_commit(lambda: _enqueue(delivery_ids, action_ids))
 
 
