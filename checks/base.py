@@ -47,6 +47,7 @@ from typing import Any, ClassVar
 
 from checks import evidence as impossible_evidence
 from checks.evidence import Rule
+from checks.presentation import NOTHING, Presentation
 
 PASS = "pass"
 WARN = "warn"
@@ -246,6 +247,9 @@ class Check:
     # Measurement name -> what its value must be (checks/evidence.py), on top of the rules every
     # unit carries ("C", "GB/s"...): counts, flags, sentinels the check knows about.
     evidence: ClassVar[dict[str, Rule]] = {}
+    # How the portal shows this kind: chart, key metrics, trends, /metrics, outliers, certificate
+    # (checks/presentation.py). The default shows the verdict and measurements only.
+    presentation: ClassVar[Presentation] = NOTHING
 
     @classmethod
     def make_params(cls, values: dict[str, Any] | None) -> Any:

@@ -48,6 +48,7 @@ from checks.base import (
 )
 from checks.evidence import COUNT, Rule
 from checks.gpu_burn import burn_measurements, parse_gpu_burn_text
+from checks.presentation import CertificateChart, KeyMetric, OutlierMetric, Presentation, PromMetric, TrendRule, lowest
 from checks.sampling import JUDGED_CLOCK_REASONS, SAMPLING_LABEL, SamplingDoc, load_sampling, probe_gpu
 
 # ----------------------------------------------------------------------------- the check
@@ -149,6 +150,31 @@ class BurnIn(Check):
     )
     Params: ClassVar[type] = BurnInParams
     Thresholds: ClassVar[type] = BurnInThresholds
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="burn_in",
+        rank=20,
+        key_metrics=(
+            KeyMetric(
+                "gflops",
+                "Burn-in Gflop/s per GPU",
+                "gflops",
+                "Gflop/s",
+                per_gpu=True,
+                gpu_agg="min",
+                fleet_default=True,
+            ),
+        ),
+        trends=(TrendRule("temp_max", +1, 3.0, False, "GPU temperature under load rising", "C"),),
+        prometheus=(
+            PromMetric("gflops", "kiln_gpu_gflops", "gpu_burn throughput per GPU, Gflop/s"),
+            PromMetric("temp_max", "kiln_gpu_burn_temp_max_celsius", "Hottest GPU temperature during burn-in, C"),
+        ),
+        # The slowest GPU sets the node's pace in a synchronous job.
+        outliers=(OutlierMetric("gflops", "slowest GPU", ("gflops",), "Gflop/s", True, lowest("gflops")),),
+        certificate_charts=(
+            CertificateChart("Burn-in throughput per GPU", "bars", ("gflops",), "Gflop/s", x_title="node/GPU"),
+        ),
+    )  # fmt: skip
     evidence: ClassVar[dict[str, Rule]] = {
         "errors": COUNT,
         # gpu_burn prints -1 processed for a dead worker (gpu_burn-drv.cpp: processed = -1).

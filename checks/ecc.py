@@ -58,6 +58,7 @@ from checks.base import (
 )
 from checks.evidence import COUNT, FLAG, Rule
 from checks.parsers import Parsed, register_parser
+from checks.presentation import KeyMetric, Presentation, PromMetric, TrendRule
 from checks.probe_check import (
     PROBE_EVIDENCE,
     Facts,
@@ -183,6 +184,28 @@ class EccHealth(ProbeCheck):
     description: ClassVar[str] = "ECC mode, ECC error counters, row remapping / page retirement state per GPU."
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = EccThresholds
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="ecc",
+        rank=50,
+        key_metrics=(
+            KeyMetric(
+                "ecc_corrected", "ECC corrected errors (volatile)", "ecc_volatile_corrected", "errors",
+                better="lower", per_gpu=True, gpu_agg="sum", tolerance_pct=0.0,
+            ),
+            KeyMetric(
+                "ecc_uncorrected", "ECC uncorrected errors (volatile)", "ecc_volatile_uncorrected", "errors",
+                better="lower", per_gpu=True, gpu_agg="sum", tolerance_pct=0.0,
+            ),
+        ),
+        trends=(
+            TrendRule("ecc_aggregate_corrected", +1, 1, False, "correctable ECC climbing", "errors"),
+            TrendRule("ecc_volatile_corrected", +1, 1, False, "correctable ECC climbing (since boot)", "errors"),
+        ),
+        prometheus=tuple(
+            PromMetric(f"ecc_{c}", "kiln_gpu_ecc_errors", "ECC error counters", "counter", c)
+            for c in ("volatile_uncorrected", "volatile_corrected", "aggregate_uncorrected", "aggregate_corrected")
+        ),
+    )  # fmt: skip
     # NVML's ECC counters, remapped rows and retired pages are counts; the mode and repair states
     # are booleans in the probe (checks/probe/SCHEMA.md). Anything else (-1, 0.5, NaN) is `error`.
     evidence: ClassVar[dict[str, Rule]] = {

@@ -57,6 +57,7 @@ from checks.base import (
 )
 from checks.evidence import ERRNO, Rule
 from checks.parsers import Parsed, register_parser
+from checks.presentation import CertificateChart, KeyMetric, OutlierMetric, Presentation, PromMetric, total_else_sum
 
 GB = 1e9  # thresholds are decimal GB/s, as storage vendors quote them
 FIO_LABEL = "fio"
@@ -287,6 +288,15 @@ def _judge_floor(m: Measurement, floor: float | None, what: str, scope: str) -> 
     return Finding(FAIL, f"{what} {_gbps(m.value)} GB/s below the {floor:g} GB/s {scope} floor")
 
 
+# The node's own write/read rate (fs_throughput) and the per-node rate under the aggregate load
+# (fs_aggregate) share one history chart each; stored in B/s, shown in GB/s.
+FS_PROM = "kiln_fs_bandwidth_bytes_per_second"
+FS_KEY_METRICS = (
+    KeyMetric("fs_write", "Filesystem write bandwidth", "write_bw_sum", "GB/s", scale=1e-9, fleet_default=True),
+    KeyMetric("fs_read", "Filesystem read bandwidth", "read_bw_sum", "GB/s", scale=1e-9),
+)
+
+
 @register
 class FsThroughput(Check):
     key: ClassVar[str] = "fs_throughput"
@@ -294,6 +304,30 @@ class FsThroughput(Check):
     description: ClassVar[str] = "Sequential write then read with fio on the parallel filesystem mount, per node."
     Params: ClassVar[type] = FsParams
     Thresholds: ClassVar[type] = FsThresholds
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="filesystem",
+        rank=40,
+        key_metrics=FS_KEY_METRICS,
+        prometheus=(
+            PromMetric("write_bw", FS_PROM, "fio sequential bandwidth", "direction", "write"),
+            PromMetric("read_bw", FS_PROM, "fio sequential bandwidth", "direction", "read"),
+        ),
+        outliers=(
+            OutlierMetric(
+                "write_bw", "write", ("write_bw_sum", "write_bw"), "GB/s", True,
+                total_else_sum("write_bw_sum", "write_bw"), scale=1e9,
+            ),
+            OutlierMetric(
+                "read_bw", "read", ("read_bw_sum", "read_bw"), "GB/s", True,
+                total_else_sum("read_bw_sum", "read_bw"), scale=1e9,
+            ),
+        ),
+        certificate_charts=(
+            CertificateChart(
+                "Filesystem throughput per node", "bars", ("write_bw", "read_bw"), "GB/s", scale=1e9, grouped=True
+            ),
+        ),
+    )  # fmt: skip
     evidence: ClassVar[dict[str, Rule]] = {"job_error": ERRNO}  # fio's per-job `error` is an errno
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         "H100-SXM-8": dict(_HGX_NODE_FLOORS),
@@ -423,6 +457,7 @@ class FsAggregate(GroupCheck):
     )
     Params: ClassVar[type] = FsAggregateParams
     Thresholds: ClassVar[type] = FsAggregateThresholds
+    presentation: ClassVar[Presentation] = Presentation(chart="filesystem", rank=41, key_metrics=FS_KEY_METRICS)
     evidence: ClassVar[dict[str, Rule]] = {"job_error": ERRNO}
     min_nodes: ClassVar[int] = 2
     # fio exits 1 when a client failed (e.g. could not connect) but still prints the JSON of the

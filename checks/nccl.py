@@ -70,6 +70,15 @@ from checks.nccl_tests import (
     wrong_rows,
 )
 from checks.parsers import Parsed, register_parser
+from checks.presentation import (
+    CertificateChart,
+    KeyMetric,
+    OutlierMetric,
+    Presentation,
+    PromMetric,
+    TrendRule,
+    highest,
+)
 
 __all__ = ["FAILURE_LINE", "format_size", "localise_slow_pairs", "parse_nccl", "parse_report", "parse_size"]
 
@@ -388,6 +397,12 @@ class _NcclBase(Check):
         return findings
 
 
+# One history chart for NCCL on one node and across nodes (both kinds store busbw_peak).
+BUSBW_KEY_METRIC = KeyMetric(
+    "busbw", "NCCL bus bandwidth (peak)", "busbw_peak", "GB/s", group_value_on_node=True, fleet_default=True
+)
+
+
 @register
 class NcclAllReduce(_NcclBase):
     key: ClassVar[str] = "nccl_allreduce"
@@ -398,6 +413,20 @@ class NcclAllReduce(_NcclBase):
     )
     Params: ClassVar[type] = NcclParams
     Thresholds: ClassVar[type] = NcclThresholds
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="nccl",
+        rank=10,
+        key_metrics=(BUSBW_KEY_METRIC,),
+        trends=(TrendRule("busbw_peak", -1, 0.03, True, "NCCL busbw falling", "GB/s"),),
+        prometheus=(PromMetric("busbw_peak", "kiln_nccl_busbw_peak_gbps", "NCCL all-reduce peak bus bandwidth, GB/s"),),
+        outliers=(OutlierMetric("busbw", "busbw", ("busbw_peak",), "GB/s", True, highest("busbw_peak")),),
+        certificate_charts=(
+            CertificateChart(
+                "NCCL all-reduce bus bandwidth by message size", "curves", ("busbw",), "busbw (GB/s)",
+                x_title="message size (B)", log_x=True, threshold="min_busbw_gbps",
+            ),
+        ),
+    )  # fmt: skip
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         # Azure azurehpc-health-checks conf/nd96isr_h100_v5.conf: `check_nccl_allreduce 460.0 ... 16G`
         # (8x H100 SXM, NVLink4/NVSwitch, single-node all_reduce busbw floor in GB/s). Published
@@ -492,6 +521,7 @@ class NcclAllReduceMulti(GroupCheck, _NcclBase):
     Params: ClassVar[type] = NcclMultiParams
     Thresholds: ClassVar[type] = NcclThresholds
     pairwise: ClassVar[bool] = True
+    presentation: ClassVar[Presentation] = Presentation(chart="nccl", rank=11, key_metrics=(BUSBW_KEY_METRIC,))
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         # Conservative default; tune per site. 2-node all_reduce busbw is bound by the nodes' NICs:
         # the GCP A3 Mega 2x8 H100 fixture (8x 200G GPUDirect-TCPXO) peaks at 338.8 GB/s at 8 GiB,

@@ -51,6 +51,7 @@ from checks.base import (
 )
 from checks.evidence import COUNT, Rule
 from checks.parsers import Parsed, load_json, register_parser
+from checks.presentation import KeyMetric, OutlierMetric, Presentation, PromMetric, TrendRule, highest
 from checks.sampling import SamplingDoc, load_sampling, probe_gpu
 
 IDLE, LOAD, SENSORS = "probe idle", "probe load", "sensors"
@@ -259,6 +260,37 @@ class DlcTemperature(Check):
     )
     Params: ClassVar[type] = DlcParams
     Thresholds: ClassVar[type] = DlcThresholds
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="dlc",
+        rank=30,
+        key_metrics=(
+            KeyMetric(
+                "temp_gpu", "GPU steady temperature under load", "temp_gpu_steady", "°C",
+                better="lower", per_gpu=True, gpu_agg="max", labels=(("phase", "load"),), fleet_default=True,
+            ),
+            KeyMetric(
+                "temp_memory", "Memory steady temperature under load", "temp_memory_steady", "°C",
+                better="lower", per_gpu=True, gpu_agg="max", labels=(("phase", "load"),),
+            ),
+        ),
+        trends=(
+            TrendRule("temp_gpu_steady", +1, 3.0, False, "GPU temperature rising", "C"),
+            TrendRule("temp_memory_steady", +1, 3.0, False, "HBM temperature rising", "C"),
+        ),
+        prometheus=(
+            PromMetric("temp_gpu_steady", "kiln_gpu_temp_celsius", "Steady GPU temperature, C", "phase", None),
+            PromMetric(
+                "temp_memory_steady", "kiln_gpu_memory_temp_celsius", "Steady HBM temperature, C", "phase", None
+            ),
+        ),
+        # temp_gpu_steady per GPU, phase "load" = steady state under load.
+        outliers=(
+            OutlierMetric(
+                "temp_load", "hottest GPU under load", ("temp_gpu_steady",), "C", False,
+                highest("temp_gpu_steady", phase="load"),
+            ),
+        ),
+    )  # fmt: skip
     # Sample tallies are counts; a discrete BMC sensor's raw reading is its state bits, at most two
     # bytes (IPMI 2.0 Get Sensor Reading, discrete state bytes 3-4): 0x0000..0xffff.
     evidence: ClassVar[dict[str, Rule]] = {
