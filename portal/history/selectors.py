@@ -14,6 +14,7 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from checks.presentation import KeyMetric, presented
+from portal.charts.figures.common import natural as _natural
 from portal.inventory.models import Cluster, Node
 from portal.runs.models import CheckResult, Measurement, Run, Status
 
@@ -51,9 +52,18 @@ def _key_metrics() -> tuple[Metric, ...]:
             kinds.setdefault(km.key, []).append(kind)
     return tuple(
         Metric(
-            key=km.key, label=km.label, name=km.name, kinds=tuple(kinds[km.key]), unit=km.unit, better=km.better,
-            scale=km.scale, per_gpu=km.per_gpu, gpu_agg=km.gpu_agg, labels=km.labels,
-            tolerance_pct=km.tolerance_pct, group_value_on_node=km.group_value_on_node,
+            key=km.key,
+            label=km.label,
+            name=km.name,
+            kinds=tuple(kinds[km.key]),
+            unit=km.unit,
+            better=km.better,
+            scale=km.scale,
+            per_gpu=km.per_gpu,
+            gpu_agg=km.gpu_agg,
+            labels=km.labels,
+            tolerance_pct=km.tolerance_pct,
+            group_value_on_node=km.group_value_on_node,
         )  # fmt: skip
         for km in declared.values()
     )
@@ -242,10 +252,6 @@ def node_trends(*, node: Node, runs: int = TREND_RUNS) -> list[Trend]:
             trend.lines = {k.split(" · ", 1)[-1]: v for k, v in trend.lines.items()}
         trend.lines = dict(sorted(trend.lines.items(), key=lambda kv: _natural(kv[0])))
     return [trends[m.key] for m in KEY_METRICS if m.key in trends]
-
-
-def _natural(text: str) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 _THRESHOLD = re.compile(r"^\s*(>=|<=|>|<)\s*(-?[\d.]+)\s*([^\s(,]*)")

@@ -91,6 +91,7 @@ def find_outliers(
 # --- which metrics: each check kind declares its own (checks/presentation.py OutlierMetric) ------
 # A measurement here is a mapping with name, value, gpu, labels (a Measurement row as values()).
 
+
 @dataclass(frozen=True)
 class Metric:
     """A key metric of one check kind, compared across the nodes of a run."""
