@@ -116,11 +116,10 @@ def run_metric_values(*, run: Run, item_key: str, metric: str, phase: str = "") 
     return out
 
 
-def run_distribution(*, run: Run, item_key: str, metric: str, phase: str = "", per: str = "node") -> Distribution:
-    rows = run_metric_values(run=run, item_key=item_key, metric=metric, phase=phase)
-    per_gpu = any(r["gpu"] is not None for r in rows)
-    how = worst_aggregate(metric) if per_gpu and per != "gpu" else ""
-    if per_gpu and per == "gpu":
+def _points(rows: list[dict[str, Any]], *, by_gpu: bool, how: str) -> list[Point]:
+    """One point per GPU, or per node (the worst GPU by `how`, else the node's one value), in
+    natural node order, each with its robust z against the fleet median."""
+    if by_gpu:
         points = [Point(r["node"], r["value"], r["gpu"]) for r in rows]
     else:
         by_node: dict[str, list[float]] = {}
@@ -132,21 +131,31 @@ def run_distribution(*, run: Run, item_key: str, metric: str, phase: str = "", p
     median = statistics.median([p.value for p in points]) if points else None
     for point, z in zip(points, robust_z([p.value for p in points]), strict=True):
         point.z, point.median = z, median
-    unit = next((r["unit"] for r in rows if r["unit"]), "")
-    # A threshold line only when every row was judged against the same one (sibling-relative
-    # floors differ per node).
+    return points
+
+
+def _shared_threshold(rows: list[dict[str, Any]]) -> str:
+    """The threshold every row was judged against, else "" (sibling-relative floors differ per
+    node, and a line for one of them would mislead)."""
     thresholds = {r["threshold"] for r in rows}
-    threshold = thresholds.pop() if len(thresholds) == 1 else ""
+    return thresholds.pop() if len(thresholds) == 1 else ""
+
+
+def run_distribution(*, run: Run, item_key: str, metric: str, phase: str = "", per: str = "node") -> Distribution:
+    rows = run_metric_values(run=run, item_key=item_key, metric=metric, phase=phase)
+    per_gpu = any(r["gpu"] is not None for r in rows)
+    by_gpu = per_gpu and per == "gpu"
+    how = worst_aggregate(metric) if per_gpu and not by_gpu else ""
     phase_text = f" ({phase})" if phase else ""
-    per_text = " per GPU" if per_gpu and per == "gpu" else (f", {how} over GPUs per node" if how else " per node")
+    per_text = " per GPU" if by_gpu else (f", {how} over GPUs per node" if how else " per node")
     return Distribution(
         title=f"{item_key}: {metric}{phase_text}{per_text}, run #{run.pk}",
         item_key=item_key,
         metric=metric,
         phase=phase,
-        unit=unit,
-        per="gpu" if per_gpu and per == "gpu" else "node",
+        unit=next((r["unit"] for r in rows if r["unit"]), ""),
+        per="gpu" if by_gpu else "node",
         aggregate=how,
-        points=points,
-        threshold=threshold,
+        points=_points(rows, by_gpu=by_gpu, how=how),
+        threshold=_shared_threshold(rows),
     )
