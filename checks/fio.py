@@ -69,26 +69,9 @@ def fio_measurements(doc: dict[str, Any]) -> tuple[list[Measurement], list[str]]
             stats = entry.get(ddir)
             if not isinstance(stats, dict):
                 continue
-            bw = _num(stats.get("bw_bytes"))
-            if bw is None and _num(stats.get("bw")) is not None:
-                bw = _num(stats.get("bw")) * 1024  # pre-3.x fio: bw only, in KiB/s
-            iops = _num(stats.get("iops"))
-            io_bytes = _num(stats.get("io_bytes"))
-            if bw is None or iops is None:
-                raise EvidenceError(f"fio job {job!r}: {ddir} section has no bw_bytes/iops")
-            out += [
-                Measurement(name=f"{ddir}_bw", value=bw, unit="B/s", labels=dict(base)),
-                Measurement(name=f"{ddir}_iops", value=iops, unit="IOPS", labels=dict(base)),
-            ]
-            if io_bytes is not None:
-                out.append(Measurement(name=f"{ddir}_bytes", value=io_bytes, unit="B", labels=dict(base)))
-            clat = _p99(stats.get("clat_ns"))
-            if clat is not None:
-                out.append(Measurement(name=f"{ddir}_clat_p99", value=clat, unit="ns", labels=dict(base)))
-            lat = _p99(stats.get("lat_ns"))
-            if lat is not None:  # fio ran with lat_percentiles=1: percentiles move to lat_ns
-                out.append(Measurement(name=f"{ddir}_lat_p99", value=lat, unit="ns", labels=dict(base)))
-            for key, value in ((f"{ddir}_bw_sum", bw), (f"{ddir}_iops_sum", iops), (f"{ddir}_bytes_sum", io_bytes)):
+            found, totals = _direction(stats, ddir, job, base)
+            out += found
+            for key, value in totals.items():
                 for scope in {"", host}:
                     sums[(scope, key)] = sums.get((scope, key), 0.0) + (value or 0.0)
         judged += 1
@@ -99,6 +82,33 @@ def fio_measurements(doc: dict[str, Any]) -> tuple[list[Measurement], list[str]]
         unit = units[key.split("_")[1]]
         out.append(Measurement(name=key, value=value, unit=unit, labels={"host": scope} if scope else {}))
     return out, warnings
+
+
+def _direction(
+    stats: dict[str, Any], ddir: str, job: str, base: dict[str, str]
+) -> tuple[list[Measurement], dict[str, float | None]]:
+    """One job's read or write section: bandwidth, IOPS, bytes and p99 latencies, and the values
+    the per-host and overall sums add up."""
+    bw = _num(stats.get("bw_bytes"))
+    old_bw = _num(stats.get("bw"))
+    if bw is None and old_bw is not None:
+        bw = old_bw * 1024  # pre-3.x fio: bw only, in KiB/s
+    iops = _num(stats.get("iops"))
+    io_bytes = _num(stats.get("io_bytes"))
+    if bw is None or iops is None:
+        raise EvidenceError(f"fio job {job!r}: {ddir} section has no bw_bytes/iops")
+    out = [
+        Measurement(name=f"{ddir}_bw", value=bw, unit="B/s", labels=dict(base)),
+        Measurement(name=f"{ddir}_iops", value=iops, unit="IOPS", labels=dict(base)),
+    ]
+    optional = (
+        (f"{ddir}_bytes", io_bytes, "B"),
+        (f"{ddir}_clat_p99", _p99(stats.get("clat_ns")), "ns"),
+        # present when fio ran with lat_percentiles=1: the percentiles move to lat_ns
+        (f"{ddir}_lat_p99", _p99(stats.get("lat_ns")), "ns"),
+    )
+    out += [Measurement(name=n, value=v, unit=u, labels=dict(base)) for n, v, u in optional if v is not None]
+    return out, {f"{ddir}_bw_sum": bw, f"{ddir}_iops_sum": iops, f"{ddir}_bytes_sum": io_bytes}
 
 
 @register_parser("fio")

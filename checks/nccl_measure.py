@@ -43,68 +43,83 @@ def report_problems(report: NcclReport) -> None:
 
 
 def measurements_from(report: NcclReport, *, peak_min_bytes: int, collective: str = "") -> list[Measurement]:
-    """The public measurements of one nccl-tests run (see the module docstring). `collective`
+    """The public measurements of one nccl-tests run (see checks/nccl.py's docstring). `collective`
     names the program that ran (from its argv); the output's own "Collective test starting" line
     wins over it, and the table's numbers name it when neither does."""
-    out: list[Measurement] = []
-    largest = max(r.size for r in report.rows)
-    eligible = [r for r in report.rows if r.size >= peak_min_bytes and r.best_busbw()[0] is not None]
-    floor_label = {"peak_min_bytes": str(peak_min_bytes)}
-    if eligible:
-        peak_row = max(eligible, key=lambda r: r.best_busbw()[0] or 0.0)
-        busbw, placement = peak_row.best_busbw()
-        algbw = peak_row.placements[placement].algbw
-        labels = {**floor_label, "size": str(peak_row.size), "placement": placement}
-        out += [
-            Measurement(name="busbw_peak", value=busbw, unit="GB/s", labels=dict(labels)),
-            Measurement(name="algbw_peak", value=algbw, unit="GB/s", labels=dict(labels)),
-            Measurement(name="size_at_peak", value=float(peak_row.size), unit="B", labels=dict(labels)),
-        ]
-    else:
-        why = (
-            f"largest size {format_size(largest)} is below peak_min_bytes ({format_size(peak_min_bytes)}): "
-            "cannot judge peak bandwidth"
-        )
-        for name, unit in (("busbw_peak", "GB/s"), ("algbw_peak", "GB/s"), ("size_at_peak", "B")):
-            out.append(Measurement(name=name, value=None, unit=unit, labels={**floor_label, "missing": why}))
-    out.append(Measurement(name="size_max", value=float(largest), unit="B"))
-
+    out = _peak(report, peak_min_bytes)
+    out.append(Measurement(name="size_max", value=float(max(r.size for r in report.rows)), unit="B"))
     if report.avg_busbw is not None:
         out.append(Measurement(name="busbw_avg_reported", value=report.avg_busbw, unit="GB/s"))
     else:
         missing = {"missing": "no '# Avg bus bandwidth' footer"}
         out.append(Measurement(name="busbw_avg_reported", value=None, unit="GB/s", labels=missing))
+    out.append(_wrong(report))
+    out += _ranks(report)
+    out.append(_collective(report, collective))
+    if report.nccl_version:
+        out.append(Measurement(name="nccl_version", text=report.nccl_version))
+    return out
 
+
+def _peak(report: NcclReport, peak_min_bytes: int) -> list[Measurement]:
+    """busbw, algbw and size at the best size >= `peak_min_bytes`; missing when no size got there."""
+    eligible = [r for r in report.rows if r.size >= peak_min_bytes and r.best_busbw()[0] is not None]
+    floor_label = {"peak_min_bytes": str(peak_min_bytes)}
+    if not eligible:
+        largest = max(r.size for r in report.rows)
+        why = (
+            f"largest size {format_size(largest)} is below peak_min_bytes ({format_size(peak_min_bytes)}): "
+            "cannot judge peak bandwidth"
+        )
+        return [
+            Measurement(name=name, value=None, unit=unit, labels={**floor_label, "missing": why})
+            for name, unit in (("busbw_peak", "GB/s"), ("algbw_peak", "GB/s"), ("size_at_peak", "B"))
+        ]
+    peak_row = max(eligible, key=lambda r: r.best_busbw()[0] or 0.0)
+    busbw, placement = peak_row.best_busbw()
+    algbw = peak_row.placements[placement].algbw
+    labels = {**floor_label, "size": str(peak_row.size), "placement": placement}
+    return [
+        Measurement(name="busbw_peak", value=busbw, unit="GB/s", labels=dict(labels)),
+        Measurement(name="algbw_peak", value=algbw, unit="GB/s", labels=dict(labels)),
+        Measurement(name="size_at_peak", value=float(peak_row.size), unit="B", labels=dict(labels)),
+    ]
+
+
+def _wrong(report: NcclReport) -> Measurement:
+    """#wrong summed row by row (table_problems refused negative counts, so none can cancel
+    another, and a summary that disagrees with the rows); missing when results were not validated."""
     counts = [p.wrong for r in report.rows for p in r.placements.values() if p.wrong is not None]
-    if counts:
-        # Row by row: table_problems refused negative counts (none can cancel another) and a
-        # summary that disagrees with the rows.
-        wrong = sum(counts)
-        rows = wrong_rows(report)
-        labels = {"rows": "; ".join(rows[:10]), "wrong_results": str(len(rows))} if rows else {}
-        out.append(Measurement(name="wrong", value=float(wrong), labels=labels))
-    else:
+    if not counts:
         why = "#wrong is N/A: results were not validated (run with -c 1)"
-        out.append(Measurement(name="wrong", value=None, labels={"missing": why}))
+        return Measurement(name="wrong", value=None, labels={"missing": why})
+    rows = wrong_rows(report)
+    labels = {"rows": "; ".join(rows[:10]), "wrong_results": str(len(rows))} if rows else {}
+    return Measurement(name="wrong", value=float(sum(counts)), labels=labels)
 
-    if report.ranks:
-        out.append(Measurement(name="ranks", value=float(len(report.ranks))))
-        out.append(Measurement(name="nodes", value=float(len(report.hosts))))
-        out.append(Measurement(name="hosts", text=",".join(report.hosts)))
-        models = sorted({r.model for r in report.ranks if r.model})
-        if models:
-            out.append(Measurement(name="gpu_models", text=",".join(models)))
-    else:
-        out.append(Measurement(name="ranks", value=None, labels={"missing": "no '# Rank ... device' lines"}))
+
+def _ranks(report: NcclReport) -> list[Measurement]:
+    """Ranks, nodes, hosts and GPU models from the "# Rank ... device" lines."""
+    if not report.ranks:
+        return [Measurement(name="ranks", value=None, labels={"missing": "no '# Rank ... device' lines"})]
+    out = [
+        Measurement(name="ranks", value=float(len(report.ranks))),
+        Measurement(name="nodes", value=float(len(report.hosts))),
+        Measurement(name="hosts", text=",".join(report.hosts)),
+    ]
+    models = sorted({r.model for r in report.ranks if r.model})
+    if models:
+        out.append(Measurement(name="gpu_models", text=",".join(models)))
+    return out
+
+
+def _collective(report: NcclReport, collective: str) -> Measurement:
     inferred = infer_collective(report)
     name = report.named or collective or inferred
     labels = {} if name else {"missing": "the output does not name its collective"}
     if inferred and inferred != name:
         labels["table"] = inferred  # the numbers name another collective than the program did
-    out.append(Measurement(name="collective", text=name, labels=labels))
-    if report.nccl_version:
-        out.append(Measurement(name="nccl_version", text=report.nccl_version))
-    return out
+    return Measurement(name="collective", text=name, labels=labels)
 
 
 @register_parser("nccl")

@@ -435,16 +435,7 @@ def read_kernel_log(output: CommandOutput) -> KernelLog:
     EvidenceError("kernel log unreadable: ...") when no reader gave a trustworthy answer."""
     since_arg = output.command.argv[-1] if output.command.argv else ""
     since = float(since_arg) if since_arg.strip().isdigit() else None
-    sections: list[tuple[str, int, str]] = []
-    lines: list[str] = []
-    for line in output.stdout.splitlines():
-        if line.startswith(_MARK):
-            fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
-            rc = fields.get("rc", "")
-            sections.append((fields.get("source", "?"), int(rc) if rc.lstrip("-").isdigit() else -1, "\n".join(lines)))
-            lines = []
-        else:
-            lines.append(line)
+    sections = _sections(output.stdout)
     stderr_lines = [s.strip() for s in output.stderr.splitlines() if s.strip()]
     if not sections:
         hint = f": {stderr_lines[-1][:200]}" if stderr_lines else ""
@@ -462,6 +453,22 @@ def read_kernel_log(output: CommandOutput) -> KernelLog:
         why = blind[0] if blind else _reason_for(source, stderr_lines)
         problems.append(f"{source} exited {rc}: {why}" if rc else f"{source}: {why}")
     raise EvidenceError("kernel log unreadable: " + "; ".join(reversed(problems)))
+
+
+def _sections(stdout: str) -> list[tuple[str, int, str]]:
+    """(source, exit status, text) of each reader the script ran, from its end-marker lines; an
+    unreadable status is -1."""
+    sections: list[tuple[str, int, str]] = []
+    lines: list[str] = []
+    for line in stdout.splitlines():
+        if line.startswith(_MARK):
+            fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+            rc = fields.get("rc", "")
+            sections.append((fields.get("source", "?"), int(rc) if rc.lstrip("-").isdigit() else -1, "\n".join(lines)))
+            lines = []
+        else:
+            lines.append(line)
+    return sections
 
 
 def _reason_for(source: str, stderr_lines: list[str]) -> str:
