@@ -13,6 +13,7 @@ from ClusterShell.NodeSet import NodeSet
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Coalesce
 
+from checks.presentation import KeyMetric, presented
 from portal.inventory.models import Cluster, Node
 from portal.ordering import natural_key
 from portal.runs.models import CheckResult, Measurement, Run, Scope, Status
@@ -20,8 +21,8 @@ from portal.runs.models import CheckResult, Measurement, Run, Scope, Status
 
 @dataclass(frozen=True)
 class Metric:
-    """A key measurement followed across runs. `better` is the direction of a good change; per-GPU
-    values fold into one number per node with `gpu_agg` (the worst GPU, or the sum of counts)."""
+    """A key measurement followed across runs, as declared by the checks that store it
+    (checks/presentation.py KeyMetric), with the kinds that declare it."""
 
     key: str
     label: str
@@ -33,40 +34,42 @@ class Metric:
     per_gpu: bool = False
     gpu_agg: str = "min"
     labels: tuple[tuple[str, str], ...] = ()
-    # Changes smaller than this (relative, %) are noise, not "worse"; counts have no tolerance.
     tolerance_pct: float = 2.0
-    # Group-level values (no host label) on a node's own page: a multi-node busbw is worth seeing
-    # there; the filesystem aggregate total is not (it dwarfs the node's own bandwidth).
     group_value_on_node: bool = False
 
     def matches(self, kind: str, labels: dict[str, Any]) -> bool:
         return kind in self.kinds and all(str(labels.get(k)) == v for k, v in self.labels)
 
 
-NCCL_KINDS = ("nccl_allreduce", "nccl_allreduce_multi")
-FS_KINDS = ("fs_throughput", "fs_aggregate")
-KEY_METRICS: tuple[Metric, ...] = (
-    Metric("busbw", "NCCL bus bandwidth (peak)", "busbw_peak", NCCL_KINDS, "GB/s", group_value_on_node=True),
-    Metric("gflops", "Burn-in Gflop/s per GPU", "gflops", ("burn_in",), "Gflop/s", per_gpu=True, gpu_agg="min"),
-    Metric(
-        "temp_gpu", "GPU steady temperature under load", "temp_gpu_steady", ("dlc_temperature",), "°C",
-        better="lower", per_gpu=True, gpu_agg="max", labels=(("phase", "load"),),
-    ),
-    Metric(
-        "temp_memory", "Memory steady temperature under load", "temp_memory_steady", ("dlc_temperature",), "°C",
-        better="lower", per_gpu=True, gpu_agg="max", labels=(("phase", "load"),),
-    ),
-    Metric("fs_write", "Filesystem write bandwidth", "write_bw_sum", FS_KINDS, "GB/s", scale=1e-9),
-    Metric("fs_read", "Filesystem read bandwidth", "read_bw_sum", FS_KINDS, "GB/s", scale=1e-9),
-    Metric(
-        "ecc_corrected", "ECC corrected errors (volatile)", "ecc_volatile_corrected", ("ecc_health",), "errors",
-        better="lower", per_gpu=True, gpu_agg="sum", tolerance_pct=0.0,
-    ),
-    Metric(
-        "ecc_uncorrected", "ECC uncorrected errors (volatile)", "ecc_volatile_uncorrected", ("ecc_health",),
-        "errors", better="lower", per_gpu=True, gpu_agg="sum", tolerance_pct=0.0,
-    ),
-)  # fmt: skip
+def _key_metrics() -> tuple[Metric, ...]:
+    """Every declared key metric once, with every kind that declares it, in the kinds' rank order."""
+    declared: dict[str, KeyMetric] = {}
+    kinds: dict[str, list[str]] = {}
+    for kind, shown in presented():
+        for km in shown.key_metrics:
+            if declared.setdefault(km.key, km) != km:
+                raise ValueError(f"key metric {km.key!r} is declared differently by {kind} and {kinds[km.key]}")
+            kinds.setdefault(km.key, []).append(kind)
+    return tuple(
+        Metric(
+            key=km.key,
+            label=km.label,
+            name=km.name,
+            kinds=tuple(kinds[km.key]),
+            unit=km.unit,
+            better=km.better,
+            scale=km.scale,
+            per_gpu=km.per_gpu,
+            gpu_agg=km.gpu_agg,
+            labels=km.labels,
+            tolerance_pct=km.tolerance_pct,
+            group_value_on_node=km.group_value_on_node,
+        )  # fmt: skip
+        for km in declared.values()
+    )
+
+
+KEY_METRICS: tuple[Metric, ...] = _key_metrics()
 METRICS_BY_KEY = {m.key: m for m in KEY_METRICS}
 _KEY_KINDS = sorted({k for m in KEY_METRICS for k in m.kinds})
 _KEY_NAMES = sorted({m.name for m in KEY_METRICS})

@@ -142,10 +142,8 @@ def _run_one(*, run: Run, node: Node, result: CheckResult, transport: Transport,
     item = snapshot_item(run, result.item_key)
     check = get_check(item["kind"])
     params = check.make_params(item["params"])
-    thresholds_raw = dict(item["thresholds"])
-    if item["kind"] == "gpu_inventory" and node.expected_gpus:
-        thresholds_raw["expected_gpu_count"] = node.expected_gpus  # a node-level exception to the profile
-    thresholds = check.make_thresholds(thresholds_raw)
+    # A node's own expected_gpus reaches the checks through NodeContext (gpu_inventory prefers it).
+    thresholds = check.make_thresholds(dict(item["thresholds"]))
     context = node_context(run, node)
     with timed("commands"):
         outputs = run_commands(transport, check.commands(params, context))

@@ -8,7 +8,7 @@ import pytest
 
 from checks import get_check, run_check
 from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, NodeContext
-from checks.ecc import parse_page_retirement
+from checks.nvidia_smi import parse_page_retirement
 from checks.parsers import parse_output
 from checks.profiles import resolve_thresholds
 from checks.xid import (
