@@ -369,7 +369,7 @@ def measure_campaign(
     record("campaign_state", s, f"{len(q)} queries")
     client = Client()
     client.force_login(users["vendor"])
-    page_url = reverse("campaign_detail", args=[campaign.pk])
+    page_url = reverse("certificates:campaign_detail", args=[campaign.pk])
     client.get(page_url)  # warm-up (templates, session)
     with CaptureQueriesContext(connection) as q, Step(use_tracemalloc) as s:
         page = client.get(page_url)

@@ -142,7 +142,7 @@ def page_timings(repeat: int) -> float:
         user.groups.add(Group.objects.get(name=role))
         clients[role] = Client()
         clients[role].force_login(user)
-    search, start = reverse("result_search"), reverse("run_start", args=[cluster.name])
+    search, start = reverse("history:result_search"), reverse("runs:run_start", args=[cluster.name])
 
     def get(text: str, status: int) -> Callable[[], None]:
         def run() -> None:

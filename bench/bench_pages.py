@@ -165,7 +165,7 @@ def node_page_url(seeded: dict[str, Any]) -> tuple[str, str]:
         resolve(url)
         return "node page", url
     except Resolver404:
-        return "cluster page (no node page yet)", reverse("cluster_detail", args=[cluster.name])
+        return "cluster page (no node page yet)", reverse("inventory:cluster_detail", args=[cluster.name])
 
 
 def measure(
@@ -220,13 +220,13 @@ def main() -> int:
             since = f"{time.time() - 5:.3f}"  # the live poll: rows changed in the last few seconds
             node_label, node_url = node_page_url(seeded)
             return [
-                ("run page", reverse("run_detail", args=[finished.pk]), {}),
-                ("run grid fragment (htmx)", reverse("run_detail", args=[finished.pk]), {"HX-Request": "true"}),
-                ("run page, only problems", reverse("run_detail", args=[finished.pk]) + "?problems=1", {}),
-                ("active run page", reverse("run_detail", args=[active.pk]), {}),
+                ("run page", reverse("runs:run_detail", args=[finished.pk]), {}),
+                ("run grid fragment (htmx)", reverse("runs:run_detail", args=[finished.pk]), {"HX-Request": "true"}),
+                ("run page, only problems", reverse("runs:run_detail", args=[finished.pk]) + "?problems=1", {}),
+                ("active run page", reverse("runs:run_detail", args=[active.pk]), {}),
                 (
                     "active run live poll (htmx)",
-                    reverse("run_detail", args=[active.pk]) + f"?since={since}",
+                    reverse("runs:run_detail", args=[active.pk]) + f"?since={since}",
                     {"HX-Request": "true"},
                 ),
                 (node_label, node_url, {}),

@@ -1,23 +1,16 @@
-"""Kiln checks: pure Python (no Django, no fabric). Importing the package fills
-`REGISTRY` with every check kind; see checks/base.py for the contract."""
+"""Kiln checks: pure Python (no Django, no fabric). Importing the package imports every module in
+it, which fills `REGISTRY` with every check kind and `PARSERS` with every parser: a new check is a
+new module here (docs/adding-a-check.md). See checks/base.py for the contract."""
 
 from __future__ import annotations
 
-from checks import (  # noqa: F401  (importing registers the checks and parsers)
-    burnin,
-    dcgm,
-    ecc,
-    filesystem,
-    infiniband,
-    inventory,
-    io_benchmarks,
-    links,
-    nccl,
-    nvidia_smi,
-    software,
-    thermal,
-    xid,
-)
+import importlib
+import pkgutil
+
 from checks.base import REGISTRY, get_check, run_check
+
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.ispkg and _module.name != "__main__":
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["REGISTRY", "get_check", "run_check"]

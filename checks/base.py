@@ -39,14 +39,15 @@ those same objects.
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from checks import evidence as impossible_evidence
 from checks.evidence import Rule
+from checks.presentation import NOTHING, Presentation
+from checks.schema import ParamsError as ParamsError  # re-exported: checks raise it from here
+from checks.schema import build
 
 _C = TypeVar("_C", bound="Check")  # _prepare hands back the kind of check it was given
 
@@ -59,10 +60,6 @@ SKIPPED = "skipped"
 VERDICT_STATUSES = (PASS, WARN, FAIL, ERROR, SKIPPED)
 # Worst first: the overall verdict of several findings is the worst one.
 _SEVERITY = {ERROR: 4, FAIL: 3, WARN: 2, PASS: 1, SKIPPED: 0}
-
-
-class ParamsError(ValueError):
-    """Params or thresholds given to a check do not match its schema."""
 
 
 class EvidenceError(Exception):
@@ -248,14 +245,17 @@ class Check:
     # Measurement name -> what its value must be (checks/evidence.py), on top of the rules every
     # unit carries ("C", "GB/s"...): counts, flags, sentinels the check knows about.
     evidence: ClassVar[dict[str, Rule]] = {}
+    # How the portal shows this kind: chart, key metrics, trends, /metrics, outliers, certificate
+    # (checks/presentation.py). The default shows the verdict and measurements only.
+    presentation: ClassVar[Presentation] = NOTHING
 
     @classmethod
     def make_params(cls, values: dict[str, Any] | None) -> Any:
-        return _build(cls.Params, values or {}, what="param")
+        return build(cls.Params, values or {}, what="param")
 
     @classmethod
     def make_thresholds(cls, values: dict[str, Any] | None) -> Any:
-        return _build(cls.Thresholds, values or {}, what="threshold")
+        return build(cls.Thresholds, values or {}, what="threshold")
 
     @classmethod
     def default_params(cls) -> dict[str, Any]:
@@ -294,74 +294,6 @@ class Check:
         by default. Checks whose tool prints its own diagnosis override it."""
         lines = [line.strip() for line in output.stderr.splitlines() if line.strip()]
         return lines[-1][:300] if lines else "no stderr"
-
-
-def _build(schema: type, values: dict[str, Any], *, what: str) -> Any:
-    known = {f.name: f for f in dataclasses.fields(schema)}
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ParamsError(f"unknown {what}(s): {', '.join(unknown)}; expected one of: {', '.join(sorted(known))}")
-    hints = _field_types(schema)
-    defaults = schema()
-    coerced: dict[str, Any] = {}
-    for name, raw in values.items():
-        default = getattr(defaults, name)
-        coerced[name] = _coerce(raw, default, name=name, what=what, target=hints.get(name))
-    return schema(**coerced)
-
-
-def _field_types(schema: type) -> dict[str, type]:
-    """Field name -> the plain type to coerce to, from annotations.
-
-    `int | None` gives int: a field whose default is None (e.g. "don't
-    judge") still rejects a badly typed value instead of storing it raw."""
-    try:
-        hints = typing.get_type_hints(schema)
-    except Exception:  # unresolvable annotation: fall back to the default's type
-        return {}
-    plain: dict[str, type] = {}
-    for name, hint in hints.items():
-        is_union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-        args = typing.get_args(hint) if is_union else ()
-        if args:
-            rest = [a for a in args if a is not type(None)]
-            if len(rest) == 1 and rest[0] in (bool, int, float, str):
-                plain[name] = rest[0]
-        elif hint in (bool, int, float, str):
-            plain[name] = hint
-    return plain
-
-
-def _coerce(raw: Any, default: Any, *, name: str, what: str, target: type | None = None) -> Any:
-    if raw is None:
-        return raw
-    if target is None:
-        if default is None:
-            return raw
-        target = type(default)
-    try:
-        if target is bool:
-            if isinstance(raw, str):
-                if raw.lower() in ("1", "true", "yes", "on"):
-                    return True
-                if raw.lower() in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(raw)
-            return bool(raw)
-        if target in (int, float):
-            if isinstance(raw, bool):
-                raise ValueError(raw)
-            value = target(raw)
-            if target is int and float(raw) != value:
-                raise ValueError(raw)
-            return value
-        if target is str:
-            if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
-                raise ValueError(raw)
-            return str(raw)
-    except (TypeError, ValueError):
-        raise ParamsError(f"{what} {name!r}: expected {target.__name__}, got {raw!r}") from None
-    return raw
 
 
 REGISTRY: dict[str, type[Check]] = {}

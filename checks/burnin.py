@@ -46,9 +46,11 @@ from checks.base import (
     Verdict,
     register,
 )
+from checks.burnin_telemetry import telemetry_measurements
 from checks.evidence import COUNT, Rule
 from checks.gpu_burn import burn_measurements, parse_gpu_burn_text
-from checks.sampling import JUDGED_CLOCK_REASONS, SAMPLING_LABEL, SamplingDoc, load_sampling, probe_gpu
+from checks.presentation import CertificateChart, KeyMetric, OutlierMetric, Presentation, PromMetric, TrendRule, lowest
+from checks.sampling import SAMPLING_LABEL, load_sampling
 
 # ----------------------------------------------------------------------------- the check
 
@@ -149,6 +151,31 @@ class BurnIn(Check):
     )
     Params: ClassVar[type] = BurnInParams
     Thresholds: ClassVar[type] = BurnInThresholds
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="burn_in",
+        rank=20,
+        key_metrics=(
+            KeyMetric(
+                "gflops",
+                "Burn-in Gflop/s per GPU",
+                "gflops",
+                "Gflop/s",
+                per_gpu=True,
+                gpu_agg="min",
+                fleet_default=True,
+            ),
+        ),
+        trends=(TrendRule("temp_max", +1, 3.0, False, "GPU temperature under load rising", "C"),),
+        prometheus=(
+            PromMetric("gflops", "kiln_gpu_gflops", "gpu_burn throughput per GPU, Gflop/s"),
+            PromMetric("temp_max", "kiln_gpu_burn_temp_max_celsius", "Hottest GPU temperature during burn-in, C"),
+        ),
+        # The slowest GPU sets the node's pace in a synchronous job.
+        outliers=(OutlierMetric("gflops", "slowest GPU", ("gflops",), "Gflop/s", True, lowest("gflops")),),
+        certificate_charts=(
+            CertificateChart("Burn-in throughput per GPU", "bars", ("gflops",), "Gflop/s", x_title="node/GPU"),
+        ),
+    )  # fmt: skip
     evidence: ClassVar[dict[str, Rule]] = {
         "errors": COUNT,
         # gpu_burn prints -1 processed for a dead worker (gpu_burn-drv.cpp: processed = -1).
@@ -397,82 +424,6 @@ class BurnIn(Check):
                 if not m.ok:
                     findings.append(Finding(FAIL, f"GPU {index}: {m.value:.0f} {what} during the burn"))
         return findings
-
-
-def telemetry_measurements(doc: SamplingDoc) -> list[Measurement]:
-    """Per-GPU summaries of the samples and before/after probes (the full curves go to Series)."""
-    before_count = doc.before.get("gpu_count") if doc.before else None
-    count = Measurement(name="probe_gpu_count", unit="GPUs")
-    if isinstance(before_count, int) and not isinstance(before_count, bool):
-        count.value = float(before_count)
-    else:
-        count.labels["missing"] = "no GPU count in the probe taken before the burn"
-    out = [
-        count,
-        Measurement(name="sample_count", value=float(len(doc.samples))),
-        Measurement(name="sample_interval_s", value=doc.interval_s, unit="s"),
-    ]
-    out += [Measurement(name="sampling_error", text=e) for e in doc.errors]
-    steady_from = doc.steady_start()
-    for index in doc.gpu_indices():
-        for name, unit in (("temp_gpu", "C"), ("temp_memory", "C"), ("power_w", "W")):
-            stats = doc.stats(index, name)
-            m = Measurement(name=f"{name}_max", value=stats.max, unit=unit, gpu=index)
-            if stats.max is None:
-                m.labels["missing"] = f"{name} unreadable in every sample"
-            out.append(m)
-        power = doc.stats(index, "power_w", since_t=steady_from)
-        out.append(Measurement(name="power_w_steady_mean", value=_round(power.mean), unit="W", gpu=index))
-        clock = doc.stats(index, "sm_clock_mhz", since_t=steady_from)
-        out.append(Measurement(name="sm_clock_mhz_steady_min", value=clock.min, unit="MHz", gpu=index))
-        out.append(Measurement(name="sm_clock_mhz_steady_mean", value=_round(clock.mean), unit="MHz", gpu=index))
-        reasons = doc.stats(index, "clock_event_reasons")
-        out.append(Measurement(name="clock_event_reasons_readable", value=float(reasons.count), gpu=index))
-        for name, field_name in (
-            ("ecc_new_uncorrected", "ecc_volatile_uncorrected"),
-            ("ecc_new_corrected", "ecc_volatile_corrected"),
-        ):
-            new = doc.ecc_increase(index, field_name)
-            m = Measurement(name=name, value=None if new is None else float(new), gpu=index)
-            if new is None:
-                m.labels["missing"] = "volatile ECC count unreadable before, during and after the burn"
-            out.append(m)
-        out.append(_remap_delta(doc, index))
-    for event in doc.throttle_events(JUDGED_CLOCK_REASONS):
-        out.append(
-            Measurement(
-                name="throttle_event",
-                value=round(event.end_t - event.start_t, 3),
-                unit="s",
-                gpu=event.gpu,
-                text=event.reason,
-                labels={"start_t": f"{event.start_t:g}", "end_t": f"{event.end_t:g}", "when": event.describe()},
-            )
-        )
-    return out
-
-
-def _remap_delta(doc: SamplingDoc, index: int) -> Measurement:
-    def total(probe: dict[str, Any] | None) -> int | None:
-        rows = probe_gpu(probe, index).get("remapped_rows")
-        if not isinstance(rows, dict):
-            return None
-        values = [rows.get("correctable"), rows.get("uncorrectable")]
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            return None
-        return int(values[0]) + int(values[1])
-
-    first, last = total(doc.before), total(doc.after)
-    m = Measurement(name="row_remaps_new", gpu=index)
-    if first is None or last is None:
-        m.labels["missing"] = "remapped rows not reported before and after the burn"
-    else:
-        m.value = float(max(0, last - first))
-    return m
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
 
 
 class _Facts:

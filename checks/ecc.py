@@ -37,7 +37,6 @@ mention Xids.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -48,7 +47,6 @@ from checks.base import (
     WARN,
     Command,
     CommandOutput,
-    EvidenceError,
     Finding,
     Measurement,
     NodeContext,
@@ -57,7 +55,7 @@ from checks.base import (
     register,
 )
 from checks.evidence import COUNT, FLAG, Rule
-from checks.parsers import Parsed, register_parser
+from checks.presentation import KeyMetric, Presentation, PromMetric, TrendRule
 from checks.probe_check import (
     PROBE_EVIDENCE,
     Facts,
@@ -183,6 +181,28 @@ class EccHealth(ProbeCheck):
     description: ClassVar[str] = "ECC mode, ECC error counters, row remapping / page retirement state per GPU."
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = EccThresholds
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="ecc",
+        rank=50,
+        key_metrics=(
+            KeyMetric(
+                "ecc_corrected", "ECC corrected errors (volatile)", "ecc_volatile_corrected", "errors",
+                better="lower", per_gpu=True, gpu_agg="sum", tolerance_pct=0.0,
+            ),
+            KeyMetric(
+                "ecc_uncorrected", "ECC uncorrected errors (volatile)", "ecc_volatile_uncorrected", "errors",
+                better="lower", per_gpu=True, gpu_agg="sum", tolerance_pct=0.0,
+            ),
+        ),
+        trends=(
+            TrendRule("ecc_aggregate_corrected", +1, 1, False, "correctable ECC climbing", "errors"),
+            TrendRule("ecc_volatile_corrected", +1, 1, False, "correctable ECC climbing (since boot)", "errors"),
+        ),
+        prometheus=tuple(
+            PromMetric(f"ecc_{c}", "kiln_gpu_ecc_errors", "ECC error counters", "counter", c)
+            for c in ("volatile_uncorrected", "volatile_corrected", "aggregate_uncorrected", "aggregate_corrected")
+        ),
+    )  # fmt: skip
     # NVML's ECC counters, remapped rows and retired pages are counts; the mode and repair states
     # are booleans in the probe (checks/probe/SCHEMA.md). Anything else (-1, 0.5, NaN) is `error`.
     evidence: ClassVar[dict[str, Rule]] = {
@@ -445,46 +465,3 @@ class EccHealth(ProbeCheck):
                 if bad:
                     findings.append(bad)
         return findings
-
-
-_RETIRED_GPU = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-7])\s*$")
-_RETIRED_FIELD = re.compile(
-    r"^(?P<key>Single Bit ECC|Double Bit ECC|Pending Page Blacklist|Pending)\s*:\s*(?P<value>.+)$"
-)
-
-
-@register_parser("nvsmi_page_retirement")
-def parse_page_retirement(text: str) -> Parsed:
-    """`nvidia-smi -q -d PAGE_RETIREMENT` (pre-Ampere page retirement) -> per GPU, in listing order:
-    retired_pages_single_bit, retired_pages_double_bit (pages), retired_pages_pending (1/0);
-    labels pci (the bus id as printed). N/A values are recorded as missing."""
-    out: list[Measurement] = []
-    index = -1
-    bus = ""
-    names = {
-        "Single Bit ECC": "retired_pages_single_bit",
-        "Double Bit ECC": "retired_pages_double_bit",
-        "Pending Page Blacklist": "retired_pages_pending",
-        "Pending": "retired_pages_pending",
-    }
-    for raw in text.splitlines():
-        line = raw.strip()
-        if match := _RETIRED_GPU.match(line):
-            index, bus = index + 1, match["bus"]
-            continue
-        match = _RETIRED_FIELD.match(line)
-        if not match or index < 0:
-            continue
-        name, value = names[match["key"]], match["value"].strip()
-        m = Measurement(name=name, gpu=index, labels={"pci": bus})
-        if name == "retired_pages_pending":
-            m.value = {"Yes": 1.0, "No": 0.0}.get(value)
-        else:
-            m.unit = "pages"
-            m.value = float(value) if value.isdigit() else None
-        if m.value is None:
-            m.labels["missing"] = value
-        out.append(m)
-    if index < 0:
-        raise EvidenceError("no 'GPU <bus id>' section: not nvidia-smi -q -d PAGE_RETIREMENT output")
-    return Parsed(out)

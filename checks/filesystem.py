@@ -25,12 +25,11 @@ Measurements (public contract):
          fio ran with lat_percentiles, then read_lat_p99 / write_lat_p99 from lat_ns), read_bytes /
          write_bytes (io_bytes) - label `job` (+ `host` in client mode); sums read_bw_sum,
          write_bw_sum, read_iops_sum, write_iops_sum (no `job` label; per host with `host`).
-    ior, elbencho: see checks/io_benchmarks.py.
+    ior, elbencho: see checks/io_benchmarks.py (fio: checks/fio.py).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from dataclasses import dataclass
@@ -56,110 +55,13 @@ from checks.base import (
     register,
 )
 from checks.evidence import ERRNO, Rule
-from checks.parsers import Parsed, register_parser
+from checks.fio import fio_measurements, load_fio_json
+from checks.presentation import CertificateChart, KeyMetric, OutlierMetric, Presentation, PromMetric, total_else_sum
 
 GB = 1e9  # thresholds are decimal GB/s, as storage vendors quote them
 FIO_LABEL = "fio"
-ALL_CLIENTS = "All clients"  # fio's summed entry in client mode (client.c handle_ts)
 _SIZE = re.compile(r"^\d+(\.\d+)?[KMGTP]?(i?B)?$", re.IGNORECASE)
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
-
-
-# --- fio JSON ------------------------------------------------------------------------------------
-
-
-def load_fio_json(text: str) -> dict[str, Any]:
-    """The fio JSON document in `text`, skipping noise before it (fio prints warnings such as
-    "fio: io_u error" or, in client mode, "<host> ..." lines before the JSON)."""
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"^\s*\{", text, re.MULTILINE):
-        start = text.index("{", match.start())
-        try:
-            doc, _ = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
-            continue
-        except RecursionError:  # nesting no real result has; trying every later '{' would be quadratic
-            raise EvidenceError("fio output holds JSON nested too deeply to be a real result") from None
-        if isinstance(doc, dict) and ("jobs" in doc or "client_stats" in doc):
-            return doc
-    head = text.strip()[:80]
-    raise EvidenceError(f"fio output holds no JSON result (--output-format=json): {head!r}")
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def _p99(stats: Any) -> float | None:
-    if not isinstance(stats, dict):
-        return None
-    pct = stats.get("percentile")
-    return _num(pct.get("99.000000")) if isinstance(pct, dict) else None
-
-
-def fio_measurements(doc: dict[str, Any]) -> tuple[list[Measurement], list[str]]:
-    """Per-job and summed measurements from one fio JSON document (local or client mode)."""
-    warnings: list[str] = []
-    client_mode = "client_stats" in doc
-    entries = doc.get("client_stats") if client_mode else doc.get("jobs")
-    if not isinstance(entries, list):
-        raise EvidenceError("fio JSON has no 'jobs' list")
-    out: list[Measurement] = []
-    sums: dict[tuple[str, str], float] = {}  # (host, name) -> sum; host "" = everything
-    judged = 0
-    for entry in entries:
-        if not isinstance(entry, dict):
-            continue
-        job = str(entry.get("jobname", ""))
-        if client_mode and job == ALL_CLIENTS:
-            continue  # fio's own sum; we sum per host ourselves and keep attribution
-        host = str(entry.get("hostname", "")) if client_mode else ""
-        base = {"job": job, **({"host": host} if client_mode else {})}
-        if entry.get("error"):
-            warnings.append(f"fio job {job!r}{' on ' + host if host else ''} reported error {entry['error']}")
-            out.append(Measurement(name="job_error", value=float(entry["error"]), labels=dict(base)))
-        for ddir in ("read", "write"):
-            stats = entry.get(ddir)
-            if not isinstance(stats, dict):
-                continue
-            bw = _num(stats.get("bw_bytes"))
-            if bw is None and _num(stats.get("bw")) is not None:
-                bw = _num(stats.get("bw")) * 1024  # pre-3.x fio: bw only, in KiB/s
-            iops = _num(stats.get("iops"))
-            io_bytes = _num(stats.get("io_bytes"))
-            if bw is None or iops is None:
-                raise EvidenceError(f"fio job {job!r}: {ddir} section has no bw_bytes/iops")
-            out += [
-                Measurement(name=f"{ddir}_bw", value=bw, unit="B/s", labels=dict(base)),
-                Measurement(name=f"{ddir}_iops", value=iops, unit="IOPS", labels=dict(base)),
-            ]
-            if io_bytes is not None:
-                out.append(Measurement(name=f"{ddir}_bytes", value=io_bytes, unit="B", labels=dict(base)))
-            clat = _p99(stats.get("clat_ns"))
-            if clat is not None:
-                out.append(Measurement(name=f"{ddir}_clat_p99", value=clat, unit="ns", labels=dict(base)))
-            lat = _p99(stats.get("lat_ns"))
-            if lat is not None:  # fio ran with lat_percentiles=1: percentiles move to lat_ns
-                out.append(Measurement(name=f"{ddir}_lat_p99", value=lat, unit="ns", labels=dict(base)))
-            for key, value in ((f"{ddir}_bw_sum", bw), (f"{ddir}_iops_sum", iops), (f"{ddir}_bytes_sum", io_bytes)):
-                for scope in {"", host}:
-                    sums[(scope, key)] = sums.get((scope, key), 0.0) + (value or 0.0)
-        judged += 1
-    if not judged:
-        raise EvidenceError("fio produced no job results")
-    units = {"bw": "B/s", "iops": "IOPS", "bytes": "B"}
-    for (scope, key), value in sorted(sums.items()):
-        unit = units[key.split("_")[1]]
-        out.append(Measurement(name=key, value=value, unit=unit, labels={"host": scope} if scope else {}))
-    return out, warnings
-
-
-@register_parser("fio")
-def parse_fio(text: str) -> Parsed:
-    measurements, warnings = fio_measurements(load_fio_json(text))
-    return Parsed(measurements, warnings)
 
 
 # --- fs_throughput -------------------------------------------------------------------------------
@@ -287,6 +189,15 @@ def _judge_floor(m: Measurement, floor: float | None, what: str, scope: str) -> 
     return Finding(FAIL, f"{what} {_gbps(m.value)} GB/s below the {floor:g} GB/s {scope} floor")
 
 
+# The node's own write/read rate (fs_throughput) and the per-node rate under the aggregate load
+# (fs_aggregate) share one history chart each; stored in B/s, shown in GB/s.
+FS_PROM = "kiln_fs_bandwidth_bytes_per_second"
+FS_KEY_METRICS = (
+    KeyMetric("fs_write", "Filesystem write bandwidth", "write_bw_sum", "GB/s", scale=1e-9, fleet_default=True),
+    KeyMetric("fs_read", "Filesystem read bandwidth", "read_bw_sum", "GB/s", scale=1e-9),
+)
+
+
 @register
 class FsThroughput(Check):
     key: ClassVar[str] = "fs_throughput"
@@ -294,6 +205,30 @@ class FsThroughput(Check):
     description: ClassVar[str] = "Sequential write then read with fio on the parallel filesystem mount, per node."
     Params: ClassVar[type] = FsParams
     Thresholds: ClassVar[type] = FsThresholds
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="filesystem",
+        rank=40,
+        key_metrics=FS_KEY_METRICS,
+        prometheus=(
+            PromMetric("write_bw", FS_PROM, "fio sequential bandwidth", "direction", "write"),
+            PromMetric("read_bw", FS_PROM, "fio sequential bandwidth", "direction", "read"),
+        ),
+        outliers=(
+            OutlierMetric(
+                "write_bw", "write", ("write_bw_sum", "write_bw"), "GB/s", True,
+                total_else_sum("write_bw_sum", "write_bw"), scale=1e9,
+            ),
+            OutlierMetric(
+                "read_bw", "read", ("read_bw_sum", "read_bw"), "GB/s", True,
+                total_else_sum("read_bw_sum", "read_bw"), scale=1e9,
+            ),
+        ),
+        certificate_charts=(
+            CertificateChart(
+                "Filesystem throughput per node", "bars", ("write_bw", "read_bw"), "GB/s", scale=1e9, grouped=True
+            ),
+        ),
+    )  # fmt: skip
     evidence: ClassVar[dict[str, Rule]] = {"job_error": ERRNO}  # fio's per-job `error` is an errno
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         "H100-SXM-8": dict(_HGX_NODE_FLOORS),
@@ -423,6 +358,7 @@ class FsAggregate(GroupCheck):
     )
     Params: ClassVar[type] = FsAggregateParams
     Thresholds: ClassVar[type] = FsAggregateThresholds
+    presentation: ClassVar[Presentation] = Presentation(chart="filesystem", rank=41, key_metrics=FS_KEY_METRICS)
     evidence: ClassVar[dict[str, Rule]] = {"job_error": ERRNO}
     min_nodes: ClassVar[int] = 2
     # fio exits 1 when a client failed (e.g. could not connect) but still prints the JSON of the

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from checks.base import ERROR, FAIL, PASS, Finding, Measurement, NodeContext, ParamsError, Verdict, register
+from checks.presentation import Presentation
 from checks.probe_check import Facts, Probe, ProbeCheck, ProbeParams, gpu_list
 
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
@@ -60,6 +61,8 @@ class GpuInventory(ProbeCheck):
     description: ClassVar[str] = "GPU count, models, driver and CUDA versions, GPU identities (UUID, serial)."
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = InventoryThresholds
+    # The GPU identities a certificate names for each node.
+    presentation: ClassVar[Presentation] = Presentation(gpu_identity=(("gpu_uuid", "uuid"), ("gpu_serial", "serial")))
 
     @classmethod
     def consensus(cls, per_node: dict[str, list[Measurement]]) -> dict[str, str]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from checks import evidence
@@ -53,31 +52,31 @@ from checks.base import (
     Verdict,
     register,
 )
+from checks.nccl_measure import DEFAULT_PEAK_MIN_BYTES, collective_of, measurements_from, parse_nccl, report_problems
 from checks.nccl_pairs import localise_slow_pairs
+from checks.nccl_params import NcclMultiParams, NcclParams, NcclThresholds
 from checks.nccl_tests import (
     ALGBW_RULE,
     FAILURE_LINE,
-    NcclReport,
     busbw_series,
-    collective_name,
     format_size,
     infer_collective,
     launcher_error,
     parse_report,
     parse_size,
-    require_complete,
-    table_problems,
-    wrong_rows,
 )
-from checks.parsers import Parsed, register_parser
+from checks.presentation import (
+    CertificateChart,
+    KeyMetric,
+    OutlierMetric,
+    Presentation,
+    PromMetric,
+    TrendRule,
+    highest,
+)
 
 __all__ = ["FAILURE_LINE", "format_size", "localise_slow_pairs", "parse_nccl", "parse_report", "parse_size"]
 
-# Default floor for "large enough to judge bandwidth". busbw plateaus only for large messages: in
-# the fixtures the 2-node H100 run reaches 298 GB/s at 1 GiB (339 at 8 GiB) and 8x A100 230 GB/s at
-# 1 GiB (235 at 8 GiB), while at 32 MiB both are below 60% of their peak. 1 GiB is also the largest
-# size Meta GCM's check-nccl sweeps (-e 1G), so such outputs remain judgeable.
-DEFAULT_PEAK_MIN_BYTES = "1G"
 # The peak floor travels to parse() in the command's environment (parse sees only outputs); the
 # tool ignores it. Outputs without it (a captured file) use the default.
 PEAK_ENV = "KILN_NCCL_PEAK_MIN_BYTES"
@@ -91,162 +90,8 @@ def _gbps(value: float) -> str:
     return f"{value:.1f}"
 
 
-def collective_of(argv: tuple[str, ...]) -> str:
-    """'all_reduce' from an argv naming .../all_reduce_perf (directly or under mpirun/srun)."""
-    for arg in argv:
-        name = collective_name(arg)
-        if name:
-            return name
-    return ""
-
-
-def report_problems(report: NcclReport) -> None:
-    """EvidenceError for a run that did not finish or holds impossible cells (nccl_tests.py)."""
-    require_complete(report)
-    found = table_problems(report)
-    if found:
-        raise EvidenceError(evidence.reason(found))
-
-
-def measurements_from(report: NcclReport, *, peak_min_bytes: int, collective: str = "") -> list[Measurement]:
-    """The public measurements of one nccl-tests run (see the module docstring). `collective`
-    names the program that ran (from its argv); the output's own "Collective test starting" line
-    wins over it, and the table's numbers name it when neither does."""
-    out: list[Measurement] = []
-    largest = max(r.size for r in report.rows)
-    eligible = [r for r in report.rows if r.size >= peak_min_bytes and r.best_busbw()[0] is not None]
-    floor_label = {"peak_min_bytes": str(peak_min_bytes)}
-    if eligible:
-        peak_row = max(eligible, key=lambda r: r.best_busbw()[0] or 0.0)
-        busbw, placement = peak_row.best_busbw()
-        algbw = peak_row.placements[placement].algbw
-        labels = {**floor_label, "size": str(peak_row.size), "placement": placement}
-        out += [
-            Measurement(name="busbw_peak", value=busbw, unit="GB/s", labels=dict(labels)),
-            Measurement(name="algbw_peak", value=algbw, unit="GB/s", labels=dict(labels)),
-            Measurement(name="size_at_peak", value=float(peak_row.size), unit="B", labels=dict(labels)),
-        ]
-    else:
-        why = (
-            f"largest size {format_size(largest)} is below peak_min_bytes ({format_size(peak_min_bytes)}): "
-            "cannot judge peak bandwidth"
-        )
-        for name, unit in (("busbw_peak", "GB/s"), ("algbw_peak", "GB/s"), ("size_at_peak", "B")):
-            out.append(Measurement(name=name, value=None, unit=unit, labels={**floor_label, "missing": why}))
-    out.append(Measurement(name="size_max", value=float(largest), unit="B"))
-
-    if report.avg_busbw is not None:
-        out.append(Measurement(name="busbw_avg_reported", value=report.avg_busbw, unit="GB/s"))
-    else:
-        missing = {"missing": "no '# Avg bus bandwidth' footer"}
-        out.append(Measurement(name="busbw_avg_reported", value=None, unit="GB/s", labels=missing))
-
-    counts = [p.wrong for r in report.rows for p in r.placements.values() if p.wrong is not None]
-    if counts:
-        # Row by row: table_problems refused negative counts (none can cancel another) and a
-        # summary that disagrees with the rows.
-        wrong = sum(counts)
-        rows = wrong_rows(report)
-        labels = {"rows": "; ".join(rows[:10]), "wrong_results": str(len(rows))} if rows else {}
-        out.append(Measurement(name="wrong", value=float(wrong), labels=labels))
-    else:
-        why = "#wrong is N/A: results were not validated (run with -c 1)"
-        out.append(Measurement(name="wrong", value=None, labels={"missing": why}))
-
-    if report.ranks:
-        out.append(Measurement(name="ranks", value=float(len(report.ranks))))
-        out.append(Measurement(name="nodes", value=float(len(report.hosts))))
-        out.append(Measurement(name="hosts", text=",".join(report.hosts)))
-        models = sorted({r.model for r in report.ranks if r.model})
-        if models:
-            out.append(Measurement(name="gpu_models", text=",".join(models)))
-    else:
-        out.append(Measurement(name="ranks", value=None, labels={"missing": "no '# Rank ... device' lines"}))
-    inferred = infer_collective(report)
-    name = report.named or collective or inferred
-    labels = {} if name else {"missing": "the output does not name its collective"}
-    if inferred and inferred != name:
-        labels["table"] = inferred  # the numbers name another collective than the program did
-    out.append(Measurement(name="collective", text=name, labels=labels))
-    if report.nccl_version:
-        out.append(Measurement(name="nccl_version", text=report.nccl_version))
-    return out
-
-
-@register_parser("nccl")
-def parse_nccl(text: str) -> Parsed:
-    """`python -m checks parse nccl FILE`: one complete nccl-tests output of any collective
-    (all_reduce_perf, all_gather_perf, broadcast_perf...), peak over sizes >= 1 GiB. A crashed,
-    unfinished or impossible output raises EvidenceError (the CLI exits 2 with the reason)."""
-    report = parse_report(text)
-    if report.failures:
-        raise EvidenceError(f"the test crashed: {report.failures[0][:300]}")
-    report_problems(report)
-    measurements = measurements_from(report, peak_min_bytes=parse_size(DEFAULT_PEAK_MIN_BYTES))
-    return Parsed(measurements=measurements, warnings=list(report.warnings))
-
-
 # Checks
 # ---------------------------------------------------------------------------------------------
-
-
-def _sizes_ok(values: dict[str, Any]) -> None:
-    for name in ("min_bytes", "max_bytes", "peak_min_bytes"):
-        try:
-            parse_size(values[name])
-        except ValueError as exc:
-            raise ParamsError(f"param {name!r}: {exc}") from None
-    if parse_size(values["min_bytes"]) > parse_size(values["max_bytes"]):
-        raise ParamsError(f"param 'min_bytes' ({values['min_bytes']}) is above 'max_bytes' ({values['max_bytes']})")
-    if values["step_factor"] < 2:
-        raise ParamsError(f"param 'step_factor': must be >= 2, got {values['step_factor']}")
-    for name in ("iters", "warmup_iters", "timeout_s"):
-        if values[name] < (0 if name == "warmup_iters" else 1):
-            raise ParamsError(f"param {name!r}: must be positive, got {values[name]}")
-
-
-@dataclass
-class NcclParams:
-    # The nccl-tests binary: a name found on the node's PATH, or an absolute path.
-    binary: str = "all_reduce_perf"
-    # Sweep 8 B .. 8 GiB by x2 (the nccl-tests README example, and the 2-node H100 fixture): the
-    # small sizes are cheap and draw the latency end of the curve; 8 GiB is on the plateau.
-    min_bytes: str = "8"
-    max_bytes: str = "8G"
-    step_factor: int = 2
-    # None: the node's expected GPU count, else 8 (HGX/DGX baseboards carry 8 GPUs).
-    gpus: int | None = None
-    # nccl-tests defaults (-n 20, -w 5); every size is timed over `iters` after `warmup_iters`.
-    iters: int = 20
-    warmup_iters: int = 5
-    # One node, 8 B..8 GiB, 25 iterations: seconds of transfers plus NCCL init (~10-30 s on HGX);
-    # 300 s leaves room for a slow init without letting a hung collective block the run for long.
-    timeout_s: int = 300
-    # Bandwidth is judged only on sizes >= this (see DEFAULT_PEAK_MIN_BYTES above).
-    peak_min_bytes: str = DEFAULT_PEAK_MIN_BYTES
-
-    def __post_init__(self) -> None:
-        _sizes_ok(self.__dict__)
-        if self.gpus is not None and self.gpus < 1:
-            raise ParamsError(f"param 'gpus': must be >= 1, got {self.gpus}")
-        if not self.binary.strip():
-            raise ParamsError("param 'binary': must name the all_reduce_perf program")
-
-
-@dataclass
-class NcclThresholds:
-    # None = no bandwidth floor (generic hardware): busbw is still required as evidence and recorded.
-    # Hardware profiles set the floor (profile_thresholds below, each with its source).
-    min_busbw_gbps: float | None = None
-    # nccl-tests compares every result with a reference (-c 1): any wrong element is a broken
-    # collective (bad NVLink/NIC, memory corruption), never a tuning matter.
-    max_wrong: int | None = 0
-
-    def __post_init__(self) -> None:
-        if self.min_busbw_gbps is not None and self.min_busbw_gbps < 0:
-            raise ParamsError(f"threshold 'min_busbw_gbps': must be >= 0 or None, got {self.min_busbw_gbps}")
-        if self.max_wrong is not None and self.max_wrong < 0:
-            raise ParamsError(f"threshold 'max_wrong': must be >= 0 or None, got {self.max_wrong}")
 
 
 def _test_args(params: Any, gpus_per_process: int) -> list[str]:
@@ -388,6 +233,12 @@ class _NcclBase(Check):
         return findings
 
 
+# One history chart for NCCL on one node and across nodes (both kinds store busbw_peak).
+BUSBW_KEY_METRIC = KeyMetric(
+    "busbw", "NCCL bus bandwidth (peak)", "busbw_peak", "GB/s", group_value_on_node=True, fleet_default=True
+)
+
+
 @register
 class NcclAllReduce(_NcclBase):
     key: ClassVar[str] = "nccl_allreduce"
@@ -398,6 +249,20 @@ class NcclAllReduce(_NcclBase):
     )
     Params: ClassVar[type] = NcclParams
     Thresholds: ClassVar[type] = NcclThresholds
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="nccl",
+        rank=10,
+        key_metrics=(BUSBW_KEY_METRIC,),
+        trends=(TrendRule("busbw_peak", -1, 0.03, True, "NCCL busbw falling", "GB/s"),),
+        prometheus=(PromMetric("busbw_peak", "kiln_nccl_busbw_peak_gbps", "NCCL all-reduce peak bus bandwidth, GB/s"),),
+        outliers=(OutlierMetric("busbw", "busbw", ("busbw_peak",), "GB/s", True, highest("busbw_peak")),),
+        certificate_charts=(
+            CertificateChart(
+                "NCCL all-reduce bus bandwidth by message size", "curves", ("busbw",), "busbw (GB/s)",
+                x_title="message size (B)", log_x=True, threshold="min_busbw_gbps",
+            ),
+        ),
+    )  # fmt: skip
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         # Azure azurehpc-health-checks conf/nd96isr_h100_v5.conf: `check_nccl_allreduce 460.0 ... 16G`
         # (8x H100 SXM, NVLink4/NVSwitch, single-node all_reduce busbw floor in GB/s). Published
@@ -433,39 +298,6 @@ class NcclAllReduce(_NcclBase):
         return Verdict.from_findings(findings, pass_reason=_pass_reason(measurements, t))
 
 
-@dataclass
-class NcclMultiParams:
-    binary: str = "all_reduce_perf"
-    # 8 B .. 8 GiB by x2, as in the 2-node H100 fixture (mpirun -np 16 -npernode 8 ... -b 8 -e 8G -f 2 -g 1).
-    min_bytes: str = "8"
-    max_bytes: str = "8G"
-    step_factor: int = 2
-    # Ranks (one GPU each) per node. None: the nodes' expected GPU count when they agree, else 8.
-    gpus: int | None = None
-    iters: int = 20
-    warmup_iters: int = 5
-    # Across nodes NCCL init (bootstrap, IB/RoCE connection setup) takes longer than on one node
-    # and 8 GiB transfers run at network speed: 600 s, within the worker's 10-minute command cap.
-    timeout_s: int = 600
-    peak_min_bytes: str = DEFAULT_PEAK_MIN_BYTES
-    # "mpirun" (Open MPI, with a hostfile) or "srun" (Slurm, -w host list).
-    launcher: str = "mpirun"
-    # Extra launcher arguments, split like a shell would (no shell runs them). Open MPI refuses to
-    # start as root without --allow-run-as-root, and Kiln's default SSH user is root.
-    launcher_args: str = "--allow-run-as-root"
-
-    def __post_init__(self) -> None:
-        _sizes_ok(self.__dict__)
-        if self.launcher not in ("mpirun", "srun"):
-            raise ParamsError(f"param 'launcher': expected 'mpirun' or 'srun', got {self.launcher!r}")
-        if self.gpus is not None and self.gpus < 1:
-            raise ParamsError(f"param 'gpus': must be >= 1, got {self.gpus}")
-        try:
-            shlex.split(self.launcher_args)
-        except ValueError as exc:
-            raise ParamsError(f"param 'launcher_args': {exc}") from None
-
-
 _HOST_FORBIDDEN = re.compile(r"[\s#,=]")
 _TAG_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -492,6 +324,7 @@ class NcclAllReduceMulti(GroupCheck, _NcclBase):
     Params: ClassVar[type] = NcclMultiParams
     Thresholds: ClassVar[type] = NcclThresholds
     pairwise: ClassVar[bool] = True
+    presentation: ClassVar[Presentation] = Presentation(chart="nccl", rank=11, key_metrics=(BUSBW_KEY_METRIC,))
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         # Conservative default; tune per site. 2-node all_reduce busbw is bound by the nodes' NICs:
         # the GCP A3 Mega 2x8 H100 fixture (8x 200G GPUDirect-TCPXO) peaks at 338.8 GB/s at 8 GiB,

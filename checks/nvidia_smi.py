@@ -1,7 +1,9 @@
-"""`nvidia-smi -q -x` as a parser kind: the probe's XML reader, flattened into public measurement names."""
+"""nvidia-smi outputs as parser kinds: `nvidia-smi -q -x` (the probe's XML reader, flattened into public
+measurement names) and `nvidia-smi -q -d PAGE_RETIREMENT` (pre-Ampere page retirement)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from checks.base import EvidenceError, Measurement
@@ -55,3 +57,46 @@ def parse_nvidia_smi_xml_output(text: str) -> Parsed:
         for name, value, unit in numbers:
             out.append(Measurement(name=name, value=_number(value), unit=unit, gpu=index))
     return Parsed(measurements=out, warnings=[str(e) for e in doc.get("errors", [])])
+
+
+_RETIRED_GPU = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-7])\s*$")
+_RETIRED_FIELD = re.compile(
+    r"^(?P<key>Single Bit ECC|Double Bit ECC|Pending Page Blacklist|Pending)\s*:\s*(?P<value>.+)$"
+)
+
+
+@register_parser("nvsmi_page_retirement")
+def parse_page_retirement(text: str) -> Parsed:
+    """`nvidia-smi -q -d PAGE_RETIREMENT` (pre-Ampere page retirement) -> per GPU, in listing order:
+    retired_pages_single_bit, retired_pages_double_bit (pages), retired_pages_pending (1/0);
+    labels pci (the bus id as printed). N/A values are recorded as missing."""
+    out: list[Measurement] = []
+    index = -1
+    bus = ""
+    names = {
+        "Single Bit ECC": "retired_pages_single_bit",
+        "Double Bit ECC": "retired_pages_double_bit",
+        "Pending Page Blacklist": "retired_pages_pending",
+        "Pending": "retired_pages_pending",
+    }
+    for raw in text.splitlines():
+        line = raw.strip()
+        if match := _RETIRED_GPU.match(line):
+            index, bus = index + 1, match["bus"]
+            continue
+        match = _RETIRED_FIELD.match(line)
+        if not match or index < 0:
+            continue
+        name, value = names[match["key"]], match["value"].strip()
+        m = Measurement(name=name, gpu=index, labels={"pci": bus})
+        if name == "retired_pages_pending":
+            m.value = {"Yes": 1.0, "No": 0.0}.get(value)
+        else:
+            m.unit = "pages"
+            m.value = float(value) if value.isdigit() else None
+        if m.value is None:
+            m.labels["missing"] = value
+        out.append(m)
+    if index < 0:
+        raise EvidenceError("no 'GPU <bus id>' section: not nvidia-smi -q -d PAGE_RETIREMENT output")
+    return Parsed(out)

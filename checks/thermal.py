@@ -20,9 +20,7 @@ Judged (no evidence, no pass):
   params as the fallback; a configured sensor missing from the output is `error`.
 Missing samples (no sampling output, too few samples, a GPU absent from the samples) -> error.
 
-Parsers: `ipmitool_sdr` (compact `ipmitool sdr`) and `redfish_thermal` (Thermal v1.x `Temperatures`
-and ThermalMetrics `TemperatureReadingsCelsius`, LeakDetectors when present) -> `temperature`
-(value C, labels sensor, unit) and `sensor` (text "ok" / "asserted" / "no reading", labels sensor).
+The sensor outputs are read by checks/bmc_sensors.py (parsers `ipmitool_sdr`, `redfish_thermal`).
 """
 
 from __future__ import annotations
@@ -49,8 +47,9 @@ from checks.base import (
     Verdict,
     register,
 )
+from checks.bmc_sensors import parse_ipmitool_sdr, parse_redfish_thermal
 from checks.evidence import COUNT, Rule
-from checks.parsers import Parsed, load_json, register_parser
+from checks.presentation import KeyMetric, OutlierMetric, Presentation, PromMetric, TrendRule, highest
 from checks.sampling import SamplingDoc, load_sampling, probe_gpu
 
 IDLE, LOAD, SENSORS = "probe idle", "probe load", "sensors"
@@ -61,107 +60,6 @@ PHASES = {IDLE: "idle", LOAD: "load"}
 # Clock-event reasons that mean "too hot" (sampling.py names the NVML bits). hw_slowdown alone
 # may be thermal or a power brake: recorded and warned, not failed, here.
 THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
-
-
-# --- sensor parsers ------------------------------------------------------------------------------
-
-
-def _sensor_state(name: str, condition: str, raw: float | None = None, **labels: str) -> Measurement:
-    return Measurement(name="sensor", text=condition, value=raw, labels={"sensor": name, **labels})
-
-
-@register_parser("ipmitool_sdr")
-def parse_ipmitool_sdr(text: str) -> Parsed:
-    """Compact `ipmitool sdr` ("Name | Reading units | status"): temperatures as `temperature`,
-    discrete sensors (hex readings) as `sensor` with state ok / asserted / no reading."""
-    out: list[Measurement] = []
-    warnings: list[str] = []
-    rows = 0
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) != 3 or not parts[0]:
-            continue
-        rows += 1
-        name, reading, status = parts
-        temp = re.fullmatch(r"(-?[\d.]+) degrees C", reading)
-        if temp:
-            out.append(
-                Measurement(
-                    name="temperature", value=float(temp.group(1)), unit="C", labels={"sensor": name, "unit": "C"}
-                )
-            )
-            if status not in ("ok", ""):
-                out.append(_sensor_state(name, "asserted", None, status=status))
-            continue
-        hexval = re.fullmatch(r"0x([0-9a-fA-F]+)", reading)
-        if hexval:
-            raw = int(hexval.group(1), 16)
-            # A discrete sensor (leak, fault) reads 0x00 when no state is asserted.
-            asserted = raw != 0 or status in ("cr", "nr", "nc")
-            out.append(_sensor_state(name, "asserted" if asserted else "ok", float(raw), status=status))
-        elif status == "ns" or reading in ("no reading", "Not Readable", "disabled"):
-            out.append(_sensor_state(name, "no reading", None, status=status or "ns"))
-    if not rows:
-        raise EvidenceError("not ipmitool sdr output (no 'Name | Reading | Status' rows)")
-    if not out:
-        # Rows of three '|' fields but no reading Kiln understands: garbage, or a BMC with no
-        # temperature or discrete sensor at all. Either way there is no evidence to judge.
-        raise EvidenceError(f"ipmitool sdr output has no temperature or discrete sensor reading ({rows} rows)")
-    return Parsed(out, warnings)
-
-
-def _health(item: dict[str, Any]) -> str:
-    status = item.get("Status")
-    return str(status.get("Health") or "") if isinstance(status, dict) else ""
-
-
-@register_parser("redfish_thermal")
-def parse_redfish_thermal(text: str) -> Parsed:
-    """Redfish Thermal (legacy, Temperatures[].ReadingCelsius) or ThermalSubsystem/ThermalMetrics
-    (TemperatureReadingsCelsius[].Reading); LeakDetectors[].DetectorState when present."""
-    doc = load_json(text, "Redfish output")
-    if not isinstance(doc, dict):
-        raise EvidenceError("Redfish output is not a JSON object")
-    out: list[Measurement] = []
-    warnings: list[str] = []
-    known = False
-    for item in doc.get("Temperatures") or []:  # Thermal v1.x (e.g. Dell iDRAC)
-        known = True
-        if not isinstance(item, dict):
-            continue
-        name = str(item.get("Name") or item.get("MemberId") or "")
-        value = item.get("ReadingCelsius")
-        labels = {"sensor": name, "unit": "C", "context": str(item.get("PhysicalContext") or "")}
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append(Measurement(name="temperature", value=float(value), unit="C", labels=labels))
-        else:
-            out.append(_sensor_state(name, "no reading"))
-        if _health(item) not in ("", "OK"):
-            out.append(_sensor_state(name, "asserted", None, health=_health(item)))
-    for item in doc.get("TemperatureReadingsCelsius") or []:  # ThermalMetrics v1.x (e.g. HPE iLO)
-        known = True
-        if not isinstance(item, dict):
-            continue
-        name = str(item.get("DeviceName") or item.get("DataSourceUri") or "")
-        value = item.get("Reading")
-        labels = {"sensor": name, "unit": "C", "context": str(item.get("PhysicalContext") or "")}
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append(Measurement(name="temperature", value=float(value), unit="C", labels=labels))
-        else:
-            out.append(_sensor_state(name, "no reading"))
-    for item in doc.get("LeakDetectors") or []:  # LeakDetection v1.x (DMTF, liquid-cooled chassis)
-        known = True
-        if isinstance(item, dict):
-            state = str(item.get("DetectorState") or "")
-            text_state = "ok" if state == "OK" else ("no reading" if not state else "asserted")
-            out.append(_sensor_state(str(item.get("Name") or item.get("Id") or ""), text_state, None, state=state))
-    if "Fans" in doc:
-        known = True
-    if not known:
-        raise EvidenceError("Redfish document has no Temperatures / TemperatureReadingsCelsius / LeakDetectors")
-    if not any(m.name == "temperature" for m in out):
-        warnings.append("no temperature readings in the Redfish document")
-    return Parsed(out, warnings)
 
 
 def _number(value: Any) -> float | None:
@@ -259,6 +157,37 @@ class DlcTemperature(Check):
     )
     Params: ClassVar[type] = DlcParams
     Thresholds: ClassVar[type] = DlcThresholds
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="dlc",
+        rank=30,
+        key_metrics=(
+            KeyMetric(
+                "temp_gpu", "GPU steady temperature under load", "temp_gpu_steady", "°C",
+                better="lower", per_gpu=True, gpu_agg="max", labels=(("phase", "load"),), fleet_default=True,
+            ),
+            KeyMetric(
+                "temp_memory", "Memory steady temperature under load", "temp_memory_steady", "°C",
+                better="lower", per_gpu=True, gpu_agg="max", labels=(("phase", "load"),),
+            ),
+        ),
+        trends=(
+            TrendRule("temp_gpu_steady", +1, 3.0, False, "GPU temperature rising", "C"),
+            TrendRule("temp_memory_steady", +1, 3.0, False, "HBM temperature rising", "C"),
+        ),
+        prometheus=(
+            PromMetric("temp_gpu_steady", "kiln_gpu_temp_celsius", "Steady GPU temperature, C", "phase", None),
+            PromMetric(
+                "temp_memory_steady", "kiln_gpu_memory_temp_celsius", "Steady HBM temperature, C", "phase", None
+            ),
+        ),
+        # temp_gpu_steady per GPU, phase "load" = steady state under load.
+        outliers=(
+            OutlierMetric(
+                "temp_load", "hottest GPU under load", ("temp_gpu_steady",), "C", False,
+                highest("temp_gpu_steady", phase="load"),
+            ),
+        ),
+    )  # fmt: skip
     # Sample tallies are counts; a discrete BMC sensor's raw reading is its state bits, at most two
     # bytes (IPMI 2.0 Get Sensor Reading, discrete state bytes 3-4): 0x0000..0xffff.
     evidence: ClassVar[dict[str, Rule]] = {

@@ -68,7 +68,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "portal.urls"
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "cluster_list"
+LOGIN_REDIRECT_URL = "inventory:cluster_list"
 LOGOUT_REDIRECT_URL = "login"
 
 TEMPLATES = [

@@ -96,7 +96,7 @@ def run_start(request: HttpRequest, name: str) -> HttpResponse:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Run #{run.pk} started on {len(nodes)} node(s).")
-            return redirect("run_detail", run_id=run.pk)
+            return redirect("runs:run_detail", run_id=run.pk)
     all_nodes = list(cluster.nodes.values_list("hostname", flat=True))
     from ClusterShell.NodeSet import NodeSet
 
@@ -134,7 +134,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "grid": grid,
         "rows_html": grid_rows_html(grid, oob=compact),
         "can_operate": has_role(request.user, OPERATOR),
-        "poll_url": f"{reverse('run_detail', args=[run.pk])}?{urlencode(query)}",
+        "poll_url": f"{reverse('runs:run_detail', args=[run.pk])}?{urlencode(query)}",
         "compact": compact,
     }
     if not htmx:
@@ -155,7 +155,7 @@ def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeSt
     purpose: 1,250 nodes × 8 checks is 10,000 cells, and Django's template engine spends about
     0.5 s on them where this takes a few tens of ms (bench/bench_pages.py). `oob`: each row is
     swapped out of band by the live poll, wrapped in <template> so a lone <tr> survives parsing."""
-    prefix, _, suffix = reverse("result_detail", args=[0]).rpartition("/0/")
+    prefix, _, suffix = reverse("runs:result_detail", args=[0]).rpartition("/0/")
     prefix, suffix = escape(prefix), escape(suffix)
     escaped: dict[str, str] = {}  # most reasons repeat ("all within spec"): escape each once
 
@@ -206,7 +206,7 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
         request,
         f"Cancelled {count} check(s); running ones are being stopped on their nodes (see the run's log).",
     )
-    return redirect("run_detail", run_id=run.pk)
+    return redirect("runs:run_detail", run_id=run.pk)
 
 
 @require_POST
@@ -217,11 +217,11 @@ def run_rerun(request: HttpRequest, run_id: int) -> HttpResponse:
         rerun = services.run_rerun(run=run, requested_by=request.user)
     except services.RunStartError as exc:
         messages.error(request, f"Nothing re-run: {exc}")
-        return redirect("run_detail", run_id=run.pk)
+        return redirect("runs:run_detail", run_id=run.pk)
     messages.success(
         request, f"Run #{rerun.pk} re-runs the failed and errored nodes {rerun.node_set} of run #{run.pk}."
     )
-    return redirect("run_detail", run_id=rerun.pk)
+    return redirect("runs:run_detail", run_id=rerun.pk)
 
 
 @role_required(VIEWER)

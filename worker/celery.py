@@ -19,6 +19,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 logger = logging.getLogger("kiln.worker")
 
+# The signal handlers below import worker.db and Django's settings when they run: this module is
+# the app every process loads first (`celery -A worker`), before Django's settings are set up.
+
 app = Celery("kiln")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.update(
@@ -28,7 +31,9 @@ app.conf.update(
     task_track_started=True,
     broker_connection_retry_on_startup=True,
 )
-app.autodiscover_tasks(["worker", "portal.health", "portal.certificates"], related_name="tasks", force=True)
+# Each app's tasks.py, once Django is set up (Celery's Django fix-up runs django.setup() first): the
+# task modules import models at the top. The portal registers the run tasks in RunsConfig.ready().
+app.autodiscover_tasks(["portal.runs", "portal.health", "portal.certificates"], related_name="tasks")
 
 # Pools that run a task on a thread or greenlet of the worker process: Celery cannot interrupt
 # those, so it ignores soft and hard time limits there (it says nothing; we do, at start).

@@ -32,9 +32,8 @@ TICK_S = 0.5
 
 def _setting(name: str, default: float) -> float:
     """A number from Django's settings where Django is configured (portal, workers), else the
-    environment, else the default (portal/settings.py documents each). The environment fallback
-    stays: this transport layer also runs without Django (bench, testbed scripts)."""
-    from django.conf import settings
+    environment, else the default (portal/settings.py documents each)."""
+    from django.conf import settings  # here, not at the top: the transport also runs without Django
 
     if settings.configured and hasattr(settings, name):
         return float(getattr(settings, name))

@@ -1,7 +1,9 @@
 """The one seam between Kiln and remote execution.
 
 Everything that touches fabric/paramiko lives here. Callers get a `Transport` for one node and run
-`checks.base.Command`s on it; they never build a shell string themselves.
+`checks.base.Command`s on it; they never build a shell string themselves. What every transport
+shares is in worker/transport.py, the local transport in worker/local.py; both are re-exported
+here, so callers import from this one module.
 
 Host keys are verified: against the cluster's known_hosts (paramiko RejectPolicy, never fabric's
 default AutoAddPolicy) and, when set, against the node's pinned SHA256 fingerprint.
@@ -10,212 +12,60 @@ default AutoAddPolicy) and, when set, against the node's pinned SHA256 fingerpri
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import logging
-import os
-import re
 import shlex
-import signal
 import socket
-import subprocess
-import threading
 import time
-import typing
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
 
 import paramiko
 from fabric import Config, Connection
 
 from checks.base import Command, CommandOutput
-from worker.keepalive import Liveness, default_count_max, default_interval_s
-from worker.procgroup import TAG_ENV, PgidSniffer, tagged_argv
+from worker.keepalive import Liveness
+from worker.local import LocalTransport, local_transport_allowed
+from worker.procgroup import PgidSniffer, tagged_argv
+from worker.transport import (
+    CHANNEL_SLACK_S,
+    DEFAULT_OUTPUT_CAP,
+    REMOTE_KILL_GRACE_S,
+    AuthenticationError,
+    CappedStream,
+    HostKeyError,
+    JumpHost,
+    LocalTransportRefused,
+    NodeTarget,
+    PgidCallback,
+    SessionRefusedError,
+    Transport,
+    TransportError,
+    UnreachableError,
+    output_of,
+)
+
+# The names callers have always imported from here (the transport's one seam).
+__all__ = [
+    "CHANNEL_SLACK_S",
+    "DEFAULT_OUTPUT_CAP",
+    "REMOTE_KILL_GRACE_S",
+    "AuthenticationError",
+    "CappedStream",
+    "HostKeyError",
+    "JumpHost",
+    "LocalTransport",
+    "LocalTransportRefused",
+    "NodeTarget",
+    "SSHTransport",
+    "SessionRefusedError",
+    "Transport",
+    "TransportError",
+    "UnreachableError",
+    "fingerprint",
+    "open_transport",
+    "remote_shell_line",
+]
 
 logger = logging.getLogger(__name__)
-
-# Seconds the remote `timeout` waits after SIGTERM before SIGKILL: enough for a tool to flush its
-# output, short enough that a hung NVML call cannot outlive the check by much.
-REMOTE_KILL_GRACE_S = 5
-# fabric's own run timeout sits above the remote `timeout` (+ grace), so the remote side always
-# gets to kill its process first; fabric's limit is only the backstop for a dead channel.
-CHANNEL_SLACK_S = 5
-# Bytes kept of one stream (stdout or stderr) of one command, read while reading: ~5x the largest
-# output a check expects (an 8-GPU 12 h burn-in's sampling JSON, ~3 MB, checks/burnin.py). Past it
-# the first 3/4 and the last 1/4 are kept, the middle is read and dropped, a marker line says how
-# much was cut, and CommandOutput.truncated is set: a runaway tool cannot exhaust the worker's
-# memory (8 localisation pairs at once: at most 2 x 8 x 16 MiB). KILN_COMMAND_OUTPUT_CAP overrides:
-# read from the environment here, not settings, because this layer also runs without Django (bench,
-# testbed) and takes nothing from the portal.
-DEFAULT_OUTPUT_CAP = int(os.environ.get("KILN_COMMAND_OUTPUT_CAP", str(16 * 1024 * 1024)))
-
-
-class TransportError(Exception):
-    """Could not run anything on the node. `kind` is a short machine word for the reason."""
-
-    kind = "transport"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class UnreachableError(TransportError):
-    kind = "unreachable"
-
-
-class SessionRefusedError(UnreachableError):
-    """The connection is up but the host refused one more session on it (sshd's MaxSessions)."""
-
-    kind = "session refused"
-
-
-class HostKeyError(TransportError):
-    kind = "host key"
-
-
-class AuthenticationError(TransportError):
-    kind = "authentication"
-
-
-@dataclass(frozen=True)
-class JumpHost:
-    host: str
-    user: str | None = None
-    port: int = 22
-
-    @classmethod
-    def parse(cls, spec: str) -> JumpHost:
-        """Parse `[user@]host[:port]`, the same syntax as ssh -J."""
-        user, _, hostport = spec.rpartition("@")
-        host, sep, port = hostport.partition(":")
-        if not host:
-            raise ValueError(f"jump host {spec!r}: expected [user@]host[:port]")
-        try:
-            port_number = int(port) if sep else 22
-        except ValueError:
-            raise ValueError(f"jump host {spec!r}: port {port!r} is not a number") from None
-        return cls(host=host, user=user or None, port=port_number)
-
-
-@dataclass(frozen=True)
-class NodeTarget:
-    """Everything needed to reach one node. Built by the portal from Cluster + Node."""
-
-    hostname: str
-    transport: str = "ssh"  # "ssh" | "local"
-    address: str = ""
-    port: int = 22
-    user: str = "root"
-    key_path: str = ""
-    known_hosts: str = ""  # known_hosts file content
-    pinned_fingerprint: str = ""  # "SHA256:..." (as ssh-keygen -l prints it)
-    jump: str = ""
-    connect_timeout: float = 10.0
-    local_env: dict[str, str] = field(default_factory=dict)
-    output_cap: int = DEFAULT_OUTPUT_CAP  # bytes kept per stream (head and tail), see DEFAULT_OUTPUT_CAP
-    # Application keepalives while a command is in flight (worker/keepalive.py): a request every
-    # `keepalive_s` of silence; the connection is dead after `keepalive_count` intervals unanswered.
-    keepalive_s: float = field(default_factory=default_interval_s)
-    keepalive_count: int = field(default_factory=default_count_max)
-
-    @property
-    def connect_host(self) -> str:
-        return self.address or self.hostname
-
-
-# Called with the process group of a command once it is known, while the command runs.
-PgidCallback = Callable[[int], None]
-
-
-class Transport(Protocol):
-    def run(self, command: Command, *, tag: str = "", on_start: PgidCallback | None = None) -> CommandOutput:
-        """Run one command. With a `tag`, the command carries KILN_TAG=tag and `on_start` gets
-        its process group (worker/procgroup.py) as soon as it has started."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class CappedStream:
-    """One output stream read under a byte cap: the first 3/4 of the cap and the last 1/4 are kept,
-    everything between is counted and dropped as it arrives (memory stays under the cap)."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = max(2, cap)
-        self.head_size = self.cap - self.cap // 4
-        self.tail_size = self.cap - self.head_size
-        self.head = bytearray()
-        self.tail: deque[bytes] = deque()
-        self.tail_bytes = 0
-        self.total = 0
-        self._lock = threading.Lock()  # the local transport reads in threads
-
-    def __iadd__(self, chunk: bytes) -> CappedStream:
-        self.feed(chunk)
-        return self
-
-    def feed(self, chunk: bytes) -> None:
-        with self._lock:
-            self._feed(chunk)
-
-    def _feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.head_size - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if not chunk:
-            return
-        self.tail.append(bytes(chunk))
-        self.tail_bytes += len(chunk)
-        while self.tail_bytes - len(self.tail[0]) >= self.tail_size:
-            self.tail_bytes -= len(self.tail.popleft())
-
-    @property
-    def cut(self) -> int:
-        """Bytes read and dropped (0 when everything was kept)."""
-        return max(0, self.total - self.head_size - self.tail_size)
-
-    def text(self) -> str:
-        return self.data().decode(errors="replace")
-
-    def data(self) -> bytes:
-        """The bytes kept, exactly as read: head, then (when something was cut) a marker line saying
-        how much, then the tail. `text()` is their decoding."""
-        with self._lock:
-            if not self.cut:
-                return b"".join([self.head, *self.tail])
-            marker = f"\n[... {self.cut} bytes cut by Kiln: output over the {self.cap}-byte read cap; "
-            marker += "head and tail kept ...]\n"
-            tail: list[bytes | memoryview] = list(self.tail)
-            tail[0] = memoryview(tail[0])[self.tail_bytes - self.tail_size :]  # the last tail_size bytes
-            return b"".join([self.head, marker.encode(), *tail])  # one copy, however large
-
-
-def _output(
-    command: Command,
-    out: CappedStream,
-    err: CappedStream,
-    exit_code: int | None,
-    timed_out: bool,
-    duration: float,
-) -> CommandOutput:
-    truncated = bool(out.cut or err.cut)
-    stdout, stderr = out.data(), err.data()
-    return CommandOutput(
-        command,
-        stdout.decode(errors="replace"),
-        stderr.decode(errors="replace"),
-        exit_code,
-        timed_out,
-        duration,
-        truncated=truncated,
-        stdout_bytes=stdout,
-        stderr_bytes=stderr,
-    )
 
 
 def _drain(channel: paramiko.Channel, out: CappedStream, err: CappedStream | PgidSniffer) -> bool:
@@ -452,27 +302,16 @@ class SSHTransport:
             if command.stdin is not None:
                 channel.sendall(command.stdin.encode())
             channel.shutdown_write()
-            while True:
-                drained = _drain(channel, out, stderr)
-                if drained and liveness is not None:
-                    liveness.alive()
-                if channel.exit_status_ready() and not drained:
-                    _drain(channel, out, stderr)
-                    break
-                if liveness is not None and liveness.dead_reason:
-                    raise UnreachableError(liveness.dead_reason)
-                if not drained and channel.eof_received:
-                    time.sleep(0.01)  # output closed, exit status not yet in: do not spin
-                if time.monotonic() > deadline:
-                    channel.close()  # the backstop: closing the channel hangs up the remote session
-                    self.hung = (
-                        f"{self.target.hostname} is hung: {command.argv[0]} was still running "
-                        f"{time.monotonic() - started:.0f} s after it started, past its {command.timeout:g} s "
-                        f"limit and the node's own timeout -k {REMOTE_KILL_GRACE_S}"
-                    )
-                    if isinstance(stderr, PgidSniffer):
-                        stderr.flush()
-                    return _output(command, out, err, None, True, time.monotonic() - started)
+            if not self._wait(channel, out, stderr, liveness, deadline):
+                channel.close()  # the backstop: closing the channel hangs up the remote session
+                self.hung = (
+                    f"{self.target.hostname} is hung: {command.argv[0]} was still running "
+                    f"{time.monotonic() - started:.0f} s after it started, past its {command.timeout:g} s "
+                    f"limit and the node's own timeout -k {REMOTE_KILL_GRACE_S}"
+                )
+                if isinstance(stderr, PgidSniffer):
+                    stderr.flush()
+                return output_of(command, out, err, None, True, time.monotonic() - started)
             exit_code = channel.recv_exit_status()
             channel.close()
             if liveness is not None and liveness.dead_reason:
@@ -489,123 +328,36 @@ class SSHTransport:
         duration = time.monotonic() - started
         # GNU timeout exits 124 (TERM) or 137 (KILL after the grace) when it had to stop the command.
         timed_out = exit_code in (124, 137) and duration >= command.timeout - 0.5
-        return _output(command, out, err, exit_code, timed_out, duration)
+        return output_of(command, out, err, exit_code, timed_out, duration)
+
+    @staticmethod
+    def _wait(
+        channel: paramiko.Channel,
+        out: CappedStream,
+        stderr: CappedStream | PgidSniffer,
+        liveness: Liveness | None,
+        deadline: float,
+    ) -> bool:
+        """Drain the channel until its exit status is in (True) or the backstop passes (False)."""
+        while True:
+            drained = _drain(channel, out, stderr)
+            if drained and liveness is not None:
+                liveness.alive()
+            if channel.exit_status_ready() and not drained:
+                _drain(channel, out, stderr)
+                return True
+            if liveness is not None and liveness.dead_reason:
+                raise UnreachableError(liveness.dead_reason)
+            if not drained and channel.eof_received:
+                time.sleep(0.01)  # output closed, exit status not yet in: do not spin
+            if time.monotonic() > deadline:
+                return False
 
     def close(self) -> None:
         try:
             self.connection.close()
         finally:
             self._opened = False
-
-
-# Environment names of the worker's own secrets and credentials (database and broker URLs with
-# their passwords, Django's secret key, the signing key, the metrics token, e-mail password, an SSH
-# agent): never handed to a command that the local transport runs.
-_SECRET_ENV = re.compile(
-    r"SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|PRIVATE|_KEY$|_KEY_|^KILN_SIGNING|^SSH_AUTH_SOCK$"
-    r"|^DATABASE_URL$|^CELERY_BROKER_URL$|^CELERY_RESULT_BACKEND$|^REDIS_URL$",
-    re.IGNORECASE,
-)
-
-
-def local_base_env() -> dict[str, str]:
-    """The worker's environment less its secrets: the base environment of local commands."""
-    return {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
-
-
-def local_transport_allowed() -> bool:
-    """KILN_ALLOW_LOCAL_TRANSPORT, server configuration: Django's setting where Django is
-    configured (the portal and its workers), else the environment variable."""
-    from django.conf import settings
-
-    if settings.configured and hasattr(settings, "KILN_ALLOW_LOCAL_TRANSPORT"):
-        return bool(settings.KILN_ALLOW_LOCAL_TRANSPORT)
-    return os.environ.get("KILN_ALLOW_LOCAL_TRANSPORT", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-class LocalTransport:
-    """Runs commands on the worker host itself: a single GPU server, or the demo's simulated nodes.
-
-    Only `open_transport` decides whether a target may use it (KILN_ALLOW_LOCAL_TRANSPORT). The
-    command's environment is the worker's own less its secrets, the target's `local_env` (set by
-    server code only, e.g. kiln_demo: no form or admin page edits it) and the check's own env."""
-
-    def __init__(self, target: NodeTarget) -> None:
-        self.target = target
-
-    def run(self, command: Command, *, tag: str = "", on_start: PgidCallback | None = None) -> CommandOutput:
-        """Run the argv in its own process group; stdout and stderr are read while it runs, under
-        the target's output cap (CappedStream), so a runaway tool cannot fill the worker's memory.
-        Past the timeout (the process, or a descendant holding its output open) the whole group is
-        killed and the output so far is returned with timed_out set. With a `tag`, the command
-        carries KILN_TAG and `on_start` gets its process group (its pid: start_new_session)."""
-        env = {**local_base_env(), **self.target.local_env, **command.env}
-        if tag:
-            env[TAG_ENV] = tag
-        started = time.monotonic()
-        try:
-            process = subprocess.Popen(
-                list(command.argv),
-                stdin=subprocess.PIPE if command.stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                start_new_session=True,  # own process group, so a timeout kills the whole tree
-            )
-        except OSError as exc:
-            return CommandOutput(command, "", f"{command.argv[0]}: {exc.strerror}", 127, False, 0.0)
-        if on_start is not None:
-            on_start(process.pid)
-        out, err = CappedStream(self.target.output_cap), CappedStream(self.target.output_cap)
-        readers = [
-            threading.Thread(target=_pump, args=(process.stdout, out), daemon=True),
-            threading.Thread(target=_pump, args=(process.stderr, err), daemon=True),
-        ]
-        if command.stdin is not None:
-            readers.append(threading.Thread(target=_feed_stdin, args=(process.stdin, command.stdin), daemon=True))
-        for thread in readers:
-            thread.start()
-        deadline = started + command.timeout
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            for thread in readers:
-                thread.join(max(0.0, deadline - time.monotonic()))
-            if any(thread.is_alive() for thread in readers):
-                raise subprocess.TimeoutExpired(command.argv, command.timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait()
-            for thread in readers:
-                thread.join(REMOTE_KILL_GRACE_S)  # a descendant that left the group may hold a pipe
-            return _output(command, out, err, None, True, time.monotonic() - started)
-        return _output(command, out, err, process.returncode, False, time.monotonic() - started)
-
-    def close(self) -> None:
-        return None
-
-
-def _pump(stream: typing.IO[bytes] | None, into: CappedStream) -> None:
-    if stream is None:
-        return
-    with contextlib.suppress(OSError, ValueError):
-        while chunk := stream.read1(65536):  # type: ignore[attr-defined]
-            into.feed(chunk)
-
-
-def _feed_stdin(stream: typing.IO[bytes] | None, text: str) -> None:
-    if stream is None:
-        return
-    with contextlib.suppress(OSError, ValueError):  # BrokenPipeError: it exited without reading it all
-        stream.write(text.encode())
-    with contextlib.suppress(OSError, ValueError):
-        stream.close()
-
-
-class LocalTransportRefused(TransportError):
-    kind = "refused"
 
 
 def open_transport(target: NodeTarget, *, allow_local: bool | None = None) -> Transport:

@@ -40,7 +40,7 @@ def group_task_limits(
 ) -> tuple[int, int]:
     """(soft, hard) limits for a group check's task: the group run and up to `runs_wanted - 1`
     rounds of node pairs, each round `run_budget_s` long (its commands' budgets with their kill
-    grace and backstop, as portal.runs.execution.pair_run_budget counts them). Capped below the
+    grace and backstop, as portal.runs.pairs.pair_run_budget counts them). Capped below the
     broker's visibility timeout: the task stops starting pair rounds that would not fit, and says
     so; the group run itself always fits, because run_start refused plans whose node tasks would not."""
     slack = settings.KILN_TASK_SLACK_S

@@ -54,6 +54,11 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "fio on every node at once (client/server); aggregate bandwidth and the slow node.",
     ),
     "dcgm-diag": ("dcgm_diag", "DCGM diagnostics", "dcgmi diag; Skip and Not Run are never a pass."),
+    "gpu-power-limit": (
+        "gpu_power_limit",
+        "GPU power limit",
+        "Each GPU's enforced power limit is at least its rated board power (no leftover cap).",
+    ),
 }
 
 # Plan slug -> (name, description, [(check slug, param overrides)]) in order. `quick` holds the

@@ -10,9 +10,9 @@ def _sides_ensure(sender: AppConfig, **kwargs: object) -> None:
     """The two signing sides are Django groups; an approver belongs to exactly one of them."""
     from django.contrib.auth.models import Group
 
-    from portal.certificates.models import SIDES
+    from portal.certificates.models import Side
 
-    for side, _ in SIDES:
+    for side in Side.values:
         Group.objects.get_or_create(name=side)
 
 

@@ -11,11 +11,15 @@ import logging
 import os
 import shutil
 import threading
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Q
+
+from checks.presentation import CertificateChart, presented
 from portal.runs.models import Measurement, Series
 
 logger = logging.getLogger(__name__)
@@ -33,11 +37,16 @@ class Chart:
     svg: bytes
 
 
-def browser_path() -> str | None:
-    """BROWSER_PATH when set, else a Chromium on PATH (Debian: /usr/bin/chromium)."""
+def _setting(name: str, default: str) -> str:
     from django.conf import settings
 
-    configured = str(settings.BROWSER_PATH or "")
+    value = getattr(settings, name, None)
+    return str(value) if value is not None else os.environ.get(name, default)
+
+
+def browser_path() -> str | None:
+    """BROWSER_PATH when set, else a Chromium on PATH (Debian: /usr/bin/chromium)."""
+    configured = os.environ.get("BROWSER_PATH", "")
     if configured:
         return configured if os.access(configured, os.X_OK) else None
     for name in ("chromium", "chromium-browser", "google-chrome"):
@@ -73,72 +82,102 @@ def _export(figures: list[tuple[str, Any]]) -> list[Chart]:
 
 
 def figures_build(*, result_ids: list[int], items: list[dict[str, Any]]) -> list[tuple[str, Any]]:
-    """The key charts: NCCL bus bandwidth by message size (every node, with the threshold), burn-in
-    Gflop/s per GPU, and filesystem throughput per node. Two queries."""
-    import plotly.graph_objects as go
-
-    kinds = {item["key"]: item for item in items}
-    figures: list[tuple[str, Any]] = []
-    curves = list(
-        Series.objects.filter(result_id__in=result_ids, name="busbw", result__kind="nccl_allreduce")
+    """The charts each cited check kind declares (checks/presentation.py CertificateChart), in the
+    kinds' rank order: NCCL bus bandwidth by message size (every node, with the threshold), burn-in
+    Gflop/s per GPU, filesystem throughput per node. Two queries."""
+    declared = [(kind, chart) for kind, shown in presented() for chart in shown.certificate_charts]
+    curve_keys = {(kind, c.names[0]) for kind, c in declared if c.style == "curves"}
+    bar_keys = {(kind, name) for kind, c in declared if c.style == "bars" for name in c.names}
+    curves = _rows_by_kind_name(
+        Series.objects.filter(_kind_name_q(curve_keys), result_id__in=result_ids)
         .order_by("result__node__hostname")
-        .values("result__node__hostname", "result__item_key", "x", "y")
+        .values("result__node__hostname", "result__item_key", "result__kind", "name", "x", "y")
     )
-    if curves:
-        fig = go.Figure()
-        for c in curves:
-            fig.add_trace(go.Scatter(x=c["x"], y=c["y"], mode="lines", name=c["result__node__hostname"]))
-        threshold = kinds.get(curves[0]["result__item_key"], {}).get("thresholds", {}).get("min_busbw_gbps")
-        if threshold:
-            fig.add_hline(y=float(threshold), line_dash="dash", line_color="red", annotation_text="threshold")
-        fig.update_layout(xaxis_type="log", xaxis_title="message size (B)", yaxis_title="busbw (GB/s)")
-        figures.append(("NCCL all-reduce bus bandwidth by message size", fig))
-    values = list(
-        Measurement.objects.filter(
-            result_id__in=result_ids, name__in=["gflops", "write_bw", "read_bw"], value__isnull=False
-        )
+    values = _rows_by_kind_name(
+        Measurement.objects.filter(_kind_name_q(bar_keys), result_id__in=result_ids, value__isnull=False)
         .order_by("result__node__hostname", "gpu")
         .values("result__node__hostname", "result__kind", "name", "gpu", "value")
     )
-    gflops = [v for v in values if v["name"] == "gflops" and v["result__kind"] == "burn_in"]
-    if gflops:
-        fig = go.Figure(
-            go.Bar(x=[f"{v['result__node__hostname']}/{v['gpu']}" for v in gflops], y=[v["value"] for v in gflops])
-        )
-        fig.update_layout(xaxis_title="node/GPU", yaxis_title="Gflop/s")
-        figures.append(("Burn-in throughput per GPU", fig))
-    fs = [v for v in values if v["result__kind"] == "fs_throughput"]
-    if fs:
-        fig = go.Figure()
-        for name in ("write_bw", "read_bw"):
-            # value is never None (filtered above); the row type cannot say so
-            bars = [
-                (v["result__node__hostname"], v["value"] / 1e9)
-                for v in fs
-                if v["name"] == name and v["value"] is not None
-            ]
-            fig.add_trace(go.Bar(x=[host for host, _ in bars], y=[gb for _, gb in bars], name=name))
-        fig.update_layout(barmode="group", yaxis_title="GB/s")
-        figures.append(("Filesystem throughput per node", fig))
-    for _, fig in figures:
-        fig.update_layout(template="plotly_white", margin={"l": 60, "r": 20, "t": 20, "b": 60})
+    thresholds = {item["key"]: item.get("thresholds", {}) for item in items}
+    figures: list[tuple[str, Any]] = []
+    for kind, chart in declared:
+        if chart.style == "curves":
+            fig = _curves_figure(chart, curves.get((kind, chart.names[0]), []), thresholds)
+        else:
+            fig = _bars_figure(chart, {name: values.get((kind, name), []) for name in chart.names})
+        if fig is not None:
+            fig.update_layout(template="plotly_white", margin={"l": 60, "r": 20, "t": 20, "b": 60})
+            figures.append((chart.title, fig))
     return figures
+
+
+def _kind_name_q(pairs: set[tuple[str, str]]) -> Q:
+    """Rows of any of these (result kind, name) pairs; none when there are no pairs."""
+    q = Q(pk__in=[])
+    for kind, name in sorted(pairs):
+        q |= Q(result__kind=kind, name=name)
+    return q
+
+
+def _rows_by_kind_name(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault((row["result__kind"], row["name"]), []).append(row)
+    return out
+
+
+def _curves_figure(chart: CertificateChart, curves: list[dict[str, Any]], thresholds: dict[str, Any]) -> Any:
+    import plotly.graph_objects as go
+
+    if not curves:
+        return None
+    fig = go.Figure()
+    for c in curves:
+        fig.add_trace(go.Scatter(x=c["x"], y=c["y"], mode="lines", name=c["result__node__hostname"]))
+    threshold = thresholds.get(curves[0]["result__item_key"], {}).get(chart.threshold) if chart.threshold else None
+    if threshold:
+        fig.add_hline(y=float(threshold), line_dash="dash", line_color="red", annotation_text="threshold")
+    fig.update_layout(xaxis_title=chart.x_title, yaxis_title=chart.y_title)
+    if chart.log_x:
+        fig.update_layout(xaxis_type="log")
+    return fig
+
+
+def _bars_figure(chart: CertificateChart, by_name: dict[str, list[dict[str, Any]]]) -> Any:
+    import plotly.graph_objects as go
+
+    if not any(by_name.values()):
+        return None
+    fig = go.Figure()
+    for name, rows in by_name.items():
+        x = [
+            row["result__node__hostname"] if row["gpu"] is None else f"{row['result__node__hostname']}/{row['gpu']}"
+            for row in rows
+        ]
+        bar = go.Bar(x=x, y=[row["value"] / chart.scale for row in rows])
+        if chart.grouped:
+            bar.name = name
+        fig.add_trace(bar)
+    if chart.grouped:
+        fig.update_layout(barmode="group")
+    if chart.x_title:
+        fig.update_layout(xaxis_title=chart.x_title)
+    fig.update_layout(yaxis_title=chart.y_title)
+    return fig
 
 
 def charts_render(*, result_ids: list[int], items: list[dict[str, Any]]) -> tuple[list[Chart], str]:
     """(charts, note). The note says why charts were left out, or is empty."""
-    from django.conf import settings
-
-    if str(settings.KILN_CERT_CHARTS).strip().lower() in ("0", "false", "no", "off", ""):
+    if _setting("KILN_CERT_CHARTS", "1").strip().lower() in ("0", "false", "no", "off"):
         return [], "Charts were left out: chart rendering is turned off (KILN_CERT_CHARTS=0)."
     browser = browser_path()
     if browser is None:
         return [], "Charts were left out: no Chromium was found to render them (set BROWSER_PATH)."
-    os.environ.setdefault("BROWSER_PATH", browser)  # kaleido finds Chromium through the environment
+    os.environ.setdefault("BROWSER_PATH", browser)
     figures = figures_build(result_ids=result_ids, items=items)
     if not figures:
         return [], "No chart: the cited checks recorded no curve to draw."
-    timeout = float(settings.KILN_CERT_CHART_TIMEOUT_S)
+    timeout = float(_setting("KILN_CERT_CHART_TIMEOUT_S", "60"))
     future = _pool.submit(_export, figures)
     try:
         return future.result(timeout=timeout), ""

@@ -38,7 +38,7 @@ def _demo_user(username: str, full_name: str, *groups: str) -> User:
 
 def demo_certificate_issue(*, say: Callable[[str], None]) -> Certificate:
     """Run the demo plan on the demo cluster's in-scope nodes and issue its certificate."""
-    from portal.runs.execution import execute_run_inline
+    from portal.runs.groups import execute_run_inline
 
     if not (keys.key_dir() / keys.CURRENT).exists():
         keys.keyring_init(site="Kiln demo site")

@@ -28,6 +28,7 @@ import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from cryptography import x509
@@ -69,11 +70,30 @@ class SigningIdentity:
     generation: str
 
 
+class KeyRole(StrEnum):
+    """What a trusted key is for (its value is the word kiln_keys and the public export print)."""
+
+    SEAL = "seal"  # Ed25519 key of the payload seal
+    CA = "ca"  # trust anchor of the PDF signature
+    SIGNER = "signer"  # PDF-signing certificate (issued by a CA; not exported on its own)
+
+    @property
+    def label(self) -> str:
+        return _ROLE_LABELS[self]
+
+
+_ROLE_LABELS = {
+    KeyRole.SEAL: "payload seal key (Ed25519)",
+    KeyRole.CA: "CA certificate (trust anchor of the PDF signature)",
+    KeyRole.SIGNER: "PDF-signing certificate",
+}
+
+
 @dataclass(frozen=True)
 class TrustedKey:
     """A public key or CA certificate that verification accepts, and where it came from."""
 
-    kind: str  # "seal" (Ed25519 payload key) or "ca" (PDF-signature trust anchor) or "signer"
+    role: KeyRole
     fingerprint: str
     subject: str
     source: str
@@ -311,14 +331,14 @@ def trust_import(*, path: Path) -> TrustedKey:
     if b"BEGIN CERTIFICATE" in data:
         cert = _load_cert(path)
         write_atomic(root / TRUSTED / f"ca-{cert_sha256(cert)[:16]}.crt.pem", _cert_pem(cert), mode=0o644)
-        return _trusted_cert(cert, "ca", str(path), False)
+        return _trusted_cert(cert, KeyRole.CA, str(path), False)
     public = serialization.load_pem_public_key(data)
     if not isinstance(public, Ed25519PublicKey):
         raise KeyringError(f"{path}: neither a certificate nor an Ed25519 public key")
     fp = fingerprint(public)
     safe = fp.split(":", 1)[1].replace("/", "_").replace("+", "-")[:16]
     write_atomic(root / TRUSTED / f"seal-{safe}.pub.pem", _public_pem(public), mode=0o644)
-    return TrustedKey("seal", fp, "", str(path), False, _public_pem(public).decode())
+    return TrustedKey(KeyRole.SEAL, fp, "", str(path), False, _public_pem(public).decode())
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -392,8 +412,8 @@ def signing_identity_load() -> SigningIdentity:
     return SigningIdentity(seal_key, pdf_key, pdf_cert, chain, folder.name)
 
 
-def _trusted_cert(cert: x509.Certificate, kind: str, source: str, current: bool) -> TrustedKey:
-    return TrustedKey(kind, cert_fingerprint(cert), cert.subject.rfc4514_string(), source, current,
+def _trusted_cert(cert: x509.Certificate, role: KeyRole, source: str, current: bool) -> TrustedKey:
+    return TrustedKey(role, cert_fingerprint(cert), cert.subject.rfc4514_string(), source, current,
                       _cert_pem(cert).decode())  # fmt: skip
 
 
@@ -406,7 +426,7 @@ def trust_store_load() -> TrustStore:
     current = (root / CURRENT).resolve() if (root / CURRENT).exists() else None
     if (root / CA_CERT).exists():
         roots.append(_ca_cert(root))
-        keys.append(_trusted_cert(roots[-1], "ca", "site CA", True))
+        keys.append(_trusted_cert(roots[-1], KeyRole.CA, "site CA", True))
     generations = sorted((root / GENERATIONS).iterdir()) if (root / GENERATIONS).is_dir() else []
     for folder in reversed(generations):
         if not (folder / SEAL_PUB).exists():
@@ -414,21 +434,21 @@ def trust_store_load() -> TrustStore:
         public = serialization.load_pem_public_key(_read(folder / SEAL_PUB))
         if isinstance(public, Ed25519PublicKey):
             is_current = folder == current
-            keys.append(TrustedKey("seal", fingerprint(public), "", f"generation {folder.name}", is_current,
+            keys.append(TrustedKey(KeyRole.SEAL, fingerprint(public), "", f"generation {folder.name}", is_current,
                                    _public_pem(public).decode()))  # fmt: skip
         if (folder / PDF_CERT).exists():
             signer = _load_cert(folder / PDF_CERT)
-            keys.append(_trusted_cert(signer, "signer", f"generation {folder.name}", folder == current))
+            keys.append(_trusted_cert(signer, KeyRole.SIGNER, f"generation {folder.name}", folder == current))
     for path in sorted((root / TRUSTED).glob("*.pem")) if (root / TRUSTED).is_dir() else []:
         if path.name.endswith(".crt.pem"):
             roots.append(_load_cert(path))
-            keys.append(_trusted_cert(roots[-1], "ca", f"imported ({path.name})", False))
+            keys.append(_trusted_cert(roots[-1], KeyRole.CA, f"imported ({path.name})", False))
         else:
             public = serialization.load_pem_public_key(_read(path))
             if isinstance(public, Ed25519PublicKey):
                 pem = _public_pem(public).decode()
-                keys.append(TrustedKey("seal", fingerprint(public), "", f"imported ({path.name})", False, pem))
-    seal_fps = frozenset(k.fingerprint for k in keys if k.kind == "seal")
+                keys.append(TrustedKey(KeyRole.SEAL, fingerprint(public), "", f"imported ({path.name})", False, pem))
+    seal_fps = frozenset(k.fingerprint for k in keys if k.role is KeyRole.SEAL)
     return TrustStore(seal_fps, tuple(roots), tuple(keys))
 
 
@@ -437,8 +457,8 @@ def public_export() -> str:
     store = trust_store_load()
     parts = []
     for key in store.keys:
-        if key.kind == "signer":
+        if key.role is KeyRole.SIGNER:  # not a trust anchor: the CA that issued it is
             continue
         state = "current" if key.current else "retired or imported"
-        parts.append(f"# {key.kind} {key.fingerprint} ({state}) {key.subject}\n{key.pem}")
+        parts.append(f"# {key.role} {key.fingerprint} ({state}) {key.subject}\n{key.pem}")
     return "".join(parts)

@@ -8,10 +8,18 @@ from django.db import models
 from portal.inventory.models import Cluster, Node
 from portal.runs.models import CheckResult, Run
 
+
 # The two sides of a handover. A signer's side is the Django group they belong to (exactly one).
-VENDOR = "vendor"
-CUSTOMER = "customer"
-SIDES = ((VENDOR, "Vendor"), (CUSTOMER, "Customer"))
+class Side(models.TextChoices):
+    VENDOR = "vendor", "Vendor"
+    CUSTOMER = "customer", "Customer"
+
+
+class CertificateVerdict(models.TextChoices):
+    """What a certificate states (portal/certificates/payload.py): in spec, or in spec with waivers."""
+
+    PASS = "PASS", "PASS"
+    PASS_WITH_WAIVERS = "PASS WITH WAIVERS", "PASS WITH WAIVERS"
 
 
 class Campaign(models.Model):
@@ -104,7 +112,7 @@ class Certificate(models.Model):
     campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="certificates")
     number = models.CharField(max_length=64, unique=True)
     issued_at = models.DateTimeField()
-    verdict = models.CharField(max_length=40)
+    verdict = models.CharField(max_length=40, choices=CertificateVerdict.choices)
     payload = models.TextField()
     sha256 = models.CharField(max_length=64)
     seal = models.JSONField()
@@ -167,7 +175,7 @@ class Signature(models.Model):
     certificate = models.ForeignKey(
         Certificate, on_delete=models.PROTECT, null=True, blank=True, related_name="signatures"
     )
-    side = models.CharField(max_length=10, choices=SIDES)
+    side = models.CharField(max_length=10, choices=Side.choices)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     name = models.CharField(max_length=300, help_text="The signer's name as shown on the certificate.")
     body_sha256 = models.CharField(max_length=64)

@@ -14,16 +14,16 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from portal.certificates.models import (
-    VENDOR,
     AuditEvent,
     Campaign,
     Certificate,
     ScopeExclusion,
+    Side,
     Signature,
     Waiver,
 )
 from portal.inventory.models import Node
-from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run, Status
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run, Scope, Status
 
 # Evidence: a cancelled or skipped result says nothing about the hardware, so it never replaces one.
 EVIDENCE = (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR)
@@ -52,7 +52,7 @@ class Cell:
     run_id: int | None = None
     result_status: str = ""
     reason: str = ""
-    scope: str = "node"
+    scope: str = Scope.NODE
     waiver: Waiver | None = None
     finished_at: datetime | None = None
 
@@ -144,7 +144,7 @@ def campaign_state(*, campaign: Campaign) -> CampaignState:
     excluded_ids = {e.node_id for e in excluded}
     latest: dict[tuple[int, str], Mapping[str, Any]] = {}
     for row in _latest_results(campaign):
-        if row["scope"] == "group":
+        if row["scope"] == Scope.GROUP:
             attribution = row["attribution"] or {}
             for hostname in NodeSet(row["node_set"] or ""):
                 node = by_name.get(hostname)
@@ -228,5 +228,5 @@ def signer_side(*, user: User | AnonymousUser) -> str | None:
     """A signer's side is their organisation group: `vendor` or `customer` (exactly one of them)."""
     if not user.is_authenticated:
         return None
-    names = set(user.groups.filter(name__in=[VENDOR, "customer"]).values_list("name", flat=True))
+    names = set(user.groups.filter(name__in=[Side.VENDOR, Side.CUSTOMER]).values_list("name", flat=True))
     return names.pop() if len(names) == 1 else None

@@ -4,6 +4,8 @@ from django.urls import path
 
 from portal.certificates import views
 
+app_name = "certificates"
+
 urlpatterns = [
     path("campaigns/", views.campaign_list, name="campaign_list"),
     path("campaigns/<int:campaign_id>/", views.campaign_detail, name="campaign_detail"),

@@ -82,7 +82,7 @@ def campaign_list(request: HttpRequest) -> HttpResponse:
             except services.CampaignError as exc:
                 form.add_error(None, str(exc))
             else:
-                return redirect("campaign_detail", campaign_id=campaign.pk)
+                return redirect("certificates:campaign_detail", campaign_id=campaign.pk)
     page = Paginator(selectors.campaign_list(), 50).get_page(request.GET.get("page"))
     return render(
         request,
@@ -129,7 +129,7 @@ def campaign_detail(request: HttpRequest, campaign_id: int) -> HttpResponse:
 def campaign_rows_html(state: selectors.CampaignState) -> list[SafeString]:
     """The state grid's rows, every value escaped. Built here, not in the template: at 1,250 nodes ×
     8 checks Django's template engine took ~0.6 s on the 10,000 cells (as portal.views.grid_rows_html)."""
-    prefix, _, suffix = reverse("result_detail", args=[0]).rpartition("/0/")
+    prefix, _, suffix = reverse("runs:result_detail", args=[0]).rpartition("/0/")
     prefix, suffix = escape(prefix), escape(suffix)
     cells_seen: dict[tuple[str, str, int | None, str], str] = {}
     rows = []
@@ -158,7 +158,7 @@ def _done(request: HttpRequest, campaign: Campaign, error: Exception | None, ok:
         messages.error(request, str(error))
     else:
         messages.success(request, ok)
-    return redirect("campaign_detail", campaign_id=campaign.pk)
+    return redirect("certificates:campaign_detail", campaign_id=campaign.pk)
 
 
 @role_required(OPERATOR)

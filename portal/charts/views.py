@@ -3,25 +3,48 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.core.cache import cache
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from checks.presentation import presented
 from portal.charts import figures, selectors
 from portal.roles import VIEWER
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run
 from portal.views import role_required
 
-# Defaults for the distribution page: the key fleet metrics, in order of preference.
-KEY_METRICS = (
-    ("busbw_peak", ""),
-    ("gflops", ""),
-    ("temp_gpu_steady", "load"),
-    ("write_bw_sum", ""),
-)
+
+def _fleet_defaults() -> tuple[tuple[str, str], ...]:
+    """The distribution page's default metrics, (name, phase) in order of preference: the key
+    metrics the check kinds mark `fleet_default` (checks/presentation.py), in the kinds' rank order."""
+    out: list[tuple[str, str]] = []
+    for _, shown in presented():
+        for km in shown.key_metrics:
+            pick = (km.name, dict(km.labels).get("phase", ""))
+            if km.fleet_default and pick not in out:
+                out.append(pick)
+    return tuple(out)
+
+
+KEY_METRICS = _fleet_defaults()
+
+
+def _burn_in_figure(result: CheckResult) -> dict[str, Any]:
+    data = selectors.burn_in_result(result=result)
+    figure = figures.burn_in_figure(data)
+    figure["meta"] = {"stored_points": data.stored_points, "drawn_points": data.drawn_points}
+    return figure
+
+
+# Chart family -> the figure of one result (families drawn per run have none here).
+RESULT_FIGURES: dict[str, Callable[[CheckResult], dict[str, Any]]] = {
+    "nccl": lambda result: figures.nccl_figure(selectors.nccl_result(result=result)),
+    "burn_in": _burn_in_figure,
+    "dlc": lambda result: figures.dlc_figure(selectors.dlc_result(result=result)),
+}
 
 
 def _result(result_id: int) -> CheckResult:
@@ -35,21 +58,14 @@ def _run(run_id: int) -> Run:
 def result_figure_data(result: CheckResult) -> dict[str, Any]:
     """The figure JSON of one result. A finished result never changes, so its (downsampled)
     figure is cached: a 24 h burn-in is read and downsampled once."""
-    kind = selectors.chart_kind(result.kind)
-    if kind not in ("nccl", "burn_in", "dlc"):
+    build = RESULT_FIGURES.get(selectors.chart_kind(result.kind))
+    if build is None:
         raise Http404("no chart for this kind of result")
     final = result.status not in ACTIVE_STATUSES and result.finished_at is not None
     key = f"kiln:chart:{result.pk}:{result.finished_at.timestamp() if final else ''}:{selectors.MAX_POINTS}"
     if final and (hit := cache.get(key)) is not None:
         return hit
-    if kind == "nccl":
-        figure = figures.nccl_figure(selectors.nccl_result(result=result))
-    elif kind == "burn_in":
-        data = selectors.burn_in_result(result=result)
-        figure = figures.burn_in_figure(data)
-        figure["meta"] = {"stored_points": data.stored_points, "drawn_points": data.drawn_points}
-    else:
-        figure = figures.dlc_figure(selectors.dlc_result(result=result))
+    figure = build(result)
     if final:
         cache.set(key, figure, timeout=24 * 3600)
     return figure

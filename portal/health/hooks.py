@@ -25,15 +25,26 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from portal.health import conf
-from portal.health.models import kube_context_validator
-from portal.inventory.models import hostname_validator, username_validator, validate_address, validate_key_path
+from portal.health.models import HookAction, kube_context_validator
+from portal.inventory.models import (
+    Scheduler,
+    hostname_validator,
+    username_validator,
+    validate_address,
+    validate_key_path,
+)
 
 if TYPE_CHECKING:
     from portal.health.models import ClusterHealthSettings, SchedulerAction
     from worker.ssh import NodeTarget
 
 # Which scheduler each action belongs to (the cluster's `scheduler` field).
-SCHEDULER_OF = {"drain": "slurm", "resume": "slurm", "cordon": "k8s", "uncordon": "k8s"}
+SCHEDULER_OF = {
+    HookAction.DRAIN: Scheduler.SLURM,
+    HookAction.RESUME: Scheduler.SLURM,
+    HookAction.CORDON: Scheduler.KUBERNETES,
+    HookAction.UNCORDON: Scheduler.KUBERNETES,
+}
 # scontrol keeps a node's reason as one string; Slurm truncates nothing this short, and a reason
 # longer than a line only clutters `sinfo -R`.
 REASON_WORD_MAX = 250
@@ -63,12 +74,12 @@ def hook_argv(*, action: str, hostname: str, reason: str = "", kubectl_context: 
     """The one argv an action runs, from server configuration; HookRefused for anything else."""
     _valid(hostname_validator, hostname, "node hostname")
     scheduler = SCHEDULER_OF.get(action)
-    if scheduler == "slurm":
+    if scheduler == Scheduler.SLURM:
         argv = [conf.scontrol_path(), "update", f"nodename={hostname}"]
-        if action == "drain":
+        if action == HookAction.DRAIN:
             return [*argv, "state=drain", reason_word(reason)]
         return [*argv, "state=resume"]
-    if scheduler == "k8s":
+    if scheduler == Scheduler.KUBERNETES:
         context: list[str] = []
         if kubectl_context:
             _valid(kube_context_validator, kubectl_context, "kubectl context")

@@ -23,58 +23,17 @@ from django.db.models import Max, Subquery
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from checks.presentation import presented
 from portal.health.models import HealthState, NodeHealth, ScheduledFire
 from portal.inventory.models import Node
-from portal.runs.models import CheckResult, Measurement, Status
+from portal.runs.models import CheckResult, Measurement, Scope, Status
 
-# (kind, measurement) -> (metric name, help, extra label name, extra label value or None for `phase`)
+# (kind, measurement) -> (metric name, help, extra label name, extra label value or None for the
+# measurement's own label of that name), as each check kind declares (checks/presentation.py).
 MEASUREMENTS: dict[tuple[str, str], tuple[str, str, str, str | None]] = {
-    ("nccl_allreduce", "busbw_peak"): ("kiln_nccl_busbw_peak_gbps", "NCCL all-reduce peak bus bandwidth, GB/s", "", ""),
-    ("burn_in", "gflops"): ("kiln_gpu_gflops", "gpu_burn throughput per GPU, Gflop/s", "", ""),
-    ("burn_in", "temp_max"): ("kiln_gpu_burn_temp_max_celsius", "Hottest GPU temperature during burn-in, C", "", ""),
-    ("dlc_temperature", "temp_gpu_steady"): ("kiln_gpu_temp_celsius", "Steady GPU temperature, C", "phase", None),
-    ("dlc_temperature", "temp_memory_steady"): (
-        "kiln_gpu_memory_temp_celsius",
-        "Steady HBM temperature, C",
-        "phase",
-        None,
-    ),
-    ("ecc_health", "ecc_volatile_uncorrected"): (
-        "kiln_gpu_ecc_errors",
-        "ECC error counters",
-        "counter",
-        "volatile_uncorrected",
-    ),
-    ("ecc_health", "ecc_volatile_corrected"): (
-        "kiln_gpu_ecc_errors",
-        "ECC error counters",
-        "counter",
-        "volatile_corrected",
-    ),
-    ("ecc_health", "ecc_aggregate_uncorrected"): (
-        "kiln_gpu_ecc_errors",
-        "ECC error counters",
-        "counter",
-        "aggregate_uncorrected",
-    ),
-    ("ecc_health", "ecc_aggregate_corrected"): (
-        "kiln_gpu_ecc_errors",
-        "ECC error counters",
-        "counter",
-        "aggregate_corrected",
-    ),
-    ("fs_throughput", "write_bw"): (
-        "kiln_fs_bandwidth_bytes_per_second",
-        "fio sequential bandwidth",
-        "direction",
-        "write",
-    ),
-    ("fs_throughput", "read_bw"): (
-        "kiln_fs_bandwidth_bytes_per_second",
-        "fio sequential bandwidth",
-        "direction",
-        "read",
-    ),
+    (kind, p.measurement): (p.metric, p.help, p.label, p.label_value)
+    for kind, shown in presented()
+    for p in shown.prometheus
 }
 
 
@@ -109,7 +68,9 @@ class KilnCollector:
     def _measurements(self) -> Iterator[Metric]:
         kinds = {kind for kind, _ in MEASUREMENTS}
         latest = (
-            CheckResult.objects.filter(scope="node", kind__in=kinds, status__in=[Status.PASS, Status.WARN, Status.FAIL])
+            CheckResult.objects.filter(
+                scope=Scope.NODE, kind__in=kinds, status__in=[Status.PASS, Status.WARN, Status.FAIL]
+            )
             .values("node_id", "kind")
             .annotate(last=Max("id"))
             .values("last")

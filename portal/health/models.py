@@ -22,7 +22,7 @@ kube_context_validator = RegexValidator(
 
 
 class HealthState(models.TextChoices):
-    """A node's health, derived from its latest results (portal/health/services.py: state_from_results)."""
+    """A node's health, derived from its latest results (portal/health/services/state.py: state_from_results)."""
 
     UNKNOWN = "unknown", "unknown"
     HEALTHY = "healthy", "healthy"
@@ -38,6 +38,13 @@ BAD_STATES = (HealthState.FAILED, HealthState.UNREACHABLE)
 DRAIN_STATES = BAD_STATES
 
 
+class KilnDrain(models.TextChoices):
+    """Whether Kiln (not an admin) took a node out of the scheduler; blank = it did not."""
+
+    DRAINED = "drained", "drained by Kiln"
+    DRY_RUN = "dry-run", "would be drained (dry run)"
+
+
 class NodeHealth(models.Model):
     """The current health of one node. `kiln_drain` remembers that Kiln (not an admin) took the node
     out of the scheduler ("drained"), or would have in dry-run mode ("dry-run"), so only those nodes
@@ -49,7 +56,7 @@ class NodeHealth(models.Model):
     since = models.DateTimeField(null=True, blank=True, help_text="When the node entered this state.")
     last_run = models.ForeignKey("runs.Run", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     checked_at = models.DateTimeField(null=True, blank=True, help_text="When a run last judged this node.")
-    kiln_drain = models.CharField(max_length=8, blank=True)
+    kiln_drain = models.CharField(max_length=8, blank=True, choices=KilnDrain.choices)
 
     class Meta:
         verbose_name_plural = "node health"
@@ -60,6 +67,15 @@ class NodeHealth(models.Model):
     @property
     def colour(self) -> str:
         return HEALTH_COLOURS.get(self.state, "grey")
+
+    @property
+    def drained_by_kiln(self) -> bool:
+        return self.kiln_drain == KilnDrain.DRAINED
+
+    @property
+    def would_drain(self) -> bool:
+        """Dry-run mode: Kiln would have drained this node."""
+        return self.kiln_drain == KilnDrain.DRY_RUN
 
 
 class HealthTransition(models.Model):
@@ -191,6 +207,11 @@ class DeliveryStatus(models.TextChoices):
     FAILED = "failed", "failed"
 
 
+class Channel(models.TextChoices):
+    EMAIL = "email", "email"
+    WEBHOOK = "webhook", "webhook"
+
+
 DELIVERY_COLOURS = {"pending": "grey", "sent": "green", "retrying": "orange", "failed": "red"}
 
 
@@ -199,7 +220,7 @@ class AlertDelivery(models.Model):
 
     transition = models.ForeignKey(HealthTransition, on_delete=models.CASCADE, related_name="deliveries")
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="alert_deliveries")
-    channel = models.CharField(max_length=8, choices=[("email", "email"), ("webhook", "webhook")])
+    channel = models.CharField(max_length=8, choices=Channel.choices)
     target = models.CharField(max_length=1000)
     status = models.CharField(max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
     attempts = models.PositiveIntegerField(default=0)
@@ -218,19 +239,44 @@ class AlertDelivery(models.Model):
         return DELIVERY_COLOURS.get(self.status, "grey")
 
 
+class HookAction(models.TextChoices):
+    """What a scheduler hook does to a node: Slurm drain/resume, Kubernetes cordon/uncordon."""
+
+    DRAIN = "drain", "drain"
+    RESUME = "resume", "resume"
+    CORDON = "cordon", "cordon"
+    UNCORDON = "uncordon", "uncordon"
+
+
+class ActionStatus(models.TextChoices):
+    """A scheduler action's fate (portal/health/services.py: scheduler_action_execute)."""
+
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    RETRYING = "retrying", "retrying"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+    SUPERSEDED = "superseded", "superseded"
+    SKIPPED = "skipped", "skipped"
+    DRY_RUN = "dry-run", "dry run"
+
+
+# Actions still in flight: a newer action waits for them, or supersedes them.
+ACTION_OPEN = (ActionStatus.PENDING, ActionStatus.RETRYING, ActionStatus.RUNNING)
+
+
 class SchedulerAction(models.Model):
     """A drain/resume (Slurm) or cordon/uncordon (Kubernetes) Kiln did, or would do (dry run)."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="scheduler_actions")
     transition = models.ForeignKey(HealthTransition, on_delete=models.SET_NULL, null=True, blank=True)
-    action = models.CharField(max_length=10)  # drain | resume | cordon | uncordon
+    action = models.CharField(max_length=10, choices=HookAction.choices)
     # Why (a drain's `reason=`); the command itself is rebuilt from server configuration when it
     # runs (portal/health/hooks.py), so `argv` only records what was (or would be) run.
     reason = models.CharField(max_length=250, blank=True)
     argv = models.JSONField(default=list)
     dry_run = models.BooleanField(default=False)
-    # pending | running | retrying | done | failed | superseded | skipped | dry-run
-    status = models.CharField(max_length=10, default="pending")
+    status = models.CharField(max_length=10, choices=ActionStatus.choices, default=ActionStatus.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(null=True, blank=True, help_text="When the current attempt was claimed.")
     output = models.TextField(blank=True)

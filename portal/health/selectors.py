@@ -19,7 +19,7 @@ from portal.health.models import (
     SchedulerAction,
 )
 from portal.inventory.models import Cluster, Node
-from portal.runs.models import ACTIVE_STATUSES, Measurement, Run, Status
+from portal.runs.models import ACTIVE_STATUSES, Measurement, Run, Scope, Status
 
 STATE_ORDER = [
     HealthState.FAILED,
@@ -135,7 +135,7 @@ def nodes_at_risk(*, cluster: Cluster, keep: int | None = None) -> list[trends.R
         }
         for r in Measurement.objects.filter(
             result__run_id__in=run_ids,
-            result__scope="node",
+            result__scope=Scope.NODE,
             result__kind__in=kinds,
             result__status__in=[Status.PASS, Status.WARN],
             name__in=names,

@@ -1,4 +1,7 @@
-"""Celery tasks of the health app (discovered by worker/celery.py). Thin: they call services."""
+"""Celery tasks of the health app (discovered by worker/celery.py). Thin: they call services.
+
+The services queue these tasks (portal/health/services/state.py), so each task imports the
+service it calls when it runs: importing them here would close a loop within the app."""
 
 from __future__ import annotations
 
@@ -45,10 +48,11 @@ def alert_deliver(self, delivery_id: int) -> str:
 @kiln_task(name="kiln.scheduler_action", max_retries=None)
 def scheduler_action_run(self, action_id: int) -> str:
     """Drain/resume one node; on failure retry with exponential backoff (KILN_SCHEDULER_HOOK_*)."""
+    from portal.health.models import ActionStatus
     from portal.health.services import scheduler_action_execute, scheduler_action_retry_delay_s
 
     action = scheduler_action_execute(action_id=action_id)
-    if action.status == "retrying":
+    if action.status == ActionStatus.RETRYING:
         delay = scheduler_action_retry_delay_s(attempts=action.attempts)
         logger.warning("scheduler action %s attempt %s failed; retrying in %ss", action_id, action.attempts, delay)
         raise self.retry(countdown=delay)

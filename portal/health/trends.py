@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from checks.presentation import presented
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -28,13 +30,11 @@ class Rule:
     unit: str
 
 
-RULES: tuple[Rule, ...] = (
-    Rule("ecc_health", "ecc_aggregate_corrected", +1, 1, False, "correctable ECC climbing", "errors"),
-    Rule("ecc_health", "ecc_volatile_corrected", +1, 1, False, "correctable ECC climbing (since boot)", "errors"),
-    Rule("dlc_temperature", "temp_gpu_steady", +1, 3.0, False, "GPU temperature rising", "C"),
-    Rule("dlc_temperature", "temp_memory_steady", +1, 3.0, False, "HBM temperature rising", "C"),
-    Rule("burn_in", "temp_max", +1, 3.0, False, "GPU temperature under load rising", "C"),
-    Rule("nccl_allreduce", "busbw_peak", -1, 0.03, True, "NCCL busbw falling", "GB/s"),
+# Each check kind declares its own (checks/presentation.py TrendRule).
+RULES: tuple[Rule, ...] = tuple(
+    Rule(kind, t.name, t.direction, t.min_change, t.relative, t.label, t.unit)
+    for kind, shown in presented()
+    for t in shown.trends
 )
 RULE_BY_KEY = {(r.kind, r.name): r for r in RULES}
 

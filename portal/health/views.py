@@ -70,7 +70,7 @@ def health_settings(request: HttpRequest, name: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         form.save()
         messages.success(request, f"Health settings of {cluster.name} saved.")
-        return redirect("health_cluster", name=cluster.name)
+        return redirect("health:cluster", name=cluster.name)
     return render(request, "health/settings.html", {"cluster": cluster, "form": form, "server": _hook_server_config()})
 
 
@@ -107,7 +107,7 @@ def schedule_create(request: HttpRequest) -> HttpResponse:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Schedule “{schedule.name}” created ({schedule.crontab} UTC).")
-            return redirect("health_schedules")
+            return redirect("health:schedules")
     return render(request, "health/schedule_form.html", {"form": form})
 
 
@@ -137,7 +137,7 @@ def schedule_edit(request: HttpRequest, pk: int) -> HttpResponse:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Schedule “{schedule.name}” saved ({schedule.crontab} UTC).")
-            return redirect("health_schedules")
+            return redirect("health:schedules")
     return render(request, "health/schedule_form.html", {"form": form, "schedule": schedule})
 
 
@@ -147,7 +147,7 @@ def schedule_toggle(request: HttpRequest, pk: int) -> HttpResponse:
     schedule = get_object_or_404(Schedule, pk=pk)
     services.schedule_set_enabled(schedule=schedule, enabled=request.POST.get("enabled") == "1")
     messages.success(request, f"Schedule “{schedule.name}” {'enabled' if schedule.enabled else 'disabled'}.")
-    return redirect("health_schedules")
+    return redirect("health:schedules")
 
 
 @require_POST
@@ -156,7 +156,7 @@ def schedule_delete(request: HttpRequest, pk: int) -> HttpResponse:
     schedule = get_object_or_404(Schedule, pk=pk)
     services.schedule_delete(schedule=schedule)
     messages.success(request, f"Schedule “{schedule.name}” deleted.")
-    return redirect("health_schedules")
+    return redirect("health:schedules")
 
 
 @login_not_required

@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
 from django.urls import reverse
 
-from portal.runs.models import CheckResult, Measurement, Run
+from portal.runs.models import CheckResult, Measurement, Run, Scope
 
 CHUNK = 2000
 RESULT_FIELDS = [
@@ -45,7 +45,7 @@ def _iso(value: Any) -> str | None:
 
 
 def result_row(r: CheckResult) -> dict[str, Any]:
-    group = r.scope == "group"
+    group = r.scope == Scope.GROUP
     return {
         "result_id": r.pk,
         "run_id": r.run_id,
@@ -63,7 +63,7 @@ def result_row(r: CheckResult) -> dict[str, Any]:
         "finished_at": _iso(r.finished_at),
         "duration_s": r.duration_s,
         "attribution": r.attribution if group and r.attribution else None,
-        "url": reverse("result_detail", args=[r.pk]),
+        "url": reverse("runs:result_detail", args=[r.pk]),
     }
 
 
@@ -156,7 +156,7 @@ def measurements_export(*, run: Run) -> StreamingHttpResponse:
                 zip(
                     MEASUREMENT_FIELDS,
                     [
-                        run.pk, rid, node_set if scope == "group" else host, scope, item_key, kind, status, name,
+                        run.pk, rid, node_set if scope == Scope.GROUP else host, scope, item_key, kind, status, name,
                         gpu, value, text, unit, thr, ok, labels or None,
                     ],
                     strict=True,

@@ -9,7 +9,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from portal.history.selectors import Trend, threshold_value
-from portal.runs.models import STATUS_COLOURS
+from portal.runs.models import STATUS_COLOURS, Status
 
 _COLOUR = {"green": "#1a7f37", "red": "#cf222e", "orange": "#bc4c00", "purple": "#8250df", "grey": "#6e7781"}
 # No plotly template: a named template is inlined into every figure's JSON (~10 KB each).
@@ -98,7 +98,7 @@ def trend_figure(*, trend: Trend, result_url: Callable[[int], str]) -> dict[str,
 def run_counts_figure(*, rows: list[dict[str, Any]], run_url: Callable[[int], str]) -> dict[str, Any]:
     """Pass/warn/fail/error counts per run over time (latest runs); clicking a point opens the run."""
     traces = []
-    for status in ("pass", "warn", "fail", "error"):
+    for status in (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR):
         traces.append(
             go.Scatter(
                 x=[r["at"] for r in rows],

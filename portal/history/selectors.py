@@ -13,14 +13,16 @@ from ClusterShell.NodeSet import NodeSet
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Coalesce
 
+from checks.presentation import KeyMetric, presented
 from portal.inventory.models import Cluster, Node
-from portal.runs.models import CheckResult, Measurement, Run, Status
+from portal.ordering import natural_key
+from portal.runs.models import CheckResult, Measurement, Run, Scope, Status
 
 
 @dataclass(frozen=True)
 class Metric:
-    """A key measurement followed across runs. `better` is the direction of a good change; per-GPU
-    values fold into one number per node with `gpu_agg` (the worst GPU, or the sum of counts)."""
+    """A key measurement followed across runs, as declared by the checks that store it
+    (checks/presentation.py KeyMetric), with the kinds that declare it."""
 
     key: str
     label: str
@@ -32,40 +34,42 @@ class Metric:
     per_gpu: bool = False
     gpu_agg: str = "min"
     labels: tuple[tuple[str, str], ...] = ()
-    # Changes smaller than this (relative, %) are noise, not "worse"; counts have no tolerance.
     tolerance_pct: float = 2.0
-    # Group-level values (no host label) on a node's own page: a multi-node busbw is worth seeing
-    # there; the filesystem aggregate total is not (it dwarfs the node's own bandwidth).
     group_value_on_node: bool = False
 
     def matches(self, kind: str, labels: dict[str, Any]) -> bool:
         return kind in self.kinds and all(str(labels.get(k)) == v for k, v in self.labels)
 
 
-NCCL_KINDS = ("nccl_allreduce", "nccl_allreduce_multi")
-FS_KINDS = ("fs_throughput", "fs_aggregate")
-KEY_METRICS: tuple[Metric, ...] = (
-    Metric("busbw", "NCCL bus bandwidth (peak)", "busbw_peak", NCCL_KINDS, "GB/s", group_value_on_node=True),
-    Metric("gflops", "Burn-in Gflop/s per GPU", "gflops", ("burn_in",), "Gflop/s", per_gpu=True, gpu_agg="min"),
-    Metric(
-        "temp_gpu", "GPU steady temperature under load", "temp_gpu_steady", ("dlc_temperature",), "°C",
-        better="lower", per_gpu=True, gpu_agg="max", labels=(("phase", "load"),),
-    ),
-    Metric(
-        "temp_memory", "Memory steady temperature under load", "temp_memory_steady", ("dlc_temperature",), "°C",
-        better="lower", per_gpu=True, gpu_agg="max", labels=(("phase", "load"),),
-    ),
-    Metric("fs_write", "Filesystem write bandwidth", "write_bw_sum", FS_KINDS, "GB/s", scale=1e-9),
-    Metric("fs_read", "Filesystem read bandwidth", "read_bw_sum", FS_KINDS, "GB/s", scale=1e-9),
-    Metric(
-        "ecc_corrected", "ECC corrected errors (volatile)", "ecc_volatile_corrected", ("ecc_health",), "errors",
-        better="lower", per_gpu=True, gpu_agg="sum", tolerance_pct=0.0,
-    ),
-    Metric(
-        "ecc_uncorrected", "ECC uncorrected errors (volatile)", "ecc_volatile_uncorrected", ("ecc_health",),
-        "errors", better="lower", per_gpu=True, gpu_agg="sum", tolerance_pct=0.0,
-    ),
-)  # fmt: skip
+def _key_metrics() -> tuple[Metric, ...]:
+    """Every declared key metric once, with every kind that declares it, in the kinds' rank order."""
+    declared: dict[str, KeyMetric] = {}
+    kinds: dict[str, list[str]] = {}
+    for kind, shown in presented():
+        for km in shown.key_metrics:
+            if declared.setdefault(km.key, km) != km:
+                raise ValueError(f"key metric {km.key!r} is declared differently by {kind} and {kinds[km.key]}")
+            kinds.setdefault(km.key, []).append(kind)
+    return tuple(
+        Metric(
+            key=km.key,
+            label=km.label,
+            name=km.name,
+            kinds=tuple(kinds[km.key]),
+            unit=km.unit,
+            better=km.better,
+            scale=km.scale,
+            per_gpu=km.per_gpu,
+            gpu_agg=km.gpu_agg,
+            labels=km.labels,
+            tolerance_pct=km.tolerance_pct,
+            group_value_on_node=km.group_value_on_node,
+        )  # fmt: skip
+        for km in declared.values()
+    )
+
+
+KEY_METRICS: tuple[Metric, ...] = _key_metrics()
 METRICS_BY_KEY = {m.key: m for m in KEY_METRICS}
 _KEY_KINDS = sorted({k for m in KEY_METRICS for k in m.kinds})
 _KEY_NAMES = sorted({m.name for m in KEY_METRICS})
@@ -95,7 +99,7 @@ def group_result_ids(*, hostnames: Iterable[str], groups: QuerySet[CheckResult])
     wanted = set(hostnames)
     cache: dict[str, frozenset[str]] = {}
     ids = []
-    for pk, node_set, attribution in groups.filter(scope="group").values_list("id", "node_set", "attribution"):
+    for pk, node_set, attribution in groups.filter(scope=Scope.GROUP).values_list("id", "node_set", "attribution"):
         if wanted & _members(node_set, cache) or wanted & set(attribution or {}):
             ids.append(pk)
     return ids
@@ -152,11 +156,11 @@ class TimelineEntry:
 def timeline_entries(*, results: Iterable[CheckResult], hostname: str) -> list[TimelineEntry]:
     out = []
     for r in results:
-        mine = (r.attribution or {}).get(hostname) if r.scope == "group" else None
+        mine = (r.attribution or {}).get(hostname) if r.scope == Scope.GROUP else None
         if mine:
             out.append(TimelineEntry(r, mine.get("status", r.status), mine.get("reason", ""), True))
         else:
-            out.append(TimelineEntry(r, r.status, r.reason, r.scope == "group"))
+            out.append(TimelineEntry(r, r.status, r.reason, r.scope == Scope.GROUP))
     return out
 
 
@@ -223,7 +227,7 @@ def node_trends(*, node: Node, runs: int = TREND_RUNS) -> list[Trend]:
         metric = metric_for(kind=kind, name=name, labels=labels)
         if metric is None or value is None:
             continue
-        if scope == "group":
+        if scope == Scope.GROUP:
             host = labels.get("host")
             if host is not None and host != node.hostname:
                 continue
@@ -238,20 +242,16 @@ def node_trends(*, node: Node, runs: int = TREND_RUNS) -> list[Trend]:
         trend = trends.setdefault(metric.key, Trend(metric=metric))
         point = TrendPoint(run_id, result_id, at, value * metric.scale, ok, status, threshold)
         trend.lines.setdefault(line, []).append(point)
-        if threshold and (scope == "node" or not trend.node_threshold):
+        if threshold and (scope == Scope.NODE or not trend.node_threshold):
             # The latest run's threshold (rows come oldest first); the node's own check wins over a
             # multi-node one drawn on the same chart (its floor is a different number).
             trend.threshold = threshold
-            trend.node_threshold = trend.node_threshold or scope == "node"
+            trend.node_threshold = trend.node_threshold or scope == Scope.NODE
     for key, trend in trends.items():
         if len(item_keys.get(key, ())) == 1:  # one check: "GPU 3" says it all
             trend.lines = {k.split(" · ", 1)[-1]: v for k, v in trend.lines.items()}
-        trend.lines = dict(sorted(trend.lines.items(), key=lambda kv: _natural(kv[0])))
+        trend.lines = dict(sorted(trend.lines.items(), key=lambda kv: natural_key(kv[0])))
     return [trends[m.key] for m in KEY_METRICS if m.key in trends]
-
-
-def _natural(text: str) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 _THRESHOLD = re.compile(r"^\s*(>=|<=|>|<)\s*(-?[\d.]+)\s*([^\s(,]*)")
@@ -339,8 +339,8 @@ def _run_facts(run: Run) -> _RunFacts:
     )
     info: dict[int, tuple[str, str, str, str]] = {}
     for pk, hostname, item_key, kind, scope, node_set, attribution, status, reason in results:
-        info[pk] = (hostname, item_key, kind, scope if scope != "group" else node_set or hostname)
-        if scope == "group":
+        info[pk] = (hostname, item_key, kind, scope if scope != Scope.GROUP else node_set or hostname)
+        if scope == Scope.GROUP:
             attribution = attribution or {}
             for member in _members(node_set, cache) | set(attribution):
                 mine = attribution.get(member) or {}
@@ -356,7 +356,7 @@ def _run_facts(run: Run) -> _RunFacts:
         metric = metric_for(kind=kind, name=name, labels=labels)
         if metric is None or value is None:  # never None (filtered above); the row type cannot say so
             continue
-        if scope == "node":
+        if scope == Scope.NODE:
             subject = hostname
         else:  # group: per-host values go to that host, the group's own value to the node set
             subject = labels.get("host") or scope
@@ -495,7 +495,7 @@ def runs_compare(*, a: Run, b: Run, only_worse: bool = False) -> Comparison:
     order = {m.key: i for i, m in enumerate(KEY_METRICS)}
     counts = _count(list(subjects.values()))  # before the "only worse" filter: the summary stays whole
     nodes = []
-    for subject in sorted(subjects, key=_natural):
+    for subject in sorted(subjects, key=natural_key):
         node = subjects[subject]
         node.deltas.sort(key=lambda d: (order[d.metric.key], d.check))
         if only_worse:
@@ -550,5 +550,5 @@ def results_search(*, filters: ResultFilter) -> QuerySet[CheckResult]:
     if filters.nodes is not None:
         hostnames = list(filters.nodes)
         group_ids = group_result_ids(hostnames=hostnames, groups=qs)
-        qs = qs.filter(Q(node__hostname__in=hostnames, scope="node") | Q(id__in=group_ids))
+        qs = qs.filter(Q(node__hostname__in=hostnames, scope=Scope.NODE) | Q(id__in=group_ids))
     return qs.select_related("run", "run__cluster", "node").order_by("-at", "-id")

@@ -6,6 +6,8 @@ from django.urls import path
 
 from portal.history import views
 
+app_name = "history"
+
 urlpatterns = [
     path("clusters/<str:name>/runs/", views.cluster_runs, name="cluster_runs"),
     path("clusters/<str:name>/nodes/<str:hostname>/", views.node_detail, name="node_detail"),

@@ -31,11 +31,11 @@ def _page(request: HttpRequest, items: Any, per_page: int = PAGE_SIZE) -> Page:
 
 
 def _result_url(pk: int) -> str:
-    return reverse("result_detail", args=[pk])
+    return reverse("runs:result_detail", args=[pk])
 
 
 def _run_url(pk: int) -> str:
-    return reverse("run_detail", args=[pk])
+    return reverse("runs:run_detail", args=[pk])
 
 
 @role_required(VIEWER)

@@ -19,3 +19,6 @@ class RunsConfig(AppConfig):
         # After every migrate (runs is the last Kiln app, so all permissions exist by then):
         # built-in plans and role groups exist, with stable slugs and names.
         post_migrate.connect(_seed, sender=self)
+        # Register the run tasks with the Celery app in every process (web, commands, tests), so
+        # portal/runs/dispatch.py finds them by name and eager mode runs them in this process.
+        from portal.runs import tasks  # noqa: F401  (models must be loaded first: not at module top)

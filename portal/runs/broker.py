@@ -27,10 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from portal.runs.dispatch import RUN_GROUP, RUN_NODE
+
 logger = logging.getLogger(__name__)
 
 TaskKey = tuple[str, tuple[Any, ...]]
-RUN_TASKS = ("kiln.run_node", "kiln.run_group")
+RUN_TASKS = (RUN_NODE, RUN_GROUP)
 
 
 def pending_tasks(*, max_age_s: float) -> set[TaskKey] | None:

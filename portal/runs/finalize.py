@@ -25,9 +25,9 @@ from django.utils import timezone
 
 from checks.base import REGISTRY, Check, worst_status
 from checks.base import Measurement as CheckMeasurement
-from portal.runs import leases, outliers
+from portal.runs import dispatch, leases, outliers
 from portal.runs.dbretry import db_retry
-from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunEvent, Status
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunEvent, Scope, Status
 
 logger = logging.getLogger(__name__)
 
@@ -56,18 +56,18 @@ def _finalize(*, run_id: int, dispatch: bool) -> Run | None:
     if run is None or run.status not in ACTIVE_STATUSES:
         return run
     tally = _tally(run_id)
-    if _active(tally, "node"):
+    if _active(tally, Scope.NODE):
         return run
-    if any(scope == "node" for scope, _ in tally):
+    if any(scope == Scope.NODE for scope, _ in tally):
         cross_node_apply(run=run)
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.status not in ACTIVE_STATUSES:
             return run
         tally = _tally(run_id)
-        if _active(tally, "node") or _active(tally, "group", (Status.RUNNING,)):
+        if _active(tally, Scope.NODE) or _active(tally, Scope.GROUP, (Status.RUNNING,)):
             return run
-        next_group = run.results.filter(scope="group", status=Status.QUEUED).order_by("position").first()
+        next_group = run.results.filter(scope=Scope.GROUP, status=Status.QUEUED).order_by("position").first()
         if next_group is not None:
             # Multi-node checks run one at a time (two would share the fabric and skew each other).
             if dispatch and next_group.claimed_by == "":
@@ -97,9 +97,7 @@ def _finalize(*, run_id: int, dispatch: bool) -> Run | None:
 
 
 def _enqueue_group(run_id: int, result_id: int) -> None:
-    from worker.tasks import enqueue_group
-
-    enqueue_group(run_id=run_id, result_id=result_id)
+    dispatch.enqueue_group(run_id=run_id, result_id=result_id)
 
 
 def cross_node_apply(*, run: Run) -> bool:
@@ -112,14 +110,14 @@ def cross_node_apply(*, run: Run) -> bool:
     with transaction.atomic():
         # The mutex: the run's first per-node result, not the run's row (see the module docstring).
         list(
-            CheckResult.objects.filter(run_id=run.pk, scope="node")
+            CheckResult.objects.filter(run_id=run.pk, scope=Scope.NODE)
             .order_by("pk")
             .select_for_update()
             .values_list("pk", flat=True)[:1]
         )
         if RunEvent.objects.filter(run_id=run.pk, kind=CROSS_NODE_EVENT).exists():
             return False  # another finaliser did it while this one waited on the lock
-        if CheckResult.objects.filter(run_id=run.pk, scope="node", status__in=ACTIVE_STATUSES).exists():
+        if CheckResult.objects.filter(run_id=run.pk, scope=Scope.NODE, status__in=ACTIVE_STATUSES).exists():
             return False  # a result went back to the queue (the reaper): not all in yet
         try:
             with transaction.atomic():
@@ -147,7 +145,7 @@ def _apply_consensus(run: Run) -> int:
     Two queries per check kind that has a consensus, and one batched update. Returns how many."""
     changed: list[CheckResult] = []
     for item in run.plan_snapshot["items"]:
-        if item.get("scope", "node") != "node" or item["kind"] not in REGISTRY:
+        if item.get("scope", Scope.NODE) != Scope.NODE or item["kind"] not in REGISTRY:
             continue
         check_class = REGISTRY[item["kind"]]
         if inspect.getattr_static(check_class, "consensus") is inspect.getattr_static(Check, "consensus"):
@@ -183,14 +181,14 @@ def _apply_outliers(run: Run) -> int:
     items = [
         item
         for item in run.plan_snapshot["items"]
-        if item.get("scope", "node") == "node" and item["kind"] in outliers.METRICS
+        if item.get("scope", Scope.NODE) == Scope.NODE and item["kind"] in outliers.METRICS
     ]
     if not items:
         return 0
     names = {name for item in items for metric in outliers.METRICS[item["kind"]] for name in metric.names}
     rows = Measurement.objects.filter(
         result__run=run,
-        result__scope="node",
+        result__scope=Scope.NODE,
         result__item_key__in=[item["key"] for item in items],
         result__status__in=[Status.PASS, Status.WARN, Status.FAIL],  # error results carry no trusted value
         name__in=names,

@@ -25,6 +25,13 @@ class Status(models.TextChoices):
     CANCELLED = "cancelled", "cancelled"
 
 
+class Scope(models.TextChoices):
+    """Where a result ran: on one node, or as a multi-node (group) check launched from one node."""
+
+    NODE = "node", "node"
+    GROUP = "group", "group"
+
+
 ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
 FINAL_STATUSES = (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR, Status.SKIPPED, Status.CANCELLED)
 # Badge colours, NetBox-style: the choice carries its colour.
@@ -94,7 +101,10 @@ class CheckResult(models.Model):
     item_key = models.CharField(max_length=64, help_text="The plan item's slug in the snapshot.")
     kind = models.CharField(max_length=64)
     scope = models.CharField(
-        max_length=10, default="node", help_text="node: one node; group: a multi-node check run from `node`."
+        max_length=10,
+        choices=Scope.choices,
+        default=Scope.NODE,
+        help_text="node: one node; group: a multi-node check run from `node`.",
     )
     node_set = models.TextField(blank=True, help_text="Group results: the nodes it spanned.")
     attribution = models.JSONField(
@@ -143,6 +153,11 @@ class CheckResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.item_key} on {self.node_id}: {self.status}"
+
+    @property
+    def is_group(self) -> bool:
+        """For templates, which cannot name `Scope.GROUP`."""
+        return self.scope == Scope.GROUP
 
 
 class RunEvent(models.Model):

@@ -22,7 +22,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from checks.presentation import Row, presented
 
 K = TypeVar("K", bound=Hashable)
 
@@ -86,55 +88,8 @@ def find_outliers(
     return out
 
 
-# --- which metrics, and how a node's value is read from its measurements --------------------------
+# --- which metrics: each check kind declares its own (checks/presentation.py OutlierMetric) ------
 # A measurement here is a mapping with name, value, gpu, labels (a Measurement row as values()).
-
-Row = Mapping[str, Any]
-
-
-def _values(rows: Iterable[Row], name: str, **labels: str) -> list[float]:
-    return [
-        float(r["value"])
-        for r in rows
-        if r["name"] == name
-        and r["value"] is not None
-        and all((r.get("labels") or {}).get(k) == v for k, v in labels.items())
-    ]
-
-
-def _busbw(rows: Iterable[Row]) -> float | None:
-    values = _values(rows, "busbw_peak")
-    return max(values) if values else None
-
-
-def _gflops_min(rows: Iterable[Row]) -> float | None:
-    # The slowest GPU sets the node's pace in a synchronous job.
-    values = _values(rows, "gflops")
-    return min(values) if values else None
-
-
-def _load_temp_max(rows: Iterable[Row]) -> float | None:
-    # checks/thermal.py: temp_gpu_steady per GPU, phase "load" = steady state under load.
-    values = _values(rows, "temp_gpu_steady", phase="load")
-    return max(values) if values else None
-
-
-def _fs_rate(ddir: str) -> Callable[[Iterable[Row]], float | None]:
-    def read(rows: Iterable[Row]) -> float | None:
-        rows = list(rows)
-        # checks/filesystem.py: {ddir}_bw_sum without a job label is the node's total (the value
-        # its threshold judges); per-job {ddir}_bw are summed when the sum is absent.
-        total = [
-            float(r["value"])
-            for r in rows
-            if r["name"] == f"{ddir}_bw_sum" and r["value"] is not None and "job" not in (r.get("labels") or {})
-        ]
-        if total:
-            return total[0]
-        jobs = _values(rows, f"{ddir}_bw")
-        return sum(jobs) if jobs else None
-
-    return read
 
 
 @dataclass(frozen=True)
@@ -161,15 +116,9 @@ class Metric:
 
 
 METRICS: dict[str, tuple[Metric, ...]] = {
-    "nccl_allreduce": (Metric("busbw", "busbw", ("busbw_peak",), "GB/s", True, _busbw),),
-    "burn_in": (Metric("gflops", "slowest GPU", ("gflops",), "Gflop/s", True, _gflops_min),),
-    "dlc_temperature": (
-        Metric("temp_load", "hottest GPU under load", ("temp_gpu_steady",), "C", False, _load_temp_max),
-    ),
-    "fs_throughput": (
-        Metric("write_bw", "write", ("write_bw_sum", "write_bw"), "GB/s", True, _fs_rate("write"), scale=1e9),
-        Metric("read_bw", "read", ("read_bw_sum", "read_bw"), "GB/s", True, _fs_rate("read"), scale=1e9),
-    ),
+    kind: tuple(Metric(o.key, o.label, o.names, o.unit, o.low_is_bad, o.read, o.scale) for o in shown.outliers)
+    for kind, shown in presented()
+    if shown.outliers
 }
 
 

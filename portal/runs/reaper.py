@@ -25,10 +25,12 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal.runs import broker, events, leases
-from portal.runs.models import CheckResult, RunEvent, Status
+from portal.runs import broker, dispatch, events, leases
+from portal.runs.execution import node_target
+from portal.runs.groups import group_members
+from portal.runs.models import CheckResult, RunEvent, Scope, Status
 from worker.procgroup import stop_group, tag_for
-from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, TransportError
+from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, TransportError, open_transport
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +98,7 @@ def _reap_holder(*, run_id: int, node_id: int, scope: str, held: list[CheckResul
     if fresh:
         requeued = CheckResult.objects.filter(pk__in=[r.pk for r in fresh], **lapsed).update(
             status=Status.QUEUED,
-            claimed_by="dispatched" if scope == "group" else "",
+            claimed_by="dispatched" if scope == Scope.GROUP else "",
             lease_expires_at=leases.queued_lease(now),
             heartbeat_at=None,
             started_at=None,
@@ -116,19 +118,17 @@ def _reap_holder(*, run_id: int, node_id: int, scope: str, held: list[CheckResul
 
 
 def _send_again(*, run_id: int, node_id: int, scope: str, result_ids: list[int]) -> None:
-    from worker.tasks import enqueue_group, enqueue_node
-
-    if scope == "group":
+    if scope == Scope.GROUP:
         for result_id in result_ids:
-            transaction.on_commit(partial(enqueue_group, run_id=run_id, result_id=result_id))
+            transaction.on_commit(partial(dispatch.enqueue_group, run_id=run_id, result_id=result_id))
     else:
-        transaction.on_commit(lambda: enqueue_node(run_id=run_id, node_id=node_id))
+        transaction.on_commit(lambda: dispatch.enqueue_node(run_id=run_id, node_id=node_id))
 
 
 def requeue_lost(*, now: datetime) -> set[int]:
     overdue = list(
         CheckResult.objects.filter(status=Status.QUEUED, lease_expires_at__lt=now)
-        .exclude(scope="group", claimed_by="")  # a group check not dispatched yet waits on its run
+        .exclude(scope=Scope.GROUP, claimed_by="")  # a group check not dispatched yet waits on its run
         .values_list("pk", "run_id", "node_id", "node__hostname", "scope", "lease_expires_at")
     )
     if not overdue:
@@ -138,7 +138,7 @@ def requeue_lost(*, now: datetime) -> set[int]:
     tasks: dict[broker.TaskKey, list[tuple[Any, ...]]] = defaultdict(list)
     for row in overdue:
         pk, run_id, node_id, _, scope, _ = row
-        key = ("kiln.run_group", (run_id, pk)) if scope == "group" else ("kiln.run_node", (run_id, node_id))
+        key = (dispatch.RUN_GROUP, (run_id, pk)) if scope == Scope.GROUP else (dispatch.RUN_NODE, (run_id, node_id))
         tasks[key].append(row)
     waiting = [row[0] for key, rows in tasks.items() if pending is not None and key in pending for row in rows]
     for start in range(0, len(waiting), 1000):  # still in the broker: a long queue, not a lost message
@@ -158,7 +158,7 @@ def requeue_lost(*, now: datetime) -> set[int]:
             ).update(lease_expires_at=leases.queued_lease(now))
             if not sent:
                 continue  # claimed meanwhile, or another reaper got there first
-            what = "its multi-node check" if scope == "group" else f"its {sent} queued check(s)"
+            what = "its multi-node check" if scope == Scope.GROUP else f"its {sent} queued check(s)"
             events.run_event_add(
                 run_id=run_id,
                 kind=events.REENQUEUED,
@@ -178,8 +178,7 @@ def stop_orphans(*, now: datetime) -> int:
     )
     if not rows:
         return 0
-    live: list[CheckResult] = []
-    expired: list[CheckResult] = []
+    live, expired = [], []
     for row in rows:
         (live if _may_still_run(row, now) else expired).append(row)
     for row in expired:  # its own remote timeout has ended it by now
@@ -229,19 +228,14 @@ def _may_still_run(row: CheckResult, now: datetime) -> bool:
 def _host_of(row: CheckResult) -> Any:
     """Where the process group runs: the node, or for a multi-node check its launcher (the first
     node whose per-node checks did not error, as execute_group chose it)."""
-    if row.scope != "group":
+    if row.scope != Scope.GROUP:
         return row.node
-    from portal.runs.execution import group_members
-
     members, _ = group_members(row.run)
     return members[0] if members else row.node
 
 
 def _stop_on(host: Any, rows: list[CheckResult]) -> dict[int, str | Exception]:
     """One new connection to `host`; every row's group stopped on it. No database access here."""
-    from portal.runs.execution import node_target
-    from worker.ssh import open_transport
-
     try:
         transport = open_transport(node_target(host))
     except TransportError as exc:
@@ -249,8 +243,6 @@ def _stop_on(host: Any, rows: list[CheckResult]) -> dict[int, str | Exception]:
     outcome: dict[int, str | Exception] = {}
     try:
         for row in rows:
-            if row.remote_pgid is None:  # never: rows are selected with a process group
-                continue
             try:
                 outcome[row.pk] = stop_group(
                     transport, pgid=row.remote_pgid, tag=tag_for(row.pk, row.attempt), grace_s=REMOTE_KILL_GRACE_S

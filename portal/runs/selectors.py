@@ -9,8 +9,9 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 from django.db.models import Count, Max, Q, QuerySet, Sum
 
+from checks.base import worst_status
 from portal.inventory.models import Cluster, Node
-from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run, RunEvent, Status
+from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run, RunEvent, Scope, Status
 
 
 @dataclass(slots=True)
@@ -153,7 +154,7 @@ def estimate_eta(*, elapsed_s: float | None, rows: list[dict[str, Any]]) -> floa
     done_work = left_work = serial_left = 0.0
     for row in rows:
         active = row["status"] in ACTIVE_STATUSES
-        if row["scope"] == "group":
+        if row["scope"] == Scope.GROUP:
             if active:
                 serial_left += row["n"] * avg.get(row["kind"], default if avg else 0.0)
             continue
@@ -180,6 +181,11 @@ def eta_text(seconds: float | None) -> str:
     return f"ETA ~{hours} h {minutes} min" if minutes else f"ETA ~{hours} h"
 
 
+_GROUP_FIELDS = ("id", "item_key", "status", "reason", "node_set", "attribution", "started_at", "finished_at")
+_GROUP_FIELDS += ("duration_s",)
+Tally = dict[tuple[str, str], list[Any]]
+
+
 def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime | None = None) -> RunGrid:
     """Nodes × checks for one run in a constant number of queries (rows as tuples: a run of 1,250
     nodes × 8 checks is 10,000 results, and model instances would cost more than the page).
@@ -188,29 +194,49 @@ def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime |
     (the live poll swaps just those rows); the summary always covers the whole run."""
     columns = run.plan_snapshot["items"]
     positions = {item["key"]: i for i, item in enumerate(columns)}
-    width = len(columns)
     results = CheckResult.objects.filter(run=run)
-    group_results = list(
-        results.filter(scope="group").values_list(
-            "id", "item_key", "status", "reason", "node_set", "attribution", "started_at", "finished_at", "duration_s"
-        )
-    )  # a few rows: the multi-node checks, with their member lists
-    node_results = results.filter(scope="node")
+    # A few rows: the multi-node checks, with their member lists.
+    group_results = list(results.filter(scope=Scope.GROUP).values_list(*_GROUP_FIELDS))
+    node_results = results.filter(scope=Scope.NODE)
     if changed_since is not None:
         if any((t or changed_since) > changed_since for g in group_results for t in g[6:8]):
             changed_since = None  # a multi-node result shows in every member's row: send them all
         else:
             changed = Q(started_at__gte=changed_since) | Q(finished_at__gte=changed_since)
             node_results = node_results.filter(node_id__in=node_results.filter(changed).values("node_id"))
+    rows, tally = _grid_rows(node_results, positions, len(columns))
+    _place_group_results(rows, group_results, positions)
+    row_list = list(rows.values())
+    for row in row_list:
+        row.worst = worst_status([c.status for c in row.cells if c is not None])
+    if problems_only:
+        row_list = [r for r in row_list if any(c is not None and c.status in _PROBLEMS for c in r.cells)]
+    if changed_since is None:
+        progress = _progress(run, _tallied(columns, tally, group_results))
+    else:
+        progress = run_progress(run=run)
+    return RunGrid(
+        run=run,
+        columns=columns,
+        rows=row_list,
+        progress=progress,
+        problems_only=problems_only,
+        partial=changed_since is not None,
+    )
+
+
+def _grid_rows(
+    node_results: QuerySet[CheckResult], positions: dict[str, int], width: int
+) -> tuple[dict[int, GridRow], Tally]:
+    """One row per node with its per-node results in place, and the tally the progress is made of:
+    per (item, status), the count, the summed durations and how many had one (the whole grid also
+    yields the progress: one query less than run_progress)."""
     # Tuples, not instances, and no JSON columns: this loop sees every result of the run.
     values = node_results.order_by("node__hostname", "position").values_list(
         "id", "node_id", "node__hostname", "item_key", "status", "reason", "duration_s"
     )
     rows: dict[int, GridRow] = {}
-    # The whole grid also yields the progress (one query less than run_progress): per
-    # (kind, status), the count, the summed durations and how many had one.
-    tally: dict[tuple[str, str], list[Any]] = {}
-    kinds = {item["key"]: item["kind"] for item in columns}
+    tally: Tally = {}
     for pk, node_id, hostname, item_key, status, reason, duration in values:
         row = rows.get(node_id)
         if row is None:
@@ -223,49 +249,40 @@ def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime |
         if duration is not None:
             counter[1] += duration
             counter[2] += 1
-    if group_results:
-        by_hostname = {row.node.hostname: row for row in rows.values()}
-        for pk, item_key, status, reason, node_set, attribution, *_ in group_results:
-            # A multi-node check shows in every member's row: the node's own attribution when the
-            # output named it, else the group's status.
-            column = positions.get(item_key)
-            if column is None:
-                continue  # not an item of this run's snapshot
-            members = set(NodeSet(node_set)) if node_set else set()
-            for hostname, row in by_hostname.items():
-                attributed = (attribution or {}).get(hostname)
-                if attributed:
-                    row.cells[column] = GridCell(pk, attributed["status"], attributed["reason"], item_key)
-                elif hostname in members:
-                    row.cells[column] = GridCell(pk, status, reason, item_key)
-    from checks.base import worst_status
+    return rows, tally
 
-    row_list = list(rows.values())
-    for row in row_list:
-        row.worst = worst_status([c.status for c in row.cells if c is not None])
-    if problems_only:
-        row_list = [r for r in row_list if any(c is not None and c.status in _PROBLEMS for c in r.cells)]
-    if changed_since is None:
-        tallied = [
-            {"kind": kinds.get(key, key), "scope": "node", "status": status, "n": n, "seconds": sec, "timed": timed}
-            for (key, status), (n, sec, timed) in tally.items()
-        ]
-        tallied += [
-            {"kind": kinds.get(key, key), "scope": "group", "status": status, "n": 1, "seconds": sec}
-            | {"timed": int(sec is not None)}
-            for _, key, status, *_, sec in group_results
-        ]
-        progress = _progress(run, tallied)
-    else:
-        progress = run_progress(run=run)
-    return RunGrid(
-        run=run,
-        columns=columns,
-        rows=row_list,
-        progress=progress,
-        problems_only=problems_only,
-        partial=changed_since is not None,
-    )
+
+def _place_group_results(
+    rows: dict[int, GridRow], group_results: list[tuple[Any, ...]], positions: dict[str, int]
+) -> None:
+    """A multi-node check shows in every member's row: the node's own attribution when the output
+    named it, else the group's status."""
+    by_hostname = {row.node.hostname: row for row in rows.values()}
+    for pk, item_key, status, reason, node_set, attribution, *_ in group_results:
+        column = positions.get(item_key)
+        if column is None:
+            continue  # not an item of this run's snapshot
+        members = set(NodeSet(node_set)) if node_set else set()
+        for hostname, row in by_hostname.items():
+            attributed = (attribution or {}).get(hostname)
+            if attributed:
+                row.cells[column] = GridCell(pk, attributed["status"], attributed["reason"], item_key)
+            elif hostname in members:
+                row.cells[column] = GridCell(pk, status, reason, item_key)
+
+
+def _tallied(columns: list[dict[str, Any]], tally: Tally, group_results: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    kinds = {item["key"]: item["kind"] for item in columns}
+    tallied = [
+        {"kind": kinds.get(key, key), "scope": Scope.NODE, "status": status, "n": n, "seconds": sec, "timed": timed}
+        for (key, status), (n, sec, timed) in tally.items()
+    ]
+    tallied += [
+        {"kind": kinds.get(key, key), "scope": Scope.GROUP, "status": status, "n": 1, "seconds": sec}
+        | {"timed": int(sec is not None)}
+        for _, key, status, *_, sec in group_results
+    ]
+    return tallied
 
 
 def run_events(*, run: Run, limit: int = 200) -> list[RunEvent]:
@@ -294,8 +311,6 @@ def cluster_nodes_with_last_status(*, cluster: Cluster, nodes: list[Node] | None
     by_node: dict[int, list[CheckResult]] = {}
     for result in latest:
         by_node.setdefault(result.node_id, []).append(result)
-    from checks.base import worst_status
-
     out = []
     for node in nodes:
         last = sorted(by_node.get(node.pk, []), key=lambda r: r.kind)
@@ -380,7 +395,7 @@ def measurement_table(*, result: CheckResult) -> MeasurementTable:
 
 def _result_json(r: CheckResult) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "node": r.node.hostname if r.scope == "node" else r.node_set,
+        "node": r.node.hostname if r.scope == Scope.NODE else r.node_set,
         "check": r.item_key,
         "status": r.status,
         "reason": r.reason,
@@ -395,8 +410,8 @@ def _result_json(r: CheckResult) -> dict[str, Any]:
             for m in r.measurements.all()
         ],
     }
-    if r.scope == "group":
-        row["scope"] = "group"
+    if r.scope == Scope.GROUP:
+        row["scope"] = Scope.GROUP
         row["launcher"] = r.node.hostname
         row["nodes"] = r.attribution or {}
     return row

@@ -12,83 +12,21 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from checks.base import REGISTRY, ParamsError, Verdict
 from checks.base import Measurement as CheckMeasurement
 from checks.base import Series as CheckSeries
-from checks.profiles import get_profile
+from checks.base import Verdict
 from portal.catalog.models import TestPlan
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
-from portal.runs import events, leases, rawoutput
+from portal.runs import dispatch, events, leases, rawoutput
 from portal.runs.dbretry import db_retry
 from portal.runs.finalize import run_finalize
-from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Series, Status, points_digest
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Scope, Series, Status, points_digest
 from portal.runs.rawoutput import storable, storable_json
+from portal.runs.snapshot import RunStartError, plan_snapshot_build
+from worker.timeouts import node_task_limits
 
 logger = logging.getLogger(__name__)
-
-
-class RunStartError(ValueError):
-    """The run cannot start as asked; the message says why, and nothing was created."""
-
-
-def _merge(*layers: dict[str, Any] | None) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        merged.update(layer or {})
-    return merged
-
-
-def plan_snapshot_build(*, plan: TestPlan, cluster: Cluster) -> dict[str, Any]:
-    """Freeze a plan for one cluster: kinds, fully-resolved params and thresholds, per item.
-
-    Resolution order (later wins): check defaults < hardware profile < definition < plan item <
-    cluster override. Every layer is validated by the check's own schema.
-    """
-    profile = get_profile(cluster.profile)
-    items = []
-    for position, item in enumerate(plan.items.select_related("check_definition").order_by("order", "id")):
-        definition = item.check_definition
-        check_class = REGISTRY.get(definition.kind)
-        if check_class is None:
-            raise RunStartError(f"plan item {definition.slug!r}: unknown check kind {definition.kind!r}")
-        params = _merge(
-            check_class.default_params(), profile.params_for(definition.kind), definition.params, item.param_overrides
-        )
-        thresholds = _merge(
-            check_class.default_thresholds(),
-            profile.thresholds_for(definition.kind),
-            definition.thresholds,
-            item.threshold_overrides,
-            (cluster.threshold_overrides or {}).get(definition.kind, {}),
-        )
-        try:
-            typed_params = check_class.make_params(params)
-            check_class.make_thresholds(thresholds)
-        except ParamsError as exc:
-            raise RunStartError(f"plan item {definition.slug!r}: {exc}") from None
-        check = check_class()
-        items.append(
-            {
-                "key": definition.slug,
-                "name": definition.name,
-                "kind": definition.kind,
-                "position": position,
-                "params": params,
-                "thresholds": thresholds,
-                "timeout_s": check.timeout(typed_params),
-                "scope": check_class.scope,
-            }
-        )
-    if not items:
-        raise RunStartError(f"plan {plan.slug!r} has no checks")
-    return {
-        "slug": plan.slug,
-        "name": plan.name,
-        "profile": profile.key,
-        "items": items,
-        "taken_at": timezone.now().isoformat(),
-    }
 
 
 def nodes_select(*, cluster: Cluster, node_set: str = "") -> list[Node]:
@@ -160,8 +98,8 @@ def _run_create(
             requested_by=requested_by if getattr(requested_by, "pk", None) else None,
             parent=parent,
         )
-        node_items = [item for item in snapshot["items"] if item.get("scope", "node") == "node"]
-        group_items = [item for item in snapshot["items"] if item.get("scope", "node") == "group"]
+        node_items = [item for item in snapshot["items"] if item.get("scope", Scope.NODE) == Scope.NODE]
+        group_items = [item for item in snapshot["items"] if item.get("scope", Scope.NODE) == Scope.GROUP]
         CheckResult.objects.bulk_create(
             CheckResult(
                 run=run,
@@ -183,7 +121,7 @@ def _run_create(
                 item_key=item["key"],
                 kind=item["kind"],
                 position=item["position"],
-                scope="group",
+                scope=Scope.GROUP,
                 node_set=run.node_set,
             )
             for item in group_items
@@ -204,8 +142,10 @@ def run_rerun(*, run: Run, requested_by: Any = None, enqueue: bool = True) -> Ru
     if run.is_active:
         raise RunStartError(f"run #{run.pk} is still {run.status}: re-run its failures once it has finished")
     bad = (Status.FAIL, Status.ERROR)
-    hostnames: set[str] = set(run.results.filter(scope="node", status__in=bad).values_list("node__hostname", flat=True))
-    for node_set, attribution in run.results.filter(scope="group", status__in=bad).values_list(
+    hostnames: set[str] = set(
+        run.results.filter(scope=Scope.NODE, status__in=bad).values_list("node__hostname", flat=True)
+    )
+    for node_set, attribution in run.results.filter(scope=Scope.GROUP, status__in=bad).values_list(
         "node_set", "attribution"
     ):
         named = {host for host, verdict in (attribution or {}).items() if verdict.get("status") in bad}
@@ -225,8 +165,6 @@ def run_rerun(*, run: Run, requested_by: Any = None, enqueue: bool = True) -> Ru
 
 
 def _check_timeout_nesting(snapshot: dict[str, Any]) -> None:
-    from worker.timeouts import node_task_limits
-
     _, hard = node_task_limits(
         command_budgets=[item["timeout_s"] for item in snapshot["items"]],
         connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
@@ -240,10 +178,8 @@ def _check_timeout_nesting(snapshot: dict[str, Any]) -> None:
 
 
 def _enqueue(run_id: int, node_ids: list[int]) -> None:
-    from worker.tasks import enqueue_node
-
     for node_id in node_ids:
-        enqueue_node(run_id=run_id, node_id=node_id)
+        dispatch.enqueue_node(run_id=run_id, node_id=node_id)
 
 
 def run_mark_started(*, run_id: int) -> None:
@@ -269,7 +205,7 @@ def results_claim(*, run_id: int, node_id: int, claim: str) -> list[CheckResult]
     """
     now = timezone.now()
     claimable = Q(status=Status.QUEUED) | _lapsed(now)
-    mine = CheckResult.objects.filter(run_id=run_id, node_id=node_id, scope="node")
+    mine = CheckResult.objects.filter(run_id=run_id, node_id=node_id, scope=Scope.NODE)
     fields = {"status": Status.RUNNING, "claimed_by": claim, "attempt": F("attempt") + 1, "started_at": now}
     if not mine.filter(claimable).update(**fields, **leases.claim_fields(now)):
         # Held under this very claim by a process of this worker that is gone (a pool child killed,
@@ -280,7 +216,7 @@ def results_claim(*, run_id: int, node_id: int, claim: str) -> list[CheckResult]
             held.filter(worker_name__in=gone).update(**fields, **leases.claim_fields(now))
     return list(
         CheckResult.objects.filter(
-            run_id=run_id, node_id=node_id, scope="node", status=Status.RUNNING, claimed_by=claim, started_at=now
+            run_id=run_id, node_id=node_id, scope=Scope.NODE, status=Status.RUNNING, claimed_by=claim, started_at=now
         ).order_by("position")
     )
 
@@ -289,10 +225,17 @@ def group_result_claim(*, result_id: int, claim: str) -> CheckResult | None:
     """Claim a dispatched group result for its task (or take it over once its lease has lapsed)."""
     now = timezone.now()
     claimable = Q(status=Status.QUEUED, claimed_by__in=["dispatched", claim]) | _lapsed(now)
-    updated = CheckResult.objects.filter(claimable, pk=result_id, scope="group").update(
+    updated = CheckResult.objects.filter(claimable, pk=result_id, scope=Scope.GROUP).update(
         status=Status.RUNNING, claimed_by=claim, attempt=F("attempt") + 1, started_at=now, **leases.claim_fields(now)
     )
     return CheckResult.objects.get(pk=result_id) if updated else None
+
+
+def group_result_error(*, result_id: int, claim: str, reason: str) -> int:
+    """Close a group result its task still holds as `error` (time limit, a bug in Kiln)."""
+    return CheckResult.objects.filter(pk=result_id, status=Status.RUNNING, claimed_by=claim).update(
+        status=Status.ERROR, reason=reason
+    )
 
 
 def _stream(raw: bytes | list[bytes] | None, text: str) -> list[bytes]:

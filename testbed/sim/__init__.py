@@ -15,7 +15,8 @@ State keys (absent = the healthy default, an 8x H100 SXM node):
 Faults (GPU values are physical slots, "3" or a list "1,5"):
     missing_gpu  ecc_uncorrectable_gpu (+ ecc_uncorrectable_count=2)  ecc_corrected_gpu
     (+ ecc_corrected_count=5)  remap_pending_gpu  remap_failure_gpu  ecc_disabled_gpu
-    temp_gpu (+ temp_value=90)  pcie_degraded_gpu (gen 4 x8)
+    temp_gpu (+ temp_value=90)  pcie_degraded_gpu (gen 4 x8)  power_cap_gpu (enforced power limit
+    power_cap_w=500 instead of 700 W)
     hang=1 (nvmlInit and nvidia-smi block forever)  garbage=1 (nvmlInit fails with a
     driver/library version mismatch and nvidia-smi prints junk)  nvml_absent=1 (nvmlInit fails
     with LIBRARY_NOT_FOUND; nvidia-smi works)  delay_ms=N (a slow, healthy node: nvmlInit and
@@ -62,6 +63,8 @@ FAULT_KEYS: frozenset[str] = frozenset(
         "temp_gpu",
         "temp_value",
         "pcie_degraded_gpu",
+        "power_cap_gpu",
+        "power_cap_w",
         "hang",
         "garbage",
         "flood_mb",

@@ -58,6 +58,8 @@ typedef struct {
     /* Fault sets: bit N set = physical GPU slot N has the fault. */
     uint64_t missing, ecc_unc, ecc_corr, remap_pending, remap_failure, ecc_disabled, temp_gpus, pcie_degraded;
     uint64_t hot, throttle; /* under load only */
+    uint64_t power_cap; /* enforced power limit lowered to power_cap_w */
+    int power_cap_w;
     int hot_delta;
     int ecc_uncorrectable_count;
     int ecc_corrected_count;
@@ -114,6 +116,7 @@ static void set_defaults(sim_state_t *s) {
     s->ecc_corrected_count = 5;
     s->temp_value = 90;
     s->hot_delta = 12;
+    s->power_cap_w = 500;
 }
 
 static char *trim(char *text) {
@@ -143,6 +146,8 @@ static void apply(sim_state_t *s, const char *key, const char *value) {
     else if (!strcmp(key, "temp_gpu")) s->temp_gpus = parse_set(value);
     else if (!strcmp(key, "temp_value")) s->temp_value = atoi(value);
     else if (!strcmp(key, "pcie_degraded_gpu")) s->pcie_degraded = parse_set(value);
+    else if (!strcmp(key, "power_cap_gpu")) s->power_cap = parse_set(value);
+    else if (!strcmp(key, "power_cap_w")) s->power_cap_w = atoi(value);
     else if (!strcmp(key, "hot_gpu")) s->hot = parse_set(value);
     else if (!strcmp(key, "hot_delta")) s->hot_delta = atoi(value);
     else if (!strcmp(key, "throttle_gpu")) s->throttle = parse_set(value);
@@ -601,9 +606,8 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(void *device, unsigned int *milliwatts) {
 
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(void *device, unsigned int *milliwatts) {
     GET_GPU(g, device);
-    (void)g;
     if (!milliwatts) return NVML_ERROR_INVALID_ARGUMENT;
-    *milliwatts = 700000u;
+    *milliwatts = has(g_state.power_cap, g) ? (unsigned int)g_state.power_cap_w * 1000u : 700000u; /* H100 SXM: 700 W */
     return NVML_SUCCESS;
 }
 

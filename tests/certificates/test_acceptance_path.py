@@ -18,7 +18,7 @@ from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.certificates import selectors
 from portal.certificates.models import Campaign, Certificate
 from portal.certificates.tasks import certificate_issue_task
-from portal.runs.execution import execute_run_inline
+from portal.runs.groups import execute_run_inline
 from portal.runs.models import Run
 from testbed.sim import write_state
 
@@ -46,10 +46,12 @@ def demo(transactional_db, monkeypatch):
 def test_the_whole_acceptance_path_works_from_the_pages(demo, client, users, tmp_path):
     # An operator opens the campaign and runs the plan on every node.
     client.force_login(users["operator"])
-    response = client.post(reverse("campaign_list"), {"cluster": "demo", "plan": "handover", "name": "demo handover"})
+    response = client.post(
+        reverse("certificates:campaign_list"), {"cluster": "demo", "plan": "handover", "name": "demo handover"}
+    )
     campaign = Campaign.objects.get()
-    assert response.url == reverse("campaign_detail", args=[campaign.pk])
-    client.post(reverse("campaign_run_start", args=[campaign.pk]), {"node_set": ""})
+    assert response.url == reverse("certificates:campaign_detail", args=[campaign.pk])
+    client.post(reverse("certificates:campaign_run_start", args=[campaign.pk]), {"node_set": ""})
     first = Run.objects.get()
     _execute(first)
     assert first.status == "fail"
@@ -60,13 +62,13 @@ def test_the_whole_acceptance_path_works_from_the_pages(demo, client, users, tmp
         ("demo03", "ecc-health"),
         ("demo06", "gpu-inventory"),
     }
-    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
     assert 'value="demo[03,06]"' in page  # the re-run form is prefilled with the failed nodes
 
     # demo06 is re-imaged (fault cleared); demo03's GPU still reports its errors. Both are re-run.
     nodes = settings.DATA_DIR / "demo" / "nodes"
     write_state(nodes / "demo06" / "state", node="demo06")
-    client.post(reverse("campaign_run_start", args=[campaign.pk]), {"node_set": "demo[03,06]"})
+    client.post(reverse("certificates:campaign_run_start", args=[campaign.pk]), {"node_set": "demo[03,06]"})
     rerun = Run.objects.exclude(pk=first.pk).get()
     _execute(rerun)
     state = selectors.campaign_state(campaign=campaign)
@@ -75,22 +77,22 @@ def test_the_whole_acceptance_path_works_from_the_pages(demo, client, users, tmp
     # The vendor's approver waives demo03 with a justification; both sides sign.
     client.force_login(users["vendor"])
     client.post(
-        reverse("campaign_waive", args=[campaign.pk]),
+        reverse("certificates:campaign_waive", args=[campaign.pk]),
         {"hostname": "demo03", "item_key": "ecc-health", "justification": "GPU 5 swap scheduled; customer accepts"},
     )
-    client.post(reverse("campaign_sign", args=[campaign.pk]))
+    client.post(reverse("certificates:campaign_sign", args=[campaign.pk]))
     assert not Certificate.objects.exists()
     client.force_login(users["customer"])
-    response = client.post(reverse("campaign_sign", args=[campaign.pk]), follow=True)
+    response = client.post(reverse("certificates:campaign_sign", args=[campaign.pk]), follow=True)
     assert "the certificate is being issued" in response.content.decode()
     assert not Certificate.objects.exists()
     certificate_issue_task.apply(args=[campaign.pk])  # the task the signature queued, run here
     certificate = Certificate.objects.get()
-    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
     assert certificate.number in page and "certificate issued" in page
 
     # The PDF downloads, says what it certifies, and verifies.
-    response = client.get(reverse("certificate_pdf", args=[certificate.pk]))
+    response = client.get(reverse("certificates:certificate_pdf", args=[certificate.pk]))
     assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
     path = tmp_path / "certificate.pdf"
     path.write_bytes(response.content)

@@ -81,15 +81,15 @@ def test_a_failure_is_shown_and_an_approver_retries(
     assert not (tmp_path / "a-worker-without-the-shared-folder").exists(), "a worker never makes a key"
     assert campaign.audit.filter(action="certificate issue failed").exists()
     client.force_login(users["viewer"])
-    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
     assert 'id="issue-failed"' in page and "kiln_keys init" in page and "Retry issuing" not in page
     client.force_login(users["customer"])
-    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
     assert "Retry issuing" in page and 'id="sign-form"' not in page, "no third signature while issuing"
 
     settings.KILN_KEY_DIR = good_keys  # the administrator mounts the shared key folder
     with django_capture_on_commit_callbacks(execute=True):
-        response = client.post(reverse("campaign_issue_retry", args=[campaign.pk]))
+        response = client.post(reverse("certificates:campaign_issue_retry", args=[campaign.pk]))
     assert response.status_code == 302 and both_signed == [campaign.pk, campaign.pk]
     campaign.refresh_from_db()
     assert campaign.issue_error == ""
@@ -98,21 +98,21 @@ def test_a_failure_is_shown_and_an_approver_retries(
 
 def test_the_status_banner_polls_until_the_certificate_lands(campaign, both_signed, users, client) -> None:
     client.force_login(users["viewer"])
-    status = reverse("campaign_issue_status", args=[campaign.pk])
-    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    status = reverse("certificates:campaign_issue_status", args=[campaign.pk])
+    page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
     assert 'id="issuing"' in page and f'hx-get="{status}"' in page
     polled = client.get(status, headers={"HX-Request": "true"})
     assert "HX-Refresh" not in polled and "being issued" in polled.content.decode()
     services.certificate_issue(campaign_id=campaign.pk)
     polled = client.get(status, headers={"HX-Request": "true"})
     assert polled["HX-Refresh"] == "true", "the page reloads to show the certificate"
-    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
     assert 'id="issuing"' not in page and Certificate.objects.get().number in page
 
 
 def test_only_approvers_retry(campaign, both_signed, users, client) -> None:
     client.force_login(users["operator"])
-    assert client.post(reverse("campaign_issue_retry", args=[campaign.pk])).status_code == 403
+    assert client.post(reverse("certificates:campaign_issue_retry", args=[campaign.pk])).status_code == 403
     services.certificate_issue(campaign_id=campaign.pk)
     with pytest.raises(services.CampaignError, match="closed: certificate"):
         services.certificate_issue_retry(campaign=campaign, user=users["vendor"])
@@ -143,11 +143,11 @@ def test_a_campaign_that_is_not_ready_holds_the_issue_until_an_approver_retries(
     assert campaign.issue_error == "cannot issue yet: run(s) still active: #999"
     assert Signature.objects.filter(withdrawn=False).count() == 2, "the evidence did not change"
     client.force_login(users["vendor"])
-    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
     assert "cannot issue yet" in page and "Retry issuing" in page
 
     monkeypatch.setattr(services, "campaign_state", real)  # the run finished
-    client.post(reverse("campaign_issue_retry", args=[campaign.pk]))
+    client.post(reverse("certificates:campaign_issue_retry", args=[campaign.pk]))
     assert campaign.audit.get(action="certificate issue retried").detail.startswith("after: cannot issue yet")
     assert services.certificate_issue(campaign_id=campaign.pk) is not None
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.urls import reverse
 
 from portal.certificates import keys
 
@@ -110,3 +111,24 @@ def test_import_uses_the_sites_own_certificate(empty_keys, tmp_path):
     assert not (empty_keys / keys.CA_KEY).exists()
     with pytest.raises(CommandError, match="imported"):
         call_command("kiln_keys", "rotate", stdout=io.StringIO())
+
+
+def test_the_trust_store_names_each_keys_role_and_the_export_leaves_out_the_signer(empty_keys):
+    keys.keyring_init(site="x")
+    store = keys.trust_store_load()
+    roles = sorted(k.role for k in store.keys)
+    assert roles == [keys.KeyRole.CA, keys.KeyRole.SEAL, keys.KeyRole.SIGNER]
+    seal = next(k for k in store.keys if k.role is keys.KeyRole.SEAL)
+    assert store.seal_fingerprints == {seal.fingerprint}
+    headers = [line.split()[1] for line in keys.public_export().splitlines() if line.startswith("# ")]
+    assert sorted(headers) == ["ca", "seal"]
+
+
+@pytest.mark.django_db
+def test_the_verify_page_labels_each_site_key_by_its_role(empty_keys, client, users):
+    keys.keyring_init(site="x")
+    client.force_login(users["viewer"])
+    page = client.get(reverse("certificates:certificate_verify")).content.decode()
+    table = page.split('id="site-keys"', 1)[1].split("</table>", 1)[0]
+    for role in keys.KeyRole:
+        assert f"<td>{role.label}</td>" in table

@@ -37,7 +37,7 @@ def test_it_cites_the_digest_of_the_raw_bytes_and_of_legacy_text(
 
     n01 = next(n for n in body["nodes"] if n["hostname"] == "n01")
     client.force_login(users["viewer"])
-    download = client.get(reverse("result_raw_output", args=[result.pk, "stdout"]))
+    download = client.get(reverse("runs:result_raw_output", args=[result.pk, "stdout"]))
     assert (
         n01["checks"]["ecc-health"]["stdout_sha256"] == hashlib.sha256(b"".join(download.streaming_content)).hexdigest()
     )

@@ -25,9 +25,9 @@ def test_an_approver_withdraws_a_waiver_and_the_item_reopens(campaign, campaign_
     waiver = _waive(campaign, users)
     services.certificate_sign(campaign=campaign, user=users["vendor"])
     client.force_login(users["customer"])
-    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
     assert 'id="waivers"' in page and "GPU swap booked" in page
-    url = reverse("campaign_waiver_withdraw", args=[campaign.pk, waiver.pk])
+    url = reverse("certificates:campaign_waiver_withdraw", args=[campaign.pk, waiver.pk])
     assert "reason" in client.post(url, {"reason": ""}, follow=True).content.decode()  # refused: why?
     assert Waiver.objects.exists()
     client.post(url, {"reason": "customer wants the GPU swapped first"})
@@ -45,7 +45,7 @@ def test_only_approvers_withdraw_waivers(campaign, campaign_run, users, client) 
     campaign_run(statuses={("n02", "ecc-health"): "fail"})
     waiver = _waive(campaign, users)
     client.force_login(users["operator"])
-    url = reverse("campaign_waiver_withdraw", args=[campaign.pk, waiver.pk])
+    url = reverse("certificates:campaign_waiver_withdraw", args=[campaign.pk, waiver.pk])
     assert client.post(url, {"reason": "x"}).status_code == 403
     assert Waiver.objects.exists()
 
@@ -68,13 +68,18 @@ def test_an_operator_brings_a_node_back_into_scope(campaign, campaign_run, users
     node = campaign.cluster.nodes.get(hostname="n03")
     services.node_scope_remove(campaign=campaign, node=node, reason="sent for RMA", user=users["operator"])
     client.force_login(users["operator"])
-    page = client.get(reverse("campaign_detail", args=[campaign.pk])).content.decode()
+    page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
     assert "Bring back" in page
-    client.post(reverse("campaign_scope_restore", args=[campaign.pk]), {"hostname": "n03"})
+    client.post(reverse("certificates:campaign_scope_restore", args=[campaign.pk]), {"hostname": "n03"})
     assert not ScopeExclusion.objects.exists()
     assert "n03" in [n.hostname for n, _ in campaign_state(campaign=campaign).rows]
     assert campaign.audit.filter(action="node back in scope", detail="n03").exists()
-    response = client.post(reverse("campaign_scope_restore", args=[campaign.pk]), {"hostname": "n03"}, follow=True)
+    response = client.post(
+        reverse("certificates:campaign_scope_restore", args=[campaign.pk]), {"hostname": "n03"}, follow=True
+    )
     assert "in scope already" in response.content.decode()
     client.force_login(users["viewer"])
-    assert client.post(reverse("campaign_scope_restore", args=[campaign.pk]), {"hostname": "n03"}).status_code == 403
+    assert (
+        client.post(reverse("certificates:campaign_scope_restore", args=[campaign.pk]), {"hostname": "n03"}).status_code
+        == 403
+    )

@@ -8,7 +8,7 @@ import pytest
 
 from checks.base import EvidenceError, Measurement
 from checks.gpu_burn import parse_gpu_burn
-from checks.parsers import PARSERS
+from checks.parsers import parse_output
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-burn"
 A100 = FIXTURES / "gpu_burn_8xA100-80GB_doubles_tc.txt"
@@ -19,8 +19,12 @@ def by(measurements: list[Measurement], name: str, gpu: int | None = None) -> Me
     return next(m for m in measurements if m.name == name and m.gpu == gpu)
 
 
-def test_it_registers_the_gpu_burn_kind() -> None:
-    assert PARSERS["gpu_burn"] is parse_gpu_burn
+def test_the_gpu_burn_kind_parses_a_finished_run_and_refuses_a_cut_one() -> None:
+    full = A100.read_text()
+    assert by(parse_output("gpu_burn", full).measurements, "gpus").value == 8
+    cut = full[: full.index("Tested ")]
+    with pytest.raises(EvidenceError, match="incomplete"):
+        parse_output("gpu_burn", cut)
 
 
 @pytest.mark.parametrize("path", sorted(p for p in FIXTURES.iterdir() if not p.name.endswith(".source.txt")))

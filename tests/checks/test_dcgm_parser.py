@@ -9,7 +9,7 @@ import pytest
 
 from checks.base import EvidenceError, Measurement
 from checks.dcgm import normalise_status, parse_dcgmi_diag
-from checks.parsers import PARSERS
+from checks.parsers import parse_output
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgmi"
 GCM_FAIL = FIXTURES / "dcgmi_diag_r1_j_3x_fail_gcm.json"
@@ -58,8 +58,9 @@ def statuses(measurements: list[Measurement]) -> list[tuple[str, int | None, str
     return [(m.labels["test"], m.gpu, m.text) for m in measurements if m.name == "test_status"]
 
 
-def test_it_registers_the_dcgmi_diag_kind() -> None:
-    assert PARSERS["dcgmi_diag"] is parse_dcgmi_diag
+def test_the_dcgmi_diag_kind_reads_the_failing_run() -> None:
+    found = statuses(parse_output("dcgmi_diag", GCM_FAIL.read_text()).measurements)
+    assert ("Persistence Mode", None, "Fail") in found
 
 
 @pytest.mark.parametrize("path", sorted(p for p in FIXTURES.iterdir() if not p.name.endswith(".source.txt")))

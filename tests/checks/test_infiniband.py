@@ -9,7 +9,7 @@ import pytest
 from checks import get_check, run_check
 from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, NodeContext
 from checks.infiniband import parse_ibstat
-from checks.parsers import PARSERS
+from checks.parsers import parse_output
 from checks.profiles import resolve_thresholds
 from tests.checks.probe_docs import REPO
 
@@ -34,7 +34,8 @@ def test_it_parses_both_ibstat_fixtures() -> None:
     for name in names:
         parsed = parse_ibstat((FIXTURES / name).read_text())
         assert len(ports(parsed.measurements)) == 12
-    assert PARSERS["ibstat"] is parse_ibstat
+        # ...and so does the `ibstat` kind of `python -m checks parse`.
+        assert len(ports(parse_output("ibstat", (FIXTURES / name).read_text()).measurements)) == 12
 
 
 def test_it_pins_ports_and_firmware_of_the_ndr_node() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, Measurement, NodeContext, Verdict
+from checks.base import ERROR, FAIL, PASS, Measurement, NodeContext
 from checks.inventory import inventory_consensus, inventory_facts, parse_version
 from checks.profiles import resolve_thresholds
 from tests.checks.probe_docs import DRIVER, H100, gpu_doc, output, probe_doc
@@ -198,9 +198,15 @@ def test_it_extracts_consensus_facts_from_measurements() -> None:
     }
 
 
-def test_it_returns_a_verdict_object() -> None:
-    _, verdict = judge(probe_doc())
-    assert isinstance(verdict, Verdict)
+def test_its_verdict_lists_every_finding_worst_first() -> None:
+    doc = probe_doc(7)
+    doc["gpus"][3]["name"] = "NVIDIA H100 PCIe"
+    _, verdict = judge(doc)
+    assert verdict.status == FAIL
+    assert [(f.status, f.reason) for f in verdict.findings] == [
+        (FAIL, "expected 8 GPUs, found 7"),
+        (FAIL, f"GPU 3: model NVIDIA H100 PCIe, expected {H100}"),
+    ]
 
 
 @pytest.mark.parametrize("bad", ["550.x", "latest", "550..1"])

@@ -10,7 +10,7 @@ import pytest
 from checks import get_check, run_check
 from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, EvidenceError, NodeContext
 from checks.links import NVLINK_LABEL, parse_nvlink_status
-from checks.parsers import PARSERS
+from checks.parsers import parse_output
 from checks.profiles import resolve_thresholds
 from tests.checks.probe_docs import REPO, gpu_doc, output, probe_doc
 
@@ -46,7 +46,11 @@ def test_it_parses_both_nvlink_fixtures() -> None:
     assert (only.gpu, only.value) == (6, 0)
     assert only.labels["note"] == "NVML: Unable to retrieve NVLink information as all links are inactive"
     assert bad.warnings == ["GPU 6: NVML: Unable to retrieve NVLink information as all links are inactive"]
-    assert PARSERS["nvlink_status"] is parse_nvlink_status
+    # The kind `python -m checks parse nvlink_status` dispatches to reads the same links.
+    text = (FIXTURES / "nvsmi_nvlink_status_A100_good.txt").read_text()
+    assert [m.value for m in parse_output("nvlink_status", text).measurements if m.name == "nvlink_speed"] == [
+        25.0
+    ] * 12
 
 
 def test_it_rejects_output_without_a_gpu() -> None:

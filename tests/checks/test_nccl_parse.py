@@ -8,7 +8,7 @@ import pytest
 
 from checks.base import EvidenceError, Measurement
 from checks.nccl import format_size, parse_nccl, parse_report, parse_size
-from checks.parsers import PARSERS
+from checks.parsers import parse_output
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-tests"
 TABLES = [
@@ -29,8 +29,12 @@ def values(measurements: list[Measurement]) -> dict[str, float | str | None]:
             for m in measurements}  # fmt: skip
 
 
-def test_it_registers_the_nccl_parser() -> None:
-    assert PARSERS["nccl"] is parse_nccl
+def test_the_nccl_kind_parses_a_finished_run_and_refuses_a_cut_one() -> None:
+    full = text("all_reduce_perf_8xA100-80GB_single_node_gcm.txt")
+    assert values(parse_output("nccl", full).measurements)["busbw_peak"] == 231.72
+    cut = full[: full.index("# Avg bus bandwidth")]
+    with pytest.raises(EvidenceError, match="incomplete"):
+        parse_output("nccl", cut)
 
 
 def test_it_has_a_source_note_for_every_fixture() -> None:

@@ -8,8 +8,8 @@ import pytest
 
 from checks import get_check, run_check
 from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, NodeContext
-from checks.ecc import parse_page_retirement
-from checks.parsers import PARSERS
+from checks.nvidia_smi import parse_page_retirement
+from checks.parsers import parse_output
 from checks.profiles import resolve_thresholds
 from checks.xid import (
     CRITICAL,
@@ -90,7 +90,8 @@ def test_it_reads_monotonic_stamps_and_sxids() -> None:
 
 
 def test_it_registers_the_dmesg_parser_and_rejects_non_logs() -> None:
-    assert PARSERS["dmesg"] is parse_dmesg
+    xids = parse_output("dmesg", fixture("dmesg_T_xid31_xid48_gcm.txt")).measurements
+    assert [m.value for m in xids if m.name == "xid"] == [31.0, 48.0]
     with pytest.raises(EvidenceError, match="not a kernel log"):
         parse_dmesg("Segmentation fault\n")
 

@@ -38,7 +38,7 @@ FLOOD_MEMORY_BOUND = 160 * MIB
 
 
 def download(client: Client, result: CheckResult, stream: str = "stdout") -> bytes:
-    response = client.get(reverse("result_raw_output", args=[result.pk, stream]))
+    response = client.get(reverse("runs:result_raw_output", args=[result.pk, stream]))
     assert response.status_code == 200, response.status_code
     return b"".join(response.streaming_content)
 

@@ -36,7 +36,7 @@ def test_it_fires_a_schedule_made_in_the_ui_on_its_own(
     TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug="ecc-health"), order=0)
     client.force_login(make_user("op", "operator"))
     data = {"name": "each minute", "cluster": "beat", "plan": "beat-sweep", "node_set": "", "crontab": "* * * * *"}
-    assert client.post(reverse("health_schedule_create"), data).status_code == 302
+    assert client.post(reverse("health:schedule_create"), data).status_code == 302
 
     log = (tmp_path / "beat.log").open("ab")
     beat = subprocess.Popen(

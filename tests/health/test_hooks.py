@@ -118,7 +118,7 @@ def test_a_drain_still_retrying_when_the_node_recovers_never_runs(
 def test_the_command_runs_outside_any_transaction(cluster, make_run, hooked, controller, monkeypatch) -> None:
     from django.db import connection
 
-    from portal.health import services
+    from portal.health.services import scheduler as services
 
     evaluate(finish(make_run(cluster), {"n02": ("fail", "ECC")}))
     drain = SchedulerAction.objects.get()

@@ -19,14 +19,14 @@ def token(settings) -> str:
 
 
 def test_it_needs_a_bearer_token_and_never_redirects_to_login(client, token) -> None:
-    response = client.get(reverse("metrics"))
+    response = client.get(reverse("health:metrics"))
     assert response.status_code == 401 and response["WWW-Authenticate"].startswith("Bearer")
-    assert client.get(reverse("metrics"), HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
+    assert client.get(reverse("health:metrics"), HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
 
 
 def test_it_is_off_without_a_configured_token(client, settings) -> None:
     settings.KILN_METRICS_TOKEN = ""
-    assert client.get(reverse("metrics"), HTTP_AUTHORIZATION="Bearer ").status_code == 403
+    assert client.get(reverse("health:metrics"), HTTP_AUTHORIZATION="Bearer ").status_code == 403
 
 
 def test_it_exports_health_and_latest_measurements(
@@ -42,7 +42,7 @@ def test_it_exports_health_and_latest_measurements(
     add_measurement(ecc, "ecc_aggregate_corrected", value=7, gpu=2)
     add_measurement(ecc, "ecc_volatile_uncorrected", value=0, gpu=2)
     finish(run, {"n02": ("fail", "GPU 3 ECC")}, django_capture_on_commit_callbacks)
-    response = client.get(reverse("metrics"), HTTP_AUTHORIZATION=f"Bearer {token}")
+    response = client.get(reverse("health:metrics"), HTTP_AUTHORIZATION=f"Bearer {token}")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(response.content.decode())}
     state = {(s.labels["node"], s.labels["state"]): s.value for s in families["kiln_node_health_state"].samples}
@@ -64,4 +64,4 @@ def test_its_query_count_does_not_grow_with_nodes(
     finish(make_run(cluster))
     Node.objects.bulk_create(Node(cluster=cluster, hostname=f"x{i:03d}") for i in range(50))
     with django_assert_max_num_queries(8):
-        assert client.get(reverse("metrics"), HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
+        assert client.get(reverse("health:metrics"), HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200

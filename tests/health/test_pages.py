@@ -12,12 +12,12 @@ from tests.portal.helpers import add_measurement
 pytestmark = pytest.mark.django_db
 
 VIEWER_PAGES = [
-    ("health_overview", []),
-    ("health_schedules", []),
-    ("health_cluster", ["c1"]),
-    ("health_deliveries", ["c1"]),
+    ("health:overview", []),
+    ("health:schedules", []),
+    ("health:cluster", ["c1"]),
+    ("health:deliveries", ["c1"]),
 ]
-OPERATOR_PAGES = [("health_schedule_create", []), ("health_settings", ["c1"]), ("health_schedule_edit", [1])]
+OPERATOR_PAGES = [("health:schedule_create", []), ("health:settings", ["c1"]), ("health:schedule_edit", [1])]
 
 
 @pytest.mark.parametrize(("name", "args"), VIEWER_PAGES + OPERATOR_PAGES)
@@ -43,9 +43,9 @@ def test_it_refuses_viewers_schedule_changes(client, cluster, make_user, quick_p
 
     schedule = schedule_create(name="s", cluster=cluster, plan=quick_plan, crontab="0 * * * *")
     client.force_login(make_user("v", "viewer"))
-    assert client.post(reverse("health_schedule_delete", args=[schedule.pk])).status_code == 403
-    assert client.post(reverse("health_schedule_toggle", args=[schedule.pk]), {"enabled": "0"}).status_code == 403
-    assert client.get(reverse("health_schedule_delete", args=[schedule.pk])).status_code in (403, 405)
+    assert client.post(reverse("health:schedule_delete", args=[schedule.pk])).status_code == 403
+    assert client.post(reverse("health:schedule_toggle", args=[schedule.pk]), {"enabled": "0"}).status_code == 403
+    assert client.get(reverse("health:schedule_delete", args=[schedule.pk])).status_code in (403, 405)
 
 
 def test_it_shows_counts_failing_nodes_and_transitions(
@@ -58,12 +58,12 @@ def test_it_shows_counts_failing_nodes_and_transitions(
         )
         finish(run, {"n02": ("fail", "GPU 3: <b>uncorrectable</b> ECC")}, django_capture_on_commit_callbacks)
     client.force_login(make_user("v", "viewer"))
-    page = client.get(reverse("health_cluster", args=["c1"])).content.decode()
+    page = client.get(reverse("health:cluster", args=["c1"])).content.decode()
     assert "1 failed" in page and "3 healthy" in page
     assert "GPU 3: &lt;b&gt;uncorrectable&lt;/b&gt; ECC" in page and "<b>uncorrectable" not in page
     assert "n02: unknown → failed" in page
     assert "n03</b>: correctable ECC climbing on GPU 1: 1 → 4 → 8 errors" in page
-    overview = client.get(reverse("health_overview")).content.decode()
+    overview = client.get(reverse("health:overview")).content.decode()
     assert 'href="/health/clusters/c1/"' in overview
 
 
@@ -74,7 +74,7 @@ def test_a_node_page_shows_its_health_transitions_and_scheduler_actions(
     cluster.save()
     ClusterHealthSettings.objects.create(cluster=cluster, hook_mode="dry_run")
     client.force_login(make_user("v", "viewer"))
-    url = reverse("node_detail", args=["c1", "n02"])
+    url = reverse("history:node_detail", args=["c1", "n02"])
     assert "Not judged yet" in client.get(url).content.decode()
     capture = django_capture_on_commit_callbacks
     failed = finish(make_run(cluster), {"n02": ("fail", "GPU 3: uncorrectable ECC")}, capture)
@@ -85,7 +85,7 @@ def test_a_node_page_shows_its_health_transitions_and_scheduler_actions(
     assert table.index(f"run #{recovered.pk}") < table.index(f"run #{failed.pk}"), "newest first"
     assert "GPU 3: uncorrectable ECC" in table
     assert "scontrol update nodename=n02 state=drain" in page and "dry run" in page
-    other = client.get(reverse("node_detail", args=["c1", "n01"])).content.decode()
+    other = client.get(reverse("history:node_detail", args=["c1", "n01"])).content.decode()
     assert "uncorrectable" not in other and "scontrol" not in other
 
 
@@ -100,7 +100,7 @@ def test_it_saves_the_cluster_settings(client, cluster, make_user) -> None:
         "controller_port": 22,
         "controller_user": "root",
     }
-    assert client.post(reverse("health_settings", args=["c1"]), data).status_code == 302
+    assert client.post(reverse("health:settings", args=["c1"]), data).status_code == 302
     cfg = ClusterHealthSettings.objects.get(cluster=cluster)
     assert (cfg.webhook_format, cfg.hook_mode, cfg.email_list) == ("slack", "dry_run", ["a@example.org"])
 
@@ -117,4 +117,4 @@ def test_its_dashboard_query_count_does_not_grow_with_nodes(
     run.results.filter(node__hostname__startswith="x").update(status="fail", reason="bad")
     health_evaluate_run(run_id=run.pk)
     with django_assert_max_num_queries(25):
-        assert client.get(reverse("health_cluster", args=["c1"])).status_code == 200
+        assert client.get(reverse("health:cluster", args=["c1"])).status_code == 200

@@ -81,7 +81,7 @@ def test_it_judges_a_group_check_by_the_limits_its_task_was_sent_with(cluster, m
     """A group result is reaped past the group task's own hard limit (the one enqueue_group uses:
     the group run and the pair rounds, capped below the visibility timeout) + grace."""
     from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
-    from portal.runs.execution import group_item_limits
+    from portal.runs.pairs import group_item_limits
 
     settings.KILN_REAPER_GRACE_S = 60
     plan = TestPlan.objects.create(slug="multi", name="multi")

@@ -24,7 +24,7 @@ def operator_client(client, make_user):
 
 def _create(client, **overrides):
     data = {"name": "nightly", "cluster": "c1", "plan": "unit", "node_set": "", "crontab": "0 2 * * *", **overrides}
-    return client.post(reverse("health_schedule_create"), data)
+    return client.post(reverse("health:schedule_create"), data)
 
 
 def test_it_creates_a_beat_periodic_task_from_the_form(cluster, quick_plan, operator_client) -> None:
@@ -57,20 +57,20 @@ def test_it_refuses_a_bad_crontab_or_node_set(cluster, quick_plan, operator_clie
 def test_it_disables_enables_and_deletes(cluster, quick_plan, operator_client) -> None:
     _create(operator_client)
     schedule = Schedule.objects.get()
-    operator_client.post(reverse("health_schedule_toggle", args=[schedule.pk]), {"enabled": "0"})
+    operator_client.post(reverse("health:schedule_toggle", args=[schedule.pk]), {"enabled": "0"})
     assert PeriodicTask.objects.get(pk=schedule.periodic_task_id).enabled is False
-    operator_client.post(reverse("health_schedule_toggle", args=[schedule.pk]), {"enabled": "1"})
+    operator_client.post(reverse("health:schedule_toggle", args=[schedule.pk]), {"enabled": "1"})
     assert PeriodicTask.objects.get(pk=schedule.periodic_task_id).enabled is True
-    page = operator_client.get(reverse("health_schedules"))
+    page = operator_client.get(reverse("health:schedules"))
     assert b"nightly" in page.content and b"0 2 * * *" in page.content
-    operator_client.post(reverse("health_schedule_delete", args=[schedule.pk]))
+    operator_client.post(reverse("health:schedule_delete", args=[schedule.pk]))
     assert not Schedule.objects.exists() and not PeriodicTask.objects.filter(task="kiln.scheduled_run").exists()
 
 
 def test_it_edits_a_schedule_and_its_beat_task(cluster, quick_plan, operator_client) -> None:
     _create(operator_client)
     schedule = Schedule.objects.get()
-    url = reverse("health_schedule_edit", args=[schedule.pk])
+    url = reverse("health:schedule_edit", args=[schedule.pk])
     form = operator_client.get(url).content.decode()
     assert 'value="nightly"' in form and 'value="0 2 * * *"' in form
     data = {"name": "hourly", "cluster": "c1", "plan": "unit", "node_set": "n[01-03]", "crontab": "0 * * * *"}

@@ -64,7 +64,7 @@ def test_it_sweeps_alerts_once_drains_and_resumes(
     cluster, states = sim_cluster
     client.force_login(make_user("op", "operator"))
     response = client.post(
-        reverse("health_schedule_create"),
+        reverse("health:schedule_create"),
         {"name": "every minute", "cluster": "sim", "plan": "sweep", "node_set": "", "crontab": "* * * * *"},
     )
     assert response.status_code == 302

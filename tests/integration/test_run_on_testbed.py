@@ -34,6 +34,10 @@ def processes_in_netns(netns: str) -> set[str]:
     return names
 
 
+# The nodes of the testbed given no fault in the failure-mode run.
+HEALTHY = ("gpu01", "gpu03", "gpu06", "gpu08")
+
+
 def by_node(data: dict, check: str) -> dict[str, dict]:
     return {r["node"]: r for r in data["results"] if r["check"] == check}
 
@@ -47,14 +51,12 @@ def test_it_runs_the_plan_on_the_testbed_with_every_failure_mode(
     tb.set_faults("gpu05", hang=1)
     tb.rotate_host_key("gpu07")
 
-    started = time.monotonic()
     code, data = kiln_run_json("tb", "itest")
-    elapsed = time.monotonic() - started
 
     assert code == 2, "errors make the exit code 2"
     ecc = by_node(data, "ecc-health")
     inventory = by_node(data, "gpu-inventory")
-    for healthy in ("gpu01", "gpu03", "gpu06", "gpu08"):
+    for healthy in HEALTHY:
         assert ecc[healthy]["status"] == "pass", ecc[healthy]
         assert inventory[healthy]["status"] == "pass", inventory[healthy]
         assert any(m["name"] == "ecc_volatile_uncorrected" for m in ecc[healthy]["measurements"])
@@ -73,20 +75,25 @@ def test_it_runs_the_plan_on_the_testbed_with_every_failure_mode(
     assert inventory["gpu05"]["status"] == "error"
     assert "timed out" in inventory["gpu05"]["reason"]
 
-    # The hung node's checks ran in parallel with everything else and were cut at 5 s each.
-    gpu05 = CheckResult.objects.get(run_id=data["run"], node__hostname="gpu05", item_key="gpu-inventory")
-    assert 4.5 <= gpu05.duration_s < 12
-    healthy_durations = CheckResult.objects.filter(run_id=data["run"], node__hostname="gpu01").values_list(
-        "duration_s", flat=True
-    )
-    assert max(healthy_durations) < 5
+    # The hung probe was cut by its own 5 s budget (the plan's timeout_s), not by a worker limit...
+    results = CheckResult.objects.filter(run_id=data["run"])
+    gpu05 = results.get(node__hostname="gpu05", item_key="gpu-inventory")
+    assert "timed out after 5s" in gpu05.reason, gpu05.reason
+    # ...and it held up no other node: the healthy nodes' checks ran while it was held (their
+    # intervals overlap its own, claim to finish) and all finished before it did. Run one node after
+    # another, gpu06 and gpu08 would start after gpu05 finished. Recorded timestamps are compared,
+    # not durations.
+    hung_from, hung_to = gpu05.started_at, gpu05.finished_at
+    healthy = list(results.filter(node__hostname__in=HEALTHY).values_list("started_at", "finished_at"))
+    assert len(healthy) == 2 * len(HEALTHY)
+    assert all(finished < hung_to for _, finished in healthy), (hung_from, hung_to)
+    assert any(finished > hung_from for _, finished in healthy), "no healthy check overlapped the hung one"
     # ...and the hung probe was killed on the node itself: nothing but sshd is left in its namespace.
     # (polled briefly: a killed process takes a moment to leave the process table)
     deadline = time.monotonic() + 10
     while not processes_in_netns(tb.node("gpu05").netns) <= {"sshd"} and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_in_netns(tb.node("gpu05").netns) <= {"sshd"}
-    assert elapsed < 60
     assert Run.objects.get(pk=data["run"]).status == "error"
 
 

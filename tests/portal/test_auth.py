@@ -9,6 +9,8 @@ from urllib.parse import quote
 import pytest
 from django.urls import reverse
 
+from portal.inventory import urls as inventory_urls
+from portal.runs import urls as runs_urls
 from portal.runs.models import CheckResult, Run
 from portal.urls import urlpatterns
 from tests.portal.helpers import set_result
@@ -36,23 +38,30 @@ def page_urls(objects: dict) -> dict[str, str]:
     """One real URL per named Kiln page (admin and auth views excluded)."""
     cluster, run, result = objects["cluster"], objects["run"], objects["result"]
     return {
-        "cluster_list": reverse("cluster_list"),
-        "cluster_detail": reverse("cluster_detail", args=[cluster.name]),
-        "run_start": reverse("run_start", args=[cluster.name]),
-        "run_detail": reverse("run_detail", args=[run.pk]),
-        "run_cancel": reverse("run_cancel", args=[run.pk]),
-        "run_rerun": reverse("run_rerun", args=[run.pk]),
-        "result_detail": reverse("result_detail", args=[result.pk]),
-        "result_raw_output": reverse("result_raw_output", args=[result.pk, "stdout"]),
+        "inventory:cluster_list": reverse("inventory:cluster_list"),
+        "inventory:cluster_detail": reverse("inventory:cluster_detail", args=[cluster.name]),
+        "runs:run_start": reverse("runs:run_start", args=[cluster.name]),
+        "runs:run_detail": reverse("runs:run_detail", args=[run.pk]),
+        "runs:run_cancel": reverse("runs:run_cancel", args=[run.pk]),
+        "runs:run_rerun": reverse("runs:run_rerun", args=[run.pk]),
+        "runs:result_detail": reverse("runs:result_detail", args=[result.pk]),
+        "runs:result_raw_output": reverse("runs:result_raw_output", args=[result.pk, "stdout"]),
         "plotly_js": reverse("plotly_js"),
     }
 
 
-READ_PAGES = ("cluster_list", "cluster_detail", "run_detail", "result_detail", "result_raw_output")
+READ_PAGES = (
+    "inventory:cluster_list",
+    "inventory:cluster_detail",
+    "runs:run_detail",
+    "runs:result_detail",
+    "runs:result_raw_output",
+)
 
 
 def test_it_covers_every_named_page_of_the_urlconf(objects) -> None:
     named = {p.name for p in urlpatterns if getattr(p, "name", None)} - {"login", "logout"}
+    named |= {f"{m.app_name}:{p.name}" for m in (inventory_urls, runs_urls) for p in m.urlpatterns}
     assert named == set(page_urls(objects))
 
 
@@ -69,10 +78,10 @@ def test_it_redirects_anonymous_users_to_login(client, objects, method) -> None:
 def test_it_forbids_users_without_a_role(client, make_user, objects) -> None:
     client.force_login(make_user("nobody"))
     urls = page_urls(objects)
-    for name in (*READ_PAGES, "run_start"):
+    for name in (*READ_PAGES, "runs:run_start"):
         assert client.get(urls[name]).status_code == 403, name
-    assert client.post(urls["run_start"], {"plan": "quick", "node_set": "n01"}).status_code == 403
-    assert client.post(urls["run_cancel"]).status_code == 403
+    assert client.post(urls["runs:run_start"], {"plan": "quick", "node_set": "n01"}).status_code == 403
+    assert client.post(urls["runs:run_cancel"]).status_code == 403
     assert Run.objects.count() == 1
     assert not CheckResult.objects.filter(status="cancelled").exists()
 
@@ -87,16 +96,16 @@ def test_it_lets_a_viewer_read_every_page(client, make_user, objects) -> None:
 def test_it_forbids_a_viewer_to_start_or_cancel_runs(client, make_user, objects) -> None:
     client.force_login(make_user("vera", "viewer"))
     urls = page_urls(objects)
-    assert client.get(urls["run_start"]).status_code == 403
-    assert client.post(urls["run_start"], {"plan": "quick", "node_set": "n01"}).status_code == 403
-    assert client.post(urls["run_cancel"]).status_code == 403
+    assert client.get(urls["runs:run_start"]).status_code == 403
+    assert client.post(urls["runs:run_start"], {"plan": "quick", "node_set": "n01"}).status_code == 403
+    assert client.post(urls["runs:run_cancel"]).status_code == 403
     assert Run.objects.count() == 1
     assert not CheckResult.objects.filter(status="cancelled").exists()
 
 
 def test_it_hides_the_start_button_from_viewers(client, make_user, objects) -> None:
-    url = reverse("cluster_detail", args=[objects["cluster"].name])
-    start = reverse("run_start", args=[objects["cluster"].name])
+    url = reverse("inventory:cluster_detail", args=[objects["cluster"].name])
+    start = reverse("runs:run_start", args=[objects["cluster"].name])
     client.force_login(make_user("vera", "viewer"))
     assert start not in client.get(url).content.decode()
     client.force_login(make_user("otto", "operator"))
@@ -106,19 +115,19 @@ def test_it_hides_the_start_button_from_viewers(client, make_user, objects) -> N
 def test_it_lets_an_operator_start_a_run(
     quick_plan, client, make_user, cluster, monkeypatch, django_capture_on_commit_callbacks
 ) -> None:
-    import worker.tasks
+    from portal.runs import dispatch
 
     enqueued: list[dict] = []
-    monkeypatch.setattr(worker.tasks, "enqueue_node", lambda **kwargs: enqueued.append(kwargs))
+    monkeypatch.setattr(dispatch, "enqueue_node", lambda **kwargs: enqueued.append(kwargs))
     client.force_login(make_user("otto", "operator"))
-    assert client.get(reverse("run_start", args=[cluster.name])).status_code == 200
+    assert client.get(reverse("runs:run_start", args=[cluster.name])).status_code == 200
 
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        response = client.post(reverse("run_start", args=[cluster.name]), {"plan": "unit", "node_set": "n[01-03]"})
+        response = client.post(reverse("runs:run_start", args=[cluster.name]), {"plan": "unit", "node_set": "n[01-03]"})
 
     run = Run.objects.get()
     assert response.status_code == 302
-    assert response["Location"] == reverse("run_detail", args=[run.pk])
+    assert response["Location"] == reverse("runs:run_detail", args=[run.pk])
     assert run.requested_by.username == "otto"
     assert run.node_set == "n[01-03]"
     results = CheckResult.objects.filter(run=run)
@@ -133,9 +142,9 @@ def test_it_lets_an_operator_start_a_run(
 def test_it_lets_an_operator_cancel_a_run(client, make_user, objects) -> None:
     client.force_login(make_user("otto", "operator"))
     run = objects["run"]
-    response = client.post(reverse("run_cancel", args=[run.pk]))
+    response = client.post(reverse("runs:run_cancel", args=[run.pk]))
     assert response.status_code == 302
-    assert response["Location"] == reverse("run_detail", args=[run.pk])
+    assert response["Location"] == reverse("runs:run_detail", args=[run.pk])
     run.refresh_from_db()
     assert run.status == "cancelled"
     assert CheckResult.objects.filter(run=run, status="cancelled").count() == 4 * 2 - 1
@@ -154,7 +163,7 @@ def test_it_shows_a_bad_node_set_on_the_form_and_starts_nothing(
 ) -> None:
     client.force_login(make_user("otto", "operator"))
     with django_capture_on_commit_callbacks() as callbacks:
-        response = client.post(reverse("run_start", args=[cluster.name]), {"plan": "unit", "node_set": node_set})
+        response = client.post(reverse("runs:run_start", args=[cluster.name]), {"plan": "unit", "node_set": node_set})
     assert response.status_code == 200
     assert message in response.content.decode()
     assert response.context["form"].non_field_errors()

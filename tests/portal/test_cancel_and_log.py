@@ -27,9 +27,9 @@ def command(*args: str) -> tuple[int, str]:
 
 
 def test_kiln_run_json_without_wait_prints_the_run_at_once(cluster: Cluster, quick_plan, monkeypatch) -> None:
-    import worker.tasks
+    from portal.runs import dispatch
 
-    monkeypatch.setattr(worker.tasks, "enqueue_node", lambda **kwargs: None)  # no broker here
+    monkeypatch.setattr(dispatch, "enqueue_node", lambda **kwargs: None)  # no broker here
     code, out = command("kiln_run", "c1", "unit", "--json")
 
     run = Run.objects.get()
@@ -71,7 +71,7 @@ def test_the_web_cancel_stops_running_checks_too(client, make_user, cluster: Clu
     services.results_claim(run_id=run.pk, node_id=cluster.nodes.get(hostname="n02").pk, claim="task-a")
     client.force_login(make_user("otto", "operator"))
 
-    response = client.post(reverse("run_cancel", args=[run.pk]), follow=True)
+    response = client.post(reverse("runs:run_cancel", args=[run.pk]), follow=True)
 
     assert "Cancelled 8 check(s); running ones are being stopped on their nodes" in response.content.decode()
     assert CheckResult.objects.get(run=run, node__hostname="n02", item_key="ecc-health").reason == (
@@ -84,12 +84,12 @@ def test_the_run_page_shows_the_runs_log_escaped(client, make_user, cluster: Clu
     client.force_login(make_user("vera", "viewer"))
     assert (
         "Nothing happened to this run besides its checks"
-        in client.get(reverse("run_detail", args=[run.pk])).content.decode()
+        in client.get(reverse("runs:run_detail", args=[run.pk])).content.decode()
     )
     events.run_event_add(run_id=run.pk, kind=events.REENQUEUED, message="n01: its 2 queued check(s) waited 125 s <x>")
     events.run_event_add(run_id=run.pk, kind=events.WORKER_LOST, message="n02: burn-in marked error (worker lost: w1)")
 
-    html = client.get(reverse("run_detail", args=[run.pk])).content.decode()
+    html = client.get(reverse("runs:run_detail", args=[run.pk])).content.decode()
 
     log = html[html.index('<section id="run-log">') :]
     assert log.index("re-enqueued") < log.index("worker lost")  # oldest first

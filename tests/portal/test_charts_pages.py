@@ -106,10 +106,10 @@ def no_cdn(html: str) -> None:
 def test_it_draws_the_nccl_curve_with_the_plans_floor(viewer, run) -> None:
     result = result_of(run, "nccl_allreduce")
 
-    page = viewer.get(reverse("result_detail", args=[result.pk])).content.decode()
-    figure = viewer.get(reverse("charts_result_figure", args=[result.pk])).json()
+    page = viewer.get(reverse("runs:result_detail", args=[result.pk])).content.decode()
+    figure = viewer.get(reverse("charts:result_figure", args=[result.pk])).json()
 
-    assert reverse("charts_result_figure", args=[result.pk]) in page
+    assert reverse("charts:result_figure", args=[result.pk]) in page
     assert reverse("plotly_js") in page
     no_cdn(page)
     assert [t["name"] for t in figure["data"]] == ["n01"]
@@ -126,7 +126,7 @@ def test_it_draws_one_line_per_labelled_pair_of_a_group_result(viewer, run) -> N
     for pair in ("n01,n02", "n03,n04"):
         Series.objects.create(result=result, name="busbw", x=SIZES[:2], y=[1.0, 2.0], labels={"pair": pair})
 
-    figure = viewer.get(reverse("charts_result_figure", args=[result.pk])).json()
+    figure = viewer.get(reverse("charts:result_figure", args=[result.pk])).json()
 
     assert [t["name"] for t in figure["data"]] == ["pair n01,n02", "pair n03,n04"]
 
@@ -150,7 +150,7 @@ def test_it_downsamples_a_day_of_burn_in_and_keeps_spikes_throttles_and_the_slow
                     labels={"start_t": "43200", "end_t": "43205"})  # fmt: skip
     add_measurement(result_of(run, "dlc_temperature"), "slowdown_temp", value=87.0, gpu=0)
 
-    response = viewer.get(reverse("charts_result_figure", args=[result.pk]))
+    response = viewer.get(reverse("charts:result_figure", args=[result.pk]))
 
     figure = response.json()
     lines = [t for t in figure["data"] if t["mode"] == "lines"]
@@ -171,8 +171,8 @@ def test_it_exports_every_point_of_every_series(viewer, run) -> None:
     burn_in_series(result, 3_000)
     Series.objects.filter(result=result, name="power_w", gpu=1).update(y=[None] + [600.0] * 2_999)
 
-    csv_response = viewer.get(reverse("charts_series_csv", args=[result.pk]))
-    json_response = viewer.get(reverse("charts_series_json", args=[result.pk]))
+    csv_response = viewer.get(reverse("charts:series_csv", args=[result.pk]))
+    json_response = viewer.get(reverse("charts:series_json", args=[result.pk]))
 
     assert csv_response.streaming and csv_response["Content-Type"] == "text/csv"
     rows = list(csv.reader(io.StringIO(b"".join(csv_response.streaming_content).decode())))
@@ -192,7 +192,7 @@ def test_it_draws_dlc_idle_and_load_per_gpu(viewer, run) -> None:
         add_measurement(result, "temp_gpu_steady", value=load, gpu=gpu, labels={"phase": "load"})
         add_measurement(result, "slowdown_temp", value=87.0, gpu=gpu)
 
-    figure = viewer.get(reverse("charts_result_figure", args=[result.pk])).json()
+    figure = viewer.get(reverse("charts:result_figure", args=[result.pk])).json()
 
     idle, load, slowdown, delta = figure["data"][:4]
     assert idle["y"] == [30.0, 31.0, 32.0] and load["y"] == [60.0, 61.0, 80.0]
@@ -207,30 +207,30 @@ def test_it_shows_ecc_counts_per_gpu_and_xid_events_escaped(viewer, run) -> None
     add_measurement(result, "xid", value=79, gpu=5, text="GPU has fallen off the bus <b>x</b>",
                     labels={"severity": "critical", "time": "2025-01-01T00:00:00", "pci": "0000:b5:00.0"})  # fmt: skip
 
-    page = viewer.get(reverse("result_detail", args=[result.pk])).content.decode()
-    table = viewer.get(reverse("charts_result_ecc", args=[result.pk])).content.decode()
+    page = viewer.get(reverse("runs:result_detail", args=[result.pk])).content.decode()
+    table = viewer.get(reverse("charts:result_ecc", args=[result.pk])).content.decode()
 
-    assert reverse("charts_result_ecc", args=[result.pk]) in page
+    assert reverse("charts:result_ecc", args=[result.pk]) in page
     assert "volatile uncorr." in table
     assert 'class="num bad"' in table
     assert "XID 79" in table and "critical" in table and "2025-01-01T00:00:00" in table
     assert "&lt;b&gt;x&lt;/b&gt;" in table and "<b>x</b>" not in table
-    assert viewer.get(reverse("charts_result_figure", args=[result.pk])).status_code == 404
+    assert viewer.get(reverse("charts:result_figure", args=[result.pk])).status_code == 404
 
 
 def test_it_embeds_the_runs_filesystem_chart_on_an_fs_result(viewer, run) -> None:
     result = result_of(run, "fs_throughput")
 
-    page = viewer.get(reverse("result_detail", args=[result.pk])).content.decode()
+    page = viewer.get(reverse("runs:result_detail", args=[result.pk])).content.decode()
 
-    assert reverse("charts_run_filesystem_figure", args=[run.pk]) in page
+    assert reverse("charts:run_filesystem_figure", args=[run.pk]) in page
 
 
 # --- run pages ------------------------------------------------------------------------------------------
 
 
 def test_it_draws_filesystem_bars_per_node_against_the_floors(viewer, run) -> None:
-    response = viewer.get(reverse("charts_run_filesystem", args=[run.pk]))
+    response = viewer.get(reverse("charts:run_filesystem", args=[run.pk]))
 
     figure = response.context["figure"]
     bars = {t["name"]: t for t in figure["data"]}
@@ -246,11 +246,13 @@ def test_it_draws_filesystem_bars_per_node_against_the_floors(viewer, run) -> No
 
 
 def test_it_draws_every_nodes_nccl_curve_of_the_run(viewer, run) -> None:
-    response = viewer.get(reverse("charts_run_nccl", args=[run.pk]) + "?check=nccl-allreduce")
+    response = viewer.get(reverse("charts:run_nccl", args=[run.pk]) + "?check=nccl-allreduce")
 
     figure = response.context["figure"]
     assert [t["name"] for t in figure["data"]] == ["n01", "n02", "n03", "n04"]
-    assert figure["data"][0]["customdata"][0] == reverse("result_detail", args=[result_of(run, "nccl_allreduce").pk])
+    assert figure["data"][0]["customdata"][0] == reverse(
+        "runs:result_detail", args=[result_of(run, "nccl_allreduce").pk]
+    )
 
 
 def test_it_labels_the_straggler_in_the_fleet_distribution(viewer, chart_plan) -> None:
@@ -258,7 +260,7 @@ def test_it_labels_the_straggler_in_the_fleet_distribution(viewer, chart_plan) -
     run = services.run_start(cluster=cluster, plan=chart_plan, enqueue=False)
     seed(run, slow="g007")
 
-    response = viewer.get(reverse("charts_run_distribution", args=[run.pk]) + "?check=nccl-allreduce&metric=busbw_peak")
+    response = viewer.get(reverse("charts:run_distribution", args=[run.pk]) + "?check=nccl-allreduce&metric=busbw_peak")
 
     dist = response.context["dist"]
     assert [p.node for p in dist.outliers] == ["g007"]
@@ -270,7 +272,7 @@ def test_it_labels_the_straggler_in_the_fleet_distribution(viewer, chart_plan) -
 
 
 def test_it_reduces_per_gpu_metrics_per_node_or_shows_every_gpu(viewer, run) -> None:
-    url = reverse("charts_run_distribution", args=[run.pk])
+    url = reverse("charts:run_distribution", args=[run.pk])
 
     per_node = viewer.get(url + "?pick=burn-in|gflops|").context["dist"]
     per_gpu = viewer.get(url + "?check=burn-in&metric=gflops&per=gpu").context["dist"]
@@ -283,7 +285,7 @@ def test_it_reduces_per_gpu_metrics_per_node_or_shows_every_gpu(viewer, run) -> 
 
 
 def test_it_counts_group_measurements_for_the_node_they_name(viewer, run) -> None:
-    url = reverse("charts_run_distribution", args=[run.pk]) + "?check=fs-aggregate&metric=write_bw_sum"
+    url = reverse("charts:run_distribution", args=[run.pk]) + "?check=fs-aggregate&metric=write_bw_sum"
 
     dist = viewer.get(url).context["dist"]
 
@@ -291,7 +293,7 @@ def test_it_counts_group_measurements_for_the_node_they_name(viewer, run) -> Non
 
 
 def test_it_says_so_when_the_metric_is_unknown(viewer, run) -> None:
-    response = viewer.get(reverse("charts_run_distribution", args=[run.pk]) + "?check=nope&metric=nothing")
+    response = viewer.get(reverse("charts:run_distribution", args=[run.pk]) + "?check=nope&metric=nothing")
 
     assert response.status_code == 200
     assert response.context["figure"] is None
@@ -306,7 +308,7 @@ def test_it_places_nodes_in_racks_coloured_by_worst_status(viewer, cluster, run)
     group.attribution = {"n03": {"status": "error", "reason": "no fio results"}}
     group.save()
 
-    response = viewer.get(reverse("charts_run_rack", args=[run.pk]))
+    response = viewer.get(reverse("charts:run_rack", args=[run.pk]))
 
     heat = response.context["figure"]["data"][0]
     cells = {
@@ -318,16 +320,15 @@ def test_it_places_nodes_in_racks_coloured_by_worst_status(viewer, cluster, run)
     from portal.charts.figures import STATUS_ORDER
 
     assert cells["n02"][:3] == ("R1", "7", STATUS_ORDER.index("fail"))
-    assert cells["n02"][3] == reverse("node_detail", args=[cluster.name, "n02"]) or cells["n02"][3].startswith(
-        "/results/"
-    )
+    # The history app is installed, so a cell opens the node's history page (not the result fallback).
+    assert cells["n02"][3] == reverse("history:node_detail", args=[cluster.name, "n02"])
     assert cells["n03"][2] == STATUS_ORDER.index("error")  # from the group result's attribution
     assert cells["n01"][2] == STATUS_ORDER.index("pass")
     assert cells["n04"][0] == "unracked"
 
 
 def test_it_colours_racks_by_a_metric(viewer, run) -> None:
-    response = viewer.get(reverse("charts_run_rack", args=[run.pk]) + "?metric=nccl-allreduce:busbw_peak")
+    response = viewer.get(reverse("charts:run_rack", args=[run.pk]) + "?metric=nccl-allreduce:busbw_peak")
 
     heat = response.context["figure"]["data"][0]
     values = sorted(v for row in heat["z"] for v in row if v is not None)
@@ -337,20 +338,20 @@ def test_it_colours_racks_by_a_metric(viewer, run) -> None:
 
 
 def test_it_links_the_run_page_to_the_charts_with_data(viewer, run) -> None:
-    page = viewer.get(reverse("run_detail", args=[run.pk])).content.decode()
-    links = viewer.get(reverse("charts_run_links", args=[run.pk])).content.decode()
+    page = viewer.get(reverse("runs:run_detail", args=[run.pk])).content.decode()
+    links = viewer.get(reverse("charts:run_links", args=[run.pk])).content.decode()
 
-    assert reverse("charts_run_links", args=[run.pk]) in page
-    assert reverse("charts_run_nccl", args=[run.pk]) + "?check=nccl-allreduce" in links
-    assert reverse("charts_run_filesystem", args=[run.pk]) in links
-    assert reverse("charts_run_distribution", args=[run.pk]) in links
-    assert reverse("charts_run_rack", args=[run.pk]) in links
+    assert reverse("charts:run_links", args=[run.pk]) in page
+    assert reverse("charts:run_nccl", args=[run.pk]) + "?check=nccl-allreduce" in links
+    assert reverse("charts:run_filesystem", args=[run.pk]) in links
+    assert reverse("charts:run_distribution", args=[run.pk]) in links
+    assert reverse("charts:run_rack", args=[run.pk]) in links
 
 
 def test_it_leaves_out_links_to_charts_without_data(viewer, cluster, make_run) -> None:
     run = make_run(cluster)  # gpu inventory and ECC only
 
-    links = viewer.get(reverse("charts_run_links", args=[run.pk])).content.decode()
+    links = viewer.get(reverse("charts:run_links", args=[run.pk])).content.decode()
 
     assert "nccl" not in links and "filesystem" not in links
 
@@ -363,14 +364,14 @@ def test_it_keeps_run_chart_queries_constant_in_the_node_count(
     run = services.run_start(cluster=cluster, plan=chart_plan, enqueue=False)
     seed(run, slow="g002")
     urls = [
-        reverse("charts_run_filesystem", args=[run.pk]),
-        reverse("charts_run_filesystem_figure", args=[run.pk]),
-        reverse("charts_run_nccl", args=[run.pk]) + "?check=nccl-allreduce",
-        reverse("charts_run_distribution", args=[run.pk]),
-        reverse("charts_run_distribution", args=[run.pk]) + "?check=burn-in&metric=gflops&per=gpu",
-        reverse("charts_run_rack", args=[run.pk]),
-        reverse("charts_run_rack", args=[run.pk]) + "?metric=burn-in:gflops",
-        reverse("charts_run_links", args=[run.pk]),
+        reverse("charts:run_filesystem", args=[run.pk]),
+        reverse("charts:run_filesystem_figure", args=[run.pk]),
+        reverse("charts:run_nccl", args=[run.pk]) + "?check=nccl-allreduce",
+        reverse("charts:run_distribution", args=[run.pk]),
+        reverse("charts:run_distribution", args=[run.pk]) + "?check=burn-in&metric=gflops&per=gpu",
+        reverse("charts:run_rack", args=[run.pk]),
+        reverse("charts:run_rack", args=[run.pk]) + "?metric=burn-in:gflops",
+        reverse("charts:run_links", args=[run.pk]),
     ]
     for url in urls:
         with django_assert_max_num_queries(10):
@@ -383,7 +384,7 @@ def test_it_keeps_figures_small_at_forty_nodes(viewer, chart_plan) -> None:
     run = services.run_start(cluster=cluster, plan=chart_plan, enqueue=False)
     seed(run)
 
-    for name in ("charts_run_filesystem", "charts_run_rack", "charts_run_distribution"):
+    for name in ("charts:run_filesystem", "charts:run_rack", "charts:run_distribution"):
         figure = viewer.get(reverse(name, args=[run.pk])).context["figure"]
         assert len(json.dumps(figure)) < 40_000, name
 
@@ -394,17 +395,17 @@ def test_it_keeps_figures_small_at_forty_nodes(viewer, chart_plan) -> None:
 def chart_urls(run: Run) -> list[str]:
     nccl, burn, ecc = (result_of(run, k) for k in ("nccl_allreduce", "burn_in", "ecc_health"))
     return [
-        reverse("charts_result_figure", args=[nccl.pk]),
-        reverse("charts_result_figure", args=[burn.pk]),
-        reverse("charts_result_ecc", args=[ecc.pk]),
-        reverse("charts_series_csv", args=[burn.pk]),
-        reverse("charts_series_json", args=[burn.pk]),
-        reverse("charts_run_links", args=[run.pk]),
-        reverse("charts_run_filesystem", args=[run.pk]),
-        reverse("charts_run_filesystem_figure", args=[run.pk]),
-        reverse("charts_run_nccl", args=[run.pk]) + "?check=nccl-allreduce",
-        reverse("charts_run_distribution", args=[run.pk]),
-        reverse("charts_run_rack", args=[run.pk]),
+        reverse("charts:result_figure", args=[nccl.pk]),
+        reverse("charts:result_figure", args=[burn.pk]),
+        reverse("charts:result_ecc", args=[ecc.pk]),
+        reverse("charts:series_csv", args=[burn.pk]),
+        reverse("charts:series_json", args=[burn.pk]),
+        reverse("charts:run_links", args=[run.pk]),
+        reverse("charts:run_filesystem", args=[run.pk]),
+        reverse("charts:run_filesystem_figure", args=[run.pk]),
+        reverse("charts:run_nccl", args=[run.pk]) + "?check=nccl-allreduce",
+        reverse("charts:run_distribution", args=[run.pk]),
+        reverse("charts:run_rack", args=[run.pk]),
     ]
 
 

@@ -145,9 +145,9 @@ def test_it_reproduced_the_500_without_the_middleware(clients, cluster, settings
 def test_it_accepts_ordinary_text_tabs_and_line_breaks(clients, cluster) -> None:
     viewer = clients["viewer"]
     assert viewer.get("/clusters/%C3%B1%E6%97%A5/").status_code == 404  # UTF-8 names: just not found
-    assert viewer.get(reverse("result_search"), {"check": "ünïcode ✓"}).status_code == 200
+    assert viewer.get(reverse("history:result_search"), {"check": "ünïcode ✓"}).status_code == 200
     operator = clients["operator"]
-    response = operator.post(reverse("run_start", args=[cluster.name]), {"plan": "quick", "node_set": "n01\r\n\t"})
+    response = operator.post(reverse("runs:run_start", args=[cluster.name]), {"plan": "quick", "node_set": "n01\r\n\t"})
     assert response.status_code in (200, 302) and not _refused(response)
 
 
@@ -294,7 +294,7 @@ def https_behind_proxy(settings) -> None:
 
 def test_it_serves_metrics_and_pages_behind_a_tls_terminating_proxy(https_behind_proxy, make_user) -> None:
     proxied = {"HTTP_X_FORWARDED_PROTO": "https"}
-    metrics = Client().get(reverse("metrics"), HTTP_AUTHORIZATION="Bearer s3cret-token", **proxied)
+    metrics = Client().get(reverse("health:metrics"), HTTP_AUTHORIZATION="Bearer s3cret-token", **proxied)
     assert metrics.status_code == 200 and metrics["Strict-Transport-Security"] == (
         "max-age=31536000; includeSubDomains"
     )
@@ -302,9 +302,9 @@ def test_it_serves_metrics_and_pages_behind_a_tls_terminating_proxy(https_behind
     client = Client()
     login = client.post(reverse("login"), {"username": "vera", "password": "pw-vera"}, **proxied)
     assert login.status_code == 302 and login.cookies["sessionid"]["secure"]
-    assert client.get(reverse("health_overview"), **proxied).status_code == 200
+    assert client.get(reverse("health:overview"), **proxied).status_code == 200
     # Plain HTTP (no proxy header) is redirected to HTTPS, /metrics included.
-    plain = Client().get(reverse("metrics"), HTTP_AUTHORIZATION="Bearer s3cret-token")
+    plain = Client().get(reverse("health:metrics"), HTTP_AUTHORIZATION="Bearer s3cret-token")
     assert plain.status_code == 301 and plain["Location"] == "https://testserver/metrics"
 
 
@@ -312,7 +312,12 @@ def test_it_serves_metrics_and_pages_behind_a_tls_terminating_proxy(https_behind
 
 
 def test_it_sends_a_csp_without_inline_script_on_every_page(clients, cluster) -> None:
-    for url in ("/login/", reverse("cluster_list"), reverse("cluster_detail", args=[cluster.name]), "/admin/"):
+    for url in (
+        "/login/",
+        reverse("inventory:cluster_list"),
+        reverse("inventory:cluster_detail", args=[cluster.name]),
+        "/admin/",
+    ):
         response = clients["superuser"].get(url)
         assert response.status_code == 200, url
         policy = dict(d.strip().split(" ", 1) for d in response["Content-Security-Policy"].split(";"))

@@ -70,13 +70,13 @@ def _fill(run: Run, hostname: str, *, busbw: float, gflops: list[float], ecc_unc
 
 def _urls(run: Run) -> list[str]:
     return [
-        reverse("node_detail", args=["c1", "n01"]),
-        reverse("cluster_runs", args=["c1"]),
-        reverse("run_compare") + f"?a={run.pk}",
-        reverse("result_search"),
-        reverse("run_results_csv", args=[run.pk]),
-        reverse("run_results_json", args=[run.pk]),
-        reverse("run_measurements_csv", args=[run.pk]),
+        reverse("history:node_detail", args=["c1", "n01"]),
+        reverse("history:cluster_runs", args=["c1"]),
+        reverse("history:run_compare") + f"?a={run.pk}",
+        reverse("history:result_search"),
+        reverse("history:run_results_csv", args=[run.pk]),
+        reverse("history:run_results_json", args=[run.pk]),
+        reverse("history:run_measurements_csv", args=[run.pk]),
     ]
 
 
@@ -110,7 +110,7 @@ def test_it_shows_a_nodes_timeline_with_the_group_results_that_include_it(viewer
     other = Cluster.objects.create(name="c2", transport="local")
     Node.objects.create(cluster=other, hostname="n02")
 
-    response = viewer_client.get(reverse("node_detail", args=["c1", "n02"]))
+    response = viewer_client.get(reverse("history:node_detail", args=["c1", "n02"]))
 
     assert response.status_code == 200
     entries = response.context["entries"]
@@ -121,17 +121,17 @@ def test_it_shows_a_nodes_timeline_with_the_group_results_that_include_it(viewer
     html = response.content.decode()
     assert "n02 writes at 1 GB/s" in html and "GPU 3: 2 uncorrectable ECC errors" in html
     ecc = CheckResult.objects.get(run=new, node__hostname="n02", item_key="ecc-health")
-    assert f'<a class="cell fail" href="{reverse("result_detail", args=[ecc.pk])}"' in html
-    assert reverse("node_detail", args=["c1", "n03"]) not in html
-    assert viewer_client.get(reverse("node_detail", args=["c1", "nope"])).status_code == 404
+    assert f'<a class="cell fail" href="{reverse("runs:result_detail", args=[ecc.pk])}"' in html
+    assert reverse("history:node_detail", args=["c1", "n03"]) not in html
+    assert viewer_client.get(reverse("history:node_detail", args=["c1", "nope"])).status_code == 404
 
 
 def test_it_paginates_the_timeline(viewer_client, cluster, hist_run) -> None:
     for _ in range(13):  # 13 runs x 4 results = 52 results of n01: two pages of 50
         hist_run(cluster)
 
-    first = viewer_client.get(reverse("node_detail", args=["c1", "n01"]))
-    second = viewer_client.get(reverse("node_detail", args=["c1", "n01"]) + "?page=2")
+    first = viewer_client.get(reverse("history:node_detail", args=["c1", "n01"]))
+    second = viewer_client.get(reverse("history:node_detail", args=["c1", "n01"]) + "?page=2")
 
     assert len(first.context["entries"]) == 50
     assert len(second.context["entries"]) == 2
@@ -148,7 +148,7 @@ def test_it_charts_each_key_metric_across_runs(viewer_client, cluster, hist_run)
     add_measurement(fs, "write_bw_sum", value=4e9, unit="B/s", labels={"host": "n01"})
     add_measurement(fs, "write_bw_sum", value=40e9, unit="B/s")  # the aggregate: not the node's own
 
-    response = viewer_client.get(reverse("node_detail", args=["c1", "n01"]))
+    response = viewer_client.get(reverse("history:node_detail", args=["c1", "n01"]))
 
     busbw = _chart(response, "busbw")
     (line, bad) = busbw["data"]
@@ -206,12 +206,13 @@ def test_it_keeps_the_history_query_counts_constant_in_the_number_of_nodes(
         cluster, runs = _seed(f"q{size}", size, 2, history_plan, make_run)
         host = f"q{size}n0001"
         urls = {
-            "node": reverse("node_detail", args=[cluster.name, host]),
-            "runs": reverse("cluster_runs", args=[cluster.name]),
-            "compare": reverse("run_compare") + f"?a={runs[1].pk}",
-            "search": reverse("result_search") + f"?cluster={cluster.name}&node=q{size}n[0000-0099]&status=fail",
-            "csv": reverse("run_results_csv", args=[runs[1].pk]),
-            "measurements": reverse("run_measurements_csv", args=[runs[1].pk]),
+            "node": reverse("history:node_detail", args=[cluster.name, host]),
+            "runs": reverse("history:cluster_runs", args=[cluster.name]),
+            "compare": reverse("history:run_compare") + f"?a={runs[1].pk}",
+            "search": reverse("history:result_search")
+            + f"?cluster={cluster.name}&node=q{size}n[0000-0099]&status=fail",
+            "csv": reverse("history:run_results_csv", args=[runs[1].pk]),
+            "measurements": reverse("history:run_measurements_csv", args=[runs[1].pk]),
         }
         for key, url in urls.items():
             counts.setdefault(key, []).append(_queries(viewer_client, url))
@@ -235,7 +236,7 @@ def test_it_lists_a_clusters_runs_with_counts_and_pages(viewer_client, cluster, 
     set_result(runs[-1], "n03", "gpu-inventory", "error", "unreachable")
     Run.objects.filter(pk=runs[-1].pk).update(requested_by=make_user("olga", "operator"))
 
-    response = viewer_client.get(reverse("cluster_runs", args=["c1"]))
+    response = viewer_client.get(reverse("history:cluster_runs", args=["c1"]))
 
     page = response.context["page"]
     assert [r.pk for r in page.object_list] == [r.pk for r in reversed(runs)][:25]
@@ -243,13 +244,13 @@ def test_it_lists_a_clusters_runs_with_counts_and_pages(viewer_client, cluster, 
     assert (newest.n_pass, newest.n_fail, newest.n_error, newest.n_results, newest.n_nodes) == (1, 1, 1, 8, 4)
     html = response.content.decode()
     assert '<span class="badge red">1 fail</span>' in html and '<span class="badge purple">1 error</span>' in html
-    assert "olga" in html and reverse("run_results_csv", args=[newest.pk]) in html
+    assert "olga" in html and reverse("history:run_results_csv", args=[newest.pk]) in html
     assert 'id="run-counts"' in html
     chart = response.context["charts"][0]["figure"]
     assert [t["name"] for t in chart["data"]] == ["pass", "warn", "fail", "error"]
     assert chart["data"][2]["y"][-1] == 1  # the newest run's fails, rightmost
     go.Figure(chart)
-    second = viewer_client.get(reverse("cluster_runs", args=["c1"]) + "?page=2")
+    second = viewer_client.get(reverse("history:cluster_runs", args=["c1"]) + "?page=2")
     assert [r.pk for r in second.context["page"].object_list] == [runs[0].pk]
 
 
@@ -264,7 +265,7 @@ def test_it_compares_two_runs_with_deltas_in_each_metrics_direction(viewer_clien
     _fill(base, "n02", busbw=470.0, gflops=[90000.0, 90000.0])
     _fill(new, "n02", busbw=471.0, gflops=[99000.0, 99000.0])
 
-    response = viewer_client.get(reverse("run_compare") + f"?a={new.pk}")  # b defaults to the previous run
+    response = viewer_client.get(reverse("history:run_compare") + f"?a={new.pk}")  # b defaults to the previous run
 
     assert response.status_code == 200
     comparison = response.context["comparison"]
@@ -295,10 +296,10 @@ def test_it_compares_lower_is_better_metrics_the_other_way(viewer_client, cluste
         add_measurement(result, "temp_gpu_steady", value=temp, gpu=0, labels={"phase": "load"})
         add_measurement(result, "temp_gpu_steady", value=temp - 40, gpu=0, labels={"phase": "idle"})
 
-    comparison = viewer_client.get(reverse("run_compare") + f"?a={new.pk}&b={base.pk}").context["comparison"]
+    comparison = viewer_client.get(reverse("history:run_compare") + f"?a={new.pk}&b={base.pk}").context["comparison"]
     (delta,) = [d for n in comparison.nodes for d in n.deltas]
     assert (delta.metric.key, delta.a, delta.b, delta.direction) == ("temp_gpu", 80.0, 70.0, "worse")
-    reverse_ = viewer_client.get(reverse("run_compare") + f"?a={base.pk}&b={new.pk}").context["comparison"]
+    reverse_ = viewer_client.get(reverse("history:run_compare") + f"?a={base.pk}&b={new.pk}").context["comparison"]
     assert [d.direction for n in reverse_.nodes for d in n.deltas] == ["better"]
 
 
@@ -309,7 +310,7 @@ def test_it_filters_a_comparison_to_what_got_worse(viewer_client, cluster, hist_
     _fill(base, "n02", busbw=470.0, gflops=[1.0])
     _fill(new, "n02", busbw=470.0, gflops=[1.0])
 
-    response = viewer_client.get(reverse("run_compare") + f"?a={new.pk}&b={base.pk}&worse=on")
+    response = viewer_client.get(reverse("history:run_compare") + f"?a={new.pk}&b={base.pk}&worse=on")
 
     nodes = response.context["comparison"].nodes
     assert [n.subject for n in nodes] == ["n01"]
@@ -319,7 +320,7 @@ def test_it_filters_a_comparison_to_what_got_worse(viewer_client, cluster, hist_
 
 def test_it_explains_bad_compare_input(viewer_client, cluster, make_run) -> None:
     first = make_run(cluster)
-    url = reverse("run_compare")
+    url = reverse("history:run_compare")
     cases = {
         "?a=abc": "Enter a whole number",
         "?a=99999": "there is no run #99999",
@@ -345,7 +346,7 @@ def test_it_searches_results_by_cluster_node_set_check_status_and_date(viewer_cl
     other = Cluster.objects.create(name="c2", transport="local")
     Node.objects.create(cluster=other, hostname="n01")
     make_run(other)
-    url = reverse("result_search")
+    url = reverse("history:result_search")
 
     def found(query: str) -> list[tuple[str, str, str]]:
         response = viewer_client.get(url + query)
@@ -371,7 +372,7 @@ def test_it_finds_group_results_by_a_member_node(viewer_client, cluster, history
     run = make_run(cluster, plan=history_plan)
     set_result(run, "n01", "fs-aggregate", "fail", "slow")
 
-    response = viewer_client.get(reverse("result_search") + "?node=n03&check=fs-aggregate")
+    response = viewer_client.get(reverse("history:result_search") + "?node=n03&check=fs-aggregate")
 
     (result,) = response.context["page"].object_list
     assert result.scope == "group" and result.node.hostname == "n01"
@@ -382,15 +383,15 @@ def test_it_paginates_search_results_50_per_page(viewer_client, cluster, make_ru
     for _ in range(7):  # 7 runs x 8 results
         make_run(cluster)
 
-    first = viewer_client.get(reverse("result_search") + "?cluster=c1")
-    last = viewer_client.get(reverse("result_search") + "?cluster=c1&page=2")
+    first = viewer_client.get(reverse("history:result_search") + "?cluster=c1")
+    last = viewer_client.get(reverse("history:result_search") + "?cluster=c1&page=2")
 
     assert len(first.context["page"].object_list) == 50 and len(last.context["page"].object_list) == 6
     assert "?cluster=c1&amp;page=2" in first.content.decode()  # the filters stay on the page links
 
 
 def test_it_shows_bad_filters_as_errors_on_the_page(viewer_client, cluster) -> None:
-    url = reverse("result_search")
+    url = reverse("history:result_search")
     cases = {
         "?node=gpu[01-": "not a node set",
         "?node=gpu[1-99999]": "narrow it",
@@ -417,7 +418,7 @@ def test_it_exports_search_results_as_csv_and_json(viewer_client, cluster, make_
     set_result(run, "n01", "ecc-health", "fail", '=HYPERLINK("http://evil")')
     set_result(run, "n02", "ecc-health", "fail", "GPU 2, bad")
 
-    response = viewer_client.get(reverse("result_search") + "?cluster=c1&status=fail&format=csv")
+    response = viewer_client.get(reverse("history:result_search") + "?cluster=c1&status=fail&format=csv")
 
     assert response.streaming and response["Content-Type"] == "text/csv"
     assert 'filename="kiln-results.csv"' in response["Content-Disposition"]
@@ -427,7 +428,7 @@ def test_it_exports_search_results_as_csv_and_json(viewer_client, cluster, make_
     ]  # fmt: skip
     reasons = {r["node"]: r["reason"] for r in rows}
     assert reasons == {"n01": '\'=HYPERLINK("http://evil")', "n02": "GPU 2, bad"}  # no formula runs in Excel
-    response = viewer_client.get(reverse("result_search") + "?cluster=c1&status=fail&format=json")
+    response = viewer_client.get(reverse("history:result_search") + "?cluster=c1&status=fail&format=json")
     doc = json.loads(b"".join(response.streaming_content))
     assert doc["filters"] == {"cluster": "c1", "status": "fail"}
     assert sorted(r["node"] for r in doc["results"]) == ["n01", "n02"]
@@ -440,7 +441,7 @@ def test_it_exports_a_runs_results_and_flattened_measurements(viewer_client, clu
     fs = set_result(run, "n01", "fs-aggregate", "pass", attribution={"n02": {"status": "warn", "reason": "slow"}})
     add_measurement(fs, "write_bw_sum", value=5e9, unit="B/s", labels={"host": "n02"})
 
-    doc = json.loads(b"".join(viewer_client.get(reverse("run_results_json", args=[run.pk])).streaming_content))
+    doc = json.loads(b"".join(viewer_client.get(reverse("history:run_results_json", args=[run.pk])).streaming_content))
     assert (doc["run"], doc["cluster"], doc["plan"]) == (run.pk, "c1", "hist")
     assert len(doc["results"]) == 4 * 3 + 1
     group = next(r for r in doc["results"] if r["scope"] == "group")
@@ -449,10 +450,10 @@ def test_it_exports_a_runs_results_and_flattened_measurements(viewer_client, clu
         "n01",
         {"n02": {"status": "warn", "reason": "slow"}},
     )
-    text = b"".join(viewer_client.get(reverse("run_results_csv", args=[run.pk])).streaming_content).decode()
+    text = b"".join(viewer_client.get(reverse("history:run_results_csv", args=[run.pk])).streaming_content).decode()
     assert len(list(csv.DictReader(io.StringIO(text)))) == 13
 
-    response = viewer_client.get(reverse("run_measurements_csv", args=[run.pk]))
+    response = viewer_client.get(reverse("history:run_measurements_csv", args=[run.pk]))
     assert response.streaming and f"kiln-run-{run.pk}-measurements.csv" in response["Content-Disposition"]
     rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
     assert [

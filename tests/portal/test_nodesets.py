@@ -112,18 +112,20 @@ def test_it_answers_a_huge_node_filter_with_a_400_at_once(client, make_user, clu
     monkeypatch.setattr(nodesets, "NodeSet", lambda *a, **k: pytest.fail("expanded a node set over the limit"))
     for text in HUGE[:4]:
         started = time.perf_counter()
-        response = client.get(reverse("result_search"), {"node": text})
+        response = client.get(reverse("history:result_search"), {"node": text})
         assert time.perf_counter() - started < 2.0  # a page render; bench/bench_nodeset.py times it
         assert response.status_code == 400
         assert "more than 20,000 nodes" in response.content.decode()
-        response = client.get(reverse("result_search"), {"node": text, "format": "csv"})
+        response = client.get(reverse("history:result_search"), {"node": text, "format": "csv"})
         assert response.status_code == 400 and "KILN_MAX_NODESET" in response.content.decode()
 
 
 @pytest.mark.django_db
 def test_it_shows_a_huge_node_set_on_the_run_form_and_starts_nothing(client, make_user, cluster, quick_plan) -> None:
     client.force_login(make_user("otto", "operator"))
-    response = client.post(reverse("run_start", args=[cluster.name]), {"plan": "unit", "node_set": "n[1-99999999999]"})
+    response = client.post(
+        reverse("runs:run_start", args=[cluster.name]), {"plan": "unit", "node_set": "n[1-99999999999]"}
+    )
     assert response.status_code == 200
     assert "more than 20,000 nodes" in str(response.context["form"].non_field_errors())
     assert Run.objects.count() == 0

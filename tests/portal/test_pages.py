@@ -29,7 +29,7 @@ def test_it_pages_a_large_clusters_nodes_with_a_constant_query_count(viewer_clie
         run = make_run(cluster)
         set_result(run, f"b{size}n0000", "ecc-health", "pass", "all within spec")
         set_result(run, f"b{size}n{size - 1:04d}", "ecc-health", "fail", "GPU 1: Xid 79")
-        url = reverse("cluster_detail", args=[cluster.name])
+        url = reverse("inventory:cluster_detail", args=[cluster.name])
         viewer_client.get(url)  # warm-up: the session's first request reads more
         with CaptureQueriesContext(connection) as queries:
             response = viewer_client.get(url)
@@ -53,7 +53,7 @@ def test_it_shows_a_clusters_nodes_with_their_latest_status(viewer_client, clust
     # still running: not a "latest status" yet
     set_result(new, "n01", "gpu-inventory", "running")
 
-    response = viewer_client.get(reverse("cluster_detail", args=[cluster.name]))
+    response = viewer_client.get(reverse("inventory:cluster_detail", args=[cluster.name]))
 
     assert response.status_code == 200
     rows = {row["node"].hostname: row for row in response.context["nodes"]}
@@ -78,7 +78,7 @@ def test_it_shows_the_run_grid_with_counts_and_progress(viewer_client, cluster, 
     set_result(run, "n02", "ecc-health", "fail", "GPU 5: 3 uncorrectable ECC errors")
     set_result(run, "n03", "gpu-inventory", "running")
 
-    response = viewer_client.get(reverse("run_detail", args=[run.pk]))
+    response = viewer_client.get(reverse("runs:run_detail", args=[run.pk]))
 
     html = response.content.decode()
     assert response.status_code == 200
@@ -100,7 +100,7 @@ def test_it_shows_the_run_grid_with_counts_and_progress(viewer_client, cluster, 
 def test_it_returns_only_the_grid_fragment_to_htmx(viewer_client, cluster, make_run) -> None:
     run = make_run(cluster)
 
-    response = viewer_client.get(reverse("run_detail", args=[run.pk]), headers={"HX-Request": "true"})
+    response = viewer_client.get(reverse("runs:run_detail", args=[run.pk]), headers={"HX-Request": "true"})
 
     html = response.content.decode()
     assert response.status_code == 200
@@ -115,7 +115,7 @@ def test_it_stops_polling_once_the_run_is_finished(viewer_client, cluster, make_
     run = make_run(cluster)
     services.run_cancel(run=run)
 
-    html = viewer_client.get(reverse("run_detail", args=[run.pk]), headers={"HX-Request": "true"}).content.decode()
+    html = viewer_client.get(reverse("runs:run_detail", args=[run.pk]), headers={"HX-Request": "true"}).content.decode()
 
     assert 'data-status="cancelled"' in html
     assert "hx-get" not in html
@@ -129,9 +129,9 @@ def test_it_filters_the_grid_to_problem_nodes(viewer_client, cluster, make_run) 
     set_result(run, "n02", "ecc-health", "fail", "GPU 1: ECC")
     set_result(run, "n04", "gpu-inventory", "error", "unreachable: no route to host")
 
-    response = viewer_client.get(reverse("run_detail", args=[run.pk]), {"problems": "1"})
+    response = viewer_client.get(reverse("runs:run_detail", args=[run.pk]), {"problems": "1"})
     fragment = viewer_client.get(
-        reverse("run_detail", args=[run.pk]), {"problems": "1"}, headers={"HX-Request": "true"}
+        reverse("runs:run_detail", args=[run.pk]), {"problems": "1"}, headers={"HX-Request": "true"}
     ).content.decode()
 
     assert [row.node.hostname for row in response.context["grid"].rows] == ["n02", "n04"]
@@ -141,13 +141,13 @@ def test_it_filters_the_grid_to_problem_nodes(viewer_client, cluster, make_run) 
     assert "<td>n01</td>" not in fragment and "<td>n02</td>" in fragment
     # counts still cover the whole run
     assert '<span class="badge green">6 pass</span>' in html
-    all_rows = viewer_client.get(reverse("run_detail", args=[run.pk])).context["grid"].rows
+    all_rows = viewer_client.get(reverse("runs:run_detail", args=[run.pk])).context["grid"].rows
     assert len(all_rows) == 4
 
 
 def test_it_says_so_when_no_node_has_a_problem(viewer_client, cluster, make_run) -> None:
     run = make_run(cluster)
-    html = viewer_client.get(reverse("run_detail", args=[run.pk]), {"problems": "1"}).content.decode()
+    html = viewer_client.get(reverse("runs:run_detail", args=[run.pk]), {"problems": "1"}).content.decode()
     assert "No problem nodes." in html
 
 
@@ -169,7 +169,7 @@ def test_it_shows_a_results_evidence_escaped(viewer_client, cluster, make_run) -
     add_measurement(result, "ecc_mode", text="Enabled", gpu=5, ok=True)
     add_measurement(result, "gpu_count", value=8, ok=True)
 
-    response = viewer_client.get(reverse("result_detail", args=[result.pk]))
+    response = viewer_client.get(reverse("runs:result_detail", args=[result.pk]))
 
     html = response.content.decode()
     assert response.status_code == 200
@@ -189,9 +189,9 @@ def test_it_shows_a_results_evidence_escaped(viewer_client, cluster, make_run) -
 
 
 def test_it_answers_404_for_missing_objects(viewer_client, cluster) -> None:
-    assert viewer_client.get(reverse("cluster_detail", args=["nope"])).status_code == 404
-    assert viewer_client.get(reverse("run_detail", args=[999999])).status_code == 404
-    assert viewer_client.get(reverse("result_detail", args=[999999])).status_code == 404
+    assert viewer_client.get(reverse("inventory:cluster_detail", args=["nope"])).status_code == 404
+    assert viewer_client.get(reverse("runs:run_detail", args=[999999])).status_code == 404
+    assert viewer_client.get(reverse("runs:result_detail", args=[999999])).status_code == 404
 
 
 def _cluster_with_run(name: str, size: int, make_run):
@@ -208,14 +208,14 @@ def test_it_reads_the_run_page_in_a_constant_number_of_queries(
 ) -> None:
     small = _cluster_with_run("small", 10, make_run)
     large = _cluster_with_run("large", 100, make_run)
-    url = reverse("run_detail", args=[small.pk])
+    url = reverse("runs:run_detail", args=[small.pk])
     viewer_client.get(url)  # warm the session and anything cached per process
     with CaptureQueriesContext(connection) as small_queries:
         assert viewer_client.get(url).status_code == 200
     assert len(small_queries) < 15
 
     with django_assert_max_num_queries(len(small_queries)):
-        response = viewer_client.get(reverse("run_detail", args=[large.pk]))
+        response = viewer_client.get(reverse("runs:run_detail", args=[large.pk]))
     assert response.status_code == 200
     assert len(response.context["grid"].rows) == 100
     assert response.content.decode().count('class="cell ') >= 200

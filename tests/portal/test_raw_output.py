@@ -175,7 +175,7 @@ def viewer_client(client, make_user):
 
 
 def test_it_downloads_the_exact_bytes_for_a_viewer(viewer_client, nul_result) -> None:
-    response = viewer_client.get(reverse("result_raw_output", args=[nul_result.pk, "stdout"]))
+    response = viewer_client.get(reverse("runs:result_raw_output", args=[nul_result.pk, "stdout"]))
 
     assert response.status_code == 200 and response.streaming
     body = b"".join(response.streaming_content)
@@ -184,7 +184,7 @@ def test_it_downloads_the_exact_bytes_for_a_viewer(viewer_client, nul_result) ->
     assert response["Content-Disposition"] == f'attachment; filename="kiln-result-{nul_result.pk}.stdout"'
     assert response["X-Content-Type-Options"] == "nosniff"
     assert response["X-Kiln-SHA256"] == hashlib.sha256(body).hexdigest() == nul_result.stdout_sha256
-    stderr = viewer_client.get(reverse("result_raw_output", args=[nul_result.pk, "stderr"]))
+    stderr = viewer_client.get(reverse("runs:result_raw_output", args=[nul_result.pk, "stderr"]))
     assert b"".join(stderr.streaming_content) == b"\xff\n"
 
 
@@ -197,25 +197,25 @@ def test_it_inflates_a_large_download_a_chunk_at_a_time() -> None:
 
 def test_it_answers_404_without_stored_bytes_or_for_another_stream(viewer_client, cluster, make_run) -> None:
     queued = CheckResult.objects.filter(run=make_run(cluster)).first()
-    assert viewer_client.get(reverse("result_raw_output", args=[queued.pk, "stdout"])).status_code == 404
+    assert viewer_client.get(reverse("runs:result_raw_output", args=[queued.pk, "stdout"])).status_code == 404
     assert viewer_client.get(f"/results/{queued.pk}/raw/environ/").status_code == 404
-    assert viewer_client.get(reverse("result_raw_output", args=[999_999, "stdout"])).status_code == 404
+    assert viewer_client.get(reverse("runs:result_raw_output", args=[999_999, "stdout"])).status_code == 404
 
 
 def test_it_refuses_the_download_without_a_role(client, make_user, nul_result) -> None:
-    url = reverse("result_raw_output", args=[nul_result.pk, "stdout"])
+    url = reverse("runs:result_raw_output", args=[nul_result.pk, "stdout"])
     assert client.get(url).status_code == 302  # anonymous: to the login page
     client.force_login(make_user("nobody"))
     assert client.get(url).status_code == 403
 
 
 def test_the_result_page_shows_the_escaped_text_and_links_the_bytes(viewer_client, nul_result) -> None:
-    page = viewer_client.get(reverse("result_detail", args=[nul_result.pk])).content.decode()
+    page = viewer_client.get(reverse("runs:result_detail", args=[nul_result.pk])).content.decode()
 
     assert "&lt;driver_version&gt;5\\x00\x07junk" in page
     assert "&lt;b&gt;&amp;amp;&lt;/b&gt;" in page  # escaped as HTML too: output never becomes markup
-    assert reverse("result_raw_output", args=[nul_result.pk, "stdout"]) in page
-    assert reverse("result_raw_output", args=[nul_result.pk, "stderr"]) in page
+    assert reverse("runs:result_raw_output", args=[nul_result.pk, "stdout"]) in page
+    assert reverse("runs:result_raw_output", args=[nul_result.pk, "stderr"]) in page
     assert nul_result.stdout_sha256 in page and "\x00" not in page
 
 
@@ -224,12 +224,12 @@ def test_the_readers_of_results_keep_working_with_nul_output(viewer_client, nul_
     doc = selectors.run_json(run=run)  # kiln_run --json
     row = next(r for r in doc["results"] if r["check"] == nul_result.item_key and r["node"] == "n01")
     assert row["status"] == "error" and json.dumps(doc)
-    exported = viewer_client.get(reverse("run_results_json", args=[run.pk]))
+    exported = viewer_client.get(reverse("history:run_results_json", args=[run.pk]))
     results = json.loads(b"".join(exported.streaming_content))["results"]
     assert any(r["result_id"] == nul_result.pk and r["status"] == "error" for r in results)
-    csv_text = b"".join(viewer_client.get(reverse("run_results_csv", args=[run.pk])).streaming_content).decode()
+    csv_text = b"".join(viewer_client.get(reverse("history:run_results_csv", args=[run.pk])).streaming_content).decode()
     assert f"/results/{nul_result.pk}/" in csv_text
-    assert viewer_client.get(reverse("run_detail", args=[run.pk])).status_code == 200
+    assert viewer_client.get(reverse("runs:run_detail", args=[run.pk])).status_code == 200
 
 
 def test_it_does_not_load_raw_bytes_with_a_result_unless_asked(nul_result) -> None:

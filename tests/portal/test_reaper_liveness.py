@@ -27,11 +27,11 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, int]]]:
     """The tasks the reaper sends (on commit), instead of a broker."""
-    import worker.tasks
+    from portal.runs import dispatch
 
     calls: list[tuple[str, dict[str, int]]] = []
-    monkeypatch.setattr(worker.tasks, "enqueue_node", lambda **kw: calls.append(("node", kw)))
-    monkeypatch.setattr(worker.tasks, "enqueue_group", lambda **kw: calls.append(("group", kw)))
+    monkeypatch.setattr(dispatch, "enqueue_node", lambda **kw: calls.append(("node", kw)))
+    monkeypatch.setattr(dispatch, "enqueue_group", lambda **kw: calls.append(("group", kw)))
     return calls
 
 

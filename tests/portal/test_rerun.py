@@ -107,10 +107,10 @@ def test_it_reruns_the_nodes_a_failed_multi_node_check_named(finished) -> None:
 
 
 def test_it_enqueues_the_rerun_nodes_once_committed(finished, monkeypatch, django_capture_on_commit_callbacks) -> None:
-    import worker.tasks
+    from portal.runs import dispatch
 
     enqueued: list[dict] = []
-    monkeypatch.setattr(worker.tasks, "enqueue_node", lambda **kwargs: enqueued.append(kwargs))
+    monkeypatch.setattr(dispatch, "enqueue_node", lambda **kwargs: enqueued.append(kwargs))
 
     with django_capture_on_commit_callbacks(execute=True):
         rerun = services.run_rerun(run=finished)
@@ -124,20 +124,20 @@ def test_it_enqueues_the_rerun_nodes_once_committed(finished, monkeypatch, djang
 
 
 def test_it_lets_an_operator_rerun_from_the_run_page(client, make_user, finished, monkeypatch) -> None:
-    import worker.tasks
+    from portal.runs import dispatch
 
-    monkeypatch.setattr(worker.tasks, "enqueue_node", lambda **kwargs: None)
+    monkeypatch.setattr(dispatch, "enqueue_node", lambda **kwargs: None)
     client.force_login(make_user("otto", "operator"))
-    page = client.get(reverse("run_detail", args=[finished.pk])).content.decode()
+    page = client.get(reverse("runs:run_detail", args=[finished.pk])).content.decode()
     assert 'id="rerun"' in page and "Re-run failed/errored nodes" in page
 
-    response = client.post(reverse("run_rerun", args=[finished.pk]), follow=True)
+    response = client.post(reverse("runs:run_rerun", args=[finished.pk]), follow=True)
 
     rerun = Run.objects.get(parent=finished)
-    assert response.redirect_chain == [(reverse("run_detail", args=[rerun.pk]), 302)]
+    assert response.redirect_chain == [(reverse("runs:run_detail", args=[rerun.pk]), 302)]
     html = response.content.decode()
     assert f"re-runs the failed and errored nodes n[02,04] of run #{finished.pk}" in html
-    assert f're-run of <a href="{reverse("run_detail", args=[finished.pk])}">#{finished.pk}</a>' in html
+    assert f're-run of <a href="{reverse("runs:run_detail", args=[finished.pk])}">#{finished.pk}</a>' in html
     assert rerun.requested_by.username == "otto"
 
 
@@ -147,9 +147,9 @@ def test_it_says_why_when_there_is_nothing_to_rerun(client, make_user, cluster, 
     services.run_finalize(run_id=run.pk)
     client.force_login(make_user("otto", "operator"))
 
-    response = client.post(reverse("run_rerun", args=[run.pk]), follow=True)
+    response = client.post(reverse("runs:run_rerun", args=[run.pk]), follow=True)
 
-    assert response.redirect_chain == [(reverse("run_detail", args=[run.pk]), 302)]
+    assert response.redirect_chain == [(reverse("runs:run_detail", args=[run.pk]), 302)]
     assert "Nothing re-run: run #" in response.content.decode()
     assert 'id="rerun"' not in response.content.decode()  # no button either: nothing failed
     assert Run.objects.count() == 1
@@ -157,19 +157,19 @@ def test_it_says_why_when_there_is_nothing_to_rerun(client, make_user, cluster, 
 
 def test_it_hides_the_rerun_button_from_viewers_and_forbids_them(client, make_user, finished) -> None:
     client.force_login(make_user("vera", "viewer"))
-    assert 'id="rerun"' not in client.get(reverse("run_detail", args=[finished.pk])).content.decode()
-    assert client.post(reverse("run_rerun", args=[finished.pk])).status_code == 403
+    assert 'id="rerun"' not in client.get(reverse("runs:run_detail", args=[finished.pk])).content.decode()
+    assert client.post(reverse("runs:run_rerun", args=[finished.pk])).status_code == 403
     assert Run.objects.count() == 1
 
 
 def test_it_forbids_users_without_a_role_to_rerun(client, make_user, finished) -> None:
     client.force_login(make_user("nobody"))
-    assert client.post(reverse("run_rerun", args=[finished.pk])).status_code == 403
+    assert client.post(reverse("runs:run_rerun", args=[finished.pk])).status_code == 403
     assert Run.objects.count() == 1
 
 
 def test_it_sends_anonymous_users_to_login_instead_of_rerunning(client, finished) -> None:
-    url = reverse("run_rerun", args=[finished.pk])
+    url = reverse("runs:run_rerun", args=[finished.pk])
     response = client.post(url)
     assert response.status_code == 302
     assert response["Location"] == f"/login/?next={quote(url)}"
@@ -178,5 +178,5 @@ def test_it_sends_anonymous_users_to_login_instead_of_rerunning(client, finished
 
 def test_it_only_reruns_on_post(client, make_user, finished) -> None:
     client.force_login(make_user("otto", "operator"))
-    assert client.get(reverse("run_rerun", args=[finished.pk])).status_code == 405
+    assert client.get(reverse("runs:run_rerun", args=[finished.pk])).status_code == 405
     assert Run.objects.count() == 1

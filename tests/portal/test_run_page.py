@@ -50,7 +50,7 @@ def started(run: Run, minutes_ago: float) -> Run:
 
 
 def test_it_sends_anonymous_users_to_login(client, cluster, make_run) -> None:
-    url = reverse("run_detail", args=[make_run(cluster).pk])
+    url = reverse("runs:run_detail", args=[make_run(cluster).pk])
     for headers in ({}, {"HX-Request": "true"}):
         response = client.get(url + "?since=1", headers=headers)
         assert response.status_code == 302
@@ -59,7 +59,7 @@ def test_it_sends_anonymous_users_to_login(client, cluster, make_run) -> None:
 
 def test_it_forbids_users_without_a_role(client, make_user, cluster, make_run) -> None:
     client.force_login(make_user("nobody"))
-    url = reverse("run_detail", args=[make_run(cluster).pk])
+    url = reverse("runs:run_detail", args=[make_run(cluster).pk])
     assert client.get(url).status_code == 403
     assert client.get(url + "?since=1", headers={"HX-Request": "true"}).status_code == 403
 
@@ -130,7 +130,7 @@ def test_it_shows_the_eta_of_an_active_run(viewer_client, cluster, make_run) -> 
         set_result(run, host, "gpu-inventory", "pass", duration_s=30.0)
         set_result(run, host, "ecc-health", "pass", duration_s=30.0)
 
-    html = viewer_client.get(reverse("run_detail", args=[run.pk])).content.decode()
+    html = viewer_client.get(reverse("runs:run_detail", args=[run.pk])).content.decode()
 
     assert "4/8 checks (50%)" in html
     assert '<span id="run-eta">ETA ~3 min</span>' in html  # half done in 3 minutes, equal weights
@@ -139,7 +139,7 @@ def test_it_shows_the_eta_of_an_active_run(viewer_client, cluster, make_run) -> 
 def test_it_shows_no_eta_once_the_run_finished(viewer_client, cluster, make_run) -> None:
     run = make_run(cluster)
     services.run_cancel(run=run)
-    assert 'id="run-eta"' not in viewer_client.get(reverse("run_detail", args=[run.pk])).content.decode()
+    assert 'id="run-eta"' not in viewer_client.get(reverse("runs:run_detail", args=[run.pk])).content.decode()
 
 
 # --- the live poll ----------------------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def test_it_polls_the_summary_for_the_rows_changed_since_the_last_answer(viewer_
     run = started(make_run(cluster), minutes_ago=5)
     long_ago = timezone.now() - timedelta(minutes=4)
     set_result(run, "n01", "gpu-inventory", "pass", "old news", started_at=long_ago, finished_at=long_ago)
-    page = viewer_client.get(reverse("run_detail", args=[run.pk])).content.decode()
+    page = viewer_client.get(reverse("runs:run_detail", args=[run.pk])).content.decode()
     poll = re.search(r'<div id="run-summary" data-status="running" hx-get="([^"]+)" hx-trigger="every 2s"', page)
     assert poll, "the summary polls while the run is active"
     poll_url = poll.group(1).replace("&amp;", "&")
@@ -178,7 +178,7 @@ def test_it_swaps_the_whole_grid_when_the_run_finished_between_polls(viewer_clie
     services.run_cancel(run=run)
 
     response = viewer_client.get(
-        reverse("run_detail", args=[run.pk]) + f"?since={since}", headers={"HX-Request": "true"}
+        reverse("runs:run_detail", args=[run.pk]) + f"?since={since}", headers={"HX-Request": "true"}
     )
 
     assert response.headers["HX-Retarget"] == "#run-grid"
@@ -196,7 +196,7 @@ def test_it_sends_every_row_when_a_multi_node_result_moved(viewer_client, cluste
     now = timezone.now()
     CheckResult.objects.filter(run=run, scope="group").update(status="running", started_at=now)
 
-    url = reverse("run_detail", args=[run.pk]) + f"?since={since}"
+    url = reverse("runs:run_detail", args=[run.pk]) + f"?since={since}"
     response = viewer_client.get(url, headers={"HX-Request": "true"})
 
     assert response.headers["HX-Retarget"] == "#run-grid"
@@ -208,7 +208,7 @@ def test_it_sends_every_row_when_a_multi_node_result_moved(viewer_client, cluste
 def test_it_keeps_the_problem_filter_while_polling(viewer_client, cluster, make_run) -> None:
     run = make_run(cluster)
     set_result(run, "n02", "ecc-health", "fail", "GPU 1: ECC")
-    url = reverse("run_detail", args=[run.pk])
+    url = reverse("runs:run_detail", args=[run.pk])
 
     page = viewer_client.get(url, {"problems": "1"}).content.decode()
     assert f'hx-get="{url}?problems=1" hx-trigger="every 2s"' in page
@@ -223,7 +223,7 @@ def test_it_keeps_the_problem_filter_while_polling(viewer_client, cluster, make_
 def test_it_ignores_a_garbled_since(viewer_client, cluster, make_run) -> None:
     run = make_run(cluster)
     response = viewer_client.get(
-        reverse("run_detail", args=[run.pk]) + "?since=nan-ish", headers={"HX-Request": "true"}
+        reverse("runs:run_detail", args=[run.pk]) + "?since=nan-ish", headers={"HX-Request": "true"}
     )
     assert response.status_code == 200
     assert response.content.decode().count("<tr id=") == 4 and "HX-Retarget" not in response.headers
@@ -236,11 +236,11 @@ def test_it_escapes_reasons_and_links_every_cell_to_its_result(viewer_client, cl
     run = make_run(cluster)
     bad = set_result(run, "n02", "ecc-health", "fail", 'GPU 5: <script>alert("x")</script> & "more"')
 
-    html = viewer_client.get(reverse("run_detail", args=[run.pk])).content.decode()
+    html = viewer_client.get(reverse("runs:run_detail", args=[run.pk])).content.decode()
 
     assert "<script>alert" not in html
     assert 'title="GPU 5: &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &quot;more&quot;"' in html
-    assert f'<a class="cell fail" href="{reverse("result_detail", args=[bad.pk])}"' in html
+    assert f'<a class="cell fail" href="{reverse("runs:result_detail", args=[bad.pk])}"' in html
     assert html.count('href="/results/') == 8
     assert '<thead><tr><th>Node</th><th title="gpu_inventory">GPU inventory</th>' in html  # sticky header row
 
@@ -269,7 +269,7 @@ def test_it_reads_the_run_page_in_the_same_number_of_queries_at_16_and_1250_node
         TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug=slug), order=order)
     small, large = seed_run("s", 16, plan), seed_run("l", 1250, plan)
     assert CheckResult.objects.filter(run=large).count() == 10_000
-    viewer_client.get(reverse("run_detail", args=[small.pk]))  # warm the session
+    viewer_client.get(reverse("runs:run_detail", args=[small.pk]))  # warm the session
     counts = {}
     for label, run in (("small", small), ("large", large)):
         for mode, headers, query in (
@@ -278,14 +278,14 @@ def test_it_reads_the_run_page_in_the_same_number_of_queries_at_16_and_1250_node
             ("live", {"HX-Request": "true"}, f"?since={time.time() - 120:.3f}"),
         ):
             with CaptureQueriesContext(connection) as queries:
-                response = viewer_client.get(reverse("run_detail", args=[run.pk]) + query, headers=headers)
+                response = viewer_client.get(reverse("runs:run_detail", args=[run.pk]) + query, headers=headers)
             assert response.status_code == 200
             counts[(label, mode)] = len(queries)
 
     for mode in ("page", "fragment", "live"):
         assert counts[("large", mode)] == counts[("small", mode)], (mode, counts)
     with django_assert_max_num_queries(counts[("small", "page")]):
-        response = viewer_client.get(reverse("run_detail", args=[large.pk]))
+        response = viewer_client.get(reverse("runs:run_detail", args=[large.pk]))
     html = response.content.decode()
     assert html.count('class="cell ') == 10_000 + 1  # every cell, and the run's status
     assert "5000/10000 checks (50%)" in html and "ETA ~" in html

@@ -77,7 +77,9 @@ def test_apps_read_django_settings_not_the_environment() -> None:
         "portal/certificates/sandbox.py",  # the child's limits, set before Django loads
         "portal/certificates/charts.py",  # kaleido finds Chromium through the environment
         "worker/celery.py",  # DJANGO_SETTINGS_MODULE, before Django
-        "worker/ssh.py",  # transport layer, also used without Django; a local command's environment
+        "worker/ssh.py",  # transport layer, also used without Django
+        "worker/transport.py",  # the output cap: transport layer, also used without Django
+        "worker/local.py",  # a local command's environment
         "worker/keepalive.py",  # transport layer, also used without Django
     }
     found = set()

@@ -51,14 +51,14 @@ def test_it_keeps_a_bounded_head_and_counts_the_rest() -> None:
 
 def test_viewers_read_the_scrubbed_output_on_the_deliveries_page(cluster, make_user, client, settings) -> None:
     from portal.health.models import SchedulerAction
-    from portal.health.services import _scheduler_action_close
+    from portal.health.services.scheduler import _scheduler_action_close
 
     settings.KILN_METRICS_TOKEN = "metrics-bearer-token-0123"
     node = cluster.nodes.get(hostname="n01")
     action = SchedulerAction.objects.create(node=node, action="drain", argv=["scontrol"], status="running")
     _scheduler_action_close(action, "failed", hook_output("kubectl: token=metrics-bearer-token-0123 refused"))
     client.force_login(make_user("v", "viewer"))
-    page = client.get(reverse("health_deliveries", args=["c1"])).content.decode()
+    page = client.get(reverse("health:deliveries", args=["c1"])).content.decode()
     assert "token=[redacted]" in page and "metrics-bearer-token-0123" not in page
 
 

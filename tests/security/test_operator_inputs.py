@@ -202,14 +202,14 @@ def test_a_staff_operator_posting_the_cluster_admin_cannot_change_its_transport_
 def test_only_operators_reach_the_forms_that_set_what_runs(client, cluster, make_user, role, status) -> None:
     client.force_login(make_user("u", role))
     for url in (
-        reverse("health_settings", args=["c1"]),
-        reverse("run_start", args=["c1"]),
-        reverse("health_schedule_create"),
+        reverse("health:settings", args=["c1"]),
+        reverse("runs:run_start", args=["c1"]),
+        reverse("health:schedule_create"),
     ):
         assert client.get(url).status_code == status, url
 
 
 def test_anonymous_users_reach_none_of_them(client, cluster) -> None:
-    for url in (reverse("health_settings", args=["c1"]), reverse("run_start", args=["c1"])):
+    for url in (reverse("health:settings", args=["c1"]), reverse("runs:run_start", args=["c1"])):
         response = client.get(url)
         assert response.status_code == 302 and "/login/" in response["Location"]

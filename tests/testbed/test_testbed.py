@@ -255,7 +255,7 @@ def test_it_brings_64_nodes_up_in_a_few_seconds(testbed_factory: Callable[..., T
 def test_a_launcher_refusing_sessions_is_named_as_such(clean_testbed: Testbed) -> None:
     """A node whose sshd allows one session per connection (MaxSessions 1): a second concurrent
     command on Kiln's one connection is refused, and the transport says why, so pairwise
-    localisation can run fewer pairs at once (portal.runs.execution._localise)."""
+    localisation can run fewer pairs at once (portal.runs.pairs.localise)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from checks.base import Command

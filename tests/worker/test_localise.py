@@ -21,8 +21,9 @@ from checks.base import (
     Measurement,
     NodeContext,
 )
-from portal.runs import execution
-from portal.runs.execution import _localise, pair_batches, pair_run_budget, ring_pairs
+from portal.runs import pairs
+from portal.runs.pairs import localise as _localise
+from portal.runs.pairs import pair_batches, pair_run_budget, ring_pairs
 from worker.ssh import SessionRefusedError
 from worker.timeouts import group_task_limits
 
@@ -123,13 +124,22 @@ def test_its_batches_are_disjoint_bounded_and_cover_every_pair_once(n: int, para
 
 
 class ConcurrentEchoTransport(EchoTransport):
-    """Records how many pair runs overlap, and fails if one node is in two of them at once."""
+    """Records how many pair runs overlap, and fails if one node is in two of them at once.
+
+    The first two runs wait for each other at a barrier: run concurrently they meet; run one after
+    the other the first waits alone, the barrier breaks and `met` says so. No sleep, no time bound."""
+
+    # Only a guard against a hang when the runs are sequential; meeting takes microseconds.
+    MEET_TIMEOUT_S = 30
 
     def __init__(self) -> None:
         super().__init__()
         self.lock = threading.Lock()
         self.busy: set[str] = set()
         self.most_at_once = 0
+        self.started = 0
+        self.meet = threading.Barrier(2, timeout=self.MEET_TIMEOUT_S)
+        self.met = False
 
     def run(self, command: Command) -> CommandOutput:
         hosts = set(command.argv[1:])
@@ -137,7 +147,14 @@ class ConcurrentEchoTransport(EchoTransport):
             assert not hosts & self.busy, f"{hosts & self.busy} in two concurrent pair runs"
             self.busy |= hosts
             self.most_at_once = max(self.most_at_once, len(self.busy) // 2)
-        time.sleep(0.2)  # long enough for the batch's other pairs to start
+            self.started += 1
+            first_two = self.started <= 2
+        if first_two:
+            try:
+                self.meet.wait()
+                self.met = True
+            except threading.BrokenBarrierError:
+                pass
         with self.lock:
             self.busy -= hosts
         return super().run(command)
@@ -147,8 +164,8 @@ def test_it_runs_disjoint_pairs_at_once_with_the_same_verdict() -> None:
     sequential, _ = localise({"gpu01", "gpu03"})
     transport = ConcurrentEchoTransport()
     _, _, concurrent = _localise(PairCheck({"gpu01", "gpu03"}), None, None, transport, group_of(12), parallelism=4)
-    assert transport.most_at_once > 1
-    assert transport.most_at_once <= 4
+    assert transport.met, "the first two pair runs never overlapped"
+    assert 2 <= transport.most_at_once <= 4
     assert concurrent.status == sequential.status
     assert {h: v.status for h, v in concurrent.node_verdicts.items()} == {
         h: v.status for h, v in sequential.node_verdicts.items()
@@ -172,7 +189,7 @@ class ClockTransport(EchoTransport):
 
 def test_it_stops_starting_pairs_at_its_deadline_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     transport = ClockTransport()
-    monkeypatch.setattr(execution, "time", SimpleNamespace(monotonic=transport.monotonic))
+    monkeypatch.setattr(pairs, "time", SimpleNamespace(monotonic=transport.monotonic))
     check = PairCheck({"gpu07"})
     budget = pair_run_budget(check, None)
     # Room for the ring (12 pairs one at a time, 1 s each) but not for the verification pairs.
@@ -185,7 +202,7 @@ def test_it_stops_starting_pairs_at_its_deadline_and_says_so(monkeypatch: pytest
 
 def test_it_runs_no_pair_when_no_time_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
     transport = ClockTransport()
-    monkeypatch.setattr(execution, "time", SimpleNamespace(monotonic=transport.monotonic))
+    monkeypatch.setattr(pairs, "time", SimpleNamespace(monotonic=transport.monotonic))
     _, _, verdict = _localise(PairCheck({"gpu07"}), None, None, transport, group_of(12), deadline=1.0)
     assert transport.runs == []
     assert "12 pair run(s) left out" in verdict.reason

@@ -6,6 +6,8 @@ import json
 
 from django import template
 
+from checks.presentation import presentation_of
+
 register = template.Library()
 
 
@@ -29,3 +31,10 @@ def pretty_json(text: str) -> str:
         return json.dumps(json.loads(stripped), indent=2)
     except ValueError:
         return text
+
+
+@register.filter
+def chart_family(kind: str) -> str:
+    """The chart family a check kind declares (checks/presentation.py): which
+    templates/charts/family/<family>.html shows its result; "" for none."""
+    return presentation_of(kind).chart

@@ -63,7 +63,7 @@ class Command(BaseCommand):
 
     def _trust(self, options: dict[str, Any]) -> None:
         added = keys.trust_import(path=options["file"])
-        self.stdout.write(f"trusted {added.kind} {added.fingerprint}")
+        self.stdout.write(f"trusted {added.role} {added.fingerprint}")
 
     def _list(self, options: dict[str, Any]) -> None:
         store = keys.trust_store_load()
@@ -71,7 +71,7 @@ class Command(BaseCommand):
             self.stdout.write(f"no keys in {keys.key_dir()}: run `manage.py kiln_keys init`")
         for key in store.keys:
             state = "current" if key.current else "retired/imported"
-            self.stdout.write(f"{key.kind:7} {state:16} {key.fingerprint}  {key.subject or key.source}")
+            self.stdout.write(f"{key.role:7} {state:16} {key.fingerprint}  {key.subject or key.source}")
 
     def _export_public(self, options: dict[str, Any]) -> None:
         self.stdout.write(keys.public_export(), ending="")

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checks.profiles import PROFILES
-from portal.inventory.models import Cluster
+from portal.inventory.models import Cluster, Transport
 from portal.inventory.services import InventoryError, cluster_create
 
 
@@ -60,7 +60,7 @@ class Command(BaseCommand):
             )
         except InventoryError as exc:
             raise CommandError(str(exc)) from None
-        if cluster.transport == "ssh" and not cluster.known_hosts:
+        if cluster.transport == Transport.SSH and not cluster.known_hosts:
             self.stderr.write(
                 "warning: no known_hosts given: every connection will be refused until host keys are added "
                 "(--known-hosts, the admin, or pinned fingerprints)"

@@ -1,0 +1,203 @@
+"""How a check kind is shown: the one declaration the portal reads (charts, history, /metrics,
+health trends, fleet outliers, certificate). Pure Python, no Django.
+
+A check class sets `presentation: ClassVar[Presentation]` beside its thresholds; the portal looks
+it up through the registry (`presentation_of`, `presented`) and keeps no table of kinds of its own.
+A kind that declares nothing gets `Presentation()`: no chart, no key metric, nothing exported.
+See docs/adding-a-check.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# A stored measurement as the portal hands it over (a Measurement row as values()).
+Row = Mapping[str, Any]
+
+# Chart families the portal can draw for one result (portal/charts); "" = no chart.
+CHART_FAMILIES = ("", "nccl", "burn_in", "dlc", "filesystem", "ecc")
+
+
+@dataclass(frozen=True)
+class KeyMetric:
+    """A measurement followed across runs (node history, run comparison). `better` is the direction
+    of a good change; per-GPU values fold into one number per node with `gpu_agg` (the worst GPU,
+    or the sum of counts). `labels` must all match (phase=load). `scale` turns the stored unit into
+    `unit`. Two kinds declaring the same `key` share one chart (NCCL on one node and across nodes)."""
+
+    key: str
+    label: str
+    name: str
+    unit: str
+    better: str = "higher"
+    scale: float = 1.0
+    per_gpu: bool = False
+    gpu_agg: str = "min"
+    labels: tuple[tuple[str, str], ...] = ()
+    # Changes smaller than this (relative, %) are noise, not "worse"; counts have no tolerance.
+    tolerance_pct: float = 2.0
+    # Group-level values (no host label) on a node's own page: a multi-node busbw is worth seeing
+    # there; the filesystem aggregate total is not (it dwarfs the node's own bandwidth).
+    group_value_on_node: bool = False
+    # One of the metrics the fleet distribution page opens on when none is asked for.
+    fleet_default: bool = False
+
+
+@dataclass(frozen=True)
+class TrendRule:
+    """A key measurement that must not drift the bad way across sweeps (portal/health/trends.py)."""
+
+    name: str
+    direction: int  # +1: rising is bad; -1: falling is bad
+    min_change: float  # absolute, or a fraction of the first value when `relative`
+    relative: bool
+    label: str
+    unit: str
+
+
+@dataclass(frozen=True)
+class PromMetric:
+    """A measurement exported on /metrics (the node's latest finished result of the kind), labelled
+    cluster, node, gpu and, when `label` is set, `label` = `label_value`, or the measurement's own
+    label of that name when `label_value` is None (phase)."""
+
+    measurement: str
+    metric: str
+    help: str
+    label: str = ""
+    label_value: str | None = ""
+
+
+@dataclass(frozen=True)
+class OutlierMetric:
+    """A key metric compared across the nodes of one run (portal/runs/outliers.py)."""
+
+    key: str  # labels the outlier_z measurement
+    label: str  # how the reason names it
+    names: tuple[str, ...]  # the measurement names it reads
+    unit: str
+    low_is_bad: bool
+    read: Callable[[Iterable[Row]], float | None]
+    scale: float = 1.0  # stored unit -> shown unit (B/s -> GB/s)
+
+
+@dataclass(frozen=True)
+class CertificateChart:
+    """A static chart in the certificate PDF (portal/certificates/charts.py).
+
+    style "curves": each node's stored series `names[0]` (x against y), `threshold` (a threshold
+    field of the plan item) drawn dashed. style "bars": one trace per measurement name, one bar per
+    node (per node/GPU when the values are per GPU), values divided by `scale`."""
+
+    title: str
+    style: str
+    names: tuple[str, ...]
+    y_title: str
+    x_title: str = ""
+    log_x: bool = False
+    threshold: str = ""
+    scale: float = 1.0
+    grouped: bool = False  # bars side by side per node (several names)
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """Everything the portal shows of one check kind. `rank` orders kinds on pages that list several
+    (history charts, certificate charts): lower first."""
+
+    chart: str = ""
+    rank: int = 100
+    key_metrics: tuple[KeyMetric, ...] = ()
+    trends: tuple[TrendRule, ...] = ()
+    prometheus: tuple[PromMetric, ...] = ()
+    outliers: tuple[OutlierMetric, ...] = ()
+    certificate_charts: tuple[CertificateChart, ...] = ()
+    # Per-GPU text measurement -> field of the certificate's GPU identity ({"gpu_uuid": "uuid"}).
+    gpu_identity: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.chart not in CHART_FAMILIES:
+            raise ValueError(f"unknown chart family {self.chart!r}; known: {', '.join(CHART_FAMILIES[1:])}")
+        for chart in self.certificate_charts:
+            if chart.style not in ("curves", "bars"):
+                raise ValueError(f"certificate chart {chart.title!r}: unknown style {chart.style!r}")
+
+
+NOTHING = Presentation()
+
+
+def presentation_of(kind: str) -> Presentation:
+    """The declaration of a check kind; an unknown kind (a result of a check since removed) shows
+    nothing rather than breaking a page."""
+    from checks.base import REGISTRY
+
+    cls = REGISTRY.get(kind)
+    return getattr(cls, "presentation", NOTHING) if cls is not None else NOTHING
+
+
+def presented() -> list[tuple[str, Presentation]]:
+    """(kind, presentation) of every registered kind, by rank then kind."""
+    import checks  # noqa: F401  (importing the package registers every check)
+    from checks.base import REGISTRY
+
+    pairs = [(kind, getattr(cls, "presentation", NOTHING)) for kind, cls in REGISTRY.items()]
+    return sorted(pairs, key=lambda kp: (kp[1].rank, kp[0]))
+
+
+def kinds_charted(family: str) -> tuple[str, ...]:
+    """The kinds whose results are drawn by chart family `family`."""
+    return tuple(kind for kind, p in presented() if p.chart == family)
+
+
+# --- readers for outlier metrics: a node's one value from its measurements ------------------------
+
+
+def _values(rows: Iterable[Row], name: str, labels: Mapping[str, str]) -> list[float]:
+    return [
+        float(r["value"])
+        for r in rows
+        if r["name"] == name
+        and r["value"] is not None
+        and all((r.get("labels") or {}).get(k) == v for k, v in labels.items())
+    ]
+
+
+def highest(name: str, **labels: str) -> Callable[[Iterable[Row]], float | None]:
+    """The largest value of `name` (with `labels`): the hottest GPU, the best size's busbw."""
+
+    def read(rows: Iterable[Row]) -> float | None:
+        values = _values(rows, name, labels)
+        return max(values) if values else None
+
+    return read
+
+
+def lowest(name: str, **labels: str) -> Callable[[Iterable[Row]], float | None]:
+    """The smallest value of `name`: the slowest GPU sets the node's pace in a synchronous job."""
+
+    def read(rows: Iterable[Row]) -> float | None:
+        values = _values(rows, name, labels)
+        return min(values) if values else None
+
+    return read
+
+
+def total_else_sum(total: str, part: str) -> Callable[[Iterable[Row]], float | None]:
+    """The node's total `total` (the row without a job label, the value its threshold judges), else
+    the sum of the per-job `part` rows (checks/filesystem.py)."""
+
+    def read(rows: Iterable[Row]) -> float | None:
+        rows = list(rows)
+        sums = [
+            float(r["value"])
+            for r in rows
+            if r["name"] == total and r["value"] is not None and "job" not in (r.get("labels") or {})
+        ]
+        if sums:
+            return sums[0]
+        parts = _values(rows, part, {})
+        return sum(parts) if parts else None
+
+    return read

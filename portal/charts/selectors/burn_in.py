@@ -1,0 +1,99 @@
+"""Burn-in telemetry per GPU (downsampled), throttle spans and the slowdown temperature."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from portal.charts.lttb import downsample
+from portal.charts.selectors.common import (
+    MAX_POINTS,
+    is_float,
+)
+from portal.runs.models import CheckResult, Measurement, Series
+
+BURN_METRICS = (("temp_gpu", "GPU temperature", "C"), ("power_w", "Power", "W"), ("sm_clock_mhz", "SM clock", "MHz"))
+
+
+@dataclass
+class Trace:
+    gpu: int | None
+    x: list[Any]
+    y: list[Any]
+    points: int  # stored points before downsampling
+
+
+@dataclass
+class ThrottleSpan:
+    gpu: int | None
+    reason: str
+    start: float
+    end: float
+
+
+@dataclass
+class BurnInData:
+    title: str
+    panels: list[tuple[str, str, str, list[Trace]]]  # (series name, label, unit, traces)
+    throttles: list[ThrottleSpan]
+    slowdown_c: float | None
+    max_points: int
+    stored_points: int = 0
+    drawn_points: int = 0
+
+
+def burn_in_result(*, result: CheckResult, max_points: int = MAX_POINTS) -> BurnInData:
+    """Temperature, power and SM clock per GPU, each trace LTTB-downsampled to `max_points`."""
+    names = [name for name, _, _ in BURN_METRICS]
+    by_name: dict[str, list[Trace]] = {name: [] for name in names}
+    stored = drawn = 0
+    for s in Series.objects.filter(result=result, name__in=names).only("name", "gpu", "x", "y").order_by("gpu", "id"):
+        x, y = downsample(s.x, s.y, max_points)
+        stored += len(s.x)
+        drawn += len(x)
+        by_name[s.name].append(Trace(gpu=s.gpu, x=x, y=y, points=len(s.x)))
+    throttles = [
+        ThrottleSpan(gpu=m.gpu, reason=m.text, start=float(m.labels["start_t"]), end=float(m.labels["end_t"]))
+        for m in Measurement.objects.filter(result=result, name="throttle_event").only("gpu", "text", "labels")
+        if is_float((m.labels or {}).get("start_t")) and is_float((m.labels or {}).get("end_t"))
+    ]
+    panels = [(name, label, unit, by_name[name]) for name, label, unit in BURN_METRICS]
+    return BurnInData(
+        title=f"{result.item_key} on {result.node.hostname}: telemetry per GPU",
+        panels=panels,
+        throttles=throttles,
+        slowdown_c=slowdown_threshold(result=result),
+        max_points=max_points,
+        stored_points=stored,
+        drawn_points=drawn,
+    )
+
+
+def slowdown_threshold(*, result: CheckResult) -> float | None:
+    """The NVML slowdown temperature of the result's node: burn-in does not store it, so it comes
+    from the same run's DLC or inventory result on that node (one query), else from the probe
+    document in the result's own stdout when it was kept whole. The lowest GPU's value."""
+    values = list(
+        Measurement.objects.filter(
+            result__run_id=result.run_id,
+            result__node_id=result.node_id,
+            name__in=("slowdown_temp", "gpu_temp_slowdown"),
+            value__isnull=False,
+        ).values_list("value", flat=True)
+    )
+    if values:
+        return min(values)
+    try:
+        doc = json.loads(result.stdout) if result.stdout and not result.output_truncated else None
+    except ValueError:
+        return None
+    gpus = ((doc or {}).get("before") or {}).get("gpus") if isinstance(doc, dict) else None
+    found = [
+        g["temperature"]["slowdown"]
+        for g in gpus or []
+        if isinstance(g, dict)
+        and isinstance(g.get("temperature"), dict)
+        and isinstance(g["temperature"].get("slowdown"), (int, float))
+    ]
+    return float(min(found)) if found else None

@@ -1,0 +1,56 @@
+"""DLC temperature: steady idle and load temperature per GPU against the slowdown threshold."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from portal.charts.selectors.common import (
+    item_thresholds,
+)
+from portal.runs.models import CheckResult, Measurement
+
+
+@dataclass
+class DlcData:
+    title: str
+    gpus: list[int]
+    idle: list[float | None]
+    load: list[float | None]
+    slowdown: list[float | None]
+    margin_c: float | None
+    sibling_delta: list[float | None]  # load temperature minus the median of the other GPUs
+    max_sibling_delta_c: float | None
+
+
+def dlc_result(*, result: CheckResult) -> DlcData:
+    rows = Measurement.objects.filter(
+        result=result, name__in=("temp_gpu_steady", "slowdown_temp"), gpu__isnull=False
+    ).values_list("name", "gpu", "value", "labels")
+    idle: dict[int, float | None] = {}
+    load: dict[int, float | None] = {}
+    slowdown: dict[int, float | None] = {}
+    for name, gpu, value, labels in rows:
+        if name == "slowdown_temp":
+            slowdown[gpu] = value
+        elif (labels or {}).get("phase") == "load":
+            load[gpu] = value
+        else:
+            idle[gpu] = value
+    gpus = sorted(set(idle) | set(load) | set(slowdown))
+    deltas: list[float | None] = []
+    for gpu in gpus:
+        others = [v for g, v in load.items() if g != gpu and v is not None]
+        value = load.get(gpu)
+        deltas.append(value - statistics.median(others) if value is not None and others else None)
+    t = item_thresholds(result.run, result.item_key)
+    return DlcData(
+        title=f"{result.item_key} on {result.node.hostname}: steady GPU temperature, idle and under load",
+        gpus=gpus,
+        idle=[idle.get(g) for g in gpus],
+        load=[load.get(g) for g in gpus],
+        slowdown=[slowdown.get(g) for g in gpus],
+        margin_c=t.get("min_margin_c"),
+        sibling_delta=deltas,
+        max_sibling_delta_c=t.get("max_sibling_delta_c"),
+    )

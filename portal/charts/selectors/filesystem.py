@@ -1,0 +1,74 @@
+"""Filesystem throughput of a run: each node alone and all at once, with the plan's floors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from checks.presentation import kinds_charted
+from portal.charts.figures.common import natural
+from portal.charts.selectors.common import (
+    item_thresholds,
+)
+from portal.runs.models import Measurement, Run, Scope
+
+
+@dataclass
+class FsData:
+    title: str
+    nodes: list[str]
+    write: list[float | None]  # GB/s, fs_throughput: each node alone
+    read: list[float | None]
+    concurrent_write: list[float | None]  # GB/s, fs_aggregate: all nodes at once
+    concurrent_read: list[float | None]
+    aggregate_write: float | None
+    aggregate_read: float | None
+    min_write: float | None
+    min_read: float | None
+    min_aggregate_write: float | None
+    min_aggregate_read: float | None
+    has_aggregate: bool = False
+
+
+def run_filesystem(*, run: Run) -> FsData:
+    """Per-node write/read rates of the run's filesystem results, with the plan's floors: a node
+    check's rates (each node alone), and a group check's per-node rates and total (all nodes at
+    once). The kinds are those charted as "filesystem" (checks/presentation.py). One query."""
+    rows = Measurement.objects.filter(
+        result__run=run,
+        result__kind__in=kinds_charted("filesystem"),
+        name__in=("write_bw_sum", "read_bw_sum", "aggregate_write_bw", "aggregate_read_bw"),
+    ).values_list("result__scope", "result__item_key", "result__node__hostname", "name", "value", "labels")
+    alone: dict[str, dict[str, float | None]] = {}
+    together: dict[str, dict[str, float | None]] = {}
+    aggregate: dict[str, float | None] = {}
+    items: dict[str, str] = {}  # scope -> the plan item whose floors are drawn
+    for scope, item_key, hostname, name, value, labels in rows:
+        items[scope] = item_key
+        gbps = None if value is None else value / 1e9
+        ddir = "write" if "write" in name else "read"
+        labels = labels or {}
+        if scope != Scope.GROUP:
+            if not labels:  # the node's own total; per-job rows carry a job label
+                alone.setdefault(hostname, {})[ddir] = gbps
+        elif name.startswith("aggregate_"):
+            aggregate[ddir] = gbps
+        elif labels.get("node") and "job" not in labels:
+            together.setdefault(labels["node"], {})[ddir] = gbps
+    nodes = sorted(set(alone) | set(together), key=natural)
+    node_t = item_thresholds(run, items.get("node", ""))
+    agg_t = item_thresholds(run, items.get("group", ""))
+    return FsData(
+        title=f"Filesystem throughput, run #{run.pk}",
+        nodes=nodes,
+        write=[alone.get(n, {}).get("write") for n in nodes],
+        read=[alone.get(n, {}).get("read") for n in nodes],
+        concurrent_write=[together.get(n, {}).get("write") for n in nodes],
+        concurrent_read=[together.get(n, {}).get("read") for n in nodes],
+        aggregate_write=aggregate.get("write"),
+        aggregate_read=aggregate.get("read"),
+        min_write=node_t.get("min_write_gbps"),
+        min_read=node_t.get("min_read_gbps"),
+        min_aggregate_write=agg_t.get("min_aggregate_write_gbps"),
+        min_aggregate_read=agg_t.get("min_aggregate_read_gbps"),
+        has_aggregate=bool(together or aggregate),
+    )

@@ -1,0 +1,161 @@
+"""Fleet distribution of one metric over a run's nodes (or GPUs), with robust outliers."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from portal.charts.figures.common import natural
+from portal.charts.selectors.common import (
+    MIN_DEVIATION,
+    OUTLIER_Z,
+    robust_z,
+)
+from portal.runs.models import Measurement, Run, Scope
+
+# Per-GPU metrics become one point per node: the worst GPU. For these names "worst" is the highest
+# (heat, errors, latency); for everything else (bandwidth, Gflop/s, clocks) it is the lowest.
+_HIGHER_IS_WORSE = re.compile(r"temp|error|ecc|xid|remap|retired|lat|wrong|pending|throttle|slowdown|failure|power")
+
+
+def worst_aggregate(metric: str) -> str:
+    """'max' or 'min': how a per-GPU metric is reduced to one value per node."""
+    return "max" if _HIGHER_IS_WORSE.search(metric) else "min"
+
+
+@dataclass
+class MetricChoice:
+    item_key: str
+    name: str
+    phase: str
+    unit: str
+
+    @property
+    def pick(self) -> str:
+        return f"{self.item_key}|{self.name}|{self.phase}"
+
+    @property
+    def label(self) -> str:
+        phase = f" ({self.phase})" if self.phase else ""
+        unit = f" [{self.unit}]" if self.unit else ""
+        return f"{self.item_key}: {self.name}{phase}{unit}"
+
+
+def run_metric_choices(*, run: Run) -> list[MetricChoice]:
+    """The (check, metric, phase) triples with numbers in this run: one query (DISTINCT)."""
+    rows = (
+        Measurement.objects.filter(result__run=run, value__isnull=False)
+        .values_list("result__item_key", "name", "labels__phase", "unit")
+        .distinct()
+    )
+    seen: dict[tuple[str, str, str], MetricChoice] = {}
+    for item_key, name, phase, unit in rows:
+        phase = phase if isinstance(phase, str) else ""
+        key = (item_key, name, phase)
+        if key not in seen:
+            seen[key] = MetricChoice(item_key, name, phase, unit or "")
+    order = {item.get("key"): i for i, item in enumerate(run.plan_snapshot.get("items", []))}
+    return sorted(seen.values(), key=lambda c: (order.get(c.item_key, 99), c.name, c.phase))
+
+
+@dataclass
+class Point:
+    node: str
+    value: float
+    gpu: int | None = None
+    z: float | None = None
+
+    median: float | None = None
+
+    @property
+    def outlier(self) -> bool:
+        """|robust z| > 3.5 and at least 5 % off the median (portal/runs/outliers.py's guard: a
+        very tight fleet has a tiny MAD, and a 1 % wobble is nobody's straggler)."""
+        if self.z is None or abs(self.z) <= OUTLIER_Z:
+            return False
+        return self.median is None or abs(self.value - self.median) >= MIN_DEVIATION * abs(self.median)
+
+
+@dataclass
+class Distribution:
+    title: str
+    item_key: str
+    metric: str
+    phase: str
+    unit: str
+    per: str  # "node" or "gpu"
+    aggregate: str  # how GPUs were reduced per node ("" when per GPU or node-level)
+    points: list[Point]
+    threshold: str = ""
+    z_limit: float = OUTLIER_Z
+
+    @property
+    def outliers(self) -> list[Point]:
+        return [p for p in self.points if p.outlier]
+
+
+def run_metric_values(*, run: Run, item_key: str, metric: str, phase: str = "") -> list[dict[str, Any]]:
+    """Raw (node, gpu, value, labels, unit, threshold) rows of one metric in a run: one query. Group
+    results count only where a measurement names its node (labels['node'])."""
+    qs = Measurement.objects.filter(result__run=run, result__item_key=item_key, name=metric, value__isnull=False)
+    if phase:
+        qs = qs.filter(labels__phase=phase)
+    out = []
+    for value, gpu, labels, unit, threshold, hostname, scope in qs.values_list(
+        "value", "gpu", "labels", "unit", "threshold", "result__node__hostname", "result__scope"
+    ):
+        labels = labels or {}
+        if "job" in labels:  # fio per-job rows: the *_sum rows carry the node's figure
+            continue
+        node = labels.get("node") if scope == Scope.GROUP else hostname
+        if not node:
+            continue
+        out.append({"node": node, "gpu": gpu, "value": value, "unit": unit, "threshold": threshold})
+    return out
+
+
+def _points(rows: list[dict[str, Any]], *, by_gpu: bool, how: str) -> list[Point]:
+    """One point per GPU, or per node (the worst GPU by `how`, else the node's one value), in
+    natural node order, each with its robust z against the fleet median."""
+    if by_gpu:
+        points = [Point(r["node"], r["value"], r["gpu"]) for r in rows]
+    else:
+        by_node: dict[str, list[float]] = {}
+        for r in rows:
+            by_node.setdefault(r["node"], []).append(r["value"])
+        reduce = max if how == "max" else min
+        points = [Point(node, reduce(values) if how else values[0]) for node, values in by_node.items()]
+    points.sort(key=lambda p: (natural(p.node), p.gpu if p.gpu is not None else -1))
+    median = statistics.median([p.value for p in points]) if points else None
+    for point, z in zip(points, robust_z([p.value for p in points]), strict=True):
+        point.z, point.median = z, median
+    return points
+
+
+def _shared_threshold(rows: list[dict[str, Any]]) -> str:
+    """The threshold every row was judged against, else "" (sibling-relative floors differ per
+    node, and a line for one of them would mislead)."""
+    thresholds = {r["threshold"] for r in rows}
+    return thresholds.pop() if len(thresholds) == 1 else ""
+
+
+def run_distribution(*, run: Run, item_key: str, metric: str, phase: str = "", per: str = "node") -> Distribution:
+    rows = run_metric_values(run=run, item_key=item_key, metric=metric, phase=phase)
+    per_gpu = any(r["gpu"] is not None for r in rows)
+    by_gpu = per_gpu and per == "gpu"
+    how = worst_aggregate(metric) if per_gpu and not by_gpu else ""
+    phase_text = f" ({phase})" if phase else ""
+    per_text = " per GPU" if by_gpu else (f", {how} over GPUs per node" if how else " per node")
+    return Distribution(
+        title=f"{item_key}: {metric}{phase_text}{per_text}, run #{run.pk}",
+        item_key=item_key,
+        metric=metric,
+        phase=phase,
+        unit=next((r["unit"] for r in rows if r["unit"]), ""),
+        per="gpu" if by_gpu else "node",
+        aggregate=how,
+        points=_points(rows, by_gpu=by_gpu, how=how),
+        threshold=_shared_threshold(rows),
+    )

@@ -1,0 +1,58 @@
+"""Writes of the health app, one module per idea: node health from finished runs (state), alerts,
+scheduler hooks (scheduler), schedules (django-celery-beat) and the reaper's backstop. Keyword-only,
+typed. Callers import from here; the names below are the app's service API."""
+
+from __future__ import annotations
+
+from portal.health.services.alerts import (
+    alert_attempt,
+    alert_payload,
+    alert_retry_delay_s,
+    alert_wanted,
+    alerts_create,
+    slack_body,
+)
+from portal.health.services.reaper import reap, reaper_schedule_ensure
+from portal.health.services.scheduler import (
+    GIVE_ACTIONS,
+    TAKE_ACTIONS,
+    hooks_plan,
+    scheduler_action_execute,
+    scheduler_action_retry_delay_s,
+)
+from portal.health.services.schedules import (
+    ScheduleError,
+    crontab_parse,
+    schedule_create,
+    schedule_delete,
+    schedule_set_enabled,
+    schedule_update,
+    scheduled_run_fire,
+)
+from portal.health.services.state import Judged, health_evaluate_run, state_from_results
+
+__all__ = [
+    "GIVE_ACTIONS",
+    "TAKE_ACTIONS",
+    "Judged",
+    "ScheduleError",
+    "alert_attempt",
+    "alert_payload",
+    "alert_retry_delay_s",
+    "alert_wanted",
+    "alerts_create",
+    "crontab_parse",
+    "health_evaluate_run",
+    "hooks_plan",
+    "reap",
+    "reaper_schedule_ensure",
+    "schedule_create",
+    "schedule_delete",
+    "schedule_set_enabled",
+    "schedule_update",
+    "scheduled_run_fire",
+    "scheduler_action_execute",
+    "scheduler_action_retry_delay_s",
+    "slack_body",
+    "state_from_results",
+]
