@@ -67,10 +67,11 @@ def _remap_delta(doc: SamplingDoc, index: int) -> Measurement:
         rows = probe_gpu(probe, index).get("remapped_rows")
         if not isinstance(rows, dict):
             return None
-        values = [rows.get("correctable"), rows.get("uncorrectable")]
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raw = (rows.get("correctable"), rows.get("uncorrectable"))
+        values = [v for v in raw if isinstance(v, int) and not isinstance(v, bool)]
+        if len(values) != len(raw):
             return None
-        return int(values[0]) + int(values[1])
+        return values[0] + values[1]
 
     first, last = total(doc.before), total(doc.after)
     m = Measurement(name="row_remaps_new", gpu=index)

@@ -196,7 +196,7 @@ def parse_text_table(text: str) -> tuple[list[Measurement], list[str]]:
         if not name or not parsed:
             continue
         rest = parsed.group("rest") or ""
-        gpus = [int(g) for g in re.findall(r"GPU:?\s*(\d+)", rest)] or [None]
+        gpus: list[int | None] = [int(g) for g in re.findall(r"GPU:?\s*(\d+)", rest)] or [None]
         for gpu in gpus:
             last = _status(name, category, parsed.group("status"), gpu)
             out.append(last)

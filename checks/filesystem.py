@@ -397,9 +397,9 @@ class FsAggregate(GroupCheck):
         by_host = _host_index(group)
         for m in measurements:
             if m.name == "job_error":
-                name = by_host.get(m.labels.get("host", ""), m.labels.get("host", "?"))
-                f = Finding(ERROR, f"{name}: fio job {m.labels.get('job')} failed with error {int(m.value or 0)}")
-                node_findings.setdefault(name, []).append(f)
+                failed = by_host.get(m.labels.get("host", ""), m.labels.get("host", "?"))
+                f = Finding(ERROR, f"{failed}: fio job {m.labels.get('job')} failed with error {int(m.value or 0)}")
+                node_findings.setdefault(failed, []).append(f)
         rates: dict[str, dict[str, float]] = {"write": {}, "read": {}}
         per_node_rates: dict[tuple[str, str], Measurement] = {}
         for m in measurements:

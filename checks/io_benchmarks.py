@@ -38,7 +38,7 @@ def _ior_tables(text: str) -> tuple[dict[str, list[dict[str, float]]], dict[str,
     the per-iteration "Results" rows (op -> [bw MiB/s])."""
     summary: dict[str, list[dict[str, float]]] = {}
     results: dict[str, list[float]] = {}
-    section, columns = "", []
+    section, columns = "", list[str]()
     for line in text.splitlines():
         if _IOR_SUMMARY.match(line):
             section, columns = "summary", []
@@ -58,7 +58,7 @@ def _ior_tables(text: str) -> tuple[dict[str, list[dict[str, float]]], dict[str,
             wanted = [c for c in ("Max(MiB)", "Min(MiB)", "Mean(MiB)") if c in columns]
             if len(words) < len(columns):
                 raise EvidenceError(f"IOR summary row cut short: {line.strip()[:80]!r}")
-            row = {c: _ior_number(words[columns.index(c)], f"summary {words[0]} {c}") for c in wanted}
+            row: dict[str, float] = {c: _ior_number(words[columns.index(c)], f"summary {words[0]} {c}") for c in wanted}
             summary.setdefault(words[0], []).append(row)
         elif section == "results":
             results.setdefault(words[0], []).append(_ior_number(words[1], f"{words[0]} bw(MiB/s)"))

@@ -120,7 +120,7 @@ class GpuPowerLimit(ProbeCheck):
         unlisted = facts.unlisted() or []
         if unlisted:
             findings.append(Finding(ERROR, f"GPUs {unlisted}: counted by the driver, no power data"))
-        limits = sorted({facts.value("power_limit_w", i) for i in facts.answered} - {None})
+        limits = sorted({v for i in facts.answered if (v := facts.value("power_limit_w", i)) is not None})
         pass_reason = f"{len(facts.answered)} GPUs, power limit {', '.join(f'{v:g}' for v in limits)} W"
         if not findings:
             findings.append(Finding(PASS, pass_reason))

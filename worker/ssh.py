@@ -149,7 +149,7 @@ class SSHTransport:
         self.target = target
         known = _known_hosts(target.known_hosts)
         config = Config(overrides={"load_ssh_configs": False, "run": {"hide": True, "warn": True}})
-        connect_kwargs = {
+        connect_kwargs: dict[str, object] = {
             "look_for_keys": False,
             "allow_agent": False,
             "banner_timeout": target.connect_timeout,

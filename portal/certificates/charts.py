@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -119,14 +119,14 @@ def _kind_name_q(pairs: set[tuple[str, str]]) -> Q:
     return q
 
 
-def _rows_by_kind_name(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+def _rows_by_kind_name(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
+    out: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for row in rows:
         out.setdefault((row["result__kind"], row["name"]), []).append(row)
     return out
 
 
-def _curves_figure(chart: CertificateChart, curves: list[dict[str, Any]], thresholds: dict[str, Any]) -> Any:
+def _curves_figure(chart: CertificateChart, curves: list[Mapping[str, Any]], thresholds: dict[str, Any]) -> Any:
     import plotly.graph_objects as go
 
     if not curves:
@@ -143,7 +143,7 @@ def _curves_figure(chart: CertificateChart, curves: list[dict[str, Any]], thresh
     return fig
 
 
-def _bars_figure(chart: CertificateChart, by_name: dict[str, list[dict[str, Any]]]) -> Any:
+def _bars_figure(chart: CertificateChart, by_name: dict[str, list[Mapping[str, Any]]]) -> Any:
     import plotly.graph_objects as go
 
     if not any(by_name.values()):

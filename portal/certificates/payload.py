@@ -5,7 +5,7 @@ digest unless the evidence itself changed. Queries are batched: a fixed number p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,7 +28,7 @@ def _chunks(ids: list[int]) -> Iterator[list[int]]:
         yield ids[start : start + CHUNK]
 
 
-def _measurement(m: dict[str, Any]) -> dict[str, Any]:
+def _measurement(m: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "name": m["name"],
         "value": m["value"],
@@ -92,7 +92,7 @@ def evidence_load(*, result_ids: list[int]) -> CitedEvidence:
             "exit_code", "stdout", "stderr", "stdout_sha256", "stderr_sha256", "output_truncated", "started_at",
             "finished_at", "node__hostname",
         ):  # fmt: skip
-            ev.results[r["id"]] = r
+            ev.results[r["id"]] = dict(r)
         for m in (
             Measurement.objects.filter(result_id__in=chunk)
             .order_by("result_id", "gpu", "name", "id")
@@ -107,11 +107,12 @@ def _series_digests(chunk: list[int], series_hash: dict[int, list[dict[str, Any]
     """The points are cited by the digest taken when they were stored, not re-read here (older
     series without one are hashed now)."""
     unhashed: dict[int, dict[str, Any]] = {}
-    for s in (
+    for row in (
         Series.objects.filter(result_id__in=chunk)
         .order_by("result_id", "name", "gpu", "id")
         .values("id", "result_id", "name", "unit", "x_unit", "gpu", "labels", "points_sha256")
     ):
+        s: dict[str, Any] = dict(row)  # a plain dict: its keys are popped and it is cited as is
         pk = s.pop("id")
         series_hash[s.pop("result_id")].append(s)
         if not s["points_sha256"]:

@@ -10,6 +10,7 @@ visible after 86,400 points become 1,500.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 Number = float | int
 
@@ -80,7 +81,9 @@ def downsample(
     if start is not None:
         segments.append((start, size))
     if len(segments) == 1 and segments[0] == (0, size):
-        return lttb(x, y, n)  # type: ignore[arg-type]  # no None in y
+        # One stretch over the whole series: no None in y.
+        whole_x, whole_y = lttb(x, cast("Sequence[Number]", y), n)
+        return [*whole_x], [*whole_y]
     readable = sum(end - begin for begin, end in segments)
     if not readable:
         return [x[0]], [None]
@@ -88,7 +91,8 @@ def downsample(
         # More gaps than the budget can draw: the series is mostly unknown. Drop the unreadable
         # samples so the point count stays bounded (hover still shows only real readings).
         kept = [i for i in range(size) if y[i] is not None]
-        return lttb([x[i] for i in kept], [y[i] for i in kept], n)  # type: ignore[misc]
+        kept_x, kept_y = lttb([x[i] for i in kept], [v for v in y if v is not None], n)
+        return [*kept_x], [*kept_y]
     out_x: list[Number | None] = []
     out_y: list[Number | None] = []
     # Reserve one point per gap marker and one per stretch (a share is at least one point).

@@ -61,8 +61,9 @@ def result_figure_data(result: CheckResult) -> dict[str, Any]:
     build = RESULT_FIGURES.get(selectors.chart_kind(result.kind))
     if build is None:
         raise Http404("no chart for this kind of result")
-    final = result.status not in ACTIVE_STATUSES and result.finished_at is not None
-    key = f"kiln:chart:{result.pk}:{result.finished_at.timestamp() if final else ''}:{selectors.MAX_POINTS}"
+    finished = result.finished_at if result.status not in ACTIVE_STATUSES else None
+    final = finished is not None
+    key = f"kiln:chart:{result.pk}:{finished.timestamp() if finished is not None else ''}:{selectors.MAX_POINTS}"
     if final and (hit := cache.get(key)) is not None:
         return hit
     figure = build(result)

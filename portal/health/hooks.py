@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from worker.ssh import NodeTarget
 
 # Which scheduler each action belongs to (the cluster's `scheduler` field).
-SCHEDULER_OF = {
+# Keyed by HookAction; looked up with the plain str an action is stored and passed as.
+SCHEDULER_OF: dict[str, Scheduler] = {
     HookAction.DRAIN: Scheduler.SLURM,
     HookAction.RESUME: Scheduler.SLURM,
     HookAction.CORDON: Scheduler.KUBERNETES,

@@ -5,6 +5,8 @@ and appears nowhere here."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypedDict
+
 from django.contrib import admin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
@@ -14,6 +16,15 @@ from django.utils.http import urlencode
 
 from portal.inventory.models import Cluster, Node
 from portal.roles import SuperuserFieldsAdmin
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+
+class _NodeTotal(TypedDict):
+    """What ClusterAdmin.get_queryset annotates on each cluster."""
+
+    node_total: int
 
 
 def nodes_url(cluster: Cluster) -> str:
@@ -34,7 +45,7 @@ class ClusterAdmin(SuperuserFieldsAdmin, admin.ModelAdmin):
         return super().get_queryset(request).annotate(node_total=Count("nodes"))
 
     @admin.display(description="nodes", ordering="node_total")
-    def node_count(self, obj: Cluster) -> str:
+    def node_count(self, obj: WithAnnotations[Cluster, _NodeTotal]) -> str:
         return format_html('<a href="{}">{}</a>', nodes_url(obj), obj.node_total)
 
     @admin.display(description="nodes")

@@ -25,7 +25,7 @@ from checks.base import (
     Measurement,
     NodeContext,
     Verdict,
-    get_check,
+    get_group_check,
     run_group_check,
 )
 from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, SessionRefusedError, Transport
@@ -83,7 +83,7 @@ def group_item_limits(*, item: dict[str, Any], node_count: int) -> tuple[int, in
     """(soft, hard) Celery limits of a group check's task over `node_count` nodes: the group run,
     the ring of pairs in rounds and as many verification rounds, capped below the broker's
     visibility timeout. The dispatcher enqueues with these and the reaper judges by them."""
-    check = get_check(item["kind"])
+    check = get_group_check(item["kind"])
     ring_rounds = (
         len(pair_batches(ring_pairs(range(node_count)), settings.KILN_PAIR_PARALLELISM))
         if check.pairwise and node_count >= 3

@@ -178,7 +178,8 @@ def stop_orphans(*, now: datetime) -> int:
     )
     if not rows:
         return 0
-    live, expired = [], []
+    live: list[CheckResult] = []
+    expired: list[CheckResult] = []
     for row in rows:
         (live if _may_still_run(row, now) else expired).append(row)
     for row in expired:  # its own remote timeout has ended it by now
@@ -243,6 +244,8 @@ def _stop_on(host: Any, rows: list[CheckResult]) -> dict[int, str | Exception]:
     outcome: dict[int, str | Exception] = {}
     try:
         for row in rows:
+            if row.remote_pgid is None:  # stop_orphans selects rows with a pgid; narrows the type
+                continue
             try:
                 outcome[row.pk] = stop_group(
                     transport, pgid=row.remote_pgid, tag=tag_for(row.pk, row.attempt), grace_s=REMOTE_KILL_GRACE_S

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -115,7 +116,7 @@ def run_progress(*, run: Run) -> RunProgress:
     return _progress(run, rows)
 
 
-def _progress(run: Run, rows: list[dict[str, Any]]) -> RunProgress:
+def _progress(run: Run, rows: Sequence[Mapping[str, Any]]) -> RunProgress:
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + row["n"]
@@ -125,7 +126,7 @@ def _progress(run: Run, rows: list[dict[str, Any]]) -> RunProgress:
     return RunProgress(counts=counts, total=total, done=done, eta_s=eta)
 
 
-def estimate_eta(*, elapsed_s: float | None, rows: list[dict[str, Any]]) -> float | None:
+def estimate_eta(*, elapsed_s: float | None, rows: Sequence[Mapping[str, Any]]) -> float | None:
     """Seconds left, from rows of (kind, scope, status, n, seconds, timed).
 
     Node checks run in parallel (a task per node), so the run's throughput so far is what it did
@@ -181,7 +182,9 @@ def eta_text(seconds: float | None) -> str:
     return f"ETA ~{hours} h {minutes} min" if minutes else f"ETA ~{hours} h"
 
 
-_GROUP_FIELDS = ("id", "item_key", "status", "reason", "node_set", "attribution", "started_at", "finished_at")
+_GROUP_FIELDS: tuple[str, ...] = (
+    "id", "item_key", "status", "reason", "node_set", "attribution", "started_at", "finished_at",
+)  # fmt: skip
 _GROUP_FIELDS += ("duration_s",)
 Tally = dict[tuple[str, str], list[Any]]
 
@@ -387,6 +390,8 @@ def measurement_table(*, result: CheckResult) -> MeasurementTable:
             columns.append(m.name)
     cells: dict[int, dict[str, Any]] = {}
     for m in per_gpu:
+        if m.gpu is None:
+            continue
         cells.setdefault(m.gpu, {})[m.name] = m
     rows = [(gpu, [cells[gpu].get(name) for name in columns]) for gpu in sorted(cells)]
     thresholds = [next((m.threshold for m in per_gpu if m.name == name and m.threshold), "") for name in columns]

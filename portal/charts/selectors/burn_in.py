@@ -74,14 +74,16 @@ def slowdown_threshold(*, result: CheckResult) -> float | None:
     """The NVML slowdown temperature of the result's node: burn-in does not store it, so it comes
     from the same run's DLC or inventory result on that node (one query), else from the probe
     document in the result's own stdout when it was kept whole. The lowest GPU's value."""
-    values = list(
-        Measurement.objects.filter(
+    values = [
+        v
+        for v in Measurement.objects.filter(
             result__run_id=result.run_id,
             result__node_id=result.node_id,
             name__in=("slowdown_temp", "gpu_temp_slowdown"),
             value__isnull=False,
         ).values_list("value", flat=True)
-    )
+        if v is not None  # excluded by the query; narrows the type
+    ]
     if values:
         return min(values)
     try:

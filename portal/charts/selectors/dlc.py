@@ -31,6 +31,8 @@ def dlc_result(*, result: CheckResult) -> DlcData:
     load: dict[int, float | None] = {}
     slowdown: dict[int, float | None] = {}
     for name, gpu, value, labels in rows:
+        if gpu is None:  # excluded by the query; narrows the type
+            continue
         if name == "slowdown_temp":
             slowdown[gpu] = value
         elif (labels or {}).get("phase") == "load":

@@ -34,6 +34,8 @@ def ecc_result(*, result: CheckResult, xid_limit: int = 200) -> EccData:
     names = [name for name, _ in ECC_COLUMNS]
     cells: dict[int, dict[str, Measurement]] = {}
     for m in Measurement.objects.filter(result=result, name__in=names, gpu__isnull=False):
+        if m.gpu is None:  # excluded by the query; narrows the type
+            continue
         cells.setdefault(m.gpu, {})[m.name] = m
     present = [(n, label) for n, label in ECC_COLUMNS if any(n in c for c in cells.values())]
     rows = [(gpu, [cells[gpu].get(n) for n, _ in present]) for gpu in sorted(cells)]

@@ -54,7 +54,7 @@ def state_from_results(results: list[Judged]) -> tuple[str, str] | None:
     judged = [r for r in results if r.status in _RANK]
     if not judged:
         return None
-    worst = max(judged, key=lambda r: _RANK[r.status])
+    worst = max(judged, key=lambda r: _RANK[Status(r.status)])
     cause = f"{worst.check}: {worst.reason}" if worst.reason else worst.check
     if worst.status == Status.FAIL:
         return HealthState.FAILED, cause
