@@ -318,11 +318,7 @@ class DlcTemperature(Check):
         idx = {(m.name, m.gpu, m.labels.get("phase", "")): m for m in measurements}
         findings: list[Finding] = []
         gpus = sorted({m.gpu for m in measurements if m.gpu is not None and m.name == "temp_gpu_steady"})
-        load_gpus = {
-            m.gpu
-            for m in measurements
-            if m.gpu is not None and m.name == "temp_gpu_steady" and m.labels.get("phase") == "load"
-        }
+        load_gpus = {i for i in gpus if ("temp_gpu_steady", i, "load") in idx}
         if not gpus:
             errors = [m.text for m in measurements if m.name == "probe_error"]
             why = f" ({'; '.join(errors[:2])})" if errors else ""
