@@ -45,8 +45,8 @@ def _setting(name: str, default: str) -> str:
 
 
 def browser_path() -> str | None:
-    """BROWSER_PATH when set, else a Chromium on PATH (Debian: /usr/bin/chromium)."""
-    configured = os.environ.get("BROWSER_PATH", "")
+    """settings.BROWSER_PATH when set, else a Chromium on PATH (Debian: /usr/bin/chromium)."""
+    configured = _setting("BROWSER_PATH", "")
     if configured:
         return configured if os.access(configured, os.X_OK) else None
     for name in ("chromium", "chromium-browser", "google-chrome"):
