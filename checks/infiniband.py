@@ -226,84 +226,25 @@ class IbPorts(Check):
 
     def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
         t: IbThresholds = thresholds
-        layers = {x.lower() for x in split_list(t.link_layers)}
-        ignored = set(split_list(t.ignore_cas))
         states = [m for m in measurements if m.name == "port_state"]
         rates = {(m.labels["ca"], m.labels["port"]): m for m in measurements if m.name == "port_rate"}
-        judged = [
-            m for m in states if m.labels.get("link_layer", "").lower() in layers and m.labels["ca"] not in ignored
-        ]
-        findings: list[Finding] = []
+        judged = _judged_ports(states, t)
         if not judged:
-            seen = sorted({m.labels.get("link_layer") or "?" for m in states})
-            what = f"{len(states)} ports, link layers {', '.join(seen)}" if states else "no ports listed"
-            hint = "; RoCE fabrics need link_layers=InfiniBand,Ethernet" if "Ethernet" in seen else ""
-            return Verdict(ERROR, f"no {t.link_layers} port to judge ({what}){hint}")
-        active = 0
-        for m in judged:
-            ca, port = m.labels["ca"], m.labels["port"]
-            where = f"{ca} port {port}"
-            m.threshold, m.ok = "== Active", m.text == "Active"
-            if not m.text:
-                findings.append(Finding(ERROR, f"{where}: state unreadable ({m.labels.get('missing')})"))
-                continue
-            if m.text != "Active":
-                phys = m.labels.get("physical_state")
-                findings.append(Finding(FAIL, f"{where}: {m.text}" + (f" ({phys})" if phys else "")))
-                continue
-            active += 1
-            rate = rates.get((ca, port))
-            if t.expected_rate_gbps is None or rate is None:
-                continue
-            if rate.value is None:
-                findings.append(Finding(ERROR, f"{where}: rate unreadable ({rate.labels.get('missing')})"))
-                continue
-            rate.threshold, rate.ok = f">= {t.expected_rate_gbps:g}", rate.value >= t.expected_rate_gbps
-            if not rate.ok:
-                findings.append(Finding(FAIL, f"{where}: {rate.value:g} Gb/s, expected {t.expected_rate_gbps:g}"))
+            return _nothing_to_judge(states, t)
+        findings: list[Finding] = []
+        active = sum(_judge_port(m, rates.get((m.labels["ca"], m.labels["port"])), t, findings) for m in judged)
         if t.expected_ports is not None and active != t.expected_ports:
             findings.append(Finding(FAIL, f"{active} active ports, expected {t.expected_ports}"))
         exit_m = next((m for m in measurements if m.name == "ibstat_exit_code"), None)
         if exit_m is not None and exit_m.value:
-            said = f" ({exit_m.text})" if exit_m.text else ""
-            readable = f"judged the {len(judged)} readable {t.link_layers} ports"
-            if t.expected_ports is not None and len(judged) >= t.expected_ports:
-                findings.append(Finding(WARN, f"ibstat exited {int(exit_m.value)}{said}; {readable}"))
-            else:
-                findings.append(Finding(ERROR, f"ibstat exited {int(exit_m.value)}{said}; only {readable}"))
-        active_rates = [
-            rates[key].value
-            for m in judged
-            if m.text == "Active" and (key := (m.labels["ca"], m.labels["port"])) in rates
-        ]
+            findings.append(_exit_finding(exit_m, len(judged), t))
+        active_rates = _active_rates(judged, rates)
         rate_text = sorted({f"{r or 0:g}" for r in active_rates})
         pass_reason = f"{active} {t.link_layers} ports Active at {'/'.join(rate_text)} Gb/s"
-        # What the run's majority is compared with (IbPorts.consensus), recorded with what judged it.
-        count = Measurement(name="ports_active", value=float(active), labels={"link_layers": t.link_layers})
-        slowest = min((r for r in active_rates if r is not None), default=None)
-        rate = Measurement(name="port_rate_min", value=slowest, unit="Gb/s", labels={"link_layers": t.link_layers})
-        if t.expected_ports is not None:
-            count.labels["expected"] = str(t.expected_ports)
-            count.threshold, count.ok = f"== {t.expected_ports}", active == t.expected_ports
-        if t.expected_rate_gbps is not None:
-            rate.labels["expected"] = f"{t.expected_rate_gbps:g}"
-        measurements += [count, rate]
-        unjudged = [
-            what for what, limit in (("port count", t.expected_ports), ("rate", t.expected_rate_gbps)) if limit is None
-        ]
-        if unjudged:
-            # Recorded, not judged: warn at most. The run's majority is the comparison (consensus).
-            names = " and ".join(unjudged)
-            settings = " / ".join(
-                n for n, v in (("expected_ports", t.expected_ports), ("expected_rate_gbps", t.expected_rate_gbps))
-                if v is None
-            )  # fmt: skip
-            findings.append(
-                Finding(
-                    WARN,
-                    f"{pass_reason}: {names} not judged (no {settings} set); compared with the run's majority",
-                )
-            )
+        measurements += _summary_measurements(active, active_rates, t)
+        unjudged = _unjudged_finding(pass_reason, t)
+        if unjudged is not None:
+            findings.append(unjudged)
         if not findings:
             findings.append(Finding(PASS, pass_reason))
         return Verdict.from_findings(findings, pass_reason=pass_reason)
@@ -314,6 +255,89 @@ class IbPorts(Check):
         majority: fewer active ports, or a slower slowest port, than most nodes is the odd one out
         ("6 active InfiniBand ports, 7 of 8 nodes have 8"). A node never fails for having more."""
         return ib_consensus(per_node)
+
+
+def _judged_ports(states: list[Measurement], t: IbThresholds) -> list[Measurement]:
+    """The port states whose link layer is judged, on CAs not ignored."""
+    layers = {x.lower() for x in split_list(t.link_layers)}
+    ignored = set(split_list(t.ignore_cas))
+    return [m for m in states if m.labels.get("link_layer", "").lower() in layers and m.labels["ca"] not in ignored]
+
+
+def _active_rates(judged: list[Measurement], rates: dict[tuple[str, str], Measurement]) -> list[float | None]:
+    """The rates of the judged ports that are Active (None where unreadable)."""
+    return [
+        rates[key].value for m in judged if m.text == "Active" and (key := (m.labels["ca"], m.labels["port"])) in rates
+    ]
+
+
+def _nothing_to_judge(states: list[Measurement], t: IbThresholds) -> Verdict:
+    """The error when no listed port has a judged link layer, naming the layers that were seen."""
+    seen = sorted({m.labels.get("link_layer") or "?" for m in states})
+    what = f"{len(states)} ports, link layers {', '.join(seen)}" if states else "no ports listed"
+    hint = "; RoCE fabrics need link_layers=InfiniBand,Ethernet" if "Ethernet" in seen else ""
+    return Verdict(ERROR, f"no {t.link_layers} port to judge ({what}){hint}")
+
+
+def _judge_port(m: Measurement, rate: Measurement | None, t: IbThresholds, findings: list[Finding]) -> bool:
+    """Judge one port's state and rate (setting their threshold and ok), adding its findings; whether
+    it is Active."""
+    where = f"{m.labels['ca']} port {m.labels['port']}"
+    m.threshold, m.ok = "== Active", m.text == "Active"
+    if not m.text:
+        findings.append(Finding(ERROR, f"{where}: state unreadable ({m.labels.get('missing')})"))
+        return False
+    if m.text != "Active":
+        phys = m.labels.get("physical_state")
+        findings.append(Finding(FAIL, f"{where}: {m.text}" + (f" ({phys})" if phys else "")))
+        return False
+    if t.expected_rate_gbps is None or rate is None:
+        return True
+    if rate.value is None:
+        findings.append(Finding(ERROR, f"{where}: rate unreadable ({rate.labels.get('missing')})"))
+        return True
+    rate.threshold, rate.ok = f">= {t.expected_rate_gbps:g}", rate.value >= t.expected_rate_gbps
+    if not rate.ok:
+        findings.append(Finding(FAIL, f"{where}: {rate.value:g} Gb/s, expected {t.expected_rate_gbps:g}"))
+    return True
+
+
+def _exit_finding(exit_m: Measurement, judged: int, t: IbThresholds) -> Finding:
+    """ibstat exited non-zero but printed ports: a warning when enough were readable, else an error."""
+    said = f" ({exit_m.text})" if exit_m.text else ""
+    readable = f"judged the {judged} readable {t.link_layers} ports"
+    if t.expected_ports is not None and judged >= t.expected_ports:
+        return Finding(WARN, f"ibstat exited {int(exit_m.value or 0)}{said}; {readable}")
+    return Finding(ERROR, f"ibstat exited {int(exit_m.value or 0)}{said}; only {readable}")
+
+
+def _summary_measurements(active: int, active_rates: list[float | None], t: IbThresholds) -> list[Measurement]:
+    """What the run's majority is compared with (IbPorts.consensus), recorded with what judged it."""
+    count = Measurement(name="ports_active", value=float(active), labels={"link_layers": t.link_layers})
+    slowest = min((r for r in active_rates if r is not None), default=None)
+    rate = Measurement(name="port_rate_min", value=slowest, unit="Gb/s", labels={"link_layers": t.link_layers})
+    if t.expected_ports is not None:
+        count.labels["expected"] = str(t.expected_ports)
+        count.threshold, count.ok = f"== {t.expected_ports}", active == t.expected_ports
+    if t.expected_rate_gbps is not None:
+        rate.labels["expected"] = f"{t.expected_rate_gbps:g}"
+    return [count, rate]
+
+
+def _unjudged_finding(pass_reason: str, t: IbThresholds) -> Finding | None:
+    """Without an expected port count or rate, what is only recorded: a warning at most, since the
+    run's majority is the comparison (consensus)."""
+    unjudged = [
+        what for what, limit in (("port count", t.expected_ports), ("rate", t.expected_rate_gbps)) if limit is None
+    ]
+    if not unjudged:
+        return None
+    names = " and ".join(unjudged)
+    settings = " / ".join(
+        n for n, v in (("expected_ports", t.expected_ports), ("expected_rate_gbps", t.expected_rate_gbps))
+        if v is None
+    )  # fmt: skip
+    return Finding(WARN, f"{pass_reason}: {names} not judged (no {settings} set); compared with the run's majority")
 
 
 def ib_consensus(per_node: dict[str, list[Measurement]]) -> dict[str, str]:

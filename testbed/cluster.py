@@ -15,192 +15,46 @@ deletes the namespaces, veths and bridge it named.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import ipaddress
 import json
 import os
 import re
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.sim import SimPaths, build_simulator, node_env, write_state
+from testbed.network import (
+    LOCK_FILE,
+    create_network,
+    delete_network,
+    global_lock,
+    link_exists,
+    netns_list,
+    octets_in_use,
+)
+from testbed.procs import (
+    TestbedError,
+    cmdline,
+    comm,
+    kill_and_wait,
+    pid_alive,
+    pids_in_netns,
+    run_cmd,
+    run_parallel,
+    venv_bin,
+)
+from testbed.sim import SimPaths, build_simulator, write_state
+from testbed.sshd import SSHD, TestbedNode, node_sshd_env, read_pid, rotated_marker, sshd_config, start_sshds
 
-SSHD = Path("/usr/sbin/sshd")
-LOCK_FILE = Path("/run/kiln-testbed.lock")
+__all__ = ["LOCK_FILE", "SSHD", "Testbed", "TestbedError", "TestbedNode"]
+
 DEFAULT_OCTET = 213
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 MAX_NODES = 999
 FIRST_HOST = 11  # nodes get .0.11, .0.12, ...; the bridge gets .0.1
 PORT = 22
-
-
-class TestbedError(RuntimeError):
-    """The testbed could not be brought up, changed or torn down; the message says why."""
-
-    __test__ = False  # not a pytest test class
-
-
-@dataclass(frozen=True)
-class TestbedNode:
-    """One simulated host: its namespace, address, sshd files and fault-state file."""
-
-    __test__ = False
-
-    hostname: str
-    address: str
-    port: int
-    netns: str
-    veth: str
-    node_dir: Path
-    state_file: Path
-    pid_file: Path
-    host_key_path: Path
-    original_host_key_path: Path
-    sshd_config_path: Path
-    log_path: Path
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "hostname": self.hostname,
-            "address": self.address,
-            "port": self.port,
-            "netns": self.netns,
-            "veth": self.veth,
-            "state_file": str(self.state_file),
-            "pid_file": str(self.pid_file),
-            "host_key_path": str(self.host_key_path),
-            "sshd_config_path": str(self.sshd_config_path),
-            "log_path": str(self.log_path),
-        }
-
-
-def _run(argv: list[str], *, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
-    if check and proc.returncode != 0:
-        raise TestbedError(f"command failed ({proc.returncode}): {' '.join(argv)}\n{proc.stderr.strip()}")
-    return proc
-
-
-def _run_parallel(argvs: list[list[str]], *, what: str) -> None:
-    """Start every command at once, then wait for all; raise with the first failure's stderr."""
-    procs = [
-        (
-            argv,
-            subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-        )
-        for argv in argvs
-    ]
-    failures: list[str] = []
-    for argv, proc in procs:
-        out, err = proc.communicate()
-        if proc.returncode != 0:
-            failures.append(f"{' '.join(argv)} -> {proc.returncode}: {(err or out).strip()}")
-    if failures:
-        raise TestbedError(f"{what} failed for {len(failures)} command(s):\n" + "\n".join(failures[:5]))
-
-
-@contextlib.contextmanager
-def _global_lock() -> Iterator[None]:
-    """Serialise resource checks + creation between testbeds started by concurrent processes."""
-    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
-    with open(LOCK_FILE, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _link_exists(name: str) -> bool:
-    return Path("/sys/class/net", name).exists()
-
-
-def _netns_list() -> list[str]:
-    proc = _run(["ip", "netns", "list"], check=False)
-    return [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
-
-
-def _octets_in_use() -> set[int]:
-    """Second octets of 10.x addresses/routes visible in the root namespace."""
-    text = _run(["ip", "-4", "-o", "addr", "show"], check=False).stdout
-    text += _run(["ip", "-4", "route", "show", "table", "all"], check=False).stdout
-    used: set[int] = set()
-    for match in re.finditer(r"\b10\.(\d{1,3})\.\d{1,3}\.\d{1,3}(?:/(\d{1,2}))?", text):
-        prefix = int(match.group(2)) if match.group(2) else 32
-        if prefix < 8:
-            continue
-        if prefix < 16:  # a wider 10.x route covers a range of octets
-            net = ipaddress.ip_network(f"10.{match.group(1)}.0.0/{prefix}", strict=False)
-            used.update(range(net.network_address.packed[1], net.broadcast_address.packed[1] + 1))
-        else:
-            used.add(int(match.group(1)))
-    return used
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie counts as gone.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _kill_and_wait(pids: list[int], timeout: float = 5.0) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)  # a frozen (SIGSTOPped) sshd acts on SIGTERM only once continued
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    remaining = [p for p in pids if _pid_alive(p)]
-    while remaining and time.monotonic() < deadline:
-        time.sleep(0.02)
-        remaining = [p for p in remaining if _pid_alive(p)]
-    for pid in remaining:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _port_open(address: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _venv_bin() -> Path:
-    """The bin folder of the running interpreter's environment (its python3 has pynvml)."""
-    return Path(sys.prefix) / "bin" if sys.prefix != sys.base_prefix else Path(sys.executable).parent
 
 
 class Testbed:
@@ -320,7 +174,7 @@ class Testbed:
             tb.sim_paths = SimPaths(bin_dir=Path(data["sim"]["bin_dir"]), lib_dir=Path(data["sim"]["lib_dir"]))
         tb._is_up = True
         tb._claimed = True
-        tb._rotated = {n.hostname for n in tb.nodes if _rotated_marker(n).exists()}
+        tb._rotated = {n.hostname for n in tb.nodes if rotated_marker(n).exists()}
         return tb
 
     # ----------------------------------------------------------------- up
@@ -332,21 +186,21 @@ class Testbed:
                 raise TestbedError(f"{tool} not found on PATH (apt-get install iproute2 util-linux openssh-client)")
         if not SSHD.exists():
             raise TestbedError(f"{SSHD} is missing (apt-get install --no-install-recommends openssh-server)")
-        proc = _run(["ip", "netns", "list"], check=False)
+        proc = run_cmd(["ip", "netns", "list"], check=False)
         if proc.returncode != 0:
             raise TestbedError(f"'ip netns' is unavailable: {proc.stderr.strip()}")
 
     def _claim_network(self) -> None:
         """Check that our names and subnet are free; pick an octet if none was given. Lock held."""
-        if _link_exists(self.bridge):
+        if link_exists(self.bridge):
             raise TestbedError(
                 f"bridge {self.bridge} already exists: another testbed named {self.name!r} is up "
                 f"(run `python -m testbed down --dir <its dir>` or pick another name)"
             )
-        stale = [ns for ns in _netns_list() if ns.startswith(f"{self.name}-")]
+        stale = [ns for ns in netns_list() if ns.startswith(f"{self.name}-")]
         if stale:
             raise TestbedError(f"network namespaces with prefix {self.name}- already exist: {stale[:5]}")
-        used = _octets_in_use()
+        used = octets_in_use()
         if self.subnet_octet is None:
             candidates = [DEFAULT_OCTET, *range(200, 255), *range(100, 200)]
             free = [o for o in candidates if o not in used]
@@ -366,53 +220,21 @@ class Testbed:
             Testbed.load(self.workdir).down()
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            with _global_lock():
+            with global_lock():
                 self._claim_network()
                 self._claimed = True
                 self._save()  # record what we are about to create, so down() can undo a partial up
-                self._create_network()
+                create_network(bridge=self.bridge, gateway=self.gateway, nodes=self.nodes)
             self._prepare_files()
             self._is_up = True
             self._save()
-            self._start_sshds([n for n in self.nodes])
+            start_sshds([n for n in self.nodes])
         except BaseException:
             if self._claimed:
                 with contextlib.suppress(Exception):
                     self.down()
             raise
         return self
-
-    def _create_network(self) -> None:
-        lines = [
-            f"link add {self.bridge} type bridge",
-            f"addr add {self.gateway}/16 dev {self.bridge}",
-            f"link set {self.bridge} up",
-        ]
-        for n in self.nodes:
-            lines += [
-                f"netns add {n.netns}",
-                f"link add {n.veth} type veth peer name eth0 netns {n.netns}",
-                f"link set {n.veth} master {self.bridge} up",
-            ]
-        _run(["ip", "-batch", "-"], stdin="\n".join(lines) + "\n")
-        procs = []
-        for n in self.nodes:
-            batch = f"link set lo up\naddr add {n.address}/16 dev eth0\nlink set eth0 up\n"
-            proc = subprocess.Popen(
-                ["ip", "-n", n.netns, "-batch", "-"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            procs.append((n, proc, batch))
-        errors = []
-        for n, proc, batch in procs:
-            _, err = proc.communicate(batch)
-            if proc.returncode != 0:
-                errors.append(f"{n.netns}: {err.strip()}")
-        if errors:
-            raise TestbedError("configuring namespaces failed:\n" + "\n".join(errors[:5]))
 
     def _prepare_files(self) -> None:
         self.sim_paths = build_simulator(self.workdir / "sim")
@@ -435,33 +257,21 @@ class Testbed:
         ]
         for n in self.nodes:
             n.node_dir.mkdir(parents=True, exist_ok=True)
-            for p in (n.host_key_path, n.host_key_path.with_suffix(".pub"), n.pid_file, _rotated_marker(n)):
+            for p in (n.host_key_path, n.host_key_path.with_suffix(".pub"), n.pid_file, rotated_marker(n)):
                 p.unlink(missing_ok=True)
             keygens.append(
                 ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{n.hostname}", "-f", str(n.host_key_path)]
             )
-        _run_parallel(keygens, what="ssh-keygen")
+        run_parallel(keygens, what="ssh-keygen")
         self.client_key_path.chmod(0o600)
         shutil.copyfile(self.client_key_path.with_suffix(".pub"), self.authorized_keys_path)
-        venv_bin = str(_venv_bin())
+        venv = str(venv_bin())
         known: list[str] = []
         for n in self.nodes:
             shutil.copyfile(n.host_key_path, n.original_host_key_path)
             n.original_host_key_path.chmod(0o600)
             write_state(n.state_file, node=n.hostname)
-            env = dict(node_env(self.sim_paths, n.state_file))
-            path_parts = [p for p in env.get("PATH", os.defpath).split(":") if p]
-            if venv_bin not in path_parts:
-                sim_bin = str(self.sim_paths.bin_dir)
-                at = path_parts.index(sim_bin) + 1 if sim_bin in path_parts else 0
-                path_parts.insert(at, venv_bin)
-            env["PATH"] = ":".join(path_parts)
-            # Each node gets its own HOME: bash sources ~/.bashrc for commands run by sshd, and the
-            # machine's /root/.bashrc may prepend its own python (pyenv) to PATH.
-            home = n.node_dir / "home"
-            home.mkdir(exist_ok=True)
-            (home / ".bashrc").write_text("# simulated node " + n.hostname + ": keep PATH from sshd SetEnv\n")
-            env["HOME"] = str(home)
+            env = node_sshd_env(n, self.sim_paths, venv)
             n.sshd_config_path.write_text(self._sshd_config(n, env))
             pub = n.host_key_path.with_suffix(".pub").read_text().split()
             known.append(f"{n.address} {pub[0]} {pub[1]}")
@@ -478,84 +288,7 @@ class Testbed:
         )
 
     def _sshd_config(self, n: TestbedNode, env: dict[str, str]) -> str:
-        for key, value in env.items():
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key) or any(c in value for c in '"\n\\'):
-                raise TestbedError(f"cannot pass {key}={value!r} through sshd SetEnv")
-        setenv = " ".join(f'"{k}={v}"' for k, v in env.items())
-        return "\n".join(
-            [
-                f"# Kiln testbed {self.name}: node {n.hostname}",
-                f"ListenAddress {n.address}",
-                f"Port {n.port}",
-                f"HostKey {n.host_key_path}",
-                f"PidFile {n.pid_file}",
-                f"AuthorizedKeysFile {self.authorized_keys_path}",
-                "PermitRootLogin prohibit-password",
-                "PubkeyAuthentication yes",
-                "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no",
-                "UsePAM no",
-                "StrictModes no",
-                "UseDNS no",
-                "PrintMotd no",
-                "PrintLastLog no",
-                "MaxStartups 200:30:400",
-                "MaxSessions 50",
-                "LoginGraceTime 30",
-                "Subsystem sftp internal-sftp",
-                f"SetEnv {setenv}",
-                "",
-            ]
-        )
-
-    def _start_sshds(self, nodes: list[TestbedNode], timeout: float = 10.0) -> None:
-        Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
-        argvs = []
-        for n in nodes:
-            n.pid_file.unlink(missing_ok=True)
-            script = f"hostname {n.hostname} && exec {SSHD} -f {n.sshd_config_path} -E {n.log_path}"
-            argvs.append(["ip", "netns", "exec", n.netns, "unshare", "--uts", "sh", "-c", script])
-        launches = [
-            (
-                n,
-                subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-                ),
-            )
-            for n, argv in zip(nodes, argvs, strict=True)
-        ]
-        failed = []
-        for n, proc in launches:
-            out, _ = proc.communicate()
-            if proc.returncode != 0:
-                failed.append((n, proc.returncode, out))
-        if failed:
-            n, rc, out = failed[0]
-            raise TestbedError(
-                f"sshd failed to start on {len(failed)} node(s) (first: {n.hostname}, exit {rc}) {out.strip()}\n"
-                f"{n.log_path}:\n{_log_tail(n)}"
-            )
-        deadline = time.monotonic() + timeout
-        pending = list(nodes)
-        while pending:
-            pending = [n for n in pending if not _port_open(n.address, n.port, timeout=0.2)]
-            if not pending or time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-        if pending:
-            n = pending[0]
-            raise TestbedError(
-                f"sshd of {len(pending)} node(s) not listening after {timeout:.0f}s "
-                f"(first: {n.hostname} {n.address}:{n.port}); its log {n.log_path}:\n{_log_tail(n)}"
-            )
-        # PidFile is written right after bind; wait for it so stop/down can find the process.
-        while True:
-            missing = [n for n in nodes if _read_pid(n) is None]
-            if not missing:
-                break
-            if time.monotonic() > deadline:
-                raise TestbedError(f"sshd of {missing[0].hostname} wrote no pid file {missing[0].pid_file}")
-            time.sleep(0.01)
+        return sshd_config(n, env, name=self.name, authorized_keys_path=self.authorized_keys_path)
 
     # ----------------------------------------------------------------- runtime control
     def _require_up(self) -> None:
@@ -565,8 +298,8 @@ class Testbed:
     def sshd_pid(self, hostname: str) -> int | None:
         """PID of the node's listening sshd, or None when it is not running."""
         n = self.node(hostname)
-        pid = _read_pid(n)
-        if pid is None or not _pid_alive(pid) or str(n.sshd_config_path) not in _cmdline(pid):
+        pid = read_pid(n)
+        if pid is None or not pid_alive(pid) or str(n.sshd_config_path) not in cmdline(pid):
             return None
         return pid
 
@@ -593,19 +326,19 @@ class Testbed:
         self._require_up()
         pid = self.sshd_pid(hostname)
         if pid is not None:
-            _kill_and_wait([pid])
+            kill_and_wait([pid])
         self.node(hostname).pid_file.unlink(missing_ok=True)
 
     def start_sshd(self, hostname: str) -> None:
         self._require_up()
         if self.sshd_alive(hostname):
             return
-        self._start_sshds([self.node(hostname)])
+        start_sshds([self.node(hostname)])
 
     def sshd_processes(self, hostname: str) -> list[int]:
         """Every sshd process of the node: the listener and each connection's session processes."""
-        pids = _pids_in_netns([self.node(hostname).netns])
-        return [pid for pid in pids if _comm(pid) in ("sshd", "sshd-session")]
+        pids = pids_in_netns([self.node(hostname).netns])
+        return [pid for pid in pids if comm(pid) in ("sshd", "sshd-session")]
 
     def freeze_sshd(self, hostname: str) -> list[int]:
         """SIGSTOP every sshd process of the node (a hung sshd): its kernel still answers TCP, so
@@ -626,7 +359,7 @@ class Testbed:
 
     def restart_sshd(self, hostname: str) -> None:
         self.stop_sshd(hostname)
-        self._start_sshds([self.node(hostname)])
+        start_sshds([self.node(hostname)])
 
     def rotate_host_key(self, hostname: str) -> None:
         """Give the node a new host key (known_hosts is NOT updated) and restart its sshd."""
@@ -634,10 +367,10 @@ class Testbed:
         n = self.node(hostname)
         with tempfile.TemporaryDirectory(dir=n.node_dir) as tmp:
             new = Path(tmp) / "key"
-            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{n.hostname}-rotated", "-f", str(new)])
+            run_cmd(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{n.hostname}-rotated", "-f", str(new)])
             new.replace(n.host_key_path)
             new.with_suffix(".pub").replace(n.host_key_path.with_suffix(".pub"))
-        _rotated_marker(n).touch()
+        rotated_marker(n).touch()
         self._rotated.add(n.hostname)
         self.restart_sshd(hostname)
 
@@ -647,9 +380,9 @@ class Testbed:
         n = self.node(hostname)
         shutil.copyfile(n.original_host_key_path, n.host_key_path)
         n.host_key_path.chmod(0o600)
-        pub = _run(["ssh-keygen", "-y", "-f", str(n.host_key_path)]).stdout
+        pub = run_cmd(["ssh-keygen", "-y", "-f", str(n.host_key_path)]).stdout
         n.host_key_path.with_suffix(".pub").write_text(pub)
-        _rotated_marker(n).unlink(missing_ok=True)
+        rotated_marker(n).unlink(missing_ok=True)
         self._rotated.discard(n.hostname)
         self.restart_sshd(hostname)
 
@@ -664,7 +397,7 @@ class Testbed:
         for n in self.nodes:
             self.thaw_sshd(n.hostname)
         strays = [
-            pid for pid in _pids_in_netns([n.netns for n in self.nodes]) if _comm(pid) not in ("sshd", "sshd-session")
+            pid for pid in pids_in_netns([n.netns for n in self.nodes]) if comm(pid) not in ("sshd", "sshd-session")
         ]
         for pid in strays:
             with contextlib.suppress(ProcessLookupError):
@@ -673,7 +406,7 @@ class Testbed:
             self.restore_host_key(host)
         stopped = [n for n in self.nodes if not self.sshd_alive(n.hostname)]
         if stopped:
-            self._start_sshds(stopped)
+            start_sshds(stopped)
         for n in self.nodes:
             self.clear_faults(n.hostname)
 
@@ -686,40 +419,26 @@ class Testbed:
         """
         if not self._claimed:
             return
-        errors: list[str] = []
         pids: list[int] = []
         for n in self.nodes:
-            pid = _read_pid(n)
-            if pid is not None and _pid_alive(pid) and str(n.sshd_config_path) in _cmdline(pid):
+            pid = read_pid(n)
+            if pid is not None and pid_alive(pid) and str(n.sshd_config_path) in cmdline(pid):
                 pids.append(pid)
-        _kill_and_wait(pids)
-        existing = set(_netns_list())
+        kill_and_wait(pids)
+        existing = set(netns_list())
         ours = [n for n in self.nodes if n.netns in existing]
         # Session processes (sshd children of live connections) live in our namespaces too.
-        _kill_and_wait(_pids_in_netns([n.netns for n in ours]))
-        # Deleting a namespace destroys its veth pair in one batched kernel cleanup, much faster than
-        # `link del` per veth (~18 ms each); veths whose namespace is already gone are deleted directly.
-        lines = [f"netns del {n.netns}" for n in ours]
-        lines += [f"link del {n.veth}" for n in self.nodes if n not in ours and _link_exists(n.veth)]
-        if _link_exists(self.bridge):
-            lines.append(f"link del {self.bridge}")
-        if lines:
-            # -force: keep going past an error so one odd leftover does not strand the rest.
-            proc = _run(["ip", "-force", "-batch", "-"], stdin="\n".join(lines) + "\n", check=False)
-            if proc.returncode != 0:
-                errors.append(proc.stderr.strip())
-        deadline = time.monotonic() + 10
-        while any(_link_exists(n.veth) for n in self.nodes) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        kill_and_wait(pids_in_netns([n.netns for n in ours]))
+        errors = delete_network(bridge=self.bridge, nodes=self.nodes, ours=ours)
         for n in self.nodes:
             n.pid_file.unlink(missing_ok=True)
         self._is_up = False
         self._claimed = False
         self._rotated.clear()
         self.state_path.unlink(missing_ok=True)
-        left = [ns for ns in _netns_list() if ns.startswith(f"{self.name}-gpu")]
-        left += [n.veth for n in self.nodes if _link_exists(n.veth)]
-        if left or _link_exists(self.bridge):
+        left = [ns for ns in netns_list() if ns.startswith(f"{self.name}-gpu")]
+        left += [n.veth for n in self.nodes if link_exists(n.veth)]
+        if left or link_exists(self.bridge):
             raise TestbedError(f"down() left {left[:5]} / bridge {self.bridge}: {'; '.join(errors)}")
 
     def __enter__(self) -> Testbed:
@@ -730,40 +449,3 @@ class Testbed:
 
     def __repr__(self) -> str:
         return f"Testbed(name={self.name!r}, size={self.size}, subnet=10.{self.subnet_octet}.0.0/16, up={self._is_up})"
-
-
-def _read_pid(n: TestbedNode) -> int | None:
-    try:
-        text = n.pid_file.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def _pids_in_netns(names: list[str]) -> list[int]:
-    """PIDs of processes inside these named network namespaces (what `ip netns pids` does, in one pass)."""
-    inodes = set()
-    for name in names:
-        with contextlib.suppress(OSError):
-            inodes.add(f"net:[{os.stat(f'/run/netns/{name}').st_ino}]")
-    if not inodes:
-        return []
-    me = os.getpid()
-    pids = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and int(entry.name) != me:
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{entry.name}/ns/net") in inodes:
-                    pids.append(int(entry.name))
-    return pids
-
-
-def _log_tail(n: TestbedNode, limit: int = 2000) -> str:
-    try:
-        return n.log_path.read_text(errors="replace")[-limit:].strip() or "(empty log)"
-    except OSError:
-        return "(no log)"
-
-
-def _rotated_marker(n: TestbedNode) -> Path:
-    return n.node_dir / "host_key_rotated"

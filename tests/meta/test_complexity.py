@@ -19,7 +19,6 @@ CEILING = 20  # the project guide's limit (radon rank C ends at 20)
 PACKAGES = ("portal", "checks", "worker", "testbed", "bench")
 
 KNOWN_OVER = {
-    "bench/bench_certificate.py::seed_campaign": 21,
     "bench/bench_fanout.py::main": 28,
     "bench/bench_pages.py::seed_cluster": 24,
     "checks/base.py::_judge": 27,
@@ -30,7 +29,6 @@ KNOWN_OVER = {
     "checks/dcgm.py::parse_text_table": 21,
     "checks/filesystem.py::FsAggregate.evaluate_group": 35,
     "checks/gpu_burn.py::parse_gpu_burn_text": 27,
-    "checks/infiniband.py::IbPorts.evaluate": 46,
     "checks/nccl_pairs.py::localise_slow_pairs": 31,
     "checks/nccl_tests.py::infer_collective": 23,
     "checks/nccl_tests.py::table_problems": 24,
@@ -42,8 +40,6 @@ KNOWN_OVER = {
     "checks/software.py::SoftwareConsistency.evaluate": 23,
     "checks/thermal.py::DlcTemperature.evaluate": 42,
     "portal/certificates/selectors.py::campaign_state": 23,
-    "portal/history/selectors.py::node_trends": 21,
-    "portal/history/selectors.py::runs_compare": 28,
     "portal/runs/finalize.py::_apply_outliers": 22,
     "testbed/cluster.py::Testbed.down": 26,
 }

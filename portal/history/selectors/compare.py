@@ -1,0 +1,242 @@
+"""Run comparison: per node and per key metric, what changed from a baseline run to another."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db.models import Q
+
+from portal.history.selectors.metrics import (
+    _KEY_KINDS,
+    _KEY_NAMES,
+    KEY_METRICS,
+    METRICS_BY_KEY,
+    Metric,
+    _members,
+    metric_for,
+)
+from portal.inventory.models import Cluster
+from portal.ordering import natural_key
+from portal.runs.models import CheckResult, Measurement, Run, Scope, Status
+
+_STATUS_RANK: dict[str, int] = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 2}
+
+
+def run_previous(*, run: Run) -> Run | None:
+    """The run of the same cluster started just before `run`."""
+    return (
+        Run.objects.filter(cluster_id=run.cluster_id)
+        .filter(Q(created_at__lt=run.created_at) | Q(created_at=run.created_at, id__lt=run.pk))
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def runs_recent(*, cluster: Cluster | None = None, limit: int = 50) -> list[Run]:
+    runs = Run.objects.select_related("cluster").order_by("-created_at", "-id")
+    if cluster is not None:
+        runs = runs.filter(cluster=cluster)
+    return list(runs.only("id", "created_at", "status", "node_set", "plan_snapshot", "cluster__name")[:limit])
+
+
+@dataclass
+class _RunFacts:
+    """What one run says about each node: statuses by (subject, check) and key values."""
+
+    statuses: dict[tuple[str, str], tuple[str, str, int]] = field(default_factory=dict)
+    # (subject, metric key, check) -> [(value, gpu, result id)]
+    values: dict[tuple[str, str, str], list[tuple[float, int | None, int]]] = field(default_factory=dict)
+
+
+def _run_facts(run: Run) -> _RunFacts:
+    """Two queries: the run's results, and its key measurements."""
+    facts = _RunFacts()
+    cache: dict[str, frozenset[str]] = {}
+    results = CheckResult.objects.filter(run=run).values_list(
+        "id", "node__hostname", "item_key", "kind", "scope", "node_set", "attribution", "status", "reason"
+    )
+    info: dict[int, tuple[str, str, str, str]] = {}
+    for pk, hostname, item_key, kind, scope, node_set, attribution, status, reason in results:
+        info[pk] = (hostname, item_key, kind, scope if scope != Scope.GROUP else node_set or hostname)
+        if scope == Scope.GROUP:
+            attribution = attribution or {}
+            for member in _members(node_set, cache) | set(attribution):
+                mine = attribution.get(member) or {}
+                facts.statuses[(member, item_key)] = (mine.get("status", status), mine.get("reason", reason), pk)
+        else:
+            facts.statuses[(hostname, item_key)] = (status, reason, pk)
+    measurements = Measurement.objects.filter(
+        result__run=run, result__kind__in=_KEY_KINDS, name__in=_KEY_NAMES, value__isnull=False
+    ).values_list("result_id", "name", "value", "gpu", "labels")
+    for result_id, name, value, gpu, labels in measurements:
+        hostname, item_key, kind, scope = info[result_id]
+        labels = labels or {}
+        metric = metric_for(kind=kind, name=name, labels=labels)
+        if metric is None or value is None:  # never None (filtered above); the row type cannot say so
+            continue
+        if scope == Scope.NODE:
+            subject = hostname
+        else:  # group: per-host values go to that host, the group's own value to the node set
+            subject = labels.get("host") or scope
+        facts.values.setdefault((subject, metric.key, item_key), []).append((value * metric.scale, gpu, result_id))
+    return facts
+
+
+def _fold(metric: Metric, values: list[tuple[float, int | None, int]]) -> tuple[float, int | None, int]:
+    """Per-GPU values to the node's number: the worst GPU (named), or the sum of counts."""
+    result_id = values[0][2]
+    if metric.gpu_agg == "sum":
+        return sum(v for v, _, _ in values), None, result_id
+    pick = min if (metric.gpu_agg == "min") else max
+    value, gpu, result_id = pick(values, key=lambda v: v[0])
+    return value, gpu, result_id
+
+
+@dataclass
+class MetricDelta:
+    subject: str
+    metric: Metric
+    check: str
+    a: float | None
+    b: float | None
+    a_gpu: int | None = None
+    b_gpu: int | None = None
+    a_result: int | None = None
+    b_result: int | None = None
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a is None or self.b is None else self.a - self.b
+
+    @property
+    def delta_pct(self) -> float | None:
+        if self.delta is None or not self.b:
+            return None
+        return 100.0 * self.delta / abs(self.b)
+
+    @property
+    def direction(self) -> str:
+        """worse / better / same, in the metric's own sense of good; 'new'/'gone' when one side lacks it."""
+        if self.a is None:
+            return "gone"
+        if self.b is None:
+            return "new"
+        delta = self.delta or 0.0
+        noise = abs(self.b) * self.metric.tolerance_pct / 100.0
+        if abs(delta) <= noise or delta == 0:
+            return "same"
+        up_is_good = self.metric.better == "higher"
+        return "better" if (delta > 0) == up_is_good else "worse"
+
+
+@dataclass
+class StatusChange:
+    subject: str
+    check: str
+    a: str
+    b: str
+    a_reason: str
+    a_result: int | None
+    b_result: int | None
+
+    @property
+    def direction(self) -> str:
+        ra, rb = _STATUS_RANK.get(self.a), _STATUS_RANK.get(self.b)
+        if ra is None or rb is None or ra == rb:
+            return "changed"
+        return "worse" if ra > rb else "better"
+
+
+@dataclass
+class NodeComparison:
+    subject: str
+    deltas: list[MetricDelta]
+    changes: list[StatusChange]
+
+    @property
+    def is_group(self) -> bool:
+        """A node set (a group result's own value), not one hostname."""
+        return any(c in self.subject for c in "[,")
+
+    @property
+    def worse(self) -> bool:
+        return any(d.direction == "worse" for d in self.deltas) or any(c.direction == "worse" for c in self.changes)
+
+
+@dataclass
+class Comparison:
+    a: Run
+    b: Run
+    nodes: list[NodeComparison]
+    unchanged_statuses: int
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _count(nodes: list[NodeComparison]) -> dict[str, int]:
+    out = {"metrics_worse": 0, "metrics_better": 0, "status_worse": 0, "status_better": 0}
+    for n in nodes:
+        out["metrics_worse"] += sum(d.direction == "worse" for d in n.deltas)
+        out["metrics_better"] += sum(d.direction == "better" for d in n.deltas)
+        out["status_worse"] += sum(c.direction == "worse" for c in n.changes)
+        out["status_better"] += sum(c.direction == "better" for c in n.changes)
+    return out
+
+
+def _status_changes(fa: _RunFacts, fb: _RunFacts, subjects: dict[str, NodeComparison]) -> int:
+    """Add each changed status to its subject; return the number of unchanged ones."""
+    unchanged = 0
+    for key in sorted(set(fa.statuses) | set(fb.statuses)):
+        sa, sb = fa.statuses.get(key), fb.statuses.get(key)
+        if sa and sb and sa[0] == sb[0]:
+            unchanged += 1
+            continue
+        change = StatusChange(
+            subject=key[0], check=key[1], a=sa[0] if sa else "—", b=sb[0] if sb else "—",
+            a_reason=sa[1] if sa else "", a_result=sa[2] if sa else None, b_result=sb[2] if sb else None,
+        )  # fmt: skip
+        subjects.setdefault(key[0], NodeComparison(key[0], [], [])).changes.append(change)
+    return unchanged
+
+
+def _metric_deltas(fa: _RunFacts, fb: _RunFacts, subjects: dict[str, NodeComparison]) -> None:
+    """Add each key value found in either run, folded to the node's number, to its subject."""
+    for key in set(fa.values) | set(fb.values):
+        subject, metric_key, check = key
+        metric = METRICS_BY_KEY[metric_key]
+        va = _fold(metric, fa.values[key]) if key in fa.values else None
+        vb = _fold(metric, fb.values[key]) if key in fb.values else None
+        delta = MetricDelta(
+            subject=subject, metric=metric, check=check,
+            a=va[0] if va else None, b=vb[0] if vb else None, a_gpu=va[1] if va else None,
+            b_gpu=vb[1] if vb else None, a_result=va[2] if va else None, b_result=vb[2] if vb else None,
+        )  # fmt: skip
+        subjects.setdefault(subject, NodeComparison(subject, [], [])).deltas.append(delta)
+
+
+def _ordered_nodes(subjects: dict[str, NodeComparison], only_worse: bool) -> list[NodeComparison]:
+    """Subjects in natural order, deltas in the metrics' rank order; only the worse ones if asked."""
+    order = {m.key: i for i, m in enumerate(KEY_METRICS)}
+    nodes = []
+    for subject in sorted(subjects, key=natural_key):
+        node = subjects[subject]
+        node.deltas.sort(key=lambda d: (order[d.metric.key], d.check))
+        if only_worse:
+            node.deltas = [d for d in node.deltas if d.direction == "worse"]
+            node.changes = [c for c in node.changes if c.direction == "worse"]
+            if not node.deltas and not node.changes:
+                continue
+        nodes.append(node)
+    return nodes
+
+
+def runs_compare(*, a: Run, b: Run, only_worse: bool = False) -> Comparison:
+    """Per node and per key metric, what changed from run `b` (the baseline) to run `a`: two queries per
+    run whatever the node count. Status changes are listed; unchanged statuses are only counted."""
+    fa, fb = _run_facts(a), _run_facts(b)
+    subjects: dict[str, NodeComparison] = {}
+    unchanged = _status_changes(fa, fb, subjects)
+    _metric_deltas(fa, fb, subjects)
+    counts = _count(list(subjects.values()))  # before the "only worse" filter: the summary stays whole
+    nodes = _ordered_nodes(subjects, only_worse)
+    return Comparison(a=a, b=b, nodes=nodes, unchanged_statuses=unchanged, counts=counts)
