@@ -115,7 +115,7 @@ _TREND_FIELDS = (
 )
 
 
-def _trend_rows(node: Node, runs: int) -> QuerySet[Measurement]:
+def _trend_rows(node: Node, runs: int) -> QuerySet[Measurement, tuple[Any, ...]]:
     """The node's key values (its own and its group results') over its latest `runs` runs, oldest
     first: two queries (run window, values) plus the group-membership read."""
     cluster_results = CheckResult.objects.filter(run__cluster_id=node.cluster_id)
