@@ -41,7 +41,6 @@ KNOWN_OVER = {
     "checks/thermal.py::DlcTemperature.evaluate": 42,
     "portal/certificates/selectors.py::campaign_state": 23,
     "portal/runs/finalize.py::_apply_outliers": 22,
-    "testbed/cluster.py::Testbed.down": 26,
 }
 
 
