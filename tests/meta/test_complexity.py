@@ -38,7 +38,6 @@ KNOWN_OVER = {
     "checks/probe_check.py::load_probe": 23,
     "checks/sampling.py::parse_sampling": 38,
     "checks/software.py::SoftwareConsistency.evaluate": 23,
-    "checks/thermal.py::DlcTemperature.evaluate": 42,
     "portal/certificates/selectors.py::campaign_state": 23,
     "portal/runs/finalize.py::_apply_outliers": 22,
 }
