@@ -27,7 +27,6 @@ KNOWN_OVER = {
     "checks/burnin.py::BurnIn._judge_compute": 25,
     "checks/dcgm.py::parse_json_doc": 31,
     "checks/dcgm.py::parse_text_table": 21,
-    "checks/filesystem.py::FsAggregate.evaluate_group": 35,
     "checks/gpu_burn.py::parse_gpu_burn_text": 27,
     "checks/nccl_pairs.py::localise_slow_pairs": 31,
     "checks/nccl_tests.py::infer_collective": 23,
