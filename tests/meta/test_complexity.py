@@ -28,7 +28,6 @@ KNOWN_OVER = {
     "checks/dcgm.py::parse_json_doc": 31,
     "checks/dcgm.py::parse_text_table": 21,
     "checks/gpu_burn.py::parse_gpu_burn_text": 27,
-    "checks/nccl_pairs.py::localise_slow_pairs": 31,
     "checks/nccl_tests.py::infer_collective": 23,
     "checks/nccl_tests.py::table_problems": 24,
     # The node-side probe is one stdlib-only file run as `python3 -` (checks/probe/SCHEMA.md).
