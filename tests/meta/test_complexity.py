@@ -22,8 +22,6 @@ KNOWN_OVER = {
     "bench/bench_fanout.py::main": 28,
     "bench/bench_pages.py::seed_cluster": 24,
     "checks/base.py::_judge": 27,
-    # Moved unchanged from checks/thermal.py when checks/ was split by idea (BMC sensor parsers).
-    "checks/bmc_sensors.py::parse_redfish_thermal": 31,
     "checks/burnin.py::BurnIn._judge_compute": 25,
     "checks/dcgm.py::parse_json_doc": 31,
     "checks/dcgm.py::parse_text_table": 21,
