@@ -68,39 +68,15 @@ def parse_redfish_thermal(text: str) -> Parsed:
     doc = load_json(text, "Redfish output")
     if not isinstance(doc, dict):
         raise EvidenceError("Redfish output is not a JSON object")
-    out: list[Measurement] = []
     warnings: list[str] = []
-    known = False
-    for item in doc.get("Temperatures") or []:  # Thermal v1.x (e.g. Dell iDRAC)
-        known = True
-        if not isinstance(item, dict):
-            continue
-        name = str(item.get("Name") or item.get("MemberId") or "")
-        value = item.get("ReadingCelsius")
-        labels = {"sensor": name, "unit": "C", "context": str(item.get("PhysicalContext") or "")}
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append(Measurement(name="temperature", value=float(value), unit="C", labels=labels))
-        else:
-            out.append(_sensor_state(name, "no reading"))
-        if _health(item) not in ("", "OK"):
-            out.append(_sensor_state(name, "asserted", None, health=_health(item)))
-    for item in doc.get("TemperatureReadingsCelsius") or []:  # ThermalMetrics v1.x (e.g. HPE iLO)
-        known = True
-        if not isinstance(item, dict):
-            continue
-        name = str(item.get("DeviceName") or item.get("DataSourceUri") or "")
-        value = item.get("Reading")
-        labels = {"sensor": name, "unit": "C", "context": str(item.get("PhysicalContext") or "")}
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append(Measurement(name="temperature", value=float(value), unit="C", labels=labels))
-        else:
-            out.append(_sensor_state(name, "no reading"))
-    for item in doc.get("LeakDetectors") or []:  # LeakDetection v1.x (DMTF, liquid-cooled chassis)
-        known = True
-        if isinstance(item, dict):
-            state = str(item.get("DetectorState") or "")
-            text_state = "ok" if state == "OK" else ("no reading" if not state else "asserted")
-            out.append(_sensor_state(str(item.get("Name") or item.get("Id") or ""), text_state, None, state=state))
+    # Thermal v1.x (e.g. Dell iDRAC), then ThermalMetrics v1.x (e.g. HPE iLO).
+    legacy = _redfish_temperatures(doc.get("Temperatures"), ("Name", "MemberId"), "ReadingCelsius", health=True)
+    metrics = _redfish_temperatures(
+        doc.get("TemperatureReadingsCelsius"), ("DeviceName", "DataSourceUri"), "Reading", health=False
+    )
+    leaks = _redfish_leaks(doc.get("LeakDetectors"))
+    out = [m for found in (legacy, metrics, leaks) if found is not None for m in found]
+    known = any(found is not None for found in (legacy, metrics, leaks))
     if "Fans" in doc:
         known = True
     if not known:
@@ -108,3 +84,38 @@ def parse_redfish_thermal(text: str) -> Parsed:
     if not any(m.name == "temperature" for m in out):
         warnings.append("no temperature readings in the Redfish document")
     return Parsed(out, warnings)
+
+
+def _redfish_temperatures(
+    items: Any, name_keys: tuple[str, str], value_key: str, *, health: bool
+) -> list[Measurement] | None:
+    """`temperature` per readable item, else `sensor` "no reading" (and "asserted" on a bad Health,
+    where the schema has one); None when the document has no such items."""
+    out: list[Measurement] | None = None
+    for item in items or []:
+        out = out if out is not None else []
+        if not isinstance(item, dict):
+            continue
+        name = str(item.get(name_keys[0]) or item.get(name_keys[1]) or "")
+        value = item.get(value_key)
+        labels = {"sensor": name, "unit": "C", "context": str(item.get("PhysicalContext") or "")}
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(Measurement(name="temperature", value=float(value), unit="C", labels=labels))
+        else:
+            out.append(_sensor_state(name, "no reading"))
+        if health and _health(item) not in ("", "OK"):
+            out.append(_sensor_state(name, "asserted", None, health=_health(item)))
+    return out
+
+
+def _redfish_leaks(items: Any) -> list[Measurement] | None:
+    """LeakDetection v1.x (DMTF, liquid-cooled chassis): DetectorState -> ok / asserted / no reading;
+    None when the document has no leak detectors."""
+    out: list[Measurement] | None = None
+    for item in items or []:
+        out = out if out is not None else []
+        if isinstance(item, dict):
+            state = str(item.get("DetectorState") or "")
+            text_state = "ok" if state == "OK" else ("no reading" if not state else "asserted")
+            out.append(_sensor_state(str(item.get("Name") or item.get("Id") or ""), text_state, None, state=state))
+    return out

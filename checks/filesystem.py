@@ -31,13 +31,11 @@ Measurements (public contract):
 from __future__ import annotations
 
 import re
-import statistics
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from checks.base import (
     ERROR,
-    FAIL,
     PASS,
     WARN,
     Check,
@@ -56,9 +54,20 @@ from checks.base import (
 )
 from checks.evidence import ERRNO, Rule
 from checks.fio import fio_measurements, load_fio_json
+from checks.fs_judge import (
+    aggregate_finding,
+    deficits,
+    fio_sum,
+    gbps,
+    group_verdict,
+    host_index,
+    job_errors,
+    judge_floor,
+    missing_results,
+    node_rates,
+)
 from checks.presentation import CertificateChart, KeyMetric, OutlierMetric, Presentation, PromMetric, total_else_sum
 
-GB = 1e9  # thresholds are decimal GB/s, as storage vendors quote them
 FIO_LABEL = "fio"
 _SIZE = re.compile(r"^\d+(\.\d+)?[KMGTP]?(i?B)?$", re.IGNORECASE)
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
@@ -161,32 +170,11 @@ def fio_file_prefix(hostname: str) -> str:
     return "kiln-fio." + (_SAFE_NAME.sub("_", hostname) or "node")
 
 
-def _gbps(value: float | None) -> str:
-    return "?" if value is None else f"{value / GB:.2f}".rstrip("0").rstrip(".")
-
-
 def _fio_failure(output: CommandOutput) -> str:
     lines = [ln.strip() for ln in (output.stderr + "\n" + output.stdout).splitlines() if ln.strip()]
     fio_lines = [ln for ln in lines if ln.startswith("fio:") or "error" in ln.lower()]
     picked = fio_lines[-1] if fio_lines else (lines[-1] if lines else "no output")
     return picked[:300]
-
-
-def _sum(measurements: list[Measurement], name: str, host: str = "") -> Measurement | None:
-    for m in measurements:
-        if m.name == name and m.labels.get("host", "") == host and "job" not in m.labels:
-            return m
-    return None
-
-
-def _judge_floor(m: Measurement, floor: float | None, what: str, scope: str) -> Finding | None:
-    if floor is None or m.value is None:
-        return None
-    m.threshold = f">= {floor:g} GB/s"
-    m.ok = m.value >= floor * GB
-    if m.ok:
-        return None
-    return Finding(FAIL, f"{what} {_gbps(m.value)} GB/s below the {floor:g} GB/s {scope} floor")
 
 
 # The node's own write/read rate (fs_throughput) and the per-node rate under the aggregate load
@@ -272,20 +260,20 @@ class FsThroughput(Check):
             findings.append(Finding(ERROR, f"fio job {m.labels.get('job')} failed with error {int(m.value or 0)}"))
         rates: dict[str, Measurement] = {}
         for ddir, floor in (("write", t.min_write_gbps), ("read", t.min_read_gbps)):
-            bw = _sum(measurements, f"{ddir}_bw_sum")
-            moved = _sum(measurements, f"{ddir}_bytes_sum")
+            bw = fio_sum(measurements, f"{ddir}_bw_sum")
+            moved = fio_sum(measurements, f"{ddir}_bytes_sum")
             if bw is None or bw.value is None or not (moved and moved.value):
                 findings.append(Finding(ERROR, f"fio reported no {ddir} I/O (no {ddir} job result)"))
                 continue
             rates[ddir] = bw
             if floor is None:  # recorded, not judged: a rate with no floor is never a bare pass
                 findings.append(
-                    Finding(WARN, f"{ddir} {_gbps(bw.value)} GB/s: not judged (no min_{ddir}_gbps floor set)")
+                    Finding(WARN, f"{ddir} {gbps(bw.value)} GB/s: not judged (no min_{ddir}_gbps floor set)")
                 )
                 continue
-            bad = _judge_floor(bw, floor, ddir, "per-node")
-            findings.append(bad or Finding(PASS, f"{ddir} {_gbps(bw.value)} GB/s"))
-        summary = ", ".join(f"{d} {_gbps(m.value)} GB/s" for d, m in rates.items())
+            bad = judge_floor(bw, floor, ddir, "per-node")
+            findings.append(bad or Finding(PASS, f"{ddir} {gbps(bw.value)} GB/s"))
+        summary = ", ".join(f"{d} {gbps(m.value)} GB/s" for d, m in rates.items())
         return Verdict.from_findings(findings, pass_reason=summary or "no rates")
 
 
@@ -392,92 +380,15 @@ class FsAggregate(GroupCheck):
 
     def evaluate_group(self, measurements: list[Measurement], thresholds: Any, group: GroupContext) -> GroupVerdict:
         t: FsAggregateThresholds = thresholds
-        findings: list[Finding] = []
+        by_host = host_index(group)
         node_findings: dict[str, list[Finding]] = {n.hostname: [] for n in group.nodes}
-        by_host = _host_index(group)
-        for m in measurements:
-            if m.name == "job_error":
-                failed = by_host.get(m.labels.get("host", ""), m.labels.get("host", "?"))
-                f = Finding(ERROR, f"{failed}: fio job {m.labels.get('job')} failed with error {int(m.value or 0)}")
-                node_findings.setdefault(failed, []).append(f)
-        rates: dict[str, dict[str, float]] = {"write": {}, "read": {}}
-        per_node_rates: dict[tuple[str, str], Measurement] = {}
-        for m in measurements:
-            host = m.labels.get("host", "")
-            if m.name in ("write_bw_sum", "read_bw_sum") and host and "job" not in m.labels:
-                name = by_host.get(host) or by_host.get(host.split(",")[0])
-                if name is None:
-                    findings.append(Finding(ERROR, f"fio reported results for unknown host {host!r}"))
-                    continue
-                m.labels["node"] = name
-                if m.value is not None and _moved(measurements, m.name.split("_")[0], host):
-                    rates[m.name.split("_")[0]][name] = m.value
-                    per_node_rates[(m.name.split("_")[0], name)] = m
-        for n in group.nodes:
-            missing = [d for d in ("write", "read") if n.hostname not in rates[d]]
-            if missing:
-                node_findings[n.hostname].append(
-                    Finding(ERROR, f"{n.hostname}: no fio {'/'.join(missing)} results (fio server not reachable?)")
-                )
+        for failed, f in job_errors(measurements, by_host):
+            node_findings.setdefault(failed, []).append(f)
+        findings, rates, per_node_rates = node_rates(measurements, by_host)
+        for name, f in missing_results(group, rates):
+            node_findings[name].append(f)
         for ddir, floor in (("write", t.min_aggregate_write_gbps), ("read", t.min_aggregate_read_gbps)):
-            per_node = rates[ddir]
-            if not per_node:
-                findings.append(Finding(ERROR, f"no node reported {ddir} results"))
-                continue
-            total = sum(per_node.values())
-            agg = Measurement(
-                name=f"aggregate_{ddir}_bw", value=total, unit="B/s", labels={"nodes": str(len(per_node))}
-            )
-            measurements.append(agg)
-            deficit = t.max_node_deficit_pct
-            compared = deficit is not None and len(per_node) >= 2
-            said = f"aggregate {ddir} {_gbps(total)} GB/s over {len(per_node)} nodes"
-            if floor is not None:
-                bad = _judge_floor(agg, floor, f"aggregate {ddir}", f"aggregate ({len(per_node)} nodes)")
-                findings.append(bad or Finding(PASS, said))
-            elif compared:
-                # The nodes are still judged against each other below; the sum is only recorded.
-                findings.append(Finding(PASS, f"{said} (aggregate not judged: no min_aggregate_{ddir}_gbps set)"))
-            else:  # nothing at all compared with a threshold: never a bare pass
-                findings.append(Finding(WARN, f"{said}: not judged (no min_aggregate_{ddir}_gbps, no node comparison)"))
-            if deficit is None or not compared:
-                continue
-            median = statistics.median(per_node.values())
-            for name, value in sorted(per_node.items()):
-                pct = 100.0 * value / median if median else 100.0
-                rate = per_node_rates[(ddir, name)]
-                rate.threshold = f">= {100.0 - deficit:g}% of the median node"
-                rate.ok = 100.0 - pct <= deficit
-                if not rate.ok:
-                    node_findings[name].append(
-                        Finding(FAIL, f"{name}: {ddir} {_gbps(value)} GB/s, {pct:.0f}% of the median node")
-                    )
-        node_verdicts: dict[str, Verdict] = {}
-        for name, fs in node_findings.items():
-            if fs:
-                node_verdicts[name] = Verdict.from_findings(fs)
-                findings += fs
-        for m in measurements:
-            if m.name == "client_error":
-                findings.append(Finding(ERROR, m.text))
-        verdict = Verdict.from_findings(findings, pass_reason="all nodes within spec")
-        if verdict.status == PASS:
-            verdict.reason = "; ".join(f.reason for f in findings if f.reason.startswith("aggregate"))
-        return GroupVerdict(
-            status=verdict.status, reason=verdict.reason, findings=verdict.findings, node_verdicts=node_verdicts
-        )
-
-
-def _host_index(group: GroupContext) -> dict[str, str]:
-    """What fio reports as `hostname` (the --client string, less ",port") -> node hostname."""
-    index: dict[str, str] = {}
-    for n in group.nodes:
-        index[n.hostname] = n.hostname
-        if n.address:
-            index[n.address] = n.hostname
-    return index
-
-
-def _moved(measurements: list[Measurement], ddir: str, host: str) -> bool:
-    m = _sum(measurements, f"{ddir}_bytes_sum", host)
-    return bool(m and m.value)
+            findings.append(aggregate_finding(measurements, t, ddir, floor, rates[ddir]))
+            for name, f in deficits(t, ddir, rates[ddir], per_node_rates):
+                node_findings[name].append(f)
+        return group_verdict(findings, node_findings, measurements)

@@ -19,7 +19,25 @@ def localise_slow_pairs(pair_verdicts: dict[tuple[str, str], Verdict]) -> GroupV
     bad = [p for p, v in pair_verdicts.items() if v.status in _BAD]
     if not bad:
         return GroupVerdict(status=PASS, reason=f"all {len(pair_verdicts)} node pairs within spec")
-    status = FAIL if any(pair_verdicts[p].status == FAIL for p in bad) else pair_verdicts[bad[0]].status
+    status = _worst(pair_verdicts, bad)
+    suspects = _suspects(pair_verdicts, bad)
+    if not suspects:
+        return GroupVerdict(status=status, reason=_unlocalised_reason(pair_verdicts, bad))
+    node_verdicts = {n: _suspect_verdict(pair_verdicts, [p for p in bad if n in p], n) for n in suspects}
+    unexplained = [p for p in bad if not any(n in p for n in suspects)]
+    reason = f"localised to {', '.join(suspects)}: every pair with it is slow while its peers pass with other nodes"
+    if unexplained:
+        reason += f"; also slow: {_pairs(unexplained)}"
+    return GroupVerdict(status=status, reason=reason, node_verdicts=node_verdicts)
+
+
+def _worst(pair_verdicts: dict[tuple[str, str], Verdict], pairs: list[tuple[str, str]]) -> str:
+    """FAIL if any of the (bad) pairs failed, else the first one's status."""
+    return FAIL if any(pair_verdicts[p].status == FAIL for p in pairs) else pair_verdicts[pairs[0]].status
+
+
+def _suspects(pair_verdicts: dict[tuple[str, str], Verdict], bad: list[tuple[str, str]]) -> list[str]:
+    """Nodes whose every pair is bad, with at least one peer that a good pair clears."""
     cleared = {n for p, v in pair_verdicts.items() if v.status == PASS for n in p}  # skipped clears nobody
     nodes = sorted({n for p in pair_verdicts for n in p})
     suspects = []
@@ -27,28 +45,24 @@ def localise_slow_pairs(pair_verdicts: dict[tuple[str, str], Verdict]) -> GroupV
         pairs = [p for p in pair_verdicts if n in p]
         if all(p in bad for p in pairs) and any(_other(p, n) in cleared for p in pairs):
             suspects.append(n)
-    if not suspects:
-        if len(bad) == len(pair_verdicts):
-            reason = f"all {len(bad)} node pairs are slow or failing: no single node is to blame (fabric-wide?)"
-        else:
-            reason = (
-                f"{len(bad)} of {len(pair_verdicts)} node pairs are slow or failing ({_pairs(bad)}); "
-                "no node is common to them that other pairs clear"
-            )
-        return GroupVerdict(status=status, reason=reason)
-    node_verdicts: dict[str, Verdict] = {}
-    for n in suspects:
-        pairs = [p for p in bad if n in p]
-        peers = ", ".join(sorted(_other(p, n) for p in pairs))
-        worst = FAIL if any(pair_verdicts[p].status == FAIL for p in pairs) else pair_verdicts[pairs[0]].status
-        example = pair_verdicts[pairs[0]].reason
-        reason = f"every pair with {n} is slow or failing (with {peers}); e.g. {_pairs([pairs[0]])}: {example}"
-        node_verdicts[n] = Verdict(status=worst, reason=reason)
-    unexplained = [p for p in bad if not any(n in p for n in suspects)]
-    reason = f"localised to {', '.join(suspects)}: every pair with it is slow while its peers pass with other nodes"
-    if unexplained:
-        reason += f"; also slow: {_pairs(unexplained)}"
-    return GroupVerdict(status=status, reason=reason, node_verdicts=node_verdicts)
+    return suspects
+
+
+def _unlocalised_reason(pair_verdicts: dict[tuple[str, str], Verdict], bad: list[tuple[str, str]]) -> str:
+    if len(bad) == len(pair_verdicts):
+        return f"all {len(bad)} node pairs are slow or failing: no single node is to blame (fabric-wide?)"
+    return (
+        f"{len(bad)} of {len(pair_verdicts)} node pairs are slow or failing ({_pairs(bad)}); "
+        "no node is common to them that other pairs clear"
+    )
+
+
+def _suspect_verdict(pair_verdicts: dict[tuple[str, str], Verdict], pairs: list[tuple[str, str]], n: str) -> Verdict:
+    """The blamed node's verdict: the worst of its (bad) pairs, with its peers and an example."""
+    peers = ", ".join(sorted(_other(p, n) for p in pairs))
+    example = pair_verdicts[pairs[0]].reason
+    reason = f"every pair with {n} is slow or failing (with {peers}); e.g. {_pairs([pairs[0]])}: {example}"
+    return Verdict(status=_worst(pair_verdicts, pairs), reason=reason)
 
 
 def _other(pair: tuple[str, str], node: str) -> str:

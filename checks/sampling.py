@@ -260,6 +260,32 @@ def _count(node: Any, *path: str) -> int | None:
 
 def parse_sampling(text: str) -> SamplingDoc:
     """Validate a sampling document's text; EvidenceError names what is wrong."""
+    raw = _sampling_object(text)
+    errors = raw.get("errors") or []
+    if not isinstance(errors, list):
+        raise EvidenceError(f"sampling 'errors' is {type(errors).__name__}, expected a list")
+    samples_raw = raw.get("samples")
+    if not isinstance(samples_raw, list):
+        raise EvidenceError("sampling document has no 'samples' list")
+    samples = [_sample(pos, sample) for pos, sample in enumerate(samples_raw)]
+    samples.sort(key=lambda s: s[0])
+    child = _child_run(raw.get("child"))
+    for when in ("before", "after"):
+        _check_probe_counters(raw.get(when), when)
+    interval = raw.get("interval_s")
+    return SamplingDoc(
+        raw=raw,
+        interval_s=float(interval) if _is_number(interval) else None,
+        before=raw.get("before") if isinstance(raw.get("before"), dict) else None,
+        after=raw.get("after") if isinstance(raw.get("after"), dict) else None,
+        samples=samples,
+        child=child,
+        errors=[str(e) for e in errors],
+    )
+
+
+def _sampling_object(text: str) -> dict[str, Any]:
+    """The document's JSON object, once its schema and mode say it is a sampling document."""
     text = text.strip()
     if not text:
         raise EvidenceError("sampling probe printed nothing on stdout")
@@ -276,62 +302,54 @@ def parse_sampling(text: str) -> SamplingDoc:
             f"not a sampling document (schema {raw.get('schema')!r}, mode {raw.get('mode')!r});"
             f" expected schema {SAMPLING_SCHEMA}, mode 'sample' (probe and portal out of step?)"
         )
-    errors = raw.get("errors") or []
-    if not isinstance(errors, list):
-        raise EvidenceError(f"sampling 'errors' is {type(errors).__name__}, expected a list")
-    samples_raw = raw.get("samples")
-    if not isinstance(samples_raw, list):
-        raise EvidenceError("sampling document has no 'samples' list")
-    samples: list[tuple[float, dict[int, dict[str, Any]]]] = []
-    for pos, sample in enumerate(samples_raw):
-        t = sample.get("t") if isinstance(sample, dict) else None
-        if not _is_number(t):
-            raise EvidenceError(f"sample #{pos} has no numeric 't'")
-        gpus_raw = sample.get("gpus")
-        if not isinstance(gpus_raw, list):
-            raise EvidenceError(f"sample #{pos} has no 'gpus' list")
-        gpus: dict[int, dict[str, Any]] = {}
-        for entry in gpus_raw:
-            index = entry.get("index") if isinstance(entry, dict) else None
-            if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-                raise EvidenceError(f"sample #{pos} has a GPU entry without a valid 'index'")
-            values: dict[str, Any] = {}
-            for name in SAMPLE_FIELDS:
-                value = entry.get(name)
-                if value is not None and not _is_number(value):
-                    raise EvidenceError(f"sample #{pos} GPU {index}: {name} is {value!r}, expected a number")
-                rule = SAMPLE_RULES.get(name)
-                if value is not None and rule is not None and (why := rule.problem(value)):
-                    raise EvidenceError(f"{evidence.PREFIX}: sample #{pos} GPU {index} {name} = {value!r} ({why})")
-                values[name] = value
-            gpus[index] = values
-        samples.append((float(t), gpus))
-    samples.sort(key=lambda s: s[0])
-    child_raw = raw.get("child")
-    child = None
-    if isinstance(child_raw, dict):
-        code = child_raw.get("exit_code")
-        duration = child_raw.get("duration_s")
-        child = ChildRun(
-            argv=[str(a) for a in child_raw.get("argv") or []],
-            exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
-            stdout=str(child_raw.get("stdout") or ""),
-            stderr=str(child_raw.get("stderr") or ""),
-            duration_s=float(duration) if _is_number(duration) else None,
-        )
-    elif child_raw is not None:
+    return raw
+
+
+def _sample(pos: int, sample: Any) -> tuple[float, dict[int, dict[str, Any]]]:
+    """Sample #pos: its time and {gpu index: {field: value-or-None}}."""
+    t = sample.get("t") if isinstance(sample, dict) else None
+    if not _is_number(t):
+        raise EvidenceError(f"sample #{pos} has no numeric 't'")
+    gpus_raw = sample.get("gpus")
+    if not isinstance(gpus_raw, list):
+        raise EvidenceError(f"sample #{pos} has no 'gpus' list")
+    gpus: dict[int, dict[str, Any]] = {}
+    for entry in gpus_raw:
+        index = entry.get("index") if isinstance(entry, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise EvidenceError(f"sample #{pos} has a GPU entry without a valid 'index'")
+        gpus[index] = _gpu_values(pos, index, entry)
+    return float(t), gpus
+
+
+def _gpu_values(pos: int, index: int, entry: dict[str, Any]) -> dict[str, Any]:
+    """One GPU's SAMPLE_FIELDS in sample #pos: numbers within their rules, or None."""
+    values: dict[str, Any] = {}
+    for name in SAMPLE_FIELDS:
+        value = entry.get(name)
+        if value is not None and not _is_number(value):
+            raise EvidenceError(f"sample #{pos} GPU {index}: {name} is {value!r}, expected a number")
+        rule = SAMPLE_RULES.get(name)
+        if value is not None and rule is not None and (why := rule.problem(value)):
+            raise EvidenceError(f"{evidence.PREFIX}: sample #{pos} GPU {index} {name} = {value!r} ({why})")
+        values[name] = value
+    return values
+
+
+def _child_run(child_raw: Any) -> ChildRun | None:
+    """The wrapped command's record (null when the probe ran none)."""
+    if child_raw is None:
+        return None
+    if not isinstance(child_raw, dict):
         raise EvidenceError(f"sampling 'child' is {type(child_raw).__name__}, expected an object or null")
-    for when in ("before", "after"):
-        _check_probe_counters(raw.get(when), when)
-    interval = raw.get("interval_s")
-    return SamplingDoc(
-        raw=raw,
-        interval_s=float(interval) if _is_number(interval) else None,
-        before=raw.get("before") if isinstance(raw.get("before"), dict) else None,
-        after=raw.get("after") if isinstance(raw.get("after"), dict) else None,
-        samples=samples,
-        child=child,
-        errors=[str(e) for e in errors],
+    code = child_raw.get("exit_code")
+    duration = child_raw.get("duration_s")
+    return ChildRun(
+        argv=[str(a) for a in child_raw.get("argv") or []],
+        exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+        stdout=str(child_raw.get("stdout") or ""),
+        stderr=str(child_raw.get("stderr") or ""),
+        duration_s=float(duration) if _is_number(duration) else None,
     )
 
 

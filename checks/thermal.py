@@ -21,25 +21,22 @@ Judged (no evidence, no pass):
 Missing samples (no sampling output, too few samples, a GPU absent from the samples) -> error.
 
 The sensor outputs are read by checks/bmc_sensors.py (parsers `ipmitool_sdr`, `redfish_thermal`).
+The judging steps of evaluate() are in checks/thermal_judge.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import statistics
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from checks.base import (
     ERROR,
-    FAIL,
-    WARN,
     Check,
     Command,
     CommandOutput,
     EvidenceError,
-    Finding,
     Measurement,
     NodeContext,
     ParamsError,
@@ -51,6 +48,15 @@ from checks.bmc_sensors import parse_ipmitool_sdr, parse_redfish_thermal
 from checks.evidence import COUNT, Rule
 from checks.presentation import KeyMetric, OutlierMetric, Presentation, PromMetric, TrendRule, highest
 from checks.sampling import SamplingDoc, load_sampling, probe_gpu
+from checks.thermal_judge import (
+    coolant_findings,
+    margin_findings,
+    no_samples_reason,
+    pass_reason,
+    sample_findings,
+    sibling_findings,
+    throttle_findings,
+)
 
 IDLE, LOAD, SENSORS = "probe idle", "probe load", "sensors"
 # The idle command's label when no load phase was asked for (load_s=0): parse then knows a missing
@@ -316,153 +322,20 @@ class DlcTemperature(Check):
     def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
         t: DlcThresholds = thresholds
         idx = {(m.name, m.gpu, m.labels.get("phase", "")): m for m in measurements}
-        findings: list[Finding] = []
         gpus = sorted({m.gpu for m in measurements if m.gpu is not None and m.name == "temp_gpu_steady"})
-        load_gpus = {i for i in gpus if ("temp_gpu_steady", i, "load") in idx}
         if not gpus:
-            errors = [m.text for m in measurements if m.name == "probe_error"]
-            why = f" ({'; '.join(errors[:2])})" if errors else ""
-            return Verdict(ERROR, f"no GPU temperature samples{why}")
+            return Verdict(ERROR, no_samples_reason(measurements))
+        load_gpus = sorted(i for i in gpus if ("temp_gpu_steady", i, "load") in idx)
         idle_only = any(m.name == "phases" and m.text == "idle" for m in measurements)
         phases = ("idle",) if idle_only else ("idle", "load")
-        for phase in phases:
-            count = idx.get(("samples", None, phase))
-            if count is None or (count.value or 0) < t.min_samples:
-                n = int(count.value or 0) if count else 0
-                findings.append(Finding(ERROR, f"only {n} {phase} samples (need {t.min_samples})"))
+        findings = sample_findings(idx, t, gpus, phases)
         for i in gpus:
-            for phase in phases:
-                if (("temp_gpu_steady", i, phase)) not in idx:
-                    findings.append(Finding(ERROR, f"GPU {i}: no {phase} samples"))
-        for i in gpus:
-            findings += self._margins(idx, t, i)
-        findings += self._siblings(idx, t, sorted(load_gpus))
-        for i in sorted(load_gpus):
-            throttle = idx.get(("thermal_throttle_samples", i, "load"))
-            if throttle and throttle.value and not t.allow_thermal_throttle:
-                throttle.threshold, throttle.ok = "== 0", False
-                findings.append(Finding(FAIL, f"GPU {i}: thermal slowdown in {int(throttle.value)} samples under load"))
-            elif throttle:
-                throttle.threshold, throttle.ok = "== 0", not throttle.value
-            hw = idx.get(("hw_slowdown_samples", i, "load"))
-            if hw and hw.value and not (throttle and throttle.value):
-                what = "HW slowdown (thermal or power brake)"
-                findings.append(Finding(WARN, f"GPU {i}: {what} in {int(hw.value)} samples under load"))
+            findings += margin_findings(idx, t, i)
+        findings += sibling_findings(idx, t, load_gpus)
+        findings += throttle_findings(idx, t, load_gpus)
         if any(m.name == "sensor_output" for m in measurements):
-            findings += self._coolant(measurements, t, sensor_names(t, node))
-        hottest = max(
-            (
-                idx[("temp_gpu_steady", i, "load")].value or 0.0
-                for i in load_gpus
-                if ("temp_gpu_steady", i, "load") in idx
-            ),
-            default=0.0,
-        )
-        pass_reason = f"{len(gpus)} GPUs: hottest {hottest:.0f} C under load, no thermal slowdown"
-        if idle_only:
-            idle_hottest = max(
-                (
-                    idx[("temp_gpu_steady", i, "idle")].value or 0.0
-                    for i in gpus
-                    if ("temp_gpu_steady", i, "idle") in idx
-                ),
-                default=0.0,
-            )
-            pass_reason = f"{len(gpus)} GPUs idle (no load run): hottest {idle_hottest:.0f} C, margins kept"
-        return Verdict.from_findings(findings, pass_reason=pass_reason)
-
-    def _margins(self, idx: dict, t: DlcThresholds, i: int) -> list[Finding]:
-        findings: list[Finding] = []
-        for kind, limit_name, margin, label in (
-            ("gpu", "slowdown_temp", t.min_margin_c, "slowdown"),
-            ("memory", "memory_max_operating_temp", t.min_memory_margin_c, "memory max operating"),
-        ):
-            if margin is None:
-                continue
-            limit = idx.get((limit_name, i, ""))
-            if limit is None or limit.value is None:
-                findings.append(Finding(ERROR, f"GPU {i}: {label} threshold unknown; cannot judge the margin"))
-                continue
-            ceiling = limit.value - margin
-            for phase in ("idle", "load"):
-                m = idx.get((f"temp_{kind}_steady", i, phase))
-                if m is None:
-                    continue
-                if m.value is None:
-                    what = "GPU" if kind == "gpu" else "memory"
-                    findings.append(Finding(ERROR, f"GPU {i}: no {what} temperature readings ({phase})"))
-                    continue
-                m.threshold, m.ok = f"<= {ceiling:g}", m.value <= ceiling
-                if not m.ok:
-                    what = "" if kind == "gpu" else "memory "
-                    when = "under load" if phase == "load" else "at idle"
-                    findings.append(
-                        Finding(
-                            FAIL,
-                            f"GPU {i}: {what}{m.value:.0f} C {when}, within {limit.value - m.value:.0f} C of its "
-                            f"{label} threshold ({limit.value:.0f} C; margin {margin:g} C required)",
-                        )
-                    )
-        return findings
-
-    def _siblings(self, idx: dict, t: DlcThresholds, gpus: list[int]) -> list[Finding]:
-        if t.max_sibling_delta_c is None or len(gpus) < 2:
-            return []
-        temps = {i: idx[("temp_gpu_steady", i, "load")].value for i in gpus}
-        findings: list[Finding] = []
-        for i, value in temps.items():
-            others = [v for j, v in temps.items() if j != i and v is not None]
-            if value is None or not others:
-                continue
-            median = statistics.median(others)
-            delta = value - median
-            if delta > t.max_sibling_delta_c:
-                findings.append(
-                    Finding(
-                        FAIL,
-                        f"GPU {i}: {value:.0f} C under load, {delta:.0f} C above its siblings' median "
-                        f"({median:.0f} C): check cold plate / coolant flow",
-                    )
-                )
-        return findings
-
-    def _coolant(self, measurements: list[Measurement], t: DlcThresholds, names: dict[str, str]) -> list[Finding]:
-        temps = {m.labels.get("sensor"): m for m in measurements if m.name == "temperature"}
-        states = {m.labels.get("sensor"): m for m in measurements if m.name == "sensor"}
-        findings: list[Finding] = []
-        inlet, outlet = temps.get(names["inlet"]), temps.get(names["outlet"])
-        for role, m in (("inlet", inlet), ("outlet", outlet)):
-            if m is None:
-                findings.append(Finding(ERROR, f"coolant {role} sensor {names[role]!r} not in the sensor output"))
-        if inlet is not None and t.max_coolant_inlet_c is not None and inlet.value is not None:
-            inlet.threshold, inlet.ok = f"<= {t.max_coolant_inlet_c:g}", inlet.value <= t.max_coolant_inlet_c
-            if not inlet.ok:
-                findings.append(Finding(FAIL, f"coolant inlet {inlet.value:.0f} C above {t.max_coolant_inlet_c:g} C"))
-        if inlet is not None and outlet is not None and inlet.value is not None and outlet.value is not None:
-            delta = outlet.value - inlet.value
-            dm = Measurement(name="coolant_delta_t", value=delta, unit="C")
-            if t.max_coolant_delta_t_c is not None:
-                dm.threshold, dm.ok = f"<= {t.max_coolant_delta_t_c:g}", delta <= t.max_coolant_delta_t_c
-                if not dm.ok:
-                    findings.append(
-                        Finding(
-                            FAIL,
-                            f"coolant delta-T {delta:.0f} C (inlet {inlet.value:.0f} C, outlet {outlet.value:.0f} C) "
-                            f"above {t.max_coolant_delta_t_c:g} C: low coolant flow?",
-                        )
-                    )
-            measurements.append(dm)
-        leak = states.get(names["leak"])
-        if leak is None:
-            findings.append(Finding(ERROR, f"leak sensor {names['leak']!r} not in the sensor output"))
-        elif leak.text == "asserted":
-            leak.threshold, leak.ok = "== ok", False
-            findings.append(Finding(FAIL, f"leak sensor {names['leak']!r} asserted"))
-        elif leak.text != "ok":
-            findings.append(Finding(ERROR, f"leak sensor {names['leak']!r}: {leak.text}"))
-        else:
-            leak.threshold, leak.ok = "== ok", True
-        return findings
+            findings += coolant_findings(measurements, t, sensor_names(t, node))
+        return Verdict.from_findings(findings, pass_reason=pass_reason(idx, gpus, load_gpus, idle_only))
 
     def series(self, outputs: list[CommandOutput]) -> list[Series]:
         out: list[Series] = []

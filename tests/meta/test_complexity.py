@@ -22,23 +22,17 @@ KNOWN_OVER = {
     "bench/bench_fanout.py::main": 28,
     "bench/bench_pages.py::seed_cluster": 24,
     "checks/base.py::_judge": 27,
-    # Moved unchanged from checks/thermal.py when checks/ was split by idea (BMC sensor parsers).
-    "checks/bmc_sensors.py::parse_redfish_thermal": 31,
     "checks/burnin.py::BurnIn._judge_compute": 25,
     "checks/dcgm.py::parse_json_doc": 31,
     "checks/dcgm.py::parse_text_table": 21,
-    "checks/filesystem.py::FsAggregate.evaluate_group": 35,
     "checks/gpu_burn.py::parse_gpu_burn_text": 27,
-    "checks/nccl_pairs.py::localise_slow_pairs": 31,
     "checks/nccl_tests.py::infer_collective": 23,
     "checks/nccl_tests.py::table_problems": 24,
     # The node-side probe is one stdlib-only file run as `python3 -` (checks/probe/SCHEMA.md).
     "checks/probe/probe.py::_xml_gpu": 34,
     "checks/probe/probe.py::run_sampling": 38,
     "checks/probe_check.py::load_probe": 23,
-    "checks/sampling.py::parse_sampling": 38,
     "checks/software.py::SoftwareConsistency.evaluate": 23,
-    "checks/thermal.py::DlcTemperature.evaluate": 42,
     "portal/certificates/selectors.py::campaign_state": 23,
     "portal/runs/finalize.py::_apply_outliers": 22,
 }
