@@ -139,25 +139,9 @@ def campaign_state(*, campaign: Campaign) -> CampaignState:
     """Per in-scope node and plan item, the latest evidence, settled (pass/warn/waived) or open."""
     items = list(campaign.plan_snapshot["items"])
     nodes = list(Node.objects.filter(cluster_id=campaign.cluster_id).order_by("hostname"))
-    by_name = {n.hostname: n for n in nodes}
     excluded = list(campaign.exclusions.select_related("node", "excluded_by"))
     excluded_ids = {e.node_id for e in excluded}
-    latest: dict[tuple[int, str], Mapping[str, Any]] = {}
-    for row in _latest_results(campaign):
-        if row["scope"] == Scope.GROUP:
-            attribution = row["attribution"] or {}
-            for hostname in NodeSet(row["node_set"] or ""):
-                node = by_name.get(hostname)
-                if node is None:
-                    continue
-                verdict = attribution.get(hostname) or {}
-                latest[(node.pk, row["item_key"])] = {
-                    **row,
-                    "status": verdict.get("status") or row["status"],
-                    "reason": verdict.get("reason") or row["reason"],
-                }
-        else:
-            latest[(row["node_id"], row["item_key"])] = row
+    latest = _latest_per_node(campaign, {n.hostname: n for n in nodes})
     waivers = {
         (w.result_id, w.node_id): w
         for w in Waiver.objects.filter(campaign=campaign).select_related("granted_by", "node")
@@ -167,41 +151,66 @@ def campaign_state(*, campaign: Campaign) -> CampaignState:
     for node in nodes:
         if node.pk in excluded_ids:
             continue
-        cells = []
-        for item in items:
-            found = latest.get((node.pk, item["key"]))
-            if found is None:
-                cell = Cell(node.pk, node.hostname, item["key"], MISSING)
-            else:
-                status = found["status"]
-                waiver = waivers.get((found["id"], node.pk))
-                if status in ACCEPTED:
-                    state = OK if status == Status.PASS else WARN
-                elif waiver is not None:
-                    state = WAIVED
-                else:
-                    state = OPEN_FAIL if status == Status.FAIL else OPEN_ERROR
-                cell = Cell(
-                    node.pk,
-                    node.hostname,
-                    item["key"],
-                    state,
-                    result_id=found["id"],
-                    run_id=found["run_id"],
-                    result_status=status,
-                    reason=found["reason"],
-                    scope=found["scope"],
-                    waiver=waiver if state == WAIVED else None,
-                    finished_at=found["finished_at"],
-                )
+        cells = [_cell(node, item["key"], latest.get((node.pk, item["key"])), waivers) for item in items]
+        for cell in cells:
             counts[cell.state] += 1
-            cells.append(cell)
         rows.append((node, cells))
     active = list(
         Run.objects.filter(campaign_link__campaign=campaign, status__in=ACTIVE_STATUSES).values_list("pk", flat=True)
     )
     return CampaignState(
         campaign=campaign, items=items, nodes=nodes, excluded=excluded, rows=rows, active_runs=active, counts=counts
+    )
+
+
+def _latest_per_node(campaign: Campaign, by_name: dict[str, Node]) -> dict[tuple[int, str], Mapping[str, Any]]:
+    """(node id, item key) -> the latest result row; a group result counts for each node of its
+    node set, with that node's own verdict from the attribution where it has one."""
+    latest: dict[tuple[int, str], Mapping[str, Any]] = {}
+    for row in _latest_results(campaign):
+        if row["scope"] != Scope.GROUP:
+            latest[(row["node_id"], row["item_key"])] = row
+            continue
+        attribution = row["attribution"] or {}
+        for hostname in NodeSet(row["node_set"] or ""):
+            node = by_name.get(hostname)
+            if node is None:
+                continue
+            verdict = attribution.get(hostname) or {}
+            latest[(node.pk, row["item_key"])] = {
+                **row,
+                "status": verdict.get("status") or row["status"],
+                "reason": verdict.get("reason") or row["reason"],
+            }
+    return latest
+
+
+def _cell(
+    node: Node, item_key: str, found: Mapping[str, Any] | None, waivers: Mapping[tuple[int, int], Waiver]
+) -> Cell:
+    """One node's state for one plan item: missing, settled (ok, warn, waived) or open."""
+    if found is None:
+        return Cell(node.pk, node.hostname, item_key, MISSING)
+    status = found["status"]
+    waiver = waivers.get((found["id"], node.pk))
+    if status in ACCEPTED:
+        state = OK if status == Status.PASS else WARN
+    elif waiver is not None:
+        state = WAIVED
+    else:
+        state = OPEN_FAIL if status == Status.FAIL else OPEN_ERROR
+    return Cell(
+        node.pk,
+        node.hostname,
+        item_key,
+        state,
+        result_id=found["id"],
+        run_id=found["run_id"],
+        result_status=status,
+        reason=found["reason"],
+        scope=found["scope"],
+        waiver=waiver if state == WAIVED else None,
+        finished_at=found["finished_at"],
     )
 
 

@@ -185,6 +185,41 @@ def _apply_outliers(run: Run) -> int:
     ]
     if not items:
         return 0
+    found = _find_outliers(run, items)
+    if not found:
+        return 0
+    results = list(CheckResult.objects.filter(pk__in=list(found)).only("id", "status", "reason"))
+    new_rows = [row for result in results for row in _flag_outlier(result, found[result.pk])]
+    CheckResult.objects.bulk_update(results, ["status", "reason"], batch_size=500)
+    Measurement.objects.bulk_create(new_rows, batch_size=500)
+    logger.info("run %s: %d fleet outlier(s)", run.pk, len(new_rows))
+    return len(new_rows)
+
+
+Flagged = list[tuple[outliers.Metric, outliers.Outlier]]
+
+
+def _find_outliers(run: Run, items: list[dict]) -> dict[int, Flagged]:
+    """result id -> the metrics it lags the fleet in, for judged results not flagged already."""
+    per_item, judged = _outlier_rows(run, items)
+    done = {
+        (result_id, (labels or {}).get("metric"))
+        for result_id, labels in Measurement.objects.filter(result__run=run, name="outlier_z").values_list(
+            "result_id", "labels"
+        )
+    }
+    found: dict[int, Flagged] = {}
+    for item in items:
+        per_node = per_item.get(item["key"], {})
+        for metric in outliers.METRICS[item["kind"]]:
+            for result_id, outlier in outliers.fleet_outliers(metric, per_node).items():
+                if judged[result_id] in (Status.PASS, Status.WARN) and (result_id, metric.key) not in done:
+                    found.setdefault(result_id, []).append((metric, outlier))
+    return found
+
+
+def _outlier_rows(run: Run, items: list[dict]) -> tuple[dict[str, dict[int, list[outliers.Row]]], dict[int, str]]:
+    """The measurements the items' outlier metrics read, per item key and result; each result's status."""
     names = {name for item in items for metric in outliers.METRICS[item["kind"]] for name in metric.names}
     rows = Measurement.objects.filter(
         result__run=run,
@@ -198,44 +233,27 @@ def _apply_outliers(run: Run) -> int:
     for row in rows:
         per_item.setdefault(row["result__item_key"], {}).setdefault(row["result_id"], []).append(row)
         judged[row["result_id"]] = row["result__status"]
-    done = {
-        (result_id, (labels or {}).get("metric"))
-        for result_id, labels in Measurement.objects.filter(result__run=run, name="outlier_z").values_list(
-            "result_id", "labels"
+    return per_item, judged
+
+
+def _flag_outlier(result: CheckResult, flagged: Flagged) -> list[Measurement]:
+    """Turns `result` into a warn naming its deviations (not saved); the outlier_z rows to create."""
+    reasons = [outliers.reason(metric, outlier) for metric, outlier in flagged]
+    result.status = Status.WARN
+    result.reason = "; ".join([result.reason, *reasons] if result.reason else reasons)[:4000]
+    return [
+        Measurement(
+            result=result,
+            name="outlier_z",
+            value=round(outlier.z, 2),
+            threshold=f"|z| <= {outliers.Z_THRESHOLD}",
+            ok=False,
+            labels={
+                "metric": metric.key,
+                "value": outliers.show(metric, outlier.value),
+                "median": outliers.show(metric, outlier.median),
+                "deviation_pct": f"{outlier.deviation * 100:.1f}",
+            },
         )
-    }
-    found: dict[int, list[tuple[outliers.Metric, outliers.Outlier]]] = {}
-    for item in items:
-        per_node = per_item.get(item["key"], {})
-        for metric in outliers.METRICS[item["kind"]]:
-            for result_id, outlier in outliers.fleet_outliers(metric, per_node).items():
-                if judged[result_id] in (Status.PASS, Status.WARN) and (result_id, metric.key) not in done:
-                    found.setdefault(result_id, []).append((metric, outlier))
-    if not found:
-        return 0
-    results = list(CheckResult.objects.filter(pk__in=list(found)).only("id", "status", "reason"))
-    new_rows = []
-    for result in results:
-        reasons = [metric.reason(outlier) for metric, outlier in found[result.pk]]
-        result.status = Status.WARN
-        result.reason = "; ".join([result.reason, *reasons] if result.reason else reasons)[:4000]
-        for metric, outlier in found[result.pk]:
-            new_rows.append(
-                Measurement(
-                    result=result,
-                    name="outlier_z",
-                    value=round(outlier.z, 2),
-                    threshold=f"|z| <= {outliers.Z_THRESHOLD}",
-                    ok=False,
-                    labels={
-                        "metric": metric.key,
-                        "value": metric.show(outlier.value),
-                        "median": metric.show(outlier.median),
-                        "deviation_pct": f"{outlier.deviation * 100:.1f}",
-                    },
-                )
-            )
-    CheckResult.objects.bulk_update(results, ["status", "reason"], batch_size=500)
-    Measurement.objects.bulk_create(new_rows, batch_size=500)
-    logger.info("run %s: %d fleet outlier(s)", run.pk, len(new_rows))
-    return len(new_rows)
+        for metric, outlier in flagged
+    ]

@@ -20,11 +20,11 @@ Two guards keep a healthy fleet quiet:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from checks.presentation import Row, presented
+from checks.presentation import OutlierMetric, Row, presented
 
 K = TypeVar("K", bound=Hashable)
 
@@ -92,34 +92,24 @@ def find_outliers(
 # A measurement here is a mapping with name, value, gpu, labels (a Measurement row as values()).
 
 
-@dataclass(frozen=True)
-class Metric:
-    """A key metric of one check kind, compared across the nodes of a run."""
+# The declaration is the metric: nothing to copy or convert.
+Metric = OutlierMetric
 
-    key: str  # labels the outlier_z measurement
-    label: str  # how the reason names it
-    names: tuple[str, ...]  # the measurement names it reads
-    unit: str
-    low_is_bad: bool
-    read: Callable[[Iterable[Row]], float | None]
-    scale: float = 1.0  # stored unit -> shown unit (B/s -> GB/s)
-
-    def show(self, value: float) -> str:
-        return f"{_fmt(value / self.scale)} {self.unit}"
-
-    def reason(self, outlier: Outlier) -> str:
-        direction = "below" if outlier.value < outlier.median else "above"
-        return (
-            f"outlier: {self.label} {self.show(outlier.value)} is {abs(outlier.deviation) * 100:.0f}% {direction} "
-            f"the fleet median {self.show(outlier.median)} (robust z {outlier.z:+.1f})"
-        )
+METRICS: dict[str, tuple[Metric, ...]] = {kind: shown.outliers for kind, shown in presented() if shown.outliers}
 
 
-METRICS: dict[str, tuple[Metric, ...]] = {
-    kind: tuple(Metric(o.key, o.label, o.names, o.unit, o.low_is_bad, o.read, o.scale) for o in shown.outliers)
-    for kind, shown in presented()
-    if shown.outliers
-}
+def show(metric: Metric, value: float) -> str:
+    """A value in the metric's shown unit ("412 GB/s")."""
+    return f"{_fmt(value / metric.scale)} {metric.unit}"
+
+
+def reason(metric: Metric, outlier: Outlier) -> str:
+    """The sentence appended to an outlier's reason."""
+    direction = "below" if outlier.value < outlier.median else "above"
+    return (
+        f"outlier: {metric.label} {show(metric, outlier.value)} is {abs(outlier.deviation) * 100:.0f}% {direction} "
+        f"the fleet median {show(metric, outlier.median)} (robust z {outlier.z:+.1f})"
+    )
 
 
 def _fmt(value: float) -> str:

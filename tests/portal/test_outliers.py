@@ -61,11 +61,11 @@ def test_it_falls_back_to_the_mean_absolute_deviation_when_mad_is_zero() -> None
 
 
 def test_it_states_the_deviation_in_the_reason() -> None:
-    reason = metric("nccl_allreduce", "busbw").reason(Outlier(value=402.0, median=468.0, z=-5.2))
+    reason = outliers.reason(metric("nccl_allreduce", "busbw"), Outlier(value=402.0, median=468.0, z=-5.2))
     assert reason == "outlier: busbw 402 GB/s is 14% below the fleet median 468 GB/s (robust z -5.2)"
-    hot = metric("dlc_temperature", "temp_load").reason(Outlier(value=79.0, median=70.5, z=4.1))
+    hot = outliers.reason(metric("dlc_temperature", "temp_load"), Outlier(value=79.0, median=70.5, z=4.1))
     assert hot == "outlier: hottest GPU under load 79.0 C is 12% above the fleet median 70.5 C (robust z +4.1)"
-    fs = metric("fs_throughput", "write_bw").reason(Outlier(value=3.1e9, median=5.0e9, z=-8.0))
+    fs = outliers.reason(metric("fs_throughput", "write_bw"), Outlier(value=3.1e9, median=5.0e9, z=-8.0))
     assert fs == "outlier: write 3.10 GB/s is 38% below the fleet median 5.00 GB/s (robust z -8.0)"
 
 
