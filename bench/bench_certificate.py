@@ -220,7 +220,7 @@ def measure_campaign(
         signatures = list(cert.signatures.select_related("user").order_by("id"))
         probe.reset()
         with Step(use_tracemalloc) as s:
-            _, _, document_off, _ = services._render(
+            _, _, document_off, _ = services.issuing._render(
                 body=payload.body_build(state=state), state=state, number=cert.number + "-off",
                 issued_at=cert.issued_at, signatures=signatures, identity=keys.signing_identity_load(),
             )  # fmt: skip

@@ -47,7 +47,9 @@ def demo(transactional_db: None, monkeypatch: pytest.MonkeyPatch, settings, tmp_
     # Called by the live server's thread once the page's transaction commits; the test thread runs it.
     monkeypatch.setattr("portal.runs.services._enqueue", lambda run_id, node_ids: started.append((run_id, node_ids)))
     # The certificate task the second signature queues: the test thread runs it (a worker would).
-    monkeypatch.setattr("portal.certificates.services._enqueue_issue", lambda campaign_id: issuing.append(campaign_id))
+    monkeypatch.setattr(
+        "portal.certificates.services.issuing._enqueue_issue", lambda campaign_id: issuing.append(campaign_id)
+    )
     call_command("kiln_demo", stdout=StringIO())
     plan = TestPlan.objects.create(slug="handover", name="Handover (fast checks)")
     for order, slug in enumerate(["gpu-inventory", "ecc-health"]):

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 def both_signed(campaign, campaign_run, users, django_capture_on_commit_callbacks, monkeypatch):
     """Both sides signed; returns the campaign ids the second signature queued for issuing."""
     queued: list[int] = []
-    monkeypatch.setattr(services, "_enqueue_issue", queued.append)
+    monkeypatch.setattr(services.issuing, "_enqueue_issue", queued.append)
     campaign_run()
     services.certificate_sign(campaign=campaign, user=users["vendor"])
     with django_capture_on_commit_callbacks(execute=True):
@@ -129,14 +129,14 @@ def test_a_run_started_after_both_signed_withdraws_the_signatures(campaign, both
 def test_a_campaign_that_is_not_ready_holds_the_issue_until_an_approver_retries(
     campaign, both_signed, users, client, monkeypatch
 ) -> None:
-    real = services.campaign_state
+    real = services.issuing.campaign_state
 
     def active(*, campaign):  # a blocker that leaves the signed body as it was
         state = real(campaign=campaign)
         state.active_runs = [999]
         return state
 
-    monkeypatch.setattr(services, "campaign_state", active)
+    monkeypatch.setattr(services.issuing, "campaign_state", active)
     assert services.certificate_issue(campaign_id=campaign.pk) is None
     campaign.refresh_from_db()
     assert campaign.issue_requested_at is not None, "still waiting, not forgotten"
@@ -146,7 +146,7 @@ def test_a_campaign_that_is_not_ready_holds_the_issue_until_an_approver_retries(
     page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
     assert "cannot issue yet" in page and "Retry issuing" in page
 
-    monkeypatch.setattr(services, "campaign_state", real)  # the run finished
+    monkeypatch.setattr(services.issuing, "campaign_state", real)  # the run finished
     client.post(reverse("certificates:campaign_issue_retry", args=[campaign.pk]))
     assert campaign.audit.get(action="certificate issue retried").detail.startswith("after: cannot issue yet")
     assert services.certificate_issue(campaign_id=campaign.pk) is not None
