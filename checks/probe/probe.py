@@ -470,8 +470,7 @@ def _xml_temperature(gpu: Dict[str, Any], elem: Optional[ET.Element]) -> None:
             gpu["errors"][field] = abs_text or rel_text or "absent from nvidia-smi XML"
 
 
-def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
-    gpu = new_gpu(index)
+def _xml_identity(gpu: Dict[str, Any], elem: ET.Element) -> None:
     gpu["name"] = _xml_str(gpu, "name", elem, "product_name")
     gpu["uuid"] = _xml_str(gpu, "uuid", elem, "uuid")
     gpu["serial"] = _xml_str(gpu, "serial", elem, "serial")
@@ -482,12 +481,16 @@ def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
     else:
         gpu["pci_bus_id"] = bus_id
 
+
+def _xml_ecc_mode(gpu: Dict[str, Any], elem: ET.Element) -> None:
     current = _xml_bool(_text(elem, "ecc_mode/current_ecc"))
     pending = _xml_bool(_text(elem, "ecc_mode/pending_ecc"))
     gpu["ecc_mode"] = {"current": current, "pending": pending}
     if current is None:
         gpu["errors"]["ecc_mode"] = _text(elem, "ecc_mode/current_ecc") or "absent from nvidia-smi XML"
 
+
+def _xml_ecc_errors(gpu: Dict[str, Any], elem: ET.Element) -> None:
     ecc = elem.find("ecc_errors")
     for counter in ("volatile", "aggregate"):
         corr, unc = _ecc_counts(None if ecc is None else ecc.find(counter))
@@ -497,40 +500,44 @@ def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
         if unc is None:
             gpu["errors"]["ecc_errors.%s.uncorrected" % counter] = "N/A"
 
+
+def _xml_remapped_rows(gpu: Dict[str, Any], elem: ET.Element) -> None:
     rows = elem.find("remapped_rows")
     if rows is None or len(rows) == 0:
         # "N/A" as the whole element: pre-Ampere, or MIG enabled.
         gpu["errors"]["remapped_rows"] = (rows.text or "").strip() if rows is not None else "absent from nvidia-smi XML"
-    else:
-        corr = parse_number(_text(rows, "remapped_row_corr"))
-        unc = parse_number(_text(rows, "remapped_row_unc"))
-        if corr is None and unc is None:
-            gpu["errors"]["remapped_rows"] = "N/A"
-        else:
-            gpu["remapped_rows"] = {
-                "correctable": None if corr is None else int(corr),
-                "uncorrectable": None if unc is None else int(unc),
-                "pending": _xml_bool(_text(rows, "remapped_row_pending")),
-                "failure": _xml_bool(_text(rows, "remapped_row_failure")),
-            }
+        return
+    corr = parse_number(_text(rows, "remapped_row_corr"))
+    unc = parse_number(_text(rows, "remapped_row_unc"))
+    if corr is None and unc is None:
+        gpu["errors"]["remapped_rows"] = "N/A"
+        return
+    gpu["remapped_rows"] = {
+        "correctable": None if corr is None else int(corr),
+        "uncorrectable": None if unc is None else int(unc),
+        "pending": _xml_bool(_text(rows, "remapped_row_pending")),
+        "failure": _xml_bool(_text(rows, "remapped_row_failure")),
+    }
 
+
+def _xml_retired_pages(gpu: Dict[str, Any], elem: ET.Element) -> None:
     pages = elem.find("retired_pages")
     sbe = parse_number(_text(pages, "multiple_single_bit_retirement/retired_count"))
     dbe = parse_number(_text(pages, "double_bit_retirement/retired_count"))
     if sbe is None and dbe is None:
         gpu["errors"]["retired_pages"] = "N/A" if pages is not None else "absent from nvidia-smi XML"
-    else:
-        pending_text = _text(pages, "pending_retirement")
-        if pending_text is None:
-            pending_text = _text(pages, "pending_blacklist")  # pre-R450 name
-        gpu["retired_pages"] = {
-            "single_bit": None if sbe is None else int(sbe),
-            "double_bit": None if dbe is None else int(dbe),
-            "pending": _xml_bool(pending_text),
-        }
+        return
+    pending_text = _text(pages, "pending_retirement")
+    if pending_text is None:
+        pending_text = _text(pages, "pending_blacklist")  # pre-R450 name
+    gpu["retired_pages"] = {
+        "single_bit": None if sbe is None else int(sbe),
+        "double_bit": None if dbe is None else int(dbe),
+        "pending": _xml_bool(pending_text),
+    }
 
-    _xml_temperature(gpu, elem.find("temperature"))
 
+def _xml_power(gpu: Dict[str, Any], elem: ET.Element) -> None:
     power = elem.find("gpu_power_readings")
     if power is None:
         power = elem.find("power_readings")  # pre-R530 name
@@ -545,11 +552,9 @@ def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
         if gpu["power"][key] is not None:
             gpu["power"][key] = float(gpu["power"][key])
 
-    reasons = elem.find("clocks_event_reasons")
-    prefix = "clocks_event_reason_"
-    if reasons is None:
-        reasons = elem.find("clocks_throttle_reasons")  # pre-535 name
-        prefix = "clocks_throttle_reason_"
+
+def _xml_reason_mask(reasons: Optional[ET.Element], prefix: str) -> Tuple[int, int]:
+    """(mask, how many known reasons were read) from the per-reason Active/Not Active elements."""
     mask = 0
     known = 0
     for child in list(reasons) if reasons is not None else []:
@@ -564,11 +569,23 @@ def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
         known += 1
         if state:
             mask |= bit
+    return mask, known
+
+
+def _xml_clock_event_reasons(gpu: Dict[str, Any], elem: ET.Element) -> None:
+    reasons = elem.find("clocks_event_reasons")
+    prefix = "clocks_event_reason_"
+    if reasons is None:
+        reasons = elem.find("clocks_throttle_reasons")  # pre-535 name
+        prefix = "clocks_throttle_reason_"
+    mask, known = _xml_reason_mask(reasons, prefix)
     if known:
         gpu["clock_event_reasons"] = {"mask": mask, "active": reasons_from_mask(mask)}
     else:
         gpu["errors"]["clock_event_reasons"] = "absent from nvidia-smi XML"
 
+
+def _xml_pcie(gpu: Dict[str, Any], elem: ET.Element) -> None:
     link = elem.find("pci/pci_gpu_link_info")
     gpu["pcie"] = {
         "gen_current": _xml_num(gpu, "pcie.gen_current", link, ["pcie_gen/current_link_gen"]),
@@ -576,6 +593,20 @@ def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
         "width_current": _xml_num(gpu, "pcie.width_current", link, ["link_widths/current_link_width"]),
         "width_max": _xml_num(gpu, "pcie.width_max", link, ["link_widths/max_link_width"]),
     }
+
+
+def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
+    # The step order is the order of the keys in gpu["errors"]: keep it.
+    gpu = new_gpu(index)
+    _xml_identity(gpu, elem)
+    _xml_ecc_mode(gpu, elem)
+    _xml_ecc_errors(gpu, elem)
+    _xml_remapped_rows(gpu, elem)
+    _xml_retired_pages(gpu, elem)
+    _xml_temperature(gpu, elem.find("temperature"))
+    _xml_power(gpu, elem)
+    _xml_clock_event_reasons(gpu, elem)
+    _xml_pcie(gpu, elem)
     return gpu
 
 
