@@ -470,8 +470,7 @@ def _xml_temperature(gpu: Dict[str, Any], elem: Optional[ET.Element]) -> None:
             gpu["errors"][field] = abs_text or rel_text or "absent from nvidia-smi XML"
 
 
-def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
-    gpu = new_gpu(index)
+def _xml_identity(gpu: Dict[str, Any], elem: ET.Element) -> None:
     gpu["name"] = _xml_str(gpu, "name", elem, "product_name")
     gpu["uuid"] = _xml_str(gpu, "uuid", elem, "uuid")
     gpu["serial"] = _xml_str(gpu, "serial", elem, "serial")
@@ -482,12 +481,16 @@ def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
     else:
         gpu["pci_bus_id"] = bus_id
 
+
+def _xml_ecc_mode(gpu: Dict[str, Any], elem: ET.Element) -> None:
     current = _xml_bool(_text(elem, "ecc_mode/current_ecc"))
     pending = _xml_bool(_text(elem, "ecc_mode/pending_ecc"))
     gpu["ecc_mode"] = {"current": current, "pending": pending}
     if current is None:
         gpu["errors"]["ecc_mode"] = _text(elem, "ecc_mode/current_ecc") or "absent from nvidia-smi XML"
 
+
+def _xml_ecc_errors(gpu: Dict[str, Any], elem: ET.Element) -> None:
     ecc = elem.find("ecc_errors")
     for counter in ("volatile", "aggregate"):
         corr, unc = _ecc_counts(None if ecc is None else ecc.find(counter))
@@ -497,40 +500,44 @@ def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
         if unc is None:
             gpu["errors"]["ecc_errors.%s.uncorrected" % counter] = "N/A"
 
+
+def _xml_remapped_rows(gpu: Dict[str, Any], elem: ET.Element) -> None:
     rows = elem.find("remapped_rows")
     if rows is None or len(rows) == 0:
         # "N/A" as the whole element: pre-Ampere, or MIG enabled.
         gpu["errors"]["remapped_rows"] = (rows.text or "").strip() if rows is not None else "absent from nvidia-smi XML"
-    else:
-        corr = parse_number(_text(rows, "remapped_row_corr"))
-        unc = parse_number(_text(rows, "remapped_row_unc"))
-        if corr is None and unc is None:
-            gpu["errors"]["remapped_rows"] = "N/A"
-        else:
-            gpu["remapped_rows"] = {
-                "correctable": None if corr is None else int(corr),
-                "uncorrectable": None if unc is None else int(unc),
-                "pending": _xml_bool(_text(rows, "remapped_row_pending")),
-                "failure": _xml_bool(_text(rows, "remapped_row_failure")),
-            }
+        return
+    corr = parse_number(_text(rows, "remapped_row_corr"))
+    unc = parse_number(_text(rows, "remapped_row_unc"))
+    if corr is None and unc is None:
+        gpu["errors"]["remapped_rows"] = "N/A"
+        return
+    gpu["remapped_rows"] = {
+        "correctable": None if corr is None else int(corr),
+        "uncorrectable": None if unc is None else int(unc),
+        "pending": _xml_bool(_text(rows, "remapped_row_pending")),
+        "failure": _xml_bool(_text(rows, "remapped_row_failure")),
+    }
 
+
+def _xml_retired_pages(gpu: Dict[str, Any], elem: ET.Element) -> None:
     pages = elem.find("retired_pages")
     sbe = parse_number(_text(pages, "multiple_single_bit_retirement/retired_count"))
     dbe = parse_number(_text(pages, "double_bit_retirement/retired_count"))
     if sbe is None and dbe is None:
         gpu["errors"]["retired_pages"] = "N/A" if pages is not None else "absent from nvidia-smi XML"
-    else:
-        pending_text = _text(pages, "pending_retirement")
-        if pending_text is None:
-            pending_text = _text(pages, "pending_blacklist")  # pre-R450 name
-        gpu["retired_pages"] = {
-            "single_bit": None if sbe is None else int(sbe),
-            "double_bit": None if dbe is None else int(dbe),
-            "pending": _xml_bool(pending_text),
-        }
+        return
+    pending_text = _text(pages, "pending_retirement")
+    if pending_text is None:
+        pending_text = _text(pages, "pending_blacklist")  # pre-R450 name
+    gpu["retired_pages"] = {
+        "single_bit": None if sbe is None else int(sbe),
+        "double_bit": None if dbe is None else int(dbe),
+        "pending": _xml_bool(pending_text),
+    }
 
-    _xml_temperature(gpu, elem.find("temperature"))
 
+def _xml_power(gpu: Dict[str, Any], elem: ET.Element) -> None:
     power = elem.find("gpu_power_readings")
     if power is None:
         power = elem.find("power_readings")  # pre-R530 name
@@ -545,11 +552,9 @@ def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
         if gpu["power"][key] is not None:
             gpu["power"][key] = float(gpu["power"][key])
 
-    reasons = elem.find("clocks_event_reasons")
-    prefix = "clocks_event_reason_"
-    if reasons is None:
-        reasons = elem.find("clocks_throttle_reasons")  # pre-535 name
-        prefix = "clocks_throttle_reason_"
+
+def _xml_reason_mask(reasons: Optional[ET.Element], prefix: str) -> Tuple[int, int]:
+    """(mask, how many known reasons were read) from the per-reason Active/Not Active elements."""
     mask = 0
     known = 0
     for child in list(reasons) if reasons is not None else []:
@@ -564,11 +569,23 @@ def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
         known += 1
         if state:
             mask |= bit
+    return mask, known
+
+
+def _xml_clock_event_reasons(gpu: Dict[str, Any], elem: ET.Element) -> None:
+    reasons = elem.find("clocks_event_reasons")
+    prefix = "clocks_event_reason_"
+    if reasons is None:
+        reasons = elem.find("clocks_throttle_reasons")  # pre-535 name
+        prefix = "clocks_throttle_reason_"
+    mask, known = _xml_reason_mask(reasons, prefix)
     if known:
         gpu["clock_event_reasons"] = {"mask": mask, "active": reasons_from_mask(mask)}
     else:
         gpu["errors"]["clock_event_reasons"] = "absent from nvidia-smi XML"
 
+
+def _xml_pcie(gpu: Dict[str, Any], elem: ET.Element) -> None:
     link = elem.find("pci/pci_gpu_link_info")
     gpu["pcie"] = {
         "gen_current": _xml_num(gpu, "pcie.gen_current", link, ["pcie_gen/current_link_gen"]),
@@ -576,6 +593,20 @@ def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
         "width_current": _xml_num(gpu, "pcie.width_current", link, ["link_widths/current_link_width"]),
         "width_max": _xml_num(gpu, "pcie.width_max", link, ["link_widths/max_link_width"]),
     }
+
+
+def _xml_gpu(index: int, elem: ET.Element) -> Dict[str, Any]:
+    # The step order is the order of the keys in gpu["errors"]: keep it.
+    gpu = new_gpu(index)
+    _xml_identity(gpu, elem)
+    _xml_ecc_mode(gpu, elem)
+    _xml_ecc_errors(gpu, elem)
+    _xml_remapped_rows(gpu, elem)
+    _xml_retired_pages(gpu, elem)
+    _xml_temperature(gpu, elem.find("temperature"))
+    _xml_power(gpu, elem)
+    _xml_clock_event_reasons(gpu, elem)
+    _xml_pcie(gpu, elem)
     return gpu
 
 
@@ -794,9 +825,66 @@ def _drain(stream: Any, into: List[bytes]) -> None:
         into.append(chunk)
 
 
-def run_sampling(interval: float, duration: Optional[float], child_argv: Sequence[str]) -> Tuple[Dict[str, Any], int]:
-    """The sampling document and the exit code (the child's, else 0; 3 when NVML is unreadable)."""
-    doc: Dict[str, Any] = {
+class _Child:
+    """The command sampled under (none in idle sampling): its process and its captured output."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.argv = list(argv)
+        self.proc: Optional["subprocess.Popen[bytes]"] = None
+        self.out_chunks: List[bytes] = []
+        self.err_chunks: List[bytes] = []
+        self.readers: List[threading.Thread] = []
+
+    def start(self, doc: Dict[str, Any], errors: List[str]) -> int:
+        """Start it with its output drained by threads; 127 (and doc["child"]) when it cannot start."""
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=_child_setup,  # setpgrp + PDEATHSIG; Python 3.8 has no process_group=
+            )
+        except OSError as err:
+            errors.append("child: could not start %s: %s" % (self.argv[0], _err_text(err)))
+            doc["child"] = {"argv": list(self.argv), "exit_code": 127, "stdout": "", "stderr": _err_text(err)}
+            return 127
+        for stream, into in ((self.proc.stdout, self.out_chunks), (self.proc.stderr, self.err_chunks)):
+            reader = threading.Thread(target=_drain, args=(stream, into), daemon=True)
+            reader.start()
+            self.readers.append(reader)
+        return EXIT_OK
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            _kill_group(self.proc)
+
+    def record(self, doc: Dict[str, Any], started: float, code: int) -> int:
+        """Put the child's result in doc["child"]; the exit code with the child's folded in."""
+        if self.proc is None:
+            return code
+        for reader in self.readers:
+            reader.join(timeout=5.0)
+        exit_status = self.proc.returncode
+        doc["child"] = {
+            "argv": list(self.argv),
+            "exit_code": exit_status,
+            "stdout": b"".join(self.out_chunks).decode("utf-8", "replace"),
+            "stderr": b"".join(self.err_chunks).decode("utf-8", "replace"),
+            "duration_s": round(time.monotonic() - started, 3),
+        }
+        child_code = exit_status if exit_status >= 0 else 128 - exit_status  # killed by N -> 128+N
+        # A crashed tool must reach the caller; a clean run without telemetry still exits 3.
+        if code == EXIT_OK or (code == EXIT_NOTHING_READ and child_code != 0):
+            return child_code
+        return code
+
+
+def _new_sampling_doc(interval: float) -> Dict[str, Any]:
+    return {
         "schema": SCHEMA_VERSION,
         "mode": "sample",
         "interval_s": interval,
@@ -806,12 +894,60 @@ def run_sampling(interval: float, duration: Optional[float], child_argv: Sequenc
         "child": None,
         "errors": [],
     }
+
+
+def _wait_for_next(next_at: float, child: _Child, terminated: List[int]) -> None:
+    # Wake early when the child exits, so its end is not a whole interval late.
+    while time.monotonic() < next_at and not terminated:
+        if child.exited():
+            break
+        time.sleep(min(0.05, max(0.0, next_at - time.monotonic())))
+
+
+def _sample_until_done(
+    sampler: _Sampler,
+    usable: bool,
+    child: _Child,
+    interval: float,
+    duration: Optional[float],
+    started: float,
+    terminated: List[int],
+    samples: List[Dict[str, Any]],
+) -> None:
+    """Sample about every `interval` until the child exits, the duration ends or a signal comes."""
+    deadline = None if duration is None else started + duration
+    while not terminated:
+        now = time.monotonic()
+        if usable:
+            samples.append(sampler.sample(now - started))
+        if child.exited():
+            break
+        if child.proc is None and (deadline is None or now >= deadline):
+            break
+        next_at = now + interval
+        if deadline is not None:
+            next_at = min(next_at, deadline)
+        _wait_for_next(next_at, child, terminated)
+        if deadline is not None and time.monotonic() >= deadline and child.proc is None and not terminated:
+            if usable:
+                samples.append(sampler.sample(time.monotonic() - started))
+            break
+
+
+def _sampling_code(code: int, usable: bool, terminated: List[int], errors: List[str]) -> int:
+    if terminated:
+        errors.append("probe: terminated by signal %d; child killed" % terminated[0])
+        return 128 + terminated[0]
+    if not usable:
+        return EXIT_NOTHING_READ
+    return code
+
+
+def run_sampling(interval: float, duration: Optional[float], child_argv: Sequence[str]) -> Tuple[Dict[str, Any], int]:
+    """The sampling document and the exit code (the child's, else 0; 3 when NVML is unreadable)."""
+    doc = _new_sampling_doc(interval)
     errors: List[str] = doc["errors"]
-    samples: List[Dict[str, Any]] = doc["samples"]
-    proc: Optional["subprocess.Popen[bytes]"] = None
-    out_chunks: List[bytes] = []
-    err_chunks: List[bytes] = []
-    readers: List[threading.Thread] = []
+    child = _Child(child_argv)
     code = EXIT_OK
     started = 0.0
     sampler = _Sampler(errors)
@@ -829,74 +965,19 @@ def run_sampling(interval: float, duration: Optional[float], child_argv: Sequenc
         doc["before"] = collect()
         usable = sampler.open()
         if child_argv and not terminated:
-            try:
-                proc = subprocess.Popen(
-                    list(child_argv),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    preexec_fn=_child_setup,  # setpgrp + PDEATHSIG; Python 3.8 has no process_group=
-                )
-            except OSError as err:
-                errors.append("child: could not start %s: %s" % (child_argv[0], _err_text(err)))
-                doc["child"] = {"argv": list(child_argv), "exit_code": 127, "stdout": "", "stderr": _err_text(err)}
-                code = 127
-            if proc is not None:
-                for stream, into in ((proc.stdout, out_chunks), (proc.stderr, err_chunks)):
-                    reader = threading.Thread(target=_drain, args=(stream, into), daemon=True)
-                    reader.start()
-                    readers.append(reader)
+            code = child.start(doc, errors)
         started = time.monotonic()
-        deadline = None if duration is None else started + duration
-        while not terminated:
-            now = time.monotonic()
-            if usable:
-                samples.append(sampler.sample(now - started))
-            if proc is not None and proc.poll() is not None:
-                break
-            if proc is None and (deadline is None or now >= deadline):
-                break
-            next_at = now + interval
-            if deadline is not None:
-                next_at = min(next_at, deadline)
-            # Wake early when the child exits, so its end is not a whole interval late.
-            while time.monotonic() < next_at and not terminated:
-                if proc is not None and proc.poll() is not None:
-                    break
-                time.sleep(min(0.05, max(0.0, next_at - time.monotonic())))
-            if deadline is not None and time.monotonic() >= deadline and proc is None and not terminated:
-                if usable:
-                    samples.append(sampler.sample(time.monotonic() - started))
-                break
-        if terminated:
-            errors.append("probe: terminated by signal %d; child killed" % terminated[0])
-            code = 128 + terminated[0]
-        elif not usable:
-            code = EXIT_NOTHING_READ
+        _sample_until_done(sampler, usable, child, interval, duration, started, terminated, doc["samples"])
+        code = _sampling_code(code, usable, terminated, errors)
     except Exception as err:  # noqa: BLE001 - the probe must always print JSON
         errors.append("probe: internal error while sampling: %s: %s" % (type(err).__name__, _err_text(err)))
         code = 1
     finally:
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)  # finish the cleanup and print, whatever comes next
-        if proc is not None and proc.poll() is None:
-            _kill_group(proc)
+        child.stop()
         sampler.close()
-    if proc is not None:
-        for reader in readers:
-            reader.join(timeout=5.0)
-        exit_status = proc.returncode
-        doc["child"] = {
-            "argv": list(child_argv),
-            "exit_code": exit_status,
-            "stdout": b"".join(out_chunks).decode("utf-8", "replace"),
-            "stderr": b"".join(err_chunks).decode("utf-8", "replace"),
-            "duration_s": round(time.monotonic() - started, 3),
-        }
-        child_code = exit_status if exit_status >= 0 else 128 - exit_status  # killed by N -> 128+N
-        # A crashed tool must reach the caller; a clean run without telemetry still exits 3.
-        if code == EXIT_OK or (code == EXIT_NOTHING_READ and child_code != 0):
-            code = child_code
+    code = child.record(doc, started, code)
     try:
         doc["after"] = collect()
     except Exception as err:  # noqa: BLE001

@@ -28,9 +28,6 @@ KNOWN_OVER = {
     "checks/gpu_burn.py::parse_gpu_burn_text": 27,
     "checks/nccl_tests.py::infer_collective": 23,
     "checks/nccl_tests.py::table_problems": 24,
-    # The node-side probe is one stdlib-only file run as `python3 -` (checks/probe/SCHEMA.md).
-    "checks/probe/probe.py::_xml_gpu": 34,
-    "checks/probe/probe.py::run_sampling": 38,
     "checks/probe_check.py::load_probe": 23,
     "checks/software.py::SoftwareConsistency.evaluate": 23,
 }
