@@ -23,8 +23,6 @@ KNOWN_OVER = {
     "bench/bench_pages.py::seed_cluster": 24,
     "checks/base.py::_judge": 27,
     "checks/burnin.py::BurnIn._judge_compute": 25,
-    "checks/nccl_tests.py::infer_collective": 23,
-    "checks/nccl_tests.py::table_problems": 24,
     # The node-side probe is one stdlib-only file run as `python3 -` (checks/probe/SCHEMA.md).
     "checks/probe/probe.py::_xml_gpu": 34,
     "checks/probe/probe.py::run_sampling": 38,
