@@ -112,53 +112,67 @@ def _json_start(text: str) -> dict[str, Any] | None:
 
 
 def parse_json_doc(doc: dict[str, Any]) -> tuple[list[Measurement], list[str]]:
-    root = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic")
-    if not isinstance(root, dict):
-        raise EvidenceError("dcgmi JSON has no 'DCGM Diagnostic' / 'DCGM GPU Diagnostic' object")
-    warnings: list[str] = []
-    runtime_error = root.get("runtime_error")
-    if runtime_error:
-        raise EvidenceError(f"DCGM diagnostic did not run: {runtime_error}")
+    root = _diagnostic_root(doc)
     categories = root.get("test_categories")
     if not isinstance(categories, list):
         raise EvidenceError("dcgmi JSON has no 'test_categories' list")
     out: list[Measurement] = []
+    warnings: list[str] = []
     for category in categories:
         if not isinstance(category, dict):
             continue
         cat_name = str(category.get("category") or "")
         for test in category.get("tests") or []:
-            if not isinstance(test, dict):
-                continue  # DCGM 3.1 prints literal nulls between tests
-            name = str(test.get("name") or "")
-            results = [r for r in test.get("results") or [] if isinstance(r, dict)]
-            summary = test.get("test_summary")
-            if not results and isinstance(summary, dict) and summary.get("status"):
-                out.append(_status(name, cat_name, str(summary["status"]), None, _detail(summary)))
-                continue
-            if not results:
-                warnings.append(f"test {name!r} has no results")
-            for result in results:
-                status = str(result.get("status") or "")
-                if not status:
-                    warnings.append(f"test {name!r}: a result without a status")
-                    continue
-                detail = _detail(result)
-                if "entity_id" in result:  # 4.x: one entity per result; only GPUs carry an index
-                    group = str(result.get("entity_group") or "GPU")
-                    entity = result.get("entity_id")
-                    gpu = entity if group.upper() == "GPU" and isinstance(entity, int) else None
-                    m = _status(name, cat_name, status, gpu, detail)
-                    if group.upper() != "GPU":
-                        m.labels["entity"] = f"{group} {entity}"
-                    out.append(m)
-                else:
-                    for gpu in _gpu_ids(result.get("gpu_ids")):
-                        out.append(_status(name, cat_name, status, gpu, detail))
+            if isinstance(test, dict):  # DCGM 3.1 prints literal nulls between tests
+                out.extend(_test_statuses(test, cat_name, warnings))
     version = root.get("version") or (doc.get("metadata") or {}).get("version")
     if version:
         out.append(Measurement(name="dcgm_version", text=str(version)))
     return out, warnings
+
+
+def _diagnostic_root(doc: dict[str, Any]) -> dict[str, Any]:
+    """The report object of either schema generation; EvidenceError when absent or the run failed."""
+    root = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic")
+    if not isinstance(root, dict):
+        raise EvidenceError("dcgmi JSON has no 'DCGM Diagnostic' / 'DCGM GPU Diagnostic' object")
+    runtime_error = root.get("runtime_error")
+    if runtime_error:
+        raise EvidenceError(f"DCGM diagnostic did not run: {runtime_error}")
+    return root
+
+
+def _test_statuses(test: dict[str, Any], category: str, warnings: list[str]) -> list[Measurement]:
+    """One test's statuses: per result, or its 4.x `test_summary` when it has no results."""
+    name = str(test.get("name") or "")
+    results = [r for r in test.get("results") or [] if isinstance(r, dict)]
+    summary = test.get("test_summary")
+    if not results and isinstance(summary, dict) and summary.get("status"):
+        return [_status(name, category, str(summary["status"]), None, _detail(summary))]
+    if not results:
+        warnings.append(f"test {name!r} has no results")
+    out: list[Measurement] = []
+    for result in results:
+        status = str(result.get("status") or "")
+        if not status:
+            warnings.append(f"test {name!r}: a result without a status")
+            continue
+        out.extend(_result_statuses(name, category, status, result))
+    return out
+
+
+def _result_statuses(test: str, category: str, status: str, result: dict[str, Any]) -> list[Measurement]:
+    detail = _detail(result)
+    if "entity_id" not in result:  # 3.x: one result for the GPUs in `gpu_ids`
+        return [_status(test, category, status, gpu, detail) for gpu in _gpu_ids(result.get("gpu_ids"))]
+    # 4.x: one entity per result; only GPUs carry an index
+    group = str(result.get("entity_group") or "GPU")
+    entity = result.get("entity_id")
+    gpu = entity if group.upper() == "GPU" and isinstance(entity, int) else None
+    m = _status(test, category, status, gpu, detail)
+    if group.upper() != "GPU":
+        m.labels["entity"] = f"{group} {entity}"
+    return [m]
 
 
 # Text table: "|-----  Deployment  --------+----|", "| Blacklist | Pass |", "| SM Stress | Fail - GPU: 3 |".
@@ -173,12 +187,10 @@ _BORDER = re.compile(r"^\+[-=]+\+[-=]+\+$")  # the table's closing line: "+-----
 def parse_text_table(text: str) -> tuple[list[Measurement], list[str]]:
     """dcgmi diag's result table. A table that does not end with its closing border was cut (the
     run was killed mid-print or the output truncated): EvidenceError, never a shorter pass."""
+    _require_closing_border(text)
     out: list[Measurement] = []
     category = ""
     last: Measurement | None = None
-    table = [line.strip() for line in text.splitlines() if line.strip().startswith(("|", "+"))]
-    if table and not _BORDER.match(table[-1]) and any(_TEST_ROW.match(line) for line in table):
-        raise EvidenceError(f"dcgmi diag table incomplete: it ends at {table[-1][:80]!r}, not its closing border")
     for line in text.splitlines():
         line = line.strip()
         header = _CATEGORY_ROW.match(line)
@@ -192,15 +204,27 @@ def parse_text_table(text: str) -> tuple[list[Measurement], list[str]]:
         if not name and last is not None:  # continuation: the previous test's warning text
             last.labels["detail"] = (last.labels.get("detail", "") + " " + result).strip()[:500]
             continue
-        parsed = _RESULT.match(result)
-        if not name or not parsed:
-            continue
-        rest = parsed.group("rest") or ""
-        gpus: list[int | None] = [int(g) for g in re.findall(r"GPU:?\s*(\d+)", rest)] or [None]
-        for gpu in gpus:
-            last = _status(name, category, parsed.group("status"), gpu)
-            out.append(last)
+        statuses = _row_statuses(name, category, result)
+        if statuses:
+            last = statuses[-1]
+            out.extend(statuses)
     return out, ["text table (no -j): per-GPU detail only where a row names a GPU"] if out else []
+
+
+def _require_closing_border(text: str) -> None:
+    table = [line.strip() for line in text.splitlines() if line.strip().startswith(("|", "+"))]
+    if table and not _BORDER.match(table[-1]) and any(_TEST_ROW.match(line) for line in table):
+        raise EvidenceError(f"dcgmi diag table incomplete: it ends at {table[-1][:80]!r}, not its closing border")
+
+
+def _row_statuses(name: str, category: str, result: str) -> list[Measurement]:
+    """A test row's statuses: one per GPU the result names ("Fail - GPU: 3"), else one for all."""
+    parsed = _RESULT.match(result)
+    if not name or not parsed:
+        return []
+    rest = parsed.group("rest") or ""
+    gpus: list[int | None] = [int(g) for g in re.findall(r"GPU:?\s*(\d+)", rest)] or [None]
+    return [_status(name, category, parsed.group("status"), gpu) for gpu in gpus]
 
 
 def parse_dcgmi_diag_text(text: str) -> tuple[list[Measurement], list[str]]:

@@ -80,66 +80,84 @@ def _total_errors(counts: list[int]) -> int:
     return total + previous
 
 
+@dataclass
+class _Progress:
+    """Each GPU's values over the progress records, in print order."""
+
+    records: int = 0
+    gflops: dict[int, list[float | None]] = field(default_factory=dict)
+    iterations: dict[int, list[int]] = field(default_factory=dict)
+    errors: dict[int, list[int]] = field(default_factory=dict)
+    temps: dict[int, list[int]] = field(default_factory=dict)
+
+
 def parse_gpu_burn_text(text: str) -> BurnResult:
     """gpu_burn stdout -> per-GPU facts. EvidenceError when it has no progress or result line."""
     text = text.replace("\r", "\n")
-    gflops: dict[int, list[float | None]] = {}
-    iterations: dict[int, list[int]] = {}
-    errors: dict[int, list[int]] = {}
-    temps: dict[int, list[int]] = {}
-    warnings: list[str] = []
-    records = 0
-    for match in _PROGRESS.finditer(text):
-        records += 1
-        procd = _PROCD_ITEM.findall(match.group("procd"))
-        errs = _ERROR_ITEM.findall(match.group("errors"))
-        tmps = _TEMP_ITEM.findall(match.group("temps") or "")
-        # gpu_burn prints every column for every GPU; a column that stops short (or a "temps:"
-        # the pattern could not read) is a garbled record, not fewer GPUs.
-        garbled = text[match.end() :].lstrip(" \t").startswith("temps:")
-        if len(errs) != len(procd) or (match.group("temps") is not None and len(tmps) != len(procd)) or garbled:
-            shown = (match.group(0) + text[match.end() : match.end() + 40]).strip()[:200]
-            raise EvidenceError(
-                f"{evidence.PREFIX}: gpu_burn progress record {records} is garbled ({len(procd)} rates, "
-                f"{len(errs)} error counts, {len(tmps)} temperatures): {shown!r}"
-            )
-        for index, (count, rate) in enumerate(procd):
-            # NaN / inf stay as printed: checks/evidence.py turns them into `error` by name.
-            gflops.setdefault(index, []).append(float(rate))
-            iterations.setdefault(index, []).append(int(count))
-        for index, (count, note) in enumerate(errs):
-            errors.setdefault(index, []).append(int(count))
-            if note == "(DIED!)":
-                iterations.setdefault(index, []).append(-1)
-        for index, temp in enumerate(tmps):
-            if temp:
-                temps.setdefault(index, []).append(int(temp))
+    progress = _read_progress(text)
     verdicts = {int(i): v for i, v in _VERDICT.findall(text)}
     tested_match = _TESTED.search(text)
     tested = int(tested_match.group(1)) if tested_match else None
     listed = len(set(_LISTED.findall(text)))
-    if not records and not verdicts and tested is None:
+    if not progress.records and not verdicts and tested is None:
         raise EvidenceError("gpu_burn output has no progress line and no result ('Tested N GPUs') line")
     if tested is None:
         died = " (every worker died: 'No clients are alive')" if "No clients are alive" in text else ""
         raise EvidenceError(INCOMPLETE + died)
-    indices = set(gflops) | set(verdicts) | set(range(tested or 0))
-    gpus: dict[int, BurnGpu] = {}
-    for index in sorted(indices):
-        gpu = BurnGpu(index=index, verdict=verdicts.get(index))
-        if index in gflops:
-            gpu.gflops = gflops[index][-1]
-            gpu.iterations = iterations[index][-1]
-        if index in errors:
-            wrapped = [count for count in errors[index] if count < 0]
-            if wrapped:
-                gpu.errors_wrapped = wrapped[0]
-            else:
-                gpu.errors = _total_errors(errors[index])
-        if index in temps:
-            gpu.temp_max = max(temps[index])
-        gpus[index] = gpu
-    return BurnResult(gpus=gpus, tested=tested, listed=listed, records=records, warnings=warnings)
+    indices = set(progress.gflops) | set(verdicts) | set(range(tested or 0))
+    gpus = {index: _burn_gpu(index, verdicts.get(index), progress) for index in sorted(indices)}
+    return BurnResult(gpus=gpus, tested=tested, listed=listed, records=progress.records, warnings=[])
+
+
+def _read_progress(text: str) -> _Progress:
+    progress = _Progress()
+    for match in _PROGRESS.finditer(text):
+        progress.records += 1
+        procd = _PROCD_ITEM.findall(match.group("procd"))
+        errs = _ERROR_ITEM.findall(match.group("errors"))
+        tmps = _TEMP_ITEM.findall(match.group("temps") or "")
+        _require_whole_record(text, match, progress.records, (len(procd), len(errs), len(tmps)))
+        for index, (count, rate) in enumerate(procd):
+            # NaN / inf stay as printed: checks/evidence.py turns them into `error` by name.
+            progress.gflops.setdefault(index, []).append(float(rate))
+            progress.iterations.setdefault(index, []).append(int(count))
+        for index, (count, note) in enumerate(errs):
+            progress.errors.setdefault(index, []).append(int(count))
+            if note == "(DIED!)":
+                progress.iterations.setdefault(index, []).append(-1)
+        for index, temp in enumerate(tmps):
+            if temp:
+                progress.temps.setdefault(index, []).append(int(temp))
+    return progress
+
+
+def _require_whole_record(text: str, match: re.Match[str], number: int, sizes: tuple[int, int, int]) -> None:
+    """gpu_burn prints every column for every GPU; a column that stops short (or a "temps:" the
+    pattern could not read) is a garbled record, not fewer GPUs. `sizes`: rates, errors, temps."""
+    rates, errs, tmps = sizes
+    garbled = text[match.end() :].lstrip(" \t").startswith("temps:")
+    if errs != rates or (match.group("temps") is not None and tmps != rates) or garbled:
+        shown = (match.group(0) + text[match.end() : match.end() + 40]).strip()[:200]
+        raise EvidenceError(
+            f"{evidence.PREFIX}: gpu_burn progress record {number} is garbled ({rates} rates, "
+            f"{errs} error counts, {tmps} temperatures): {shown!r}"
+        )
+
+
+def _burn_gpu(index: int, verdict: str | None, progress: _Progress) -> BurnGpu:
+    gpu = BurnGpu(index=index, verdict=verdict)
+    if index in progress.gflops:
+        gpu.gflops = progress.gflops[index][-1]
+        gpu.iterations = progress.iterations[index][-1]
+    if index in progress.errors:
+        wrapped = [count for count in progress.errors[index] if count < 0]
+        if wrapped:
+            gpu.errors_wrapped = wrapped[0]
+        else:
+            gpu.errors = _total_errors(progress.errors[index])
+    if index in progress.temps:
+        gpu.temp_max = max(progress.temps[index])
+    return gpu
 
 
 def burn_measurements(result: BurnResult) -> list[Measurement]:

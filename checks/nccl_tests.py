@@ -355,24 +355,35 @@ def table_problems(report: NcclReport) -> list[str]:
     found = [f"unreadable table row {line!r}" for line in report.unreadable]
     seen: dict[tuple[str, str, int | None], int] = {}
     for row in report.rows:
-        where = f"at {format_size(row.size)}"
-        for name, p in row.placements.items():
-            place = f"{where} ({name})"
-            for label, value, rule, unit in (
-                ("time", p.time_us, _TIME_RULE, "us"),
-                ("algbw", p.algbw, ALGBW_RULE, "GB/s"),
-                ("busbw", p.busbw, _BW_RULE, "GB/s"),
-            ):
-                if value is not None and (why := evidence.number_problem(label, value, rule, where=place, unit=unit)):
-                    found.append(why)
-            if p.wrong is not None and (why := evidence.number_problem("#wrong", p.wrong, evidence.COUNT, where=place)):
-                found.append(why)
+        found.extend(_cell_problems(row))
         sweep = (row.dtype, row.redop, row.root)
         last = seen.get(sweep)
         if last is not None and row.size <= last and not row.size == last == 0:
             what = "listed twice" if row.size == last else f"after {format_size(last)} (sizes out of order)"
             found.append(f"message size {format_size(row.size)} {what}: two outputs glued together, or an edited one")
         seen[sweep] = max(row.size, last or 0)
+    return found + _summary_problems(report)
+
+
+def _cell_problems(row: Row) -> list[str]:
+    where = f"at {format_size(row.size)}"
+    found = []
+    for name, p in row.placements.items():
+        place = f"{where} ({name})"
+        for label, value, rule, unit in (
+            ("time", p.time_us, _TIME_RULE, "us"),
+            ("algbw", p.algbw, ALGBW_RULE, "GB/s"),
+            ("busbw", p.busbw, _BW_RULE, "GB/s"),
+        ):
+            if value is not None and (why := evidence.number_problem(label, value, rule, where=place, unit=unit)):
+                found.append(why)
+        if p.wrong is not None and (why := evidence.number_problem("#wrong", p.wrong, evidence.COUNT, where=place)):
+            found.append(why)
+    return found
+
+
+def _summary_problems(report: NcclReport) -> list[str]:
+    found = []
     if report.out_of_bounds is not None and report.out_of_bounds < 0:
         found.append(f"'Out of bounds values' = {report.out_of_bounds} (a count must be a non-negative integer)")
     # The summary counts the tests (size x placement, per process) that found wrong values
@@ -415,26 +426,36 @@ def infer_collective(report: NcclReport) -> str:
         return ""
     p = row.placements["out-of-place"]
     ratio = (p.busbw or 0.0) / (p.algbw or 1.0)
-    reduces = row.redop not in ("", "none")
     rooted = row.root is not None and row.root >= 0
-    new_format = "redop" in layout.leading and "root" in layout.leading
     per_rank = _TYPE_BYTES.get(row.dtype, 0) * row.count * n == row.size
+    columns = {"redop", "root"} & layout.leading.keys()
+    if row.redop not in ("", "none"):
+        return _reducing_collective(ratio, n, rooted, per_rank and len(columns) == 2)
+    return _plain_collective(ratio, n, rooted, per_rank and not columns)
 
-    def near(factor: float) -> bool:
-        return abs(ratio - factor) < 0.02
 
-    full, share = 2 * (n - 1) / n, (n - 1) / n
-    if reduces:
-        if rooted:
-            return "reduce" if near(1.0) else ""
-        if near(full):
-            return "all_reduce"
-        return "reduce_scatter" if near(share) and per_rank and new_format else ""
+def _reducing_collective(ratio: float, n: int, rooted: bool, scatter_shaped: bool) -> str:
+    """reduce, all_reduce or reduce_scatter. `scatter_shaped`: size = count x type size x ranks in
+    the new format (before 2.13 reduce_scatter and alltoall print the same columns)."""
     if rooted:
-        return "broadcast" if near(1.0) else ""
-    if near(share) and per_rank and "redop" not in layout.leading and "root" not in layout.leading:
+        return "reduce" if _near(ratio, 1.0) else ""
+    if _near(ratio, 2 * (n - 1) / n):
+        return "all_reduce"
+    return "reduce_scatter" if _near(ratio, (n - 1) / n) and scatter_shaped else ""
+
+
+def _plain_collective(ratio: float, n: int, rooted: bool, gather_shaped: bool) -> str:
+    """broadcast or all_gather. `gather_shaped`: size = count x type size x ranks, and neither
+    a redop nor a root column."""
+    if rooted:
+        return "broadcast" if _near(ratio, 1.0) else ""
+    if _near(ratio, (n - 1) / n) and gather_shaped:
         return "all_gather"  # before 2.13 only all_gather prints neither column with this factor
     return ""
+
+
+def _near(ratio: float, factor: float) -> bool:
+    return abs(ratio - factor) < 0.02
 
 
 def _ratio_row(row: Row) -> bool:

@@ -23,11 +23,6 @@ KNOWN_OVER = {
     "bench/bench_pages.py::seed_cluster": 24,
     "checks/base.py::_judge": 27,
     "checks/burnin.py::BurnIn._judge_compute": 25,
-    "checks/dcgm.py::parse_json_doc": 31,
-    "checks/dcgm.py::parse_text_table": 21,
-    "checks/gpu_burn.py::parse_gpu_burn_text": 27,
-    "checks/nccl_tests.py::infer_collective": 23,
-    "checks/nccl_tests.py::table_problems": 24,
     "checks/probe_check.py::load_probe": 23,
     "checks/software.py::SoftwareConsistency.evaluate": 23,
 }
