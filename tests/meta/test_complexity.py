@@ -21,7 +21,6 @@ PACKAGES = ("portal", "checks", "worker", "testbed", "bench")
 KNOWN_OVER = {
     "bench/bench_fanout.py::main": 28,
     "bench/bench_pages.py::seed_cluster": 24,
-    "checks/burnin.py::BurnIn._judge_compute": 25,
     "checks/dcgm.py::parse_json_doc": 31,
     "checks/dcgm.py::parse_text_table": 21,
     "checks/gpu_burn.py::parse_gpu_burn_text": 27,
