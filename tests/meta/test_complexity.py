@@ -30,7 +30,6 @@ KNOWN_OVER = {
     "checks/probe/probe.py::_xml_gpu": 34,
     "checks/probe/probe.py::run_sampling": 38,
     "checks/probe_check.py::load_probe": 23,
-    "checks/software.py::SoftwareConsistency.evaluate": 23,
     "portal/certificates/selectors.py::campaign_state": 23,
     "portal/runs/finalize.py::_apply_outliers": 22,
 }
