@@ -29,7 +29,6 @@ KNOWN_OVER = {
     # The node-side probe is one stdlib-only file run as `python3 -` (checks/probe/SCHEMA.md).
     "checks/probe/probe.py::_xml_gpu": 34,
     "checks/probe/probe.py::run_sampling": 38,
-    "checks/probe_check.py::load_probe": 23,
     "portal/certificates/selectors.py::campaign_state": 23,
     "portal/runs/finalize.py::_apply_outliers": 22,
 }
