@@ -48,18 +48,18 @@ from checks.evidence import Rule
 from checks.presentation import NOTHING, Presentation
 from checks.schema import ParamsError as ParamsError  # re-exported: checks raise it from here
 from checks.schema import build
+from checks.verdict import ERROR as ERROR  # the verdict vocabulary, re-exported: checks import it from here
+from checks.verdict import FAIL as FAIL
+from checks.verdict import PASS as PASS
+from checks.verdict import SKIPPED as SKIPPED
+from checks.verdict import VERDICT_STATUSES as VERDICT_STATUSES
+from checks.verdict import WARN as WARN
+from checks.verdict import Finding as Finding
+from checks.verdict import GroupVerdict as GroupVerdict
+from checks.verdict import Verdict as Verdict
+from checks.verdict import worst_status as worst_status
 
 _C = TypeVar("_C", bound="Check")  # _prepare hands back the kind of check it was given
-
-PASS = "pass"
-WARN = "warn"
-FAIL = "fail"  # ran, and the hardware is out of spec
-ERROR = "error"  # could not tell: unreachable, timed out, unparseable, missing evidence
-SKIPPED = "skipped"
-
-VERDICT_STATUSES = (PASS, WARN, FAIL, ERROR, SKIPPED)
-# Worst first: the overall verdict of several findings is the worst one.
-_SEVERITY = {ERROR: 4, FAIL: 3, WARN: 2, PASS: 1, SKIPPED: 0}
 
 
 class EvidenceError(Exception):
@@ -141,40 +141,6 @@ class Measurement:
         return dataclasses.asdict(self)
 
 
-@dataclass
-class Finding:
-    status: str
-    reason: str
-
-
-@dataclass
-class Verdict:
-    """The outcome of a check on one node: a status and human reasons."""
-
-    status: str
-    reason: str
-    findings: list[Finding] = field(default_factory=list)
-
-    @classmethod
-    def from_findings(cls, findings: list[Finding], *, pass_reason: str = "all within spec") -> Verdict:
-        problems = [f for f in findings if f.status != PASS]
-        if not problems:
-            return cls(status=PASS, reason=pass_reason, findings=findings)
-        worst = max(_SEVERITY[f.status] for f in problems)
-        top = [f for f in problems if _SEVERITY[f.status] == worst]
-        status = top[0].status
-        reason = "; ".join(f.reason for f in top[:5])
-        if len(top) > 5:
-            reason += f"; and {len(top) - 5} more"
-        return cls(status=status, reason=reason, findings=findings)
-
-
-def worst_status(statuses: list[str]) -> str:
-    if not statuses:
-        return ERROR
-    return max(statuses, key=lambda s: _SEVERITY.get(s, 0))
-
-
 @dataclass(frozen=True)
 class NodeContext:
     """What a check may know about the node it runs on.
@@ -213,14 +179,6 @@ class Series:
     gpu: int | None = None
     x_unit: str = "s"
     labels: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class GroupVerdict(Verdict):
-    """A group check's verdict, with per-node attribution where the output allows it:
-    hostname -> Verdict for the nodes it can name (a slow pair's common node, a slow writer)."""
-
-    node_verdicts: dict[str, Verdict] = field(default_factory=dict)
 
 
 class Check:
@@ -365,28 +323,60 @@ def _judge(
 ) -> tuple[list[Measurement], Verdict]:
     if not outputs:
         return [], Verdict(status=ERROR, reason="no command output to judge (nothing ran)")
+    failed = _failed_command(check, outputs)
+    if failed is not None:
+        return [], failed
+    parsed = _parsed(check, outputs)
+    if isinstance(parsed, Verdict):
+        return [], parsed
+    return _evaluated(check, outputs, parsed, evaluate)
+
+
+def _label(command: Command) -> str:
+    return command.label or (command.argv[0] if command.argv else "command")
+
+
+def _failed_command(check: Check, outputs: list[CommandOutput]) -> Verdict | None:
+    """The `error` of the first command that timed out, lost its exit code or exited badly."""
     for out in outputs:
-        label = out.command.label or (out.command.argv[0] if out.command.argv else "command")
+        label = _label(out.command)
         if out.timed_out:
             limit = out.command.timeout
-            return [], Verdict(status=ERROR, reason=f"{label} timed out after {limit:g}s")
+            return Verdict(status=ERROR, reason=f"{label} timed out after {limit:g}s")
         if out.exit_code is None:
-            return [], Verdict(status=ERROR, reason=f"{label} returned no exit code (connection lost?)")
+            return Verdict(status=ERROR, reason=f"{label} returned no exit code (connection lost?)")
         if out.exit_code not in check.ok_exit_codes:
-            try:
-                why = check.describe_failure(out)
-            except Exception as exc:  # describing hostile output (deeply nested JSON, say) must not crash
-                why = f"(its output could not be described: {type(exc).__name__})"
-            return [], Verdict(status=ERROR, reason=f"{label} exited {out.exit_code}: {why}")
+            return Verdict(status=ERROR, reason=f"{label} exited {out.exit_code}: {_describe_failure(check, out)}")
+    return None
+
+
+def _describe_failure(check: Check, out: CommandOutput) -> str:
+    try:
+        return check.describe_failure(out)
+    except Exception as exc:  # describing hostile output (deeply nested JSON, say) must not crash
+        return f"(its output could not be described: {type(exc).__name__})"
+
+
+def _parsed(check: Check, outputs: list[CommandOutput]) -> list[Measurement] | Verdict:
+    """The parsed measurements, or the `error` saying why there are none to trust."""
     try:
         measurements = check.parse(outputs)
         impossible = impossible_evidence.problems(measurements, check.evidence)
     except EvidenceError as exc:
-        return [], Verdict(status=ERROR, reason=str(exc))
+        return Verdict(status=ERROR, reason=str(exc))
     except Exception as exc:  # a parser bug must not become a pass, nor crash the caller
-        return [], Verdict(status=ERROR, reason=f"internal error in {check.key} parser: {type(exc).__name__}: {exc}")
+        return Verdict(status=ERROR, reason=f"internal error in {check.key} parser: {type(exc).__name__}: {exc}")
     if impossible:
-        return [], Verdict(status=ERROR, reason=impossible_evidence.reason(impossible))
+        return Verdict(status=ERROR, reason=impossible_evidence.reason(impossible))
+    return measurements
+
+
+def _evaluated(
+    check: Check,
+    outputs: list[CommandOutput],
+    measurements: list[Measurement],
+    evaluate: Callable[[list[Measurement]], Verdict],
+) -> tuple[list[Measurement], Verdict]:
     try:
         verdict = evaluate(measurements)
         # evaluate() may add derived measurements (an aggregate); they obey the same rules.
@@ -400,20 +390,25 @@ def _judge(
         return [], Verdict(status=ERROR, reason=impossible_evidence.reason(impossible))
     if verdict.status not in VERDICT_STATUSES:
         return measurements, Verdict(status=ERROR, reason=f"internal error in {check.key}: verdict {verdict.status!r}")
+    return measurements, _qualified(verdict, outputs, measurements)
+
+
+def _qualified(verdict: Verdict, outputs: list[CommandOutput], measurements: list[Measurement]) -> Verdict:
+    """A pass or warn on a truncated output is `error`; a pass that compared nothing is `warn`."""
     cut = [o for o in outputs if o.truncated]
     if cut and verdict.status in (PASS, WARN):
-        return measurements, _cut(verdict, cut)
+        return _cut(verdict, cut)
     measured = [m for m in measurements if m.value is not None and m.unit in impossible_evidence.QUANTITY_UNITS]
     if verdict.status == PASS and measured and not any(m.ok is not None for m in measurements):
-        return measurements, _not_judged(verdict)
-    return measurements, verdict
+        return _not_judged(verdict)
+    return verdict
 
 
 def _cut(verdict: Verdict, cut: list[CommandOutput]) -> Verdict:
     """A verdict no worse than warn on an output whose middle the transport dropped (over its read
     cap, worker/ssh.py): what was cut (an Xid line, a result row, an error count) cannot be judged,
     so it is `error`. A fail found in what was kept stands (it is returned unchanged by the caller)."""
-    labels = ", ".join(o.command.label or (o.command.argv[0] if o.command.argv else "command") for o in cut)
+    labels = ", ".join(_label(o.command) for o in cut)
     reason = f"output truncated by the transport ({labels}: over its read cap); what was cut cannot be judged"
     findings = [*verdict.findings, Finding(ERROR, reason)]
     if isinstance(verdict, GroupVerdict):

@@ -324,62 +324,8 @@ class BurnIn(Check):
         positive = [r for r in rates.values() if r is not None and r > 0]
         median = statistics.median(positive) if len(positive) >= 2 else None
         for index in burned:
-            rate = rates[index]
-            verdict = facts.text("tool_verdict", index)
-            errors = facts.value("errors", index)
-            iterations = facts.value("iterations", index)
-            said_ok = " (gpu_burn printed OK but made no progress)" if verdict == "OK" else ""
-            if iterations == -1:
-                findings.append(Finding(FAIL, f"GPU {index}: gpu_burn worker died"))
-            count = facts.get("errors", index)
-            wrapped = count.labels.get("wrapped")
-            count.threshold = f"<= {thresholds.max_compute_errors}"
-            if errors is not None:
-                count.ok = errors <= thresholds.max_compute_errors
-                if not count.ok:
-                    findings.append(Finding(FAIL, f"GPU {index}: {errors:.0f} compute errors (gpu_burn FAULTY)"))
-            elif wrapped:
-                count.ok = False  # see ERRORS_WRAPPED: not zero, count unknown
-                why = f"gpu_burn's error counter wrapped to {wrapped} (WARNING!): more than it can count"
-                findings.append(Finding(FAIL, f"GPU {index}: compute errors ({why})"))
-            elif iterations is not None:
-                count.threshold = ""
-                findings.append(
-                    Finding(ERROR, f"GPU {index}: compute error count unreadable ({facts.missing('errors', index)})")
-                )
-            if verdict == "FAULTY" and not wrapped and (errors is None or errors <= thresholds.max_compute_errors):
-                findings.append(Finding(FAIL, f"GPU {index}: gpu_burn verdict FAULTY"))
-            m = facts.get("gflops", index)
-            if rate is None:
-                m.ok = False
-                findings.append(Finding(FAIL, f"GPU {index}: no Gflop/s reported{said_ok or ' (no progress line)'}"))
-                continue
-            if rate <= 0:
-                m.threshold, m.ok = "> 0", False
-                findings.append(Finding(FAIL, f"GPU {index}: 0 Gflop/s{said_ok}"))
-                continue
-            limits = []
-            ok = True
-            if floor is not None:
-                limits.append(f">= {floor:g}")
-                if rate < floor:
-                    ok = False
-                    findings.append(Finding(FAIL, f"GPU {index}: {rate:,.0f} Gflop/s < {floor:,.0f} ({mode} floor)"))
-            deficit = thresholds.max_sibling_gflops_deficit_pct
-            if median is not None and deficit is not None:
-                least = median * (1 - deficit / 100.0)
-                limits.append(f">= {least:.0f} (median - {deficit:g}%)")
-                if rate < least:
-                    ok = False
-                    below = (1 - rate / median) * 100
-                    findings.append(
-                        Finding(
-                            FAIL,
-                            f"GPU {index}: {rate:,.0f} Gflop/s is {below:.0f}% below the node's median {median:,.0f}",
-                        )
-                    )
-            m.threshold = ", ".join(limits)
-            m.ok = ok
+            findings += _judge_errors(facts, thresholds, index)
+            findings += _judge_rate(facts, thresholds, mode, index, floor, median)
         return findings
 
     def _judge_telemetry(self, facts: _Facts, thresholds: Any, burned: list[int]) -> list[Finding]:
@@ -424,6 +370,68 @@ class BurnIn(Check):
                 if not m.ok:
                     findings.append(Finding(FAIL, f"GPU {index}: {m.value:.0f} {what} during the burn"))
         return findings
+
+
+def _judge_errors(facts: _Facts, thresholds: Any, index: int) -> list[Finding]:
+    """One GPU's dead worker, compute error count and FAULTY verdict."""
+    findings: list[Finding] = []
+    verdict = facts.text("tool_verdict", index)
+    errors = facts.value("errors", index)
+    iterations = facts.value("iterations", index)
+    if iterations == -1:
+        findings.append(Finding(FAIL, f"GPU {index}: gpu_burn worker died"))
+    count = facts.get("errors", index)
+    wrapped = count.labels.get("wrapped")
+    count.threshold = f"<= {thresholds.max_compute_errors}"
+    if errors is not None:
+        count.ok = errors <= thresholds.max_compute_errors
+        if not count.ok:
+            findings.append(Finding(FAIL, f"GPU {index}: {errors:.0f} compute errors (gpu_burn FAULTY)"))
+    elif wrapped:
+        count.ok = False  # see ERRORS_WRAPPED: not zero, count unknown
+        why = f"gpu_burn's error counter wrapped to {wrapped} (WARNING!): more than it can count"
+        findings.append(Finding(FAIL, f"GPU {index}: compute errors ({why})"))
+    elif iterations is not None:
+        count.threshold = ""
+        findings.append(
+            Finding(ERROR, f"GPU {index}: compute error count unreadable ({facts.missing('errors', index)})")
+        )
+    if verdict == "FAULTY" and not wrapped and (errors is None or errors <= thresholds.max_compute_errors):
+        findings.append(Finding(FAIL, f"GPU {index}: gpu_burn verdict FAULTY"))
+    return findings
+
+
+def _judge_rate(
+    facts: _Facts, thresholds: Any, mode: str, index: int, floor: float | None, median: float | None
+) -> list[Finding]:
+    """One GPU's Gflop/s: none or 0 is a fail; then the profile floor and the node's median."""
+    rate = facts.value("gflops", index)
+    said_ok = " (gpu_burn printed OK but made no progress)" if facts.text("tool_verdict", index) == "OK" else ""
+    m = facts.get("gflops", index)
+    if rate is None:
+        m.ok = False
+        return [Finding(FAIL, f"GPU {index}: no Gflop/s reported{said_ok or ' (no progress line)'}")]
+    if rate <= 0:
+        m.threshold, m.ok = "> 0", False
+        return [Finding(FAIL, f"GPU {index}: 0 Gflop/s{said_ok}")]
+    findings: list[Finding] = []
+    limits = []
+    if floor is not None:
+        limits.append(f">= {floor:g}")
+        if rate < floor:
+            findings.append(Finding(FAIL, f"GPU {index}: {rate:,.0f} Gflop/s < {floor:,.0f} ({mode} floor)"))
+    deficit = thresholds.max_sibling_gflops_deficit_pct
+    if median is not None and deficit is not None:
+        least = median * (1 - deficit / 100.0)
+        limits.append(f">= {least:.0f} (median - {deficit:g}%)")
+        if rate < least:
+            below = (1 - rate / median) * 100
+            findings.append(
+                Finding(FAIL, f"GPU {index}: {rate:,.0f} Gflop/s is {below:.0f}% below the node's median {median:,.0f}")
+            )
+    m.threshold = ", ".join(limits)
+    m.ok = not findings
+    return findings
 
 
 class _Facts:

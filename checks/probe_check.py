@@ -124,7 +124,13 @@ class Probe:
 
 def load_probe(outputs: list[CommandOutput]) -> Probe:
     """The probe document from the outputs, validated; EvidenceError says what is wrong."""
-    out = _probe_output(outputs)
+    doc = _probe_json(_probe_output(outputs))
+    _validate_probe(doc)
+    return Probe(doc)
+
+
+def _probe_json(out: CommandOutput) -> dict[str, Any]:
+    """The probe's stdout as a JSON object."""
     text = out.stdout.strip()
     if not text:
         hint = _last_line(out.stderr)
@@ -135,6 +141,11 @@ def load_probe(outputs: list[CommandOutput]) -> Probe:
         raise EvidenceError(f"probe output is not JSON ({exc.msg} at line {exc.lineno}): {text[:80]!r}") from None
     if not isinstance(doc, dict):
         raise EvidenceError(f"probe output is JSON but not an object: {type(doc).__name__}")
+    return doc
+
+
+def _validate_probe(doc: dict[str, Any]) -> None:
+    """The document's schema, GPU list, errors and count, and that it read something."""
     if doc.get("schema") != PROBE_SCHEMA:
         raise EvidenceError(
             f"probe schema {doc.get('schema')!r}, expected {PROBE_SCHEMA} (probe and portal out of step?)"
@@ -145,6 +156,18 @@ def load_probe(outputs: list[CommandOutput]) -> Probe:
     errors = doc.get("errors", [])
     if errors is not None and not isinstance(errors, list):
         raise EvidenceError(f"probe 'errors' is {type(errors).__name__}, expected a list")
+    _validate_gpu_indexes(gpus)
+    count = doc.get("gpu_count")
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
+        raise EvidenceError(f"probe gpu_count is {count!r}, expected a non-negative integer")
+    if doc.get("source") == "none":
+        # Exit code 0 with nothing read should not happen, but never judge an empty reading.
+        why = "; ".join(str(e) for e in (errors or [])[:3]) or "no reason given"
+        raise EvidenceError(f"probe could not read the GPUs: {why}")
+
+
+def _validate_gpu_indexes(gpus: list[Any]) -> None:
+    """Every GPU entry has its own non-negative integer index."""
     seen: set[int] = set()
     for pos, gpu in enumerate(gpus):
         index = gpu.get("index") if isinstance(gpu, dict) else None
@@ -153,14 +176,6 @@ def load_probe(outputs: list[CommandOutput]) -> Probe:
         if index in seen:
             raise EvidenceError(f"probe lists GPU {index} twice")
         seen.add(index)
-    count = doc.get("gpu_count")
-    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
-        raise EvidenceError(f"probe gpu_count is {count!r}, expected a non-negative integer")
-    if doc.get("source") == "none":
-        # Exit code 0 with nothing read should not happen, but never judge an empty reading.
-        why = "; ".join(str(e) for e in (errors or [])[:3]) or "no reason given"
-        raise EvidenceError(f"probe could not read the GPUs: {why}")
-    return Probe(doc)
 
 
 def _probe_output(outputs: list[CommandOutput]) -> CommandOutput:

@@ -177,42 +177,8 @@ class SoftwareConsistency(ProbeCheck):
     def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
         t: SoftwareThresholds = thresholds
         facts = Facts(measurements)
-        findings: list[Finding] = []
-        for name, label, pinned in (
-            ("kernel", "kernel", t.expected_kernel),
-            ("os", "OS", t.expected_os),
-            ("driver_version", "driver version", ""),
-            ("cuda_version", "CUDA version", ""),
-        ):
-            m = facts.get(name)
-            if not m.text:
-                findings.append(Finding(ERROR, f"{label} unavailable ({facts.missing(name)})"))
-            elif pinned:
-                m.threshold, m.ok = f"== {pinned}", m.text == pinned
-                if not m.ok:
-                    findings.append(Finding(FAIL, f"{label} {m.text}, expected {pinned}"))
-        for i in facts.listed:
-            if i in facts.silent:
-                findings.append(Finding(ERROR, f"GPU {i}: VBIOS unavailable (GPU not responding: {facts.silent[i]})"))
-                continue
-            m = facts.get("vbios", i)
-            if not m.text:
-                findings.append(Finding(ERROR, f"GPU {i}: VBIOS unavailable ({facts.missing('vbios', i)})"))
-            elif t.expected_vbios:
-                m.threshold, m.ok = f"== {t.expected_vbios}", m.text == t.expected_vbios
-                if not m.ok:
-                    findings.append(Finding(FAIL, f"GPU {i}: VBIOS {m.text}, expected {t.expected_vbios}"))
-        nics = [m for m in measurements if m.name == "nic_firmware"]
-        if t.expected_nic_firmware:
-            if not any(m.text for m in nics):
-                why = next((m.labels.get("missing") for m in nics if m.labels.get("missing")), "no CA listed")
-                findings.append(Finding(ERROR, f"NIC firmware unavailable ({why})"))
-            for m in nics:
-                if m.text:
-                    m.threshold, m.ok = f"== {t.expected_nic_firmware}", m.text == t.expected_nic_firmware
-                    if not m.ok:
-                        ca = m.labels.get("ca", "?")
-                        findings.append(Finding(FAIL, f"{ca}: firmware {m.text}, expected {t.expected_nic_firmware}"))
+        findings = _node_fact_findings(facts, t) + _vbios_findings(facts, t)
+        findings += _nic_findings([m for m in measurements if m.name == "nic_firmware"], t)
         summary = _summary(measurements)
         pass_reason = ", ".join(f"{k} {v}" for k, v in summary.items() if v)
         if not findings:
@@ -236,6 +202,59 @@ class SoftwareConsistency(ProbeCheck):
                         f"{fact} {value} differs from {count} of {len(values)} nodes ({top})"
                     )
         return {host: "; ".join(reasons) for host, reasons in odd.items()}
+
+
+def _node_fact_findings(facts: Facts, t: SoftwareThresholds) -> list[Finding]:
+    """Kernel, OS, driver and CUDA: missing is `error`, off a pinned value is `fail`."""
+    findings: list[Finding] = []
+    for name, label, pinned in (
+        ("kernel", "kernel", t.expected_kernel),
+        ("os", "OS", t.expected_os),
+        ("driver_version", "driver version", ""),
+        ("cuda_version", "CUDA version", ""),
+    ):
+        m = facts.get(name)
+        if not m.text:
+            findings.append(Finding(ERROR, f"{label} unavailable ({facts.missing(name)})"))
+        elif pinned:
+            m.threshold, m.ok = f"== {pinned}", m.text == pinned
+            if not m.ok:
+                findings.append(Finding(FAIL, f"{label} {m.text}, expected {pinned}"))
+    return findings
+
+
+def _vbios_findings(facts: Facts, t: SoftwareThresholds) -> list[Finding]:
+    """Every GPU the driver lists: a VBIOS it cannot tell is `error`, off the pinned one is `fail`."""
+    findings: list[Finding] = []
+    for i in facts.listed:
+        if i in facts.silent:
+            findings.append(Finding(ERROR, f"GPU {i}: VBIOS unavailable (GPU not responding: {facts.silent[i]})"))
+            continue
+        m = facts.get("vbios", i)
+        if not m.text:
+            findings.append(Finding(ERROR, f"GPU {i}: VBIOS unavailable ({facts.missing('vbios', i)})"))
+        elif t.expected_vbios:
+            m.threshold, m.ok = f"== {t.expected_vbios}", m.text == t.expected_vbios
+            if not m.ok:
+                findings.append(Finding(FAIL, f"GPU {i}: VBIOS {m.text}, expected {t.expected_vbios}"))
+    return findings
+
+
+def _nic_findings(nics: list[Measurement], t: SoftwareThresholds) -> list[Finding]:
+    """NIC firmware, judged only when pinned: none readable is `error`, a CA off it is `fail`."""
+    findings: list[Finding] = []
+    if not t.expected_nic_firmware:
+        return findings
+    if not any(m.text for m in nics):
+        why = next((m.labels.get("missing") for m in nics if m.labels.get("missing")), "no CA listed")
+        findings.append(Finding(ERROR, f"NIC firmware unavailable ({why})"))
+    for m in nics:
+        if m.text:
+            m.threshold, m.ok = f"== {t.expected_nic_firmware}", m.text == t.expected_nic_firmware
+            if not m.ok:
+                ca = m.labels.get("ca", "?")
+                findings.append(Finding(FAIL, f"{ca}: firmware {m.text}, expected {t.expected_nic_firmware}"))
+    return findings
 
 
 _FACT_NAMES = ("kernel", "OS", "driver", "CUDA", "VBIOS", "NIC firmware")

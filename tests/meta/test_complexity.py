@@ -21,10 +21,6 @@ PACKAGES = ("portal", "checks", "worker", "testbed", "bench")
 KNOWN_OVER = {
     "bench/bench_fanout.py::main": 28,
     "bench/bench_pages.py::seed_cluster": 24,
-    "checks/base.py::_judge": 27,
-    "checks/burnin.py::BurnIn._judge_compute": 25,
-    "checks/probe_check.py::load_probe": 23,
-    "checks/software.py::SoftwareConsistency.evaluate": 23,
 }
 
 

@@ -1,0 +1,60 @@
+"""The verdict vocabulary of checks: statuses, findings, verdicts (checks/base.py re-exports them).
+
+Kept apart from base.py for its length; it depends on nothing else in checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PASS = "pass"
+WARN = "warn"
+FAIL = "fail"  # ran, and the hardware is out of spec
+ERROR = "error"  # could not tell: unreachable, timed out, unparseable, missing evidence
+SKIPPED = "skipped"
+
+VERDICT_STATUSES = (PASS, WARN, FAIL, ERROR, SKIPPED)
+# Worst first: the overall verdict of several findings is the worst one.
+_SEVERITY = {ERROR: 4, FAIL: 3, WARN: 2, PASS: 1, SKIPPED: 0}
+
+
+@dataclass
+class Finding:
+    status: str
+    reason: str
+
+
+@dataclass
+class Verdict:
+    """The outcome of a check on one node: a status and human reasons."""
+
+    status: str
+    reason: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @classmethod
+    def from_findings(cls, findings: list[Finding], *, pass_reason: str = "all within spec") -> Verdict:
+        problems = [f for f in findings if f.status != PASS]
+        if not problems:
+            return cls(status=PASS, reason=pass_reason, findings=findings)
+        worst = max(_SEVERITY[f.status] for f in problems)
+        top = [f for f in problems if _SEVERITY[f.status] == worst]
+        status = top[0].status
+        reason = "; ".join(f.reason for f in top[:5])
+        if len(top) > 5:
+            reason += f"; and {len(top) - 5} more"
+        return cls(status=status, reason=reason, findings=findings)
+
+
+def worst_status(statuses: list[str]) -> str:
+    if not statuses:
+        return ERROR
+    return max(statuses, key=lambda s: _SEVERITY.get(s, 0))
+
+
+@dataclass
+class GroupVerdict(Verdict):
+    """A group check's verdict, with per-node attribution where the output allows it:
+    hostname -> Verdict for the nodes it can name (a slow pair's common node, a slow writer)."""
+
+    node_verdicts: dict[str, Verdict] = field(default_factory=dict)
