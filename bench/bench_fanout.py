@@ -244,6 +244,26 @@ def quick_commands(cluster):
     return commands
 
 
+@dataclass
+class Setup:
+    """What every size measures with: the testbed, the one worker, the cluster and the commands."""
+
+    testbed: Any
+    worker: Worker
+    cluster: Any
+    plan: Any
+    nodes: list[Any]
+    commands: list[Any]
+    line: str
+    shells: list[tuple[str, Any]]
+    has_asyncssh: bool
+    database_url: str
+    repeat: int
+
+
+Row = tuple[int, dict[str, float], int, float]  # size, median seconds per tool, peak connections, CPU/node
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = sorted(set(args.nodes or DEFAULT_SIZES))
@@ -262,87 +282,111 @@ def main(argv: list[str] | None = None) -> int:
     import redis
 
     redis.Redis.from_url(args.broker_url).flushdb()
-
-    from portal.catalog.models import TestPlan
-    from portal.inventory.services import cluster_create, nodes_add
-
     testbed = Testbed(max(sizes), workdir / "testbed", name="bfan").up()
     overrides = dict(item.split("=", 1) for item in args.worker_env)
     worker = Worker(workdir / "worker.log", dict(os.environ), overrides)
     try:
-        cluster = cluster_create(
-            name="bench",
-            ssh_user=testbed.ssh_user,
-            ssh_key_path=str(testbed.client_key_path),
-            known_hosts_path=str(testbed.known_hosts_path),
-            profile="H100-SXM-8",
-        )
-        for node in testbed.nodes:
-            nodes_add(cluster=cluster, hostnames=node.hostname, addresses=node.address)
-        plan = TestPlan.objects.get(slug="quick")
-        all_nodes = list(cluster.nodes.order_by("hostname"))
-        commands = quick_commands(cluster)
-        line = node_side_line(commands)
-        print(
-            f"quick plan: {len(commands)} commands per node ({sum(1 for c in commands if c.read_only)} read-only); "
-            f"peers' shell line {len(line)} bytes; one worker, default settings; median of {args.repeat}",
-            flush=True,
-        )
-        worker.start()
-        has_asyncssh = _has_asyncssh()
-        shells = [(name, runner) for name, runner in (("pdsh", run_pdsh), ("clush", run_clush)) if _installed(name)]
-        rows = []
+        setup = _setup(args, testbed, worker)
         failures: list[str] = []
         kiln_runs: dict[int, list[int]] = {}
-        for size in sizes:
-            nodes = all_nodes[:size]
-            tb_nodes = testbed.nodes[:size]
-            times: dict[str, list[float]] = {"kiln": [], "pdsh": [], "clush": [], "asyncssh": []}
-            peaks, cpu = [], []
-            for rep in range(args.repeat):
-                cpu_before = worker.cpu_seconds()
-                kiln = kiln_once(cluster, plan, nodes, args.database_url)
-                cpu.append((worker.cpu_seconds() - cpu_before) / size)
-                times["kiln"].append(kiln.seconds)
-                peaks.append(kiln.peak_connections)
-                kiln_runs.setdefault(size, []).append(kiln.run_id)
-                if kiln.status not in ("pass", "warn"):
-                    failures.append(f"kiln run {kiln.run_id} on {size} nodes ended {kiln.status}")
-                for name, runner in shells:
-                    seconds, bad = runner(testbed, tb_nodes, line)
-                    times[name].append(seconds)
-                    failures += [f"{name} on {size} nodes: {b}" for b in bad]
-                if has_asyncssh:
-                    seconds, bad = run_asyncssh(testbed, tb_nodes, commands)
-                    times["asyncssh"].append(seconds)
-                    failures += [f"asyncssh on {size} nodes: {b}" for b in bad]
-                print(
-                    f"  {size} nodes, run {rep + 1}: "
-                    + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items() if v)
-                    + f"; kiln: PG connections {kiln.peak_connections} at most"
-                    + f" ({kiln.opened_connections} opened), worker CPU {cpu[-1] * 1000:.0f} ms per node",
-                    flush=True,
-                )
-            medians = {k: statistics.median(v) for k, v in times.items() if v}
-            rows.append((size, medians, max(peaks), statistics.median(cpu)))
-        print_table(rows, [name for name, _ in shells], has_asyncssh)
-        largest = sizes[-1]
-        overhead = kiln_overhead(workdir / "worker.log", kiln_runs[largest])
-        print_overhead(largest, overhead)
+        rows = [_measure_size(setup, size, failures, kiln_runs.setdefault(size, [])) for size in sizes]
+        print_table(rows, [name for name, _ in setup.shells], setup.has_asyncssh)
+        print_overhead(sizes[-1], kiln_overhead(workdir / "worker.log", kiln_runs[sizes[-1]]))
         print(f"  the worker's peak memory (VmHWM) over the whole bench: {worker.peak_rss_mb():.0f} MB")
-        size, medians, _, _ = rows[-1]
-        peer = min((p for p in PEERS if p in medians), key=lambda p: medians[p])
-        ratio = medians["kiln"] / medians[peer]
-        for failure in failures:
-            print(f"NOT VALID: {failure}")
-        if overrides:
-            print(f"NOT THE DEFAULTS: the worker ran with {overrides}")
-        kiln_s, peer_s = medians["kiln"], medians[peer]
-        print(f"fanout {size} nodes: kiln {kiln_s:.2f} s, fastest peer {peer_s:.2f} s ({peer}), ratio {ratio:.2f}")
-        return 1 if failures else 0
+        return _verdict(rows[-1], failures, overrides)
     finally:
         worker.stop()
         testbed.down()
+
+
+def _setup(args: argparse.Namespace, testbed: Any, worker: Worker) -> Setup:
+    """The cluster of the testbed's nodes in Kiln, the quick plan's commands, the worker started."""
+    from portal.catalog.models import TestPlan
+    from portal.inventory.services import cluster_create, nodes_add
+
+    cluster = cluster_create(
+        name="bench",
+        ssh_user=testbed.ssh_user,
+        ssh_key_path=str(testbed.client_key_path),
+        known_hosts_path=str(testbed.known_hosts_path),
+        profile="H100-SXM-8",
+    )
+    for node in testbed.nodes:
+        nodes_add(cluster=cluster, hostnames=node.hostname, addresses=node.address)
+    commands = quick_commands(cluster)
+    line = node_side_line(commands)
+    print(
+        f"quick plan: {len(commands)} commands per node ({sum(1 for c in commands if c.read_only)} read-only); "
+        f"peers' shell line {len(line)} bytes; one worker, default settings; median of {args.repeat}",
+        flush=True,
+    )
+    worker.start()
+    return Setup(
+        testbed=testbed,
+        worker=worker,
+        cluster=cluster,
+        plan=TestPlan.objects.get(slug="quick"),
+        nodes=list(cluster.nodes.order_by("hostname")),
+        commands=commands,
+        line=line,
+        shells=[(name, runner) for name, runner in (("pdsh", run_pdsh), ("clush", run_clush)) if _installed(name)],
+        has_asyncssh=_has_asyncssh(),
+        database_url=args.database_url,
+        repeat=args.repeat,
+    )
+
+
+def _measure_size(setup: Setup, size: int, failures: list[str], kiln_runs: list[int]) -> Row:
+    """Kiln and each peer on the first `size` nodes, `repeat` times in turn; the medians."""
+    times: dict[str, list[float]] = {"kiln": [], "pdsh": [], "clush": [], "asyncssh": []}
+    peaks, cpu = [], []
+    for rep in range(setup.repeat):
+        cpu_before = setup.worker.cpu_seconds()
+        kiln = kiln_once(setup.cluster, setup.plan, setup.nodes[:size], setup.database_url)
+        cpu.append((setup.worker.cpu_seconds() - cpu_before) / size)
+        times["kiln"].append(kiln.seconds)
+        peaks.append(kiln.peak_connections)
+        kiln_runs.append(kiln.run_id)
+        if kiln.status not in ("pass", "warn"):
+            failures.append(f"kiln run {kiln.run_id} on {size} nodes ended {kiln.status}")
+        _run_peers(setup, size, times, failures)
+        print(
+            f"  {size} nodes, run {rep + 1}: "
+            + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items() if v)
+            + f"; kiln: PG connections {kiln.peak_connections} at most"
+            + f" ({kiln.opened_connections} opened), worker CPU {cpu[-1] * 1000:.0f} ms per node",
+            flush=True,
+        )
+    medians = {k: statistics.median(v) for k, v in times.items() if v}
+    return size, medians, max(peaks), statistics.median(cpu)
+
+
+def _run_peers(setup: Setup, size: int, times: dict[str, list[float]], failures: list[str]) -> None:
+    """pdsh, clush and asyncssh once each on the first `size` nodes."""
+    tb_nodes = setup.testbed.nodes[:size]
+    for name, runner in setup.shells:
+        seconds, bad = runner(setup.testbed, tb_nodes, setup.line)
+        times[name].append(seconds)
+        failures += [f"{name} on {size} nodes: {b}" for b in bad]
+    if setup.has_asyncssh:
+        seconds, bad = run_asyncssh(setup.testbed, tb_nodes, setup.commands)
+        times["asyncssh"].append(seconds)
+        failures += [f"asyncssh on {size} nodes: {b}" for b in bad]
+
+
+def _verdict(largest: Row, failures: list[str], overrides: dict[str, str]) -> int:
+    """The last lines: what makes the numbers invalid, then Kiln against the fastest peer."""
+    size, medians, _, _ = largest
+    peer = min((p for p in PEERS if p in medians), key=lambda p: medians[p])
+    for failure in failures:
+        print(f"NOT VALID: {failure}")
+    if overrides:
+        print(f"NOT THE DEFAULTS: the worker ran with {overrides}")
+    kiln_s, peer_s = medians["kiln"], medians[peer]
+    print(
+        f"fanout {size} nodes: kiln {kiln_s:.2f} s, fastest peer {peer_s:.2f} s ({peer}), ratio {kiln_s / peer_s:.2f}"
+    )
+    return 1 if failures else 0
 
 
 def _installed(peer: str) -> bool:
@@ -362,7 +406,7 @@ def _has_asyncssh() -> bool:
     return True
 
 
-def print_table(rows: list[tuple[int, dict[str, float], int, float]], shells: list[str], has_asyncssh: bool) -> None:
+def print_table(rows: list[Row], shells: list[str], has_asyncssh: bool) -> None:
     tools = ["kiln", *shells, *(["asyncssh"] if has_asyncssh else [])]
     print()
     header = " | ".join(f"{t:>8}" for t in tools)
