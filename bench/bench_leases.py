@@ -18,10 +18,8 @@ database on that server, dropped at the end), like bench_pages.py.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -34,30 +32,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-
-def setup_django() -> tuple[Callable[[], None], str]:
-    if not os.environ.get("DATABASE_URL"):
-        os.environ["KILN_DATA_DIR"] = tempfile.mkdtemp(prefix="kiln-bench-")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    import django
-    from django.conf import settings
-
-    django.setup()
-    from django.db import connection
-
-    db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3"):
-        db.setdefault("TEST", {})["NAME"] = str(Path(os.environ["KILN_DATA_DIR"]) / "bench.sqlite3")
-    else:  # never test_<name>: a test session on the same server may be using it
-        db.setdefault("TEST", {})["NAME"] = f"kiln_bench_{os.getpid()}"
-    old_name = db["NAME"]
-    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    described = f"{connection.vendor} {connection.settings_dict['NAME']}"
-
-    def teardown() -> None:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-
-    return teardown, described
+from bench.bench_pages import setup_django  # noqa: E402  (after the path is set; same throw-away database)
 
 
 def seed(nodes: int, checks: int) -> list[list[CheckResult]]:

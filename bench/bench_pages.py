@@ -53,6 +53,10 @@ def setup_django() -> tuple[Callable[[], None], str]:
     """Configure Django on a throw-away database; returns its teardown and a description."""
     if not os.environ.get("DATABASE_URL"):
         os.environ["KILN_DATA_DIR"] = tempfile.mkdtemp(prefix="kiln-bench-")
+    from portal.datadir import init_data_dir
+
+    # What kiln_init does: a throw-away folder has no secret key yet, and sessions need one.
+    init_data_dir(Path(os.environ.get("KILN_DATA_DIR") or REPO / "data"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
     from django.conf import settings
@@ -77,19 +81,23 @@ def setup_django() -> tuple[Callable[[], None], str]:
     return teardown, described
 
 
+REASONS = {
+    "pass": "all within spec",
+    "warn": "GPU 3: 81 C under load, 6 C above its siblings",
+    "fail": "GPU 5: 3 uncorrectable ECC errors <since boot>",
+    "error": "unreachable: connection timed out after 10 s",
+}
+
+
 def seed_cluster(name: str, size: int, *, rng: random.Random) -> dict[str, Any]:
     """A cluster of `size` nodes with a finished run and an active run of the 8-check plan."""
     from django.utils import timezone
 
-    from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
     from portal.inventory.models import Cluster, Node
     from portal.runs import services
-    from portal.runs.models import CheckResult, Measurement, Run
+    from portal.runs.models import CheckResult
 
-    plan, created = TestPlan.objects.get_or_create(slug="bench8", defaults={"name": "Bench (8 checks)"})
-    if created:
-        for order, slug in enumerate(CHECKS):
-            TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug=slug), order=order)
+    plan = _bench_plan()
     cluster = Cluster.objects.create(name=name, profile="H100-SXM-8", transport="local")
     Node.objects.bulk_create(
         Node(cluster=cluster, hostname=f"{name}-gpu{i:04d}", rack=f"R{i // 32:02d}", position=i % 32)
@@ -97,63 +105,94 @@ def seed_cluster(name: str, size: int, *, rng: random.Random) -> dict[str, Any]:
     )
     nodes = list(cluster.nodes.order_by("hostname"))
     snapshot = services.plan_snapshot_build(plan=plan, cluster=cluster)
-    items = snapshot["items"]
     now = timezone.now()
-    runs = {}
-    reasons = {
-        "pass": "all within spec",
-        "warn": "GPU 3: 81 C under load, 6 C above its siblings",
-        "fail": "GPU 5: 3 uncorrectable ECC errors <since boot>",
-        "error": "unreachable: connection timed out after 10 s",
-    }
-    for label, active in (("finished", False), ("active", True)):
-        started = now - timedelta(minutes=30 if active else 90)
-        run = Run.objects.create(
-            cluster=cluster,
-            plan=plan,
-            plan_snapshot=snapshot,
-            node_set=f"{name}-gpu[0001-{size:04d}]",
-            status="running" if active else "fail",
-            started_at=started,
-            finished_at=None if active else started + timedelta(minutes=40),
+    runs = {
+        label: _seed_run(
+            cluster, plan, snapshot, nodes, started=now - timedelta(minutes=minutes), active=active, rng=rng
         )
-        results = []
-        for node_index, node in enumerate(nodes):
-            for item in items:
-                result = CheckResult(run=run, node=node, item_key=item["key"], kind=item["kind"])
-                result.position = item["position"]
-                results.append(result)
-                if active and node_index >= size // 2:
-                    first = item["position"] == 0
-                    result.status = "running" if first else "queued"
-                    result.started_at = started if first else None
-                    continue
-                roll = rng.random()
-                result.status = next(s for s, p in STATUS_ODDS if roll < p)
-                result.reason = reasons[result.status]
-                result.started_at = started + timedelta(seconds=len(results) * 0.1)
-                result.duration_s = 2.0 + 30 * (result.kind == "burn_in") + rng.random()
-                result.finished_at = result.started_at + timedelta(seconds=result.duration_s)
-        CheckResult.objects.bulk_create(results, batch_size=2000)
-        if not results[0].pk:  # backends that return no ids from bulk_create
-            results = list(CheckResult.objects.filter(run=run).order_by("id"))
-        measurements = []
-        for result in results:
-            if result.status in ("queued", "running"):
-                continue
-            if result.kind in ("burn_in", "dlc_temperature"):
-                metric = "gflops" if result.kind == "burn_in" else "temp_gpu_steady"
-                for gpu in range(8):
-                    value = rng.gauss(110_000, 800) if metric == "gflops" else rng.gauss(70, 1.5)
-                    measurements.append(
-                        Measurement(result=result, name=metric, value=value, gpu=gpu, labels={"phase": "load"})
-                    )
-            else:
-                for m in range(4):
-                    measurements.append(Measurement(result=result, name=f"m{m}", value=rng.random(), ok=True))
-        Measurement.objects.bulk_create(measurements, batch_size=2000)
-        runs[label] = run
+        for label, active, minutes in (("finished", False, 90), ("active", True, 30))
+    }
     return {"cluster": cluster, "runs": runs, "node": nodes[len(nodes) // 3], "results": CheckResult.objects.count()}
+
+
+def _bench_plan() -> Any:
+    """The plan of the 8 acceptance checks, made once."""
+    from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+
+    plan, created = TestPlan.objects.get_or_create(slug="bench8", defaults={"name": "Bench (8 checks)"})
+    if created:
+        for order, slug in enumerate(CHECKS):
+            TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug=slug), order=order)
+    return plan
+
+
+def _seed_run(
+    cluster: Any, plan: Any, snapshot: dict, nodes: list[Any], *, started: Any, active: bool, rng: random.Random
+) -> Any:
+    """One run: finished (every result judged) or active (half the nodes still at their first checks)."""
+    from portal.runs.models import CheckResult, Measurement, Run
+
+    size = len(nodes)
+    run = Run.objects.create(
+        cluster=cluster,
+        plan=plan,
+        plan_snapshot=snapshot,
+        node_set=f"{cluster.name}-gpu[0001-{size:04d}]",
+        status="running" if active else "fail",
+        started_at=started,
+        finished_at=None if active else started + timedelta(minutes=40),
+    )
+    results = []
+    for node_index, node in enumerate(nodes):
+        for item in snapshot["items"]:
+            result = CheckResult(run=run, node=node, item_key=item["key"], kind=item["kind"])
+            result.position = item["position"]
+            results.append(result)
+            if active and node_index >= size // 2:
+                _pending(result, item["position"] == 0, started)
+            else:
+                _judged(result, started + timedelta(seconds=len(results) * 0.1), rng)
+    CheckResult.objects.bulk_create(results, batch_size=2000)
+    if not results[0].pk:  # backends that return no ids from bulk_create
+        results = list(CheckResult.objects.filter(run=run).order_by("id"))
+    measurements = [m for r in results if r.status not in ("queued", "running") for m in _measurements(r, rng)]
+    Measurement.objects.bulk_create(measurements, batch_size=2000)
+    return run
+
+
+def _pending(result: Any, first: bool, started: Any) -> None:
+    """A node's first check running, the others queued behind it."""
+    result.status = "running" if first else "queued"
+    result.started_at = started if first else None
+
+
+def _judged(result: Any, started: Any, rng: random.Random) -> None:
+    """A finished result with a status drawn by STATUS_ODDS."""
+    roll = rng.random()
+    result.status = next(s for s, p in STATUS_ODDS if roll < p)
+    result.reason = REASONS[result.status]
+    result.started_at = started
+    result.duration_s = 2.0 + 30 * (result.kind == "burn_in") + rng.random()
+    result.finished_at = result.started_at + timedelta(seconds=result.duration_s)
+
+
+def _measurements(result: Any, rng: random.Random) -> list[Any]:
+    """8 per-GPU values for burn-in and DLC (the charted metrics), 4 plain values otherwise."""
+    from portal.runs.models import Measurement
+
+    if result.kind not in ("burn_in", "dlc_temperature"):
+        return [Measurement(result=result, name=f"m{m}", value=rng.random(), ok=True) for m in range(4)]
+    metric = "gflops" if result.kind == "burn_in" else "temp_gpu_steady"
+    return [
+        Measurement(
+            result=result,
+            name=metric,
+            value=rng.gauss(110_000, 800) if metric == "gflops" else rng.gauss(70, 1.5),
+            gpu=gpu,
+            labels={"phase": "load"},
+        )
+        for gpu in range(8)
+    ]
 
 
 def node_page_url(seeded: dict[str, Any]) -> tuple[str, str]:

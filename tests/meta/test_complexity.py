@@ -18,10 +18,7 @@ from tests.conftest import REPO
 CEILING = 20  # the project guide's limit (radon rank C ends at 20)
 PACKAGES = ("portal", "checks", "worker", "testbed", "bench")
 
-KNOWN_OVER = {
-    "bench/bench_fanout.py::main": 28,
-    "bench/bench_pages.py::seed_cluster": 24,
-}
+KNOWN_OVER: dict[str, int] = {}  # all paid (issue 11); keep it empty
 
 
 @cache
