@@ -19,6 +19,55 @@ REPO = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+# `make test` runs two processes (pytest-xdist, `--dist loadgroup`). The tests that use something
+# the machine has only one of (the sshd testbed, the broker's Redis database, Celery workers and
+# beat, Chromium and its live server, the demo's data folder) are one group: one process runs them
+# in order, as a single process would; the other tests spread over both processes.
+SERVICES_GROUP = "services"
+SERVICE_FIXTURES = frozenset(
+    {
+        "real_services",
+        "celery_worker_process",
+        "processes",
+        "private_broker",
+        "testbed",
+        "clean_testbed",
+        "testbed_cluster",
+        "testbed_factory",
+        "live_server",
+        "browser_context",
+        "page",
+    }
+)
+# Modules that reach those things without one of the fixtures: kiln_demo (the data folder's demo
+# nodes), the broker's queues read or flushed directly, a worker started by hand.
+SERVICE_MODULES = frozenset(
+    {
+        "tests.certificates.test_acceptance_path",
+        "tests.certificates.test_demo_certificate",
+        "tests.certificates.test_issue_worker",
+        "tests.portal.test_broker",
+        "tests.portal.test_commands",
+        "tests.portal.test_reaper_liveness",
+    }
+)
+
+
+def uses_shared_services(item: pytest.Item) -> bool:
+    if item.get_closest_marker("integration") or item.get_closest_marker("browser"):
+        return True
+    module = getattr(item, "module", None)
+    if module is not None and module.__name__ in SERVICE_MODULES:
+        return True
+    return bool(SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if uses_shared_services(item):
+            item.add_marker(pytest.mark.xdist_group(SERVICES_GROUP))
+
+
 def skip_or_fail(reason: str) -> None:
     """Integration prerequisites missing: skip locally, fail under CI (CI must never skip them)."""
     if IN_CI:
