@@ -1,0 +1,235 @@
+"""Pages, exports and run closing with a month of history (issue 12), against a 16-node peer.
+
+    python bench/bench_history.py [--nodes 1250] [--peer 16] [--runs 30] [--repeat 3] [--reuse]
+
+Seeds (bench/history_seed.py) a cluster of `--nodes` nodes and a peer of `--peer` nodes, each with
+`--runs` finished runs of the demo acceptance plan (8 checks), one a day, shaped like real runs: the
+plan runs once on simulated nodes and its results (measurements, series, raw outputs) are copied to
+every node inside PostgreSQL. Then, as a logged-in viewer through Django's test Client (server time:
+no network, no browser), the median of `--repeat` requests after a warm-up, for the latest run:
+
+    run page, grid fragment, cluster page, node page (30 runs of history), cluster runs page,
+    compare two runs, results CSV / JSON, measurements CSV, fleet distribution, rack heatmap,
+    /metrics, the cluster's health page, `kiln_run --json` of one run, closing a run.
+
+Streaming responses are read to the end, counting bytes without keeping them. Exports and
+`kiln_run --json` are also run once under tracemalloc: the peak of Python allocations while one is
+produced (constant memory means it does not grow with the run). Each line prints the ratio to the
+peer and the issue's target; the last line counts what is over target.
+
+PostgreSQL only (the seeding runs in the server): --database-url (default
+postgresql://postgres@127.0.0.1:5432/kiln_bench_history, dropped and created afresh unless --reuse
+finds it seeded). 1,250 nodes x 30 runs is about 300k results and 25M measurements: several GB of
+disk and about 10 minutes to seed on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.bench_fanout import fresh_database  # noqa: E402  (after the path is set)
+
+PAGE_MS = 300.0  # issue 12: pages and fragments at most 300 ms
+METRICS_MS = 1000.0  # issue 12: /metrics under 1 s (Prometheus's default scrape timeout is 10 s)
+CLOSE_MS = 2000.0  # issue 12: closing a run under 2 s
+STREAM_MB = 200.0  # issue 12: exports and kiln_run --json in constant memory, under 200 MB
+METRICS_TOKEN = "bench-metrics-token"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1250)
+    parser.add_argument("--peer", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--reuse", action="store_true", help="keep a database this bench seeded before")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("KILN_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/kiln_bench_history"),
+    )
+    return parser.parse_args()
+
+
+def setup_django(database_url: str) -> None:
+    from portal.datadir import init_data_dir
+
+    data_dir = Path(tempfile.mkdtemp(prefix="kiln-bench-history-"))
+    init_data_dir(data_dir)
+    os.environ.update(
+        DATABASE_URL=database_url,
+        KILN_DATA_DIR=str(data_dir),
+        KILN_ALLOW_LOCAL_TRANSPORT="1",  # the template run's simulated nodes
+        KILN_METRICS_TOKEN=METRICS_TOKEN,
+        DJANGO_SETTINGS_MODULE="portal.settings",
+    )
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.test.utils import setup_test_environment
+
+    setup_test_environment()  # ALLOWED_HOSTS gets "testserver"
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def seed(args: argparse.Namespace) -> dict[str, Any]:
+    from bench import history_seed
+    from portal.inventory.models import Cluster
+
+    names = {"big": args.nodes, "peer": args.peer}
+    if args.reuse and all(Cluster.objects.filter(name=name, nodes__isnull=False).distinct().count() for name in names):
+        print("reusing the seeded database")
+        return {name: Cluster.objects.get(name=name) for name in names}
+    t0 = time.perf_counter()
+    template = history_seed.template_run()
+    print(f"template: run #{template.pk} on {history_seed.DEMO_NODES} ({time.perf_counter() - t0:.1f} s)")
+    clusters = {}
+    for name, size in names.items():
+        t0 = time.perf_counter()
+        clusters[name] = history_seed.cluster_make(name, size)
+        history_seed.seed_runs(clusters[name], template, args.runs, say=lambda line: print(line, flush=True))
+        print(f"seeded {history_seed.describe(clusters[name])} in {time.perf_counter() - t0:.0f} s", flush=True)
+    return clusters
+
+
+class Fetched:
+    """One request's size in bytes (a stream read to its end, not kept)."""
+
+    def __init__(self, client: Any, url: str, headers: dict[str, str]) -> None:
+        response = client.get(url, headers=headers)
+        if response.status_code != 200:
+            raise SystemExit(f"GET {url}: {response.status_code} {response.content[:300]!r}")
+        streamed = response.streaming_content if response.streaming else [response.content]
+        self.size = sum(len(chunk) for chunk in streamed)
+
+
+def timed(action: Callable[[], Any], repeat: int) -> tuple[float, int, int]:
+    """(median ms, queries, size) of `action` (returns a Fetched or a size); one warm-up first."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    action()
+    times, size, queries = [], 0, 0
+    for _ in range(repeat):
+        with CaptureQueriesContext(connection) as captured:
+            t0 = time.perf_counter()
+            got = action()
+            times.append((time.perf_counter() - t0) * 1000)
+        size = got.size if isinstance(got, Fetched) else int(got or 0)
+        queries = len(captured)
+    return statistics.median(times), queries, size
+
+
+def peak_mb(action: Callable[[], Any]) -> float:
+    """Peak of Python allocations (MB) while `action` runs once."""
+    tracemalloc.start()
+    try:
+        action()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], Any], bool]]:
+    """(label, target ms, action, memory-measured) for the latest run of `cluster`."""
+    from django.urls import reverse
+
+    from portal.runs import selectors
+    from portal.runs.finalize import run_finalize
+    from portal.runs.models import Run
+
+    runs = list(Run.objects.filter(cluster=cluster).order_by("-id")[:2])
+    run, previous = runs[0], runs[1] if len(runs) > 1 else runs[0]
+    node = cluster.nodes.order_by("hostname")[cluster.nodes.count() // 3]
+    auth = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+
+    def get(url: str, headers: dict[str, str] | None = None) -> Callable[[], Fetched]:
+        return lambda: Fetched(client, url, headers or {})
+
+    def run_json() -> int:
+        return len(json.dumps(selectors.run_json(run=run)))
+
+    def close() -> int:
+        Run.objects.filter(pk=run.pk).update(status="running", finished_at=None)
+        run_finalize(run_id=run.pk, dispatch=False)
+        return 0
+
+    return [
+        ("run page", PAGE_MS, get(reverse("runs:run_detail", args=[run.pk])), False),
+        (
+            "run grid fragment (htmx)",
+            PAGE_MS,
+            get(reverse("runs:run_detail", args=[run.pk]), {"HX-Request": "true"}),
+            False,
+        ),
+        ("cluster page", PAGE_MS, get(reverse("inventory:cluster_detail", args=[cluster.name])), False),
+        (
+            "node page (history)",
+            PAGE_MS,
+            get(reverse("history:node_detail", args=[cluster.name, node.hostname])),
+            False,
+        ),
+        ("cluster runs page", PAGE_MS, get(reverse("history:cluster_runs", args=[cluster.name])), False),
+        ("compare two runs", PAGE_MS, get(reverse("history:run_compare") + f"?a={run.pk}&b={previous.pk}"), False),
+        ("results CSV", PAGE_MS, get(reverse("history:run_results_csv", args=[run.pk])), True),
+        ("results JSON", PAGE_MS, get(reverse("history:run_results_json", args=[run.pk])), True),
+        ("measurements CSV", PAGE_MS, get(reverse("history:run_measurements_csv", args=[run.pk])), True),
+        ("fleet distribution", PAGE_MS, get(reverse("charts:run_distribution", args=[run.pk])), False),
+        ("rack heatmap", PAGE_MS, get(reverse("charts:run_rack", args=[run.pk])), False),
+        ("/metrics", METRICS_MS, get(reverse("health:metrics"), auth), False),
+        ("health page of the cluster", PAGE_MS, get(reverse("health:cluster", args=[cluster.name])), False),
+        ("kiln_run --json of one run", PAGE_MS, run_json, True),
+        ("closing a run (consensus, outliers)", CLOSE_MS, close, False),
+    ]
+
+
+def main() -> int:
+    args = parse_args()
+    if not args.reuse:
+        fresh_database(args.database_url)
+    setup_django(args.database_url)
+    from django.contrib.auth.models import Group, User
+    from django.test import Client
+
+    clusters = seed(args)
+    user, _ = User.objects.get_or_create(username="bench-viewer")
+    user.groups.add(Group.objects.get(name="viewer"))
+    client = Client()
+    client.force_login(user)
+    print(
+        f"{'action':<36} | {args.nodes} nodes: ms  queries      KiB  peak MB | {args.peer} nodes: ms | ratio | target"
+    )
+    over = []
+    big, peer = actions(clusters["big"], client), actions(clusters["peer"], client)
+    for (label, target, action, memory), (_, _, peer_action, _) in zip(big, peer, strict=True):
+        ms, queries, size = timed(action, args.repeat)
+        peer_ms, _, _ = timed(peer_action, args.repeat)
+        mb = peak_mb(action) if memory else None
+        bad = ms > target or (mb is not None and mb > STREAM_MB)
+        if bad:
+            over.append(label)
+        print(
+            f"{label:<36} | {ms:>12.0f} {queries:>8} {size / 1024:>8.0f} {'' if mb is None else f'{mb:>8.0f}':>8} "
+            f"| {peer_ms:>11.0f} | {ms / max(peer_ms, 0.01):>5.1f} | {'OVER ' if bad else ''}{target:.0f} ms"
+            + (f", {STREAM_MB:.0f} MB" if memory else ""),
+            flush=True,
+        )
+    print(f"history {args.nodes} nodes x {args.runs} runs: {len(over)} of {len(big)} over target ({', '.join(over)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
