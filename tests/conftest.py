@@ -62,6 +62,7 @@ def uses_shared_services(item: pytest.Item) -> bool:
     return bool(SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if uses_shared_services(item):
