@@ -26,7 +26,6 @@ disk and about 10 minutes to seed on a 2-core machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -46,6 +45,7 @@ PAGE_MS = 300.0  # issue 12: pages and fragments at most 300 ms
 METRICS_MS = 1000.0  # issue 12: /metrics under 1 s (Prometheus's default scrape timeout is 10 s)
 CLOSE_MS = 2000.0  # issue 12: closing a run under 2 s
 STREAM_MB = 200.0  # issue 12: exports and kiln_run --json in constant memory, under 200 MB
+NO_TIME_TARGET = float("inf")  # exports and kiln_run --json: the issue's target is memory (their size is the data's)
 METRICS_TOKEN = "bench-metrics-token"
 
 
@@ -159,8 +159,8 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
     def get(url: str, headers: dict[str, str] | None = None) -> Callable[[], Fetched]:
         return lambda: Fetched(client, url, headers or {})
 
-    def run_json() -> int:
-        return len(json.dumps(selectors.run_json(run=run)))
+    def run_json() -> int:  # what `kiln_run --json` writes, piece by piece
+        return sum(len(piece) for piece in selectors.run_json_text(run=run))
 
     def close() -> int:
         Run.objects.filter(pk=run.pk).update(status="running", finished_at=None)
@@ -184,14 +184,14 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
         ),
         ("cluster runs page", PAGE_MS, get(reverse("history:cluster_runs", args=[cluster.name])), False),
         ("compare two runs", PAGE_MS, get(reverse("history:run_compare") + f"?a={run.pk}&b={previous.pk}"), False),
-        ("results CSV", PAGE_MS, get(reverse("history:run_results_csv", args=[run.pk])), True),
-        ("results JSON", PAGE_MS, get(reverse("history:run_results_json", args=[run.pk])), True),
-        ("measurements CSV", PAGE_MS, get(reverse("history:run_measurements_csv", args=[run.pk])), True),
+        ("results CSV", NO_TIME_TARGET, get(reverse("history:run_results_csv", args=[run.pk])), True),
+        ("results JSON", NO_TIME_TARGET, get(reverse("history:run_results_json", args=[run.pk])), True),
+        ("measurements CSV", NO_TIME_TARGET, get(reverse("history:run_measurements_csv", args=[run.pk])), True),
         ("fleet distribution", PAGE_MS, get(reverse("charts:run_distribution", args=[run.pk])), False),
         ("rack heatmap", PAGE_MS, get(reverse("charts:run_rack", args=[run.pk])), False),
         ("/metrics", METRICS_MS, get(reverse("health:metrics"), auth), False),
         ("health page of the cluster", PAGE_MS, get(reverse("health:cluster", args=[cluster.name])), False),
-        ("kiln_run --json of one run", PAGE_MS, run_json, True),
+        ("kiln_run --json of one run", NO_TIME_TARGET, run_json, True),
         ("closing a run (consensus, outliers)", CLOSE_MS, close, False),
     ]
 
@@ -223,8 +223,10 @@ def main() -> int:
             over.append(label)
         print(
             f"{label:<36} | {ms:>12.0f} {queries:>8} {size / 1024:>8.0f} {'' if mb is None else f'{mb:>8.0f}':>8} "
-            f"| {peer_ms:>11.0f} | {ms / max(peer_ms, 0.01):>5.1f} | {'OVER ' if bad else ''}{target:.0f} ms"
-            + (f", {STREAM_MB:.0f} MB" if memory else ""),
+            f"| {peer_ms:>11.0f} | {ms / max(peer_ms, 0.01):>5.1f} | {'OVER ' if bad else ''}"
+            + ", ".join(
+                ([f"{target:.0f} ms"] if target != NO_TIME_TARGET else []) + ([f"{STREAM_MB:.0f} MB"] if memory else [])
+            ),
             flush=True,
         )
     print(f"history {args.nodes} nodes x {args.runs} runs: {len(over)} of {len(big)} over target ({', '.join(over)})")

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
-from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
 
 from checks.base import worst_status
 from portal.inventory.models import Cluster, Node
-from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run, RunEvent, Scope, Status
+from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Measurement, Run, RunEvent, Scope, Status
 
 
 @dataclass(slots=True)
@@ -355,19 +356,43 @@ def result_raw_output(*, result_id: int, stream: str) -> StoredOutput:
     return StoredOutput(result_id, stream, None if compressed is None else bytes(compressed), sha256)
 
 
-def run_json(*, run: Run) -> dict[str, Any]:
-    """The stable `kiln_run --json` shape."""
+RUN_JSON_CHUNK = 500  # results per query (and per measurements query): memory stays flat with the run's size
+_RESULT_JSON_FIELDS = ("id", "scope", "node_set", "item_key", "status", "reason", "attribution", "node__hostname")
+
+
+def run_json_results(*, run: Run) -> Iterator[dict[str, Any]]:
+    """The results of `kiln_run --json`, one at a time, in chunks: never the raw outputs, never the
+    whole run in memory."""
     results = (
         CheckResult.objects.filter(run=run)
         .select_related("node")
-        .prefetch_related("measurements")
-        .order_by("node__hostname", "position")
+        .only(*_RESULT_JSON_FIELDS)
+        .prefetch_related(
+            Prefetch(
+                "measurements",
+                queryset=Measurement.objects.only("result_id", "name", "value", "text", "unit", "gpu", "labels"),
+            )
+        )
+        .order_by("node__hostname", "position", "id")
     )
-    return {
-        "run": run.pk,
-        "status": run.status,
-        "results": [_result_json(r) for r in results],
-    }
+    for result in results.iterator(chunk_size=RUN_JSON_CHUNK):
+        yield _result_json(result)
+
+
+def run_json(*, run: Run) -> dict[str, Any]:
+    """The stable `kiln_run --json` shape."""
+    return {"run": run.pk, "status": run.status, "results": list(run_json_results(run=run))}
+
+
+def run_json_text(*, run: Run) -> Iterator[str]:
+    """`json.dumps(run_json(run=run), indent=2)`, in pieces, one result at a time."""
+    head = json.dumps({"run": run.pk, "status": run.status}, indent=2)[:-2]  # without the closing "\n}"
+    first = True
+    for row in run_json_results(run=run):
+        body = json.dumps(row, indent=2).replace("\n", "\n    ")
+        yield (f'{head},\n  "results": [\n    ' if first else ",\n    ") + body
+        first = False
+    yield f'{head},\n  "results": []\n}}' if first else "\n  ]\n}"
 
 
 @dataclass

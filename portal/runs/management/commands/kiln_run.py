@@ -67,7 +67,9 @@ class Command(BaseCommand):
             return
         run = self._wait(run, timeout=options["timeout"], quiet=options["json"])
         if options["json"]:
-            self.stdout.write(json.dumps(selectors.run_json(run=run), indent=2))
+            for piece in selectors.run_json_text(run=run):  # streamed: a 1,000-node run is large
+                self.stdout.write(piece, ending="")
+            self.stdout.write("")
         else:
             self._print_table(run)
         sys.exit(exit_code(run))
@@ -101,8 +103,7 @@ class Command(BaseCommand):
             time.sleep(0.5)
 
     def _print_table(self, run: Run) -> None:
-        data = selectors.run_json(run=run)
-        for row in data["results"]:
+        for row in selectors.run_json_results(run=run):
             self.stdout.write(f"{row['node']:<20} {row['check']:<16} {row['status']:<8} {row['reason']}")
         self.stdout.write(f"run {run.pk}: {run.status} ({run.reason})")
 
