@@ -21,7 +21,17 @@ from portal.inventory.models import Cluster, Node
 from portal.runs import dispatch, events, leases, rawoutput
 from portal.runs.dbretry import db_retry
 from portal.runs.finalize import run_finalize
-from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Scope, Series, Status, points_digest
+from portal.runs.models import (
+    ACTIVE_STATUSES,
+    CheckResult,
+    Measurement,
+    Run,
+    RunMetric,
+    Scope,
+    Series,
+    Status,
+    points_digest,
+)
 from portal.runs.rawoutput import storable, storable_json
 from portal.runs.snapshot import RunStartError, plan_snapshot_build
 from worker.timeouts import node_task_limits
@@ -348,7 +358,25 @@ def _result_write(
             )
             for m in measurements
         )
+        RunMetric.objects.bulk_create(_run_metrics(result, measurements), ignore_conflicts=True)
     return True
+
+
+def _run_metrics(result: CheckResult, measurements: list[CheckMeasurement]) -> list[RunMetric]:
+    """The result's numeric metrics, once each, for the run's list (RunMetric)."""
+    found = {
+        (
+            storable(m.name)[:100],
+            phase[:100] if isinstance(phase := (m.labels or {}).get("phase"), str) else "",
+            storable(m.unit)[:20],
+        )
+        for m in measurements
+        if m.value is not None
+    }
+    return [
+        RunMetric(run_id=result.run_id, item_key=result.item_key, name=name, phase=phase, unit=unit)
+        for name, phase, unit in sorted(found)
+    ]
 
 
 def results_fail_remaining(

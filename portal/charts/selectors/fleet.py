@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ from portal.charts.selectors.common import (
     OUTLIER_Z,
     robust_z,
 )
-from portal.runs.models import Measurement, Run, Scope
+from portal.runs.models import Measurement, Run, RunMetric, Scope
 
 # Per-GPU metrics become one point per node: the worst GPU. For these names "worst" is the highest
 # (heat, errors, latency); for everything else (bandwidth, Gflop/s, clocks) it is the lowest.
@@ -44,8 +45,11 @@ class MetricChoice:
 
 
 def run_metric_choices(*, run: Run) -> list[MetricChoice]:
-    """The (check, metric, phase) triples with numbers in this run: one query (DISTINCT)."""
-    rows = (
+    """The (check, metric, phase) triples with numbers in this run: the run's list written with its
+    measurements (RunMetric); a run recorded before that list existed, one DISTINCT over them."""
+    rows: Iterable[tuple[str, str, Any, str]] = list(
+        RunMetric.objects.filter(run=run).values_list("item_key", "name", "phase", "unit")
+    ) or (
         Measurement.objects.filter(result__run=run, value__isnull=False)
         .values_list("result__item_key", "name", "labels__phase", "unit")
         .distinct()
