@@ -100,9 +100,22 @@ def seed(args: argparse.Namespace) -> dict[str, Any]:
     for name, size in names.items():
         t0 = time.perf_counter()
         clusters[name] = history_seed.cluster_make(name, size)
-        history_seed.seed_runs(clusters[name], template, args.runs, say=lambda line: print(line, flush=True))
+        run_ids = history_seed.seed_runs(clusters[name], template, args.runs, say=lambda line: print(line, flush=True))
+        settle(run_ids[-1])
         print(f"seeded {history_seed.describe(clusters[name])} in {time.perf_counter() - t0:.0f} s", flush=True)
     return clusters
+
+
+def settle(run_id: int) -> None:
+    """What closing the latest run does after it (the health signal): node states, then trends."""
+    from portal.health.services import health_evaluate_run, risks_refresh
+
+    t0 = time.perf_counter()
+    health_evaluate_run(run_id=run_id)
+    t1 = time.perf_counter()
+    risks = risks_refresh(run_id=run_id)
+    t2 = time.perf_counter()
+    print(f"  after run #{run_id}: node health {t1 - t0:.1f} s, trends {t2 - t1:.1f} s ({risks} at risk)", flush=True)
 
 
 class Fetched:

@@ -57,6 +57,9 @@ class NodeHealth(models.Model):
     last_run = models.ForeignKey("runs.Run", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     checked_at = models.DateTimeField(null=True, blank=True, help_text="When a run last judged this node.")
     kiln_drain = models.CharField(max_length=8, blank=True, choices=KilnDrain.choices)
+    risks_at = models.DateTimeField(
+        null=True, blank=True, help_text="When this node's NodeRisk rows were last computed (null: never)."
+    )
 
     class Meta:
         verbose_name_plural = "node health"
@@ -294,3 +297,19 @@ class SchedulerAction(models.Model):
         import shlex
 
         return shlex.join(self.argv)
+
+
+class NodeRisk(models.Model):
+    """A key measurement of a node worsening across its recent sweeps (portal/health/trends.py),
+    computed when a run that judged the node finishes, so the health page reads these few rows
+    instead of every measurement of the cluster's last sweeps."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="risks")
+    kind = models.CharField(max_length=64)
+    name = models.CharField(max_length=100)
+    gpu = models.IntegerField(null=True, blank=True)
+    phase = models.CharField(max_length=100, blank=True)
+    values = models.JSONField(default=list, help_text="Oldest first.")
+
+    def __str__(self) -> str:
+        return f"{self.node_id}: {self.kind}:{self.name} gpu {self.gpu}"

@@ -14,6 +14,7 @@ from portal.health.models import (
     HealthState,
     HealthTransition,
     NodeHealth,
+    NodeRisk,
     Schedule,
     ScheduledFire,
     SchedulerAction,
@@ -21,6 +22,7 @@ from portal.health.models import (
 from portal.inventory.models import Cluster, Node
 from portal.runs.models import ACTIVE_STATUSES, Measurement, Run, Scope, Status
 
+OUT_OF_TRENDS = [HealthState.FAILED, HealthState.UNREACHABLE]  # already news: no trend shown
 STATE_ORDER = [
     HealthState.FAILED,
     HealthState.UNREACHABLE,
@@ -109,20 +111,37 @@ def last_sweep(*, cluster: Cluster) -> LastSweep:
     return LastSweep(run=fire.run if fire else None, fire_time=fire.fire_time if fire else None, last_run=last_run)
 
 
-def nodes_at_risk(*, cluster: Cluster, keep: int | None = None) -> list[trends.Risk]:
-    """Trend rule of portal/health/trends.py over the cluster's recent finished runs. Two queries."""
-    keep = keep or conf.trend_sweeps()
-    run_ids = list(
-        Run.objects.filter(cluster=cluster)
-        .exclude(status__in=ACTIVE_STATUSES)
-        .order_by("-id")
-        .values_list("id", flat=True)[: keep * 4]
+def trend_run_ids(*, cluster_id: int, keep: int) -> list[int]:
+    """The cluster's recent finished runs that trends look at (enough for `keep` results a node)."""
+    runs = Run.objects.filter(cluster_id=cluster_id).exclude(status__in=ACTIVE_STATUSES).order_by("-id")
+    return list(runs.values_list("id", flat=True)[: keep * 4])
+
+
+def trend_rows(*, run_ids: list[int], node_ids: list[int] | None = None) -> list[dict[str, Any]]:
+    """The trend rules' measurements (trends.at_risk's rows) of those runs, passed or warned
+    results only; of the given nodes, or of every node that is neither failed nor unreachable."""
+    measurements = Measurement.objects.filter(
+        result__run_id__in=run_ids,
+        result__scope=Scope.NODE,
+        result__kind__in={r.kind for r in trends.RULES},
+        result__status__in=[Status.PASS, Status.WARN],
+        name__in={r.name for r in trends.RULES},
     )
-    if not run_ids:
-        return []
-    names = {r.name for r in trends.RULES}
-    kinds = {r.kind for r in trends.RULES}
-    rows = [
+    if node_ids is None:
+        measurements = measurements.exclude(result__node__health__state__in=OUT_OF_TRENDS)
+    else:
+        measurements = measurements.filter(result__node_id__in=node_ids)
+    fields = (
+        "result__node_id",
+        "result__node__hostname",
+        "result__kind",
+        "name",
+        "gpu",
+        "labels",
+        "value",
+        "result_id",
+    )
+    return [
         {
             "node_id": r["result__node_id"],
             "hostname": r["result__node__hostname"],
@@ -133,20 +152,33 @@ def nodes_at_risk(*, cluster: Cluster, keep: int | None = None) -> list[trends.R
             "value": r["value"],
             "result_id": r["result_id"],
         }
-        for r in Measurement.objects.filter(
-            result__run_id__in=run_ids,
-            result__scope=Scope.NODE,
-            result__kind__in=kinds,
-            result__status__in=[Status.PASS, Status.WARN],
-            name__in=names,
-        )
-        .exclude(result__node__health__state__in=[HealthState.FAILED, HealthState.UNREACHABLE])
-        .values(
-            "result__node_id", "result__node__hostname", "result__kind", "name", "gpu", "labels", "value", "result_id"
-        )
+        for r in measurements.values(*fields)
         if (r["result__kind"], r["name"]) in trends.RULE_BY_KEY
     ]
-    return trends.at_risk(rows, keep=keep)
+
+
+def nodes_at_risk(*, cluster: Cluster, keep: int | None = None) -> list[trends.Risk]:
+    """Trend rule of portal/health/trends.py for the cluster's nodes that are neither failed nor
+    unreachable. The page (no `keep`) reads what was computed when runs finished (NodeRisk); a node
+    never computed, or another `keep`, is computed here from the measurements."""
+    if keep is not None:
+        return trends.at_risk(trend_rows(run_ids=trend_run_ids(cluster_id=cluster.pk, keep=keep)), keep=keep)
+    in_scope = Node.objects.filter(cluster=cluster).exclude(health__state__in=OUT_OF_TRENDS)
+    stored = [
+        trends.Risk(r.node.hostname, r.node_id, trends.RULE_BY_KEY[(r.kind, r.name)], r.gpu, r.phase, list(r.values))
+        for r in NodeRisk.objects.filter(node__in=in_scope).select_related("node")
+        if (r.kind, r.name) in trends.RULE_BY_KEY  # a rule since removed shows nothing
+    ]
+    never = list(
+        in_scope.filter(Q(health__isnull=True) | Q(health__risks_at__isnull=True)).values_list("pk", flat=True)
+    )
+    if not never:
+        return trends.sorted_risks(stored)
+    keep = conf.trend_sweeps()
+    live = trends.at_risk(
+        trend_rows(run_ids=trend_run_ids(cluster_id=cluster.pk, keep=keep), node_ids=never), keep=keep
+    )
+    return trends.sorted_risks(stored + live)
 
 
 @dataclass

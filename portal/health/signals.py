@@ -23,13 +23,18 @@ def run_saved(sender: Any, instance: Any, created: bool, update_fields: Any = No
 
 
 def _evaluate(run_id: int) -> None:
-    from portal.health.services import health_evaluate_run
+    from portal.health.services import health_evaluate_run, risks_refresh
+    from portal.runs.dbretry import db_retry
 
     try:
         health_evaluate_run(run_id=run_id)
     except Exception:
         # Health is a consumer of runs: its bug must never make a finished run look unfinished.
         logger.exception("health evaluation of run %s failed", run_id)
+    try:  # after the states: the nodes' NodeHealth rows exist by now
+        db_retry(lambda _: risks_refresh(run_id=run_id), what=f"trends of the nodes of run {run_id}")
+    except Exception:
+        logger.exception("trends of run %s failed", run_id)
 
 
 def migrated(sender: Any, **kwargs: Any) -> None:

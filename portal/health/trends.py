@@ -85,5 +85,8 @@ def at_risk(rows: list[dict[str, Any]], *, keep: int) -> list[Risk]:
         rule = RULE_BY_KEY[(kind, name)]
         if worsening(values, rule):
             risks.append(Risk(hosts[node_id], node_id, rule, gpu, phase, values))
-    risks.sort(key=lambda r: (r.hostname, r.rule.label, r.gpu if r.gpu is not None else -1, r.phase))
-    return risks
+    return sorted_risks(risks)
+
+
+def sorted_risks(risks: list[Risk]) -> list[Risk]:
+    return sorted(risks, key=lambda r: (r.hostname, r.rule.label, r.gpu if r.gpu is not None else -1, r.phase))

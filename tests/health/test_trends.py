@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from portal.health.models import NodeHealth, NodeRisk
 from portal.health.selectors import nodes_at_risk
+from portal.health.services import risks
 from portal.health.trends import RULE_BY_KEY, worsening
+from portal.runs.models import Measurement
 from tests.health.helpers import finish
 from tests.portal.helpers import add_measurement
 
@@ -52,3 +55,48 @@ def test_it_ignores_failed_results_and_looks_at_the_last_sweeps_only(cluster, ma
         finish(run)
     assert nodes_at_risk(cluster=cluster, keep=4) == []  # 3, 6, 6, 6: one rise in the window
     assert len(nodes_at_risk(cluster=cluster, keep=6)) == 1
+
+
+@pytest.mark.django_db
+def test_the_page_reads_the_risks_computed_when_each_run_finished(
+    cluster, make_run, django_capture_on_commit_callbacks, django_assert_max_num_queries
+) -> None:
+    for counts in ([1, 0], [3, 0], [6, 0], [9, 1]):
+        run = make_run(cluster)
+        for host, value in zip(["n01", "n02"], counts, strict=True):
+            result = run.results.get(node__hostname=host, item_key="ecc-health")
+            add_measurement(result, "ecc_aggregate_corrected", value=value, gpu=4)
+        finish(run, capture=django_capture_on_commit_callbacks)  # health, then trends, on commit
+
+    assert list(NodeRisk.objects.values_list("node__hostname", "gpu", "values")) == [("n01", 4, [1.0, 3.0, 6.0, 9.0])]
+    assert not NodeHealth.objects.filter(node__cluster=cluster, risks_at__isnull=True).exists()
+    Measurement.objects.filter(name="ecc_aggregate_corrected").delete()  # the page must not read these
+    with django_assert_max_num_queries(2):  # the stored risks, and no node left to compute
+        risks = nodes_at_risk(cluster=cluster)
+    assert [(r.hostname, r.gpu, r.values) for r in risks] == [("n01", 4, [1.0, 3.0, 6.0, 9.0])]
+
+    NodeHealth.objects.filter(node__hostname="n01").update(state="failed")
+    assert nodes_at_risk(cluster=cluster) == [], "a failed node is news already: no trend shown"
+
+
+@pytest.mark.django_db
+def test_a_refresh_replaces_a_nodes_risks_and_reads_in_steps(cluster, make_run, monkeypatch) -> None:
+    runs = []
+    for value in (1, 3, 6):
+        run = make_run(cluster)
+        for host in ("n01", "n02", "n03"):
+            result = run.results.get(node__hostname=host, item_key="ecc-health")
+            add_measurement(result, "ecc_aggregate_corrected", value=value, gpu=0)
+        runs.append(finish(run))
+    monkeypatch.setattr(risks, "NODES_PER_STEP", 2)
+    assert risks.risks_refresh(run_id=runs[-1].pk) == 3
+    assert NodeRisk.objects.count() == 3
+
+    run = make_run(cluster)  # the climb stops on n01 only: 6 -> 2
+    for host, value in (("n01", 2), ("n02", 9), ("n03", 9)):
+        add_measurement(
+            run.results.get(node__hostname=host, item_key="ecc-health"), "ecc_aggregate_corrected", value=value, gpu=0
+        )
+    finish(run)
+    risks.risks_refresh(run_id=run.pk)
+    assert sorted(NodeRisk.objects.values_list("node__hostname", flat=True)) == ["n02", "n03"]

@@ -13,6 +13,7 @@ from portal.health.services.alerts import (
     slack_body,
 )
 from portal.health.services.reaper import reap, reaper_schedule_ensure
+from portal.health.services.risks import risks_refresh
 from portal.health.services.scheduler import (
     GIVE_ACTIONS,
     TAKE_ACTIONS,
@@ -43,6 +44,7 @@ __all__ = [
     "alerts_create",
     "crontab_parse",
     "health_evaluate_run",
+    "risks_refresh",
     "hooks_plan",
     "reap",
     "reaper_schedule_ensure",
