@@ -94,6 +94,7 @@ def seed_runs(cluster: Any, template: Any, runs: int, *, say: Any = print) -> li
         with connection.cursor() as cursor:
             _copy_results(cursor, run.pk, cluster.pk, template.pk, template_node, node_set, shift)
             _copy_children(cursor, run.pk, template.pk, template_node)
+            _copy_metric_list(cursor, run.pk, template.pk)
         ids.append(run.pk)
         say(f"  {cluster.name}: run {index + 1}/{runs} seeded in {time.perf_counter() - t0:.1f} s")
     with connection.cursor() as cursor:
@@ -158,6 +159,18 @@ def _copy_children(cursor: Any, run_id: int, template_id: int, template_node: in
             f"JOIN {table} c ON c.result_id = t.id WHERE r.run_id = %(run)s",
             {"run": run_id, "template": template_id, "node": template_node},
         )
+
+
+def _copy_metric_list(cursor: Any, run_id: int, template_id: int) -> None:
+    """The run's metric list (RunMetric), as recording the results would have written it."""
+    from portal.runs.models import RunMetric
+
+    table = RunMetric._meta.db_table
+    columns, select = _select_list(RunMetric, {"run_id": "%(run)s"}, "m")
+    cursor.execute(
+        f"INSERT INTO {table} ({columns}) SELECT {select} FROM {table} m WHERE m.run_id = %(template)s",
+        {"run": run_id, "template": template_id},
+    )
 
 
 def describe(cluster: Any) -> str:
