@@ -158,8 +158,11 @@ def peak_mb(action: Callable[[], Any]) -> float:
 
 def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], Any], bool]]:
     """(label, target ms, action, memory-measured) for the latest run of `cluster`."""
+    from django.db.models.signals import post_save
     from django.urls import reverse
 
+    from portal.health.services import health_evaluate_run, risks_refresh
+    from portal.health.signals import run_saved
     from portal.runs import selectors
     from portal.runs.finalize import run_finalize
     from portal.runs.models import Run
@@ -176,9 +179,17 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
         return sum(len(piece) for piece in selectors.run_json_text(run=run))
 
     def close() -> int:
+        """The run's own closing; its consumers (node health, trends) are the next line."""
         Run.objects.filter(pk=run.pk).update(status="running", finished_at=None)
-        run_finalize(run_id=run.pk, dispatch=False)
+        post_save.disconnect(sender=Run, dispatch_uid="health_run_saved")
+        try:
+            run_finalize(run_id=run.pk, dispatch=False)
+        finally:
+            post_save.connect(run_saved, sender=Run, dispatch_uid="health_run_saved")
         return 0
+
+    def after_close() -> int:
+        return risks_refresh(run_id=run.pk) + len(health_evaluate_run(run_id=run.pk))
 
     return [
         ("run page", PAGE_MS, get(reverse("runs:run_detail", args=[run.pk])), False),
@@ -206,6 +217,7 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
         ("health page of the cluster", PAGE_MS, get(reverse("health:cluster", args=[cluster.name])), False),
         ("kiln_run --json of one run", NO_TIME_TARGET, run_json, True),
         ("closing a run (consensus, outliers)", CLOSE_MS, close, False),
+        ("after closing, in the worker: health, trends", NO_TIME_TARGET, after_close, False),
     ]
 
 

@@ -20,7 +20,7 @@ from portal.health.models import (
     SchedulerAction,
 )
 from portal.inventory.models import Cluster, Node
-from portal.runs.models import ACTIVE_STATUSES, Measurement, Run, Scope, Status
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Scope, Status
 
 OUT_OF_TRENDS = [HealthState.FAILED, HealthState.UNREACHABLE]  # already news: no trend shown
 STATE_ORDER = [
@@ -117,9 +117,33 @@ def trend_run_ids(*, cluster_id: int, keep: int) -> list[int]:
     return list(runs.values_list("id", flat=True)[: keep * 4])
 
 
-def trend_rows(*, run_ids: list[int], node_ids: list[int] | None = None) -> list[dict[str, Any]]:
+def _latest_results(*, run_ids: list[int], node_ids: list[int], keep: int) -> list[int]:
+    """Each node's `keep` latest passed or warned results of each trended check, among those runs:
+    one narrow query, so the measurements read next do not grow with the history kept."""
+    rows = (
+        CheckResult.objects.filter(
+            run_id__in=run_ids,
+            node_id__in=node_ids,
+            scope=Scope.NODE,
+            kind__in={r.kind for r in trends.RULES},
+            status__in=[Status.PASS, Status.WARN],
+        )
+        .order_by("-id")
+        .values_list("id", "node_id", "kind")
+    )
+    taken: dict[tuple[int, str], int] = {}
+    picked = []
+    for result_id, node_id, kind in rows:
+        if taken.get((node_id, kind), 0) < keep:
+            taken[(node_id, kind)] = taken.get((node_id, kind), 0) + 1
+            picked.append(result_id)
+    return picked
+
+
+def trend_rows(*, run_ids: list[int], node_ids: list[int] | None = None, keep: int = 0) -> list[dict[str, Any]]:
     """The trend rules' measurements (trends.at_risk's rows) of those runs, passed or warned
-    results only; of the given nodes, or of every node that is neither failed nor unreachable."""
+    results only; of the given nodes (with `keep`: of their latest `keep` results of each check
+    only), or of every node that is neither failed nor unreachable."""
     measurements = Measurement.objects.filter(
         result__run_id__in=run_ids,
         result__scope=Scope.NODE,
@@ -129,6 +153,8 @@ def trend_rows(*, run_ids: list[int], node_ids: list[int] | None = None) -> list
     )
     if node_ids is None:
         measurements = measurements.exclude(result__node__health__state__in=OUT_OF_TRENDS)
+    elif keep:
+        measurements = measurements.filter(result_id__in=_latest_results(run_ids=run_ids, node_ids=node_ids, keep=keep))
     else:
         measurements = measurements.filter(result__node_id__in=node_ids)
     fields = (
@@ -176,7 +202,7 @@ def nodes_at_risk(*, cluster: Cluster, keep: int | None = None) -> list[trends.R
         return trends.sorted_risks(stored)
     keep = conf.trend_sweeps()
     live = trends.at_risk(
-        trend_rows(run_ids=trend_run_ids(cluster_id=cluster.pk, keep=keep), node_ids=never), keep=keep
+        trend_rows(run_ids=trend_run_ids(cluster_id=cluster.pk, keep=keep), node_ids=never, keep=keep), keep=keep
     )
     return trends.sorted_risks(stored + live)
 

@@ -133,16 +133,11 @@ def cross_node_apply(*, run: Run) -> bool:
     return True
 
 
-def _to_check_measurement(m: Measurement) -> CheckMeasurement:
-    return CheckMeasurement(
-        name=m.name, value=m.value, unit=m.unit, gpu=m.gpu, text=m.text, threshold=m.threshold, ok=m.ok, labels=m.labels
-    )
-
-
 def _apply_consensus(run: Run) -> int:
     """Cross-node agreement: each check's `consensus` names the nodes whose facts (driver,
     firmware, kernel...) differ from the strict majority of the run; those results become `fail`.
-    Two queries per check kind that has a consensus, and one batched update. Returns how many."""
+    Two queries per check kind that has a consensus, rows rather than model objects (a 1,250-node
+    run has about 100k such measurements), and one batched update. Returns how many."""
     changed: list[CheckResult] = []
     for item in run.plan_snapshot["items"]:
         if item.get("scope", Scope.NODE) != Scope.NODE or item["kind"] not in REGISTRY:
@@ -150,25 +145,40 @@ def _apply_consensus(run: Run) -> int:
         check_class = REGISTRY[item["kind"]]
         if inspect.getattr_static(check_class, "consensus") is inspect.getattr_static(Check, "consensus"):
             continue  # the kind keeps Check's consensus: it has nothing to agree on
-        results = list(
-            run.results.filter(item_key=item["key"], status__in=[Status.PASS, Status.WARN, Status.FAIL])
-            .select_related("node")
-            .only("id", "run_id", "status", "reason", "node__hostname")  # not the outputs (up to 256 KiB each)
-            .prefetch_related("measurements")
-        )
+        results = {
+            host: (pk, status, reason)
+            for pk, host, status, reason in run.results.filter(
+                item_key=item["key"], status__in=[Status.PASS, Status.WARN, Status.FAIL]
+            ).values_list("id", "node__hostname", "status", "reason")
+        }
         if len(results) < 3:
             continue  # a majority of two says nothing
-        per_node = {r.node.hostname: [_to_check_measurement(m) for m in r.measurements.all()] for r in results}
-        by_node = {r.node.hostname: r for r in results}
-        for hostname, reason in check_class.consensus(per_node).items():
-            result = by_node[hostname]
-            if reason in result.reason:
+        for hostname, reason in check_class.consensus(_facts_per_node(results)).items():
+            pk, status, old = results[hostname]
+            if reason in old:
                 continue  # already applied (a run finalised before this code kept no event)
-            result.reason = (f"{result.reason}; {reason}" if result.status == Status.FAIL else reason)[:4000]
-            result.status = Status.FAIL
-            changed.append(result)
+            new = (f"{old}; {reason}" if status == Status.FAIL else reason)[:4000]
+            changed.append(CheckResult(pk=pk, status=Status.FAIL, reason=new))
     CheckResult.objects.bulk_update(changed, ["status", "reason"], batch_size=500)
     return len(changed)
+
+
+def _facts_per_node(results: dict[str, tuple[int, str, str]]) -> dict[str, list[CheckMeasurement]]:
+    """hostname -> its result's measurements, as the checks know them, in the stored order."""
+    host_of = {pk: host for host, (pk, _, _) in results.items()}
+    per_node: dict[str, list[CheckMeasurement]] = {host: [] for host in results}
+    rows = (
+        Measurement.objects.filter(result_id__in=list(host_of))
+        .order_by("result_id", "gpu", "name", "id")
+        .values_list("result_id", "name", "value", "unit", "gpu", "text", "threshold", "ok", "labels")
+    )
+    for result_id, name, value, unit, gpu, text, threshold, ok, labels in rows.iterator(chunk_size=5000):
+        per_node[host_of[result_id]].append(
+            CheckMeasurement(
+                name=name, value=value, unit=unit, gpu=gpu, text=text, threshold=threshold, ok=ok, labels=labels
+            )
+        )
+    return per_node
 
 
 def _apply_outliers(run: Run) -> int:

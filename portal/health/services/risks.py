@@ -26,7 +26,7 @@ def risks_refresh(*, run_id: int) -> int:
     found = 0
     for start in range(0, len(node_ids), NODES_PER_STEP):
         step = node_ids[start : start + NODES_PER_STEP]
-        risks = trends.at_risk(trend_rows(run_ids=run_ids, node_ids=step), keep=keep)
+        risks = trends.at_risk(trend_rows(run_ids=run_ids, node_ids=step, keep=keep), keep=keep)
         with transaction.atomic():
             NodeRisk.objects.filter(node_id__in=step).delete()
             NodeRisk.objects.bulk_create(
