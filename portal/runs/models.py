@@ -266,13 +266,17 @@ def points_digest(x: Sequence[Any], y: Sequence[Any], *, x_json: str | None = No
 
 
 def points_view(x: Sequence[Any], y: Sequence[Any]) -> bytes:
-    """The packed LTTB view of a series longer than VIEW_POINTS; b"" for a shorter one (charts
-    then draw every point)."""
+    """The packed LTTB view of a series longer than VIEW_POINTS; b"" for a shorter one, or one LTTB
+    cannot draw (x not numbers): charts then read every point, as before views. A view is an
+    illustration: it never stops a result from being recorded."""
     if len(x) <= VIEW_POINTS or len(x) != len(y):
         return b""
     from portal.charts.lttb import downsample  # pure Python, no Django: no import cycle
 
-    return packing.pack_pair(*downsample(x, y, VIEW_POINTS))
+    try:
+        return packing.pack_pair(*downsample(x, y, VIEW_POINTS))
+    except (TypeError, ValueError):
+        return b""
 
 
 class Measurement(models.Model):

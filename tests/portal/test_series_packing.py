@@ -13,7 +13,7 @@ import pytest
 from checks.base import Series as CheckSeries
 from checks.base import Verdict
 from portal.runs import packing, services
-from portal.runs.models import VIEW_POINTS, Series, points_digest
+from portal.runs.models import VIEW_POINTS, Series, points_digest, points_view
 from tests.portal.test_raw_output import claimed
 
 
@@ -99,3 +99,9 @@ def test_a_recorded_burn_in_stores_packed_points_a_view_and_the_old_digest(db, c
     stored = sum(len(bytes(r.x_packed)) + len(bytes(r.y_packed)) + len(bytes(r.view_packed)) for r in rows)
     as_json = sum(len(json.dumps(c.x)) + len(json.dumps(c.y)) for c in curves)
     assert stored < as_json / 10, (stored, as_json)
+
+
+def test_a_series_lttb_cannot_draw_is_stored_without_a_view() -> None:
+    x = ["a"] * (VIEW_POINTS + 1)
+    assert points_view(x, [1.0] * len(x)) == b""
+    assert points_view([0.0] * 2, [1.0]) == b""
