@@ -128,41 +128,23 @@ def _results(
 def _series(
     result: Any, *, rng: random.Random, pools: dict[str, list[float]], xs: list[float], series_points: int
 ) -> list[Any]:
-    """The result's series: 8 GPUs x 3 burn-in metrics (windows of shared pools), or one busbw curve."""
-    from portal.runs.models import Series, points_digest
+    """The result's series: 8 GPUs x 3 burn-in metrics (windows of shared pools), or one busbw curve,
+    packed and digested as runs.services stores them."""
+    from checks.base import Series as CheckSeries
+    from portal.runs.models import Series
+    from portal.runs.services import series_rows
 
-    series = []
+    curves = []
     if result.kind == "burn_in":
         for gpu in range(GPUS):
             for metric, unit, _, _ in BURN_IN_SERIES:
                 shift = rng.randrange(series_points)
                 ys = pools[metric][shift : shift + series_points]
-                series.append(
-                    Series(
-                        result=result,
-                        name=metric,
-                        unit=unit,
-                        x_unit="s",
-                        gpu=gpu,
-                        x=xs,
-                        y=ys,
-                        points_sha256=points_digest(xs, ys),  # as runs.services stores them
-                    )
-                )
+                curves.append(CheckSeries(name=metric, unit=unit, x=xs, y=list(ys), gpu=gpu))
     elif result.kind == "nccl_allreduce":
-        ys = [round(min(480.0, 0.5 * s**0.31) + rng.gauss(0, 0.5), 2) for s in NCCL_SIZES]
-        series.append(
-            Series(
-                result=result,
-                name="busbw",
-                unit="GB/s",
-                x_unit="B",
-                x=NCCL_SIZES,
-                y=ys,
-                points_sha256=points_digest(NCCL_SIZES, ys),
-            )
-        )
-    return series
+        busbw: list[float | None] = [round(min(480.0, 0.5 * s**0.31) + rng.gauss(0, 0.5), 2) for s in NCCL_SIZES]
+        curves.append(CheckSeries(name="busbw", unit="GB/s", x=list(NCCL_SIZES), y=busbw, x_unit="B"))
+    return [Series(result=result, **row) for row in series_rows(curves)]
 
 
 def seed_campaign(

@@ -121,6 +121,11 @@ class CommandOutput:
     # output was built as text (a parser test, a captured file), and the text is all there is.
     stdout_bytes: bytes | None = field(default=None, repr=False, compare=False)
     stderr_bytes: bytes | None = field(default=None, repr=False, compare=False)
+    # What a reader made of this output (reader key -> what it read), so that a large document is
+    # read once however often a check asks: burn-in's parse and series both read its 12 h telemetry
+    # (checks/sampling.py load_sampling). Never part of the evidence; not an __init__ argument, so
+    # dataclasses.replace() (a new stdout) starts with an empty one.
+    memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
 
 @dataclass

@@ -73,8 +73,9 @@ class BurnInParams:
     use_doubles: bool = False  # gpu_burn -d (FP64)
     # gpu_burn -m N%; None = the tool's default (90% of free memory, gpu-burn USEMEM).
     memory_percent: int | None = None
-    # None = auto: duration/2000, at least 1 s. ~200 bytes per GPU per sample, so an 8-GPU 12 h
-    # burn stays near 3 MB of JSON; short runs sample every second.
+    # None = auto: duration/2000, at least 1 s; short runs sample every second. The probe prints
+    # ~26 bytes per GPU per sample (sampling schema 2, arrays per GPU): an 8-GPU 12 h burn is
+    # ~0.4 MB at this default and ~9 MB at 1 s (under the transport's 16 MiB cap).
     sample_interval_s: float | None = None
     # None = duration + max(120 s, 5%): the before/after probes, gpu_burn's start-up and its
     # 30 s SIGTERM grace (gpu-burn SIGTERM_TIMEOUT_THRESHOLD_SECS) all fit.

@@ -19,7 +19,7 @@ def telemetry_measurements(doc: SamplingDoc) -> list[Measurement]:
         count.labels["missing"] = "no GPU count in the probe taken before the burn"
     out = [
         count,
-        Measurement(name="sample_count", value=float(len(doc.samples))),
+        Measurement(name="sample_count", value=float(doc.sample_count)),
         Measurement(name="sample_interval_s", value=doc.interval_s, unit="s"),
     ]
     out += [Measurement(name="sampling_error", text=e) for e in doc.errors]

@@ -33,9 +33,9 @@ from typing import Any
 from checks.base import EvidenceError, Measurement
 
 # The largest input `python -m checks parse|judge` reads, in bytes. 64 MiB is four times the
-# transport's per-stream cap (worker/ssh.py DEFAULT_OUTPUT_CAP, 16 MiB) and ~20x the largest
-# output a check expects (an 8-GPU 12 h burn-in's sampling JSON, ~3 MB, checks/burnin.py); a
-# bigger file is refused without being read, so memory stays bounded.
+# transport's per-stream cap (worker/ssh.py DEFAULT_OUTPUT_CAP, 16 MiB) and ~7x the largest
+# output a check expects (an 8-GPU 12 h burn-in's sampling JSON sampled at 1 Hz, ~9 MB,
+# checks/burnin.py); a bigger file is refused without being read, so memory stays bounded.
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 
 

@@ -54,7 +54,7 @@ def _gpu_burn(text: str) -> list[CommandOutput]:
         "schema": SAMPLING_SCHEMA,
         "mode": "sample",
         "errors": ["no telemetry: judged from a gpu_burn output file alone"],
-        "samples": [],
+        "samples": {"t": [], "gpus": []},
         "before": None,
         "after": None,
         "child": {"argv": ["gpu_burn"], "exit_code": 0, "stdout": text, "stderr": "", "duration_s": None},

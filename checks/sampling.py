@@ -4,6 +4,7 @@ Checks that judge telemetry over time (burn-in, DLC temperatures) load the docum
 `load_sampling(outputs)` and then ask it for what they judge:
 
     doc = load_sampling(outputs)
+    doc.sample_count                                   # samples taken
     doc.gpu_indices()                                  # GPUs seen in any sample
     doc.values(3, "temp_gpu")                          # [(t, value-or-None), ...]
     doc.series()                                       # per GPU Series of SERIES_FIELDS, for storage
@@ -12,46 +13,36 @@ Checks that judge telemetry over time (burn-in, DLC temperatures) load the docum
     doc.ecc_increase(3, "ecc_volatile_uncorrected")    # new errors during the window
 
 Anything that makes the document untrustworthy (not JSON, wrong schema/mode, malformed samples)
-raises EvidenceError. A null reading stays None: no evidence, never zero.
+raises EvidenceError. A null reading stays None: no evidence, never zero. Both sampling schemas are
+read (2: arrays per GPU, what the probe prints; 1: one object per sample, older probes and stored
+outputs) into the same columns (checks/sampling_columns.py), and the document is read once per
+command output however many times a check asks (parse, then series).
 """
 
 from __future__ import annotations
 
 import json
-import math
+from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 from checks import evidence
 from checks.base import CommandOutput, EvidenceError, Series
+from checks.sampling_columns import (
+    COLUMNS_SCHEMA,
+    ROWS_SCHEMA,
+    SAMPLE_FIELDS,
+    GpuSamples,
+    is_number,
+    read_samples,
+)
 
-SAMPLING_SCHEMA = 1
+# What the probe prints now; ROWS_SCHEMA (one object per sample) is still read.
+SAMPLING_SCHEMA = COLUMNS_SCHEMA
+SAMPLING_SCHEMAS = (ROWS_SCHEMA, COLUMNS_SCHEMA)
 SAMPLING_LABEL = "probe.py --sample"
+_MEMO_KEY = "checks.sampling"
 
-# Per-sample GPU fields (SCHEMA.md), with units.
-SAMPLE_FIELDS: dict[str, str] = {
-    "temp_gpu": "C",
-    "temp_memory": "C",
-    "power_w": "W",
-    "sm_clock_mhz": "MHz",
-    "clock_event_reasons": "",
-    "ecc_volatile_uncorrected": "",
-    "ecc_volatile_corrected": "",
-}
-# What each sample field can be (checks/evidence.py): one impossible reading makes the whole
-# document `error`, since a mean, a steady-state window or an increase would hide it.
-SAMPLE_RULES: dict[str, evidence.Rule] = {
-    # NVML reports temperatures as unsigned integers (nvmlDeviceGetTemperature: unsigned int *temp);
-    # the upper bound is the evidence layer's for every temperature.
-    "temp_gpu": evidence.Rule("an NVML temperature", low=0, high=evidence.UNIT_RULES["C"].high),
-    "temp_memory": evidence.Rule("an NVML temperature", low=0, high=evidence.UNIT_RULES["C"].high),
-    "power_w": evidence.UNIT_RULES["W"],
-    "sm_clock_mhz": evidence.UNIT_RULES["MHz"],
-    # Bit masks and error counters: non-negative integers.
-    "clock_event_reasons": evidence.COUNT,
-    "ecc_volatile_uncorrected": evidence.COUNT,
-    "ecc_volatile_corrected": evidence.COUNT,
-}
 # Counters of the before/after probe documents that increases are computed from.
 _PROBE_COUNTERS = (
     ("ecc_errors", "volatile", "uncorrected"),
@@ -129,24 +120,28 @@ class ThrottleEvent:
 
 @dataclass
 class SamplingDoc:
-    """A validated sampling document."""
+    """A validated sampling document, its samples as columns (checks/sampling_columns.py)."""
 
-    raw: dict[str, Any]
+    schema: int
     interval_s: float | None
     before: dict[str, Any] | None
     after: dict[str, Any] | None
-    # (t, {gpu index: {field: value-or-None}}) in time order.
-    samples: list[tuple[float, dict[int, dict[str, Any]]]]
+    times: list[float]  # every sample's time, ascending
+    gpus: dict[int, GpuSamples]
     child: ChildRun | None
     errors: list[str] = field(default_factory=list)
 
     # --- shape -----------------------------------------------------------------------------
 
+    @property
+    def sample_count(self) -> int:
+        return len(self.times)
+
     def gpu_indices(self) -> list[int]:
-        return sorted({i for _, gpus in self.samples for i in gpus})
+        return sorted(self.gpus)
 
     def span_s(self) -> float:
-        return self.samples[-1][0] - self.samples[0][0] if self.samples else 0.0
+        return self.times[-1] - self.times[0] if self.times else 0.0
 
     # --- raw values ----------------------------------------------------------------------------
 
@@ -154,38 +149,39 @@ class SamplingDoc:
         """(t, value) of one field of one GPU, in every sample that lists the GPU."""
         if name not in SAMPLE_FIELDS:
             raise KeyError(f"unknown sample field {name!r}; known: {', '.join(SAMPLE_FIELDS)}")
-        return [(t, gpus[gpu].get(name)) for t, gpus in self.samples if gpu in gpus]
+        samples = self.gpus.get(gpu)
+        return list(zip(samples.t, samples.values[name], strict=True)) if samples else []
 
     def series(self, fields: tuple[str, ...] = SERIES_FIELDS) -> list[Series]:
-        """One Series per (GPU, field), x = seconds since sampling started."""
+        """One Series per (GPU, field), x = seconds since sampling started. A GPU's series share
+        one list of times (read-only: 43,200 points per curve in a 12 h burn-in at 1 Hz)."""
         out: list[Series] = []
         for gpu in self.gpu_indices():
+            samples = self.gpus[gpu]
             for name in fields:
-                points = self.values(gpu, name)
                 out.append(
-                    Series(
-                        name=name,
-                        unit=SAMPLE_FIELDS[name],
-                        x=[t for t, _ in points],
-                        y=[None if v is None else float(v) for _, v in points],
-                        gpu=gpu,
-                    )
+                    Series(name=name, unit=SAMPLE_FIELDS[name], x=samples.t, y=_floats(samples.values[name]), gpu=gpu)
                 )
         return out
 
     # --- judgements' building blocks -----------------------------------------------------------
 
     def stats(self, gpu: int, name: str, *, since_t: float | None = None) -> WindowStats:
-        points = [(t, v) for t, v in self.values(gpu, name) if since_t is None or t >= since_t]
-        numbers = [float(v) for _, v in points if v is not None]
+        samples = self.gpus.get(gpu)
+        if samples is None:
+            return WindowStats(count=0, total=0, min=None, max=None, mean=None, start_t=None, end_t=None)
+        start = 0 if since_t is None else bisect_left(samples.t, since_t)  # t is ascending
+        column = samples.values[name]
+        numbers = [v for v in (column[start:] if start else column) if v is not None]
+        total = len(column) - start
         return WindowStats(
             count=len(numbers),
-            total=len(points),
-            min=min(numbers) if numbers else None,
-            max=max(numbers) if numbers else None,
+            total=total,
+            min=float(min(numbers)) if numbers else None,
+            max=float(max(numbers)) if numbers else None,
             mean=sum(numbers) / len(numbers) if numbers else None,
-            start_t=points[0][0] if points else None,
-            end_t=points[-1][0] if points else None,
+            start_t=samples.t[start] if total > 0 else None,
+            end_t=samples.t[-1] if total > 0 else None,
         )
 
     def steady_start(self, *, warmup_s: float | None = None) -> float:
@@ -193,12 +189,11 @@ class SamplingDoc:
         quarter of the sampled span capped at 10 minutes. A GPU under a constant load reaches
         thermal equilibrium within minutes (conservative default; tune per site, e.g. per cooling
         loop); short test runs use a quarter of their span."""
-        if not self.samples:
+        if not self.times:
             return 0.0
-        first = self.samples[0][0]
         if warmup_s is None:
             warmup_s = min(600.0, self.span_s() / 4.0)
-        return first + warmup_s
+        return self.times[0] + warmup_s
 
     def steady_stats(self, gpu: int, name: str, *, warmup_s: float | None = None) -> WindowStats:
         """Stats of `name` on `gpu` over the steady-state window (see steady_start)."""
@@ -209,36 +204,55 @@ class SamplingDoc:
         A null reading ends a run (it is unknown, not "no throttle")."""
         events: list[ThrottleEvent] = []
         for gpu in self.gpu_indices():
+            samples = self.gpus[gpu]
+            masks = samples.values["clock_event_reasons"]
+            seen = 0
+            for mask in set(masks):  # the few distinct masks: skips the reasons never set
+                seen |= 0 if mask is None else int(mask)
             for reason in reasons:
                 bit = CLOCK_EVENT_REASON_BITS[reason]
-                current: ThrottleEvent | None = None
-                for t, mask in self.values(gpu, "clock_event_reasons"):
-                    active = mask is not None and int(mask) & bit
-                    if active and current is None:
-                        current = ThrottleEvent(gpu=gpu, reason=reason, start_t=t, end_t=t, samples=1)
-                        events.append(current)
-                    elif active and current is not None:
-                        current.end_t = t
-                        current.samples += 1
-                    else:
-                        current = None
+                if seen & bit:
+                    events += _runs(gpu, reason, bit, samples.t, masks)
         return sorted(events, key=lambda e: (e.gpu, e.start_t, e.reason))
 
     def ecc_increase(self, gpu: int, name: str) -> int | None:
         """New errors of an ECC counter (`ecc_volatile_uncorrected`/`_corrected`) over the window:
         the probe documents before/after and every sample together. None when no reading at all."""
-        readings = [int(v) for _, v in self.values(gpu, name) if v is not None]
+        samples = self.gpus.get(gpu)
+        readings = [int(v) for v in samples.values[name] if v is not None] if samples else []
         kind = "uncorrected" if name.endswith("uncorrected") else "corrected"
-        for doc in (self.before, self.after):
-            value = _count(probe_gpu(doc, gpu), "ecc_errors", "volatile", kind)
-            if value is not None:
-                readings.append(value)
-        if not readings:
-            return None
         first = _count(probe_gpu(self.before, gpu), "ecc_errors", "volatile", kind)
-        start = first if first is not None else readings[0]
+        last = _count(probe_gpu(self.after, gpu), "ecc_errors", "volatile", kind)
+        probes = [v for v in (first, last) if v is not None]
+        if not readings and not probes:
+            return None
         # Volatile counters only grow until a driver reload; take the highest reading seen.
-        return max(0, max(readings) - start)
+        start = first if first is not None else (readings or probes)[0]
+        return max(0, max(readings + probes) - start)
+
+
+def _floats(values: list[Any]) -> list[float | None]:
+    """The readings as floats (None kept). One float object per distinct reading: a curve of whole
+    degrees holds a handful of values, not 43,200 new floats (float(x) of a float is x itself)."""
+    as_float = {v: None if v is None else float(v) for v in set(values)}
+    return list(map(as_float.__getitem__, values))
+
+
+def _runs(gpu: int, reason: str, bit: int, times: list[float], masks: list[Any]) -> list[ThrottleEvent]:
+    """The runs of consecutive samples whose mask has `bit` set."""
+    events: list[ThrottleEvent] = []
+    current: ThrottleEvent | None = None
+    for t, mask in zip(times, masks, strict=True):
+        if mask is not None and int(mask) & bit:
+            if current is None:
+                current = ThrottleEvent(gpu=gpu, reason=reason, start_t=t, end_t=t, samples=1)
+                events.append(current)
+            else:
+                current.end_t = t
+                current.samples += 1
+        else:
+            current = None
+    return events
 
 
 def probe_gpu(doc: dict[str, Any] | None, index: int) -> dict[str, Any]:
@@ -264,21 +278,18 @@ def parse_sampling(text: str) -> SamplingDoc:
     errors = raw.get("errors") or []
     if not isinstance(errors, list):
         raise EvidenceError(f"sampling 'errors' is {type(errors).__name__}, expected a list")
-    samples_raw = raw.get("samples")
-    if not isinstance(samples_raw, list):
-        raise EvidenceError("sampling document has no 'samples' list")
-    samples = [_sample(pos, sample) for pos, sample in enumerate(samples_raw)]
-    samples.sort(key=lambda s: s[0])
+    samples = read_samples(raw)
     child = _child_run(raw.get("child"))
     for when in ("before", "after"):
         _check_probe_counters(raw.get(when), when)
     interval = raw.get("interval_s")
     return SamplingDoc(
-        raw=raw,
-        interval_s=float(interval) if _is_number(interval) else None,
+        schema=raw["schema"],
+        interval_s=float(interval) if is_number(interval) else None,
         before=raw.get("before") if isinstance(raw.get("before"), dict) else None,
         after=raw.get("after") if isinstance(raw.get("after"), dict) else None,
-        samples=samples,
+        times=samples.t,
+        gpus=samples.gpus,
         child=child,
         errors=[str(e) for e in errors],
     )
@@ -286,54 +297,24 @@ def parse_sampling(text: str) -> SamplingDoc:
 
 def _sampling_object(text: str) -> dict[str, Any]:
     """The document's JSON object, once its schema and mode say it is a sampling document."""
-    text = text.strip()
-    if not text:
+    if not text or text.isspace():  # (no strip(): it would copy a 10 MB document)
         raise EvidenceError("sampling probe printed nothing on stdout")
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise EvidenceError(
-            f"sampling probe output is not JSON ({exc.msg} at line {exc.lineno}): {text[:80]!r}"
+            f"sampling probe output is not JSON ({exc.msg} at line {exc.lineno}): {text.lstrip()[:80]!r}"
         ) from None
     if not isinstance(raw, dict):
         raise EvidenceError(f"sampling probe output is JSON but not an object: {type(raw).__name__}")
-    if raw.get("schema") != SAMPLING_SCHEMA or raw.get("mode") != "sample":
+    schema = raw.get("schema")
+    if isinstance(schema, bool) or schema not in SAMPLING_SCHEMAS or raw.get("mode") != "sample":
         raise EvidenceError(
-            f"not a sampling document (schema {raw.get('schema')!r}, mode {raw.get('mode')!r});"
-            f" expected schema {SAMPLING_SCHEMA}, mode 'sample' (probe and portal out of step?)"
+            f"not a sampling document (schema {schema!r}, mode {raw.get('mode')!r});"
+            f" expected schema {' or '.join(map(str, SAMPLING_SCHEMAS))}, mode 'sample'"
+            " (probe and portal out of step?)"
         )
     return raw
-
-
-def _sample(pos: int, sample: Any) -> tuple[float, dict[int, dict[str, Any]]]:
-    """Sample #pos: its time and {gpu index: {field: value-or-None}}."""
-    t = sample.get("t") if isinstance(sample, dict) else None
-    if not _is_number(t):
-        raise EvidenceError(f"sample #{pos} has no numeric 't'")
-    gpus_raw = sample.get("gpus")
-    if not isinstance(gpus_raw, list):
-        raise EvidenceError(f"sample #{pos} has no 'gpus' list")
-    gpus: dict[int, dict[str, Any]] = {}
-    for entry in gpus_raw:
-        index = entry.get("index") if isinstance(entry, dict) else None
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            raise EvidenceError(f"sample #{pos} has a GPU entry without a valid 'index'")
-        gpus[index] = _gpu_values(pos, index, entry)
-    return float(t), gpus
-
-
-def _gpu_values(pos: int, index: int, entry: dict[str, Any]) -> dict[str, Any]:
-    """One GPU's SAMPLE_FIELDS in sample #pos: numbers within their rules, or None."""
-    values: dict[str, Any] = {}
-    for name in SAMPLE_FIELDS:
-        value = entry.get(name)
-        if value is not None and not _is_number(value):
-            raise EvidenceError(f"sample #{pos} GPU {index}: {name} is {value!r}, expected a number")
-        rule = SAMPLE_RULES.get(name)
-        if value is not None and rule is not None and (why := rule.problem(value)):
-            raise EvidenceError(f"{evidence.PREFIX}: sample #{pos} GPU {index} {name} = {value!r} ({why})")
-        values[name] = value
-    return values
 
 
 def _child_run(child_raw: Any) -> ChildRun | None:
@@ -349,7 +330,7 @@ def _child_run(child_raw: Any) -> ChildRun | None:
         exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
         stdout=str(child_raw.get("stdout") or ""),
         stderr=str(child_raw.get("stderr") or ""),
-        duration_s=float(duration) if _is_number(duration) else None,
+        duration_s=float(duration) if is_number(duration) else None,
     )
 
 
@@ -362,11 +343,22 @@ def load_sampling(outputs: list[CommandOutput]) -> SamplingDoc:
         out = outputs[0]
     else:
         raise EvidenceError(f"expected one sampling probe output, got {len(outputs)}")
-    if not out.stdout.strip():
+    if not out.stdout or out.stdout.isspace():
         lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
         hint = f" (stderr: {lines[-1][:200]})" if lines else ""
         raise EvidenceError("sampling probe printed nothing on stdout" + hint)
-    return parse_sampling(out.stdout)
+    # Read once per output: a check's parse and its series both ask (CommandOutput.memo), keyed
+    # on the very text read as well.
+    text, read = out.memo.get(_MEMO_KEY, (None, None))
+    if text is not out.stdout or read is None:
+        try:
+            read = parse_sampling(out.stdout)
+        except EvidenceError as exc:
+            read = exc
+        out.memo[_MEMO_KEY] = (out.stdout, read)
+    if isinstance(read, EvidenceError):
+        raise EvidenceError(str(read))
+    return read
 
 
 def _check_probe_counters(doc: Any, when: str) -> None:
@@ -385,11 +377,7 @@ def _check_probe_counters(doc: Any, when: str) -> None:
                 node = node.get(key) if isinstance(node, dict) else None
             if node is None or isinstance(node, bool):
                 continue
-            why = evidence.COUNT.problem(node) if _is_number(node) else "not a finite number"
+            why = evidence.COUNT.problem(node) if is_number(node) else "not a finite number"
             if why:
                 where = f"GPU {gpu.get('index')} {'.'.join(path)}"
                 raise EvidenceError(f"{evidence.PREFIX}: the '{when}' probe, {where} = {node!r} ({why})")
-
-
-def _is_number(value: Any) -> TypeGuard[int | float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -264,7 +264,7 @@ class DlcTemperature(Check):
                     continue
                 raise EvidenceError(f"no {phase} sampling output")
             doc = self._sampling(by_label[label], phase)
-            out.append(Measurement(name="samples", value=float(len(doc.samples)), labels={"phase": phase}))
+            out.append(Measurement(name="samples", value=float(doc.sample_count), labels={"phase": phase}))
             for error in doc.errors:
                 out.append(Measurement(name="probe_error", text=error, labels={"phase": phase}))
             for i in doc.gpu_indices():

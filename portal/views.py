@@ -237,7 +237,7 @@ def result_detail(request: HttpRequest, result_id: int) -> HttpResponse:
             "result": result,
             "table": selectors.measurement_table(result=result),
             # Names only: a 24 h burn-in holds millions of points; the charts fetch them downsampled.
-            "series": list(result.series.defer("x", "y")),
+            "series": list(result.series.defer("x_packed", "y_packed", "view_packed")),
             "colours": STATUS_COLOURS,
         },
     )

@@ -20,8 +20,9 @@ REMOTE_KILL_GRACE_S = 5
 # fabric's own run timeout sits above the remote `timeout` (+ grace), so the remote side always
 # gets to kill its process first; fabric's limit is only the backstop for a dead channel.
 CHANNEL_SLACK_S = 5
-# Bytes kept of one stream (stdout or stderr) of one command, read while reading: ~5x the largest
-# output a check expects (an 8-GPU 12 h burn-in's sampling JSON, ~3 MB, checks/burnin.py). Past it
+# Bytes kept of one stream (stdout or stderr) of one command, read while reading: ~1.8x the largest
+# output a check expects (an 8-GPU 12 h burn-in's sampling JSON at 1 Hz, ~9 MB: checks/burnin.py,
+# checks/probe/SCHEMA.md; one object per sample, before, it was ~60 MB and was cut). Past it
 # the first 3/4 and the last 1/4 are kept, the middle is read and dropped, a marker line says how
 # much was cut, and CommandOutput.truncated is set: a runaway tool cannot exhaust the worker's
 # memory (8 localisation pairs at once: at most 2 x 8 x 16 MiB). KILN_COMMAND_OUTPUT_CAP overrides:

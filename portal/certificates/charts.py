@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from django.db.models import Q
 
 from checks.presentation import CertificateChart, presented
 from portal.runs.models import Measurement, Series
+from portal.runs.packing import unpack, unpack_pair
 
 logger = logging.getLogger(__name__)
 # kaleido and choreographer log every tab and temp dir at INFO (and again at interpreter exit).
@@ -89,9 +90,11 @@ def figures_build(*, result_ids: list[int], items: list[dict[str, Any]]) -> list
     curve_keys = {(kind, c.names[0]) for kind, c in declared if c.style == "curves"}
     bar_keys = {(kind, name) for kind, c in declared if c.style == "bars" for name in c.names}
     curves = _rows_by_kind_name(
-        Series.objects.filter(_kind_name_q(curve_keys), result_id__in=result_ids)
-        .order_by("result__node__hostname")
-        .values("result__node__hostname", "result__item_key", "result__kind", "name", "x", "y")
+        _with_points(
+            Series.objects.filter(_kind_name_q(curve_keys), result_id__in=result_ids)
+            .order_by("result__node__hostname")
+            .values("result__node__hostname", "result__item_key", "result__kind", "name", *_PACKED)
+        )
     )
     values = _rows_by_kind_name(
         Measurement.objects.filter(_kind_name_q(bar_keys), result_id__in=result_ids, value__isnull=False)
@@ -109,6 +112,18 @@ def figures_build(*, result_ids: list[int], items: list[dict[str, Any]]) -> list
             fig.update_layout(template="plotly_white", margin={"l": 60, "r": 20, "t": 20, "b": 60})
             figures.append((chart.title, fig))
     return figures
+
+
+_PACKED = ("x_packed", "y_packed", "view_packed")
+
+
+def _with_points(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Each row with its points as "x" and "y" lists: the stored downsampled view when there is
+    one (a chart draws no more), else every point."""
+    for row in rows:
+        packed = [row.pop(name) for name in _PACKED]
+        x, y = unpack_pair(packed[2]) if packed[2] else (unpack(packed[0]), unpack(packed[1]))
+        yield {**row, "x": x, "y": y}
 
 
 def _kind_name_q(pairs: set[tuple[str, str]]) -> Q:

@@ -117,8 +117,8 @@ def _series_digests(chunk: list[int], series_hash: dict[int, list[dict[str, Any]
         series_hash[s.pop("result_id")].append(s)
         if not s["points_sha256"]:
             unhashed[pk] = s
-    for pk, x, y in Series.objects.filter(pk__in=list(unhashed)).values_list("id", "x", "y"):
-        unhashed[pk]["points_sha256"] = points_digest(x, y)
+    for stored in Series.objects.filter(pk__in=list(unhashed)).only("id", "x_packed", "y_packed"):
+        unhashed[stored.pk]["points_sha256"] = points_digest(stored.x, stored.y)
 
 
 def _identity_fields(state: CampaignState) -> dict[str, dict[str, str]]:

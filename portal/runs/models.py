@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
 from django.db import models
 
 from portal.inventory.models import Cluster, Node
+from portal.runs import packing
 
 
 class Status(models.TextChoices):
@@ -176,10 +178,18 @@ class RunEvent(models.Model):
         return f"run #{self.run_id} {self.kind}: {self.message[:60]}"
 
 
+# Points of a series' downsampled view (Series.view_packed): what a chart draws per trace at most
+# (portal/charts/selectors/common.py MAX_POINTS). Largest-Triangle-Three-Buckets keeps spikes.
+VIEW_POINTS = 1500
+
+
 class Series(models.Model):
     """A curve or time series of a result: burn-in telemetry per GPU, busbw by message size.
 
-    Stored whole (the full data stays available for export); pages downsample on the way out."""
+    Stored whole and exact, packed (portal/runs/packing.py: a 12 h 1 Hz curve of 43,200 points
+    takes tens of KB, not the ~600 KB of a jsonb list), with a downsampled view of at most
+    VIEW_POINTS points that charts read instead of decoding every point. `x` and `y` read and set
+    the whole points as lists: `Series(x=[...], y=[...])` works, and save() digests them."""
 
     result = models.ForeignKey(CheckResult, on_delete=models.CASCADE, related_name="series")
     name = models.CharField(max_length=100)
@@ -187,10 +197,18 @@ class Series(models.Model):
     x_unit = models.CharField(max_length=20, blank=True, default="s")
     gpu = models.IntegerField(null=True, blank=True)
     labels = models.JSONField(default=dict, blank=True)
-    x = models.JSONField(default=list)
-    y = models.JSONField(default=list)
+    count = models.PositiveIntegerField(default=0, help_text="How many points are stored.")
+    x_packed = models.BinaryField(default=b"", help_text="x, packed (portal/runs/packing.py).")
+    y_packed = models.BinaryField(default=b"", help_text="y, packed; None (no reading) kept.")
+    view_packed = models.BinaryField(
+        default=b"",
+        blank=True,
+        help_text="x and y LTTB-downsampled to VIEW_POINTS (packing.pack_pair) for charts; empty when "
+        "the series is no longer than that, or was stored before views existed.",
+    )
     # SHA-256 of the points, taken when they are stored: a certificate cites it without loading
-    # (and re-serialising) every point of every burn-in curve.
+    # (and re-serialising) every point of every burn-in curve. Of the logical points (points_digest),
+    # never of their packed bytes: packing changed nothing a certificate cites.
     points_sha256 = models.CharField(max_length=64, blank=True)
 
     class Meta:
@@ -198,18 +216,67 @@ class Series(models.Model):
         verbose_name_plural = "series"
 
     def __str__(self) -> str:
-        return f"{self.name} ({len(self.x)} points)"
+        return f"{self.name} ({self.count} points)"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        self.points_sha256 = points_digest(self.x, self.y)
-        if kwargs.get("update_fields") is not None:
-            kwargs["update_fields"] = {*kwargs["update_fields"], "points_sha256"}
+        x, y = self.x, self.y
+        self.points_sha256 = points_digest(x, y)
+        self.view_packed = points_view(x, y)
+        fields = kwargs.get("update_fields")
+        if fields is not None:
+            names = set(fields)
+            if names & {"x", "y"}:
+                names = (names - {"x", "y"}) | {"x_packed", "y_packed", "count"}
+            kwargs["update_fields"] = names | {"points_sha256", "view_packed"}
         super().save(*args, **kwargs)
 
+    @property
+    def x(self) -> list[Any]:
+        return packing.unpack(self.x_packed)
 
-def points_digest(x: list[Any], y: list[Any]) -> str:
-    """SHA-256 of a series' points as compact JSON (Python's float repr: exact and deterministic)."""
-    return hashlib.sha256(json.dumps([list(x), list(y)], separators=(",", ":")).encode()).hexdigest()
+    @x.setter
+    def x(self, values: Sequence[Any]) -> None:
+        self.x_packed = packing.pack(values)
+        self.count = len(values)
+
+    @property
+    def y(self) -> list[Any]:
+        return packing.unpack(self.y_packed)
+
+    @y.setter
+    def y(self, values: Sequence[Any]) -> None:
+        self.y_packed = packing.pack(values)
+        self.count = len(values)
+
+    def view(self) -> tuple[list[Any], list[Any]]:
+        """The downsampled points when a view is stored, else every point."""
+        if self.view_packed:
+            return packing.unpack_pair(self.view_packed)
+        return self.x, self.y
+
+
+def points_digest(x: Sequence[Any], y: Sequence[Any], *, x_json: str | None = None) -> str:
+    """SHA-256 of a series' points as compact JSON (Python's float repr: exact and deterministic).
+    `x_json`: json.dumps(list(x), separators=(",", ":")) when the caller already has it (the
+    curves of one result share their x): the same bytes, so the same digest."""
+    if x_json is None:
+        x_json = json.dumps(list(x), separators=(",", ":"))
+    text = "[" + x_json + "," + json.dumps(list(y), separators=(",", ":")) + "]"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def points_view(x: Sequence[Any], y: Sequence[Any]) -> bytes:
+    """The packed LTTB view of a series longer than VIEW_POINTS; b"" for a shorter one, or one LTTB
+    cannot draw (x not numbers): charts then read every point, as before views. A view is an
+    illustration: it never stops a result from being recorded."""
+    if len(x) <= VIEW_POINTS or len(x) != len(y):
+        return b""
+    from portal.charts.lttb import downsample  # pure Python, no Django: no import cycle
+
+    try:
+        return packing.pack_pair(*downsample(x, y, VIEW_POINTS))
+    except (TypeError, ValueError):
+        return b""
 
 
 class Measurement(models.Model):

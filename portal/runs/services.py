@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -18,7 +19,7 @@ from checks.base import Verdict
 from portal.catalog.models import TestPlan
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
-from portal.runs import dispatch, events, leases, rawoutput
+from portal.runs import dispatch, events, leases, packing, rawoutput
 from portal.runs.dbretry import db_retry
 from portal.runs.finalize import run_finalize
 from portal.runs.models import (
@@ -31,6 +32,7 @@ from portal.runs.models import (
     Series,
     Status,
     points_digest,
+    points_view,
 )
 from portal.runs.rawoutput import storable, storable_json
 from portal.runs.snapshot import RunStartError, plan_snapshot_build
@@ -302,12 +304,41 @@ def result_record(
     if node_set is not None:
         fields["node_set"] = node_set
 
+    rows = series_rows(series or [])  # packed and digested once, before the transaction
+
     def write(attempt: int) -> bool:
         return _result_write(
-            result=result, claim=claim, fields=fields, measurements=measurements, series=series or [], retry=attempt > 1
+            result=result, claim=claim, fields=fields, measurements=measurements, series=rows, retry=attempt > 1
         )
 
     return db_retry(write, what=f"recording result {result.pk}")
+
+
+def series_rows(series: list[CheckSeries]) -> list[dict[str, Any]]:
+    """The stored fields of each series: points packed (portal/runs/packing.py), their digest, and
+    the downsampled view charts read. The curves of one burn-in share one list of sample times:
+    it is packed and serialised for the digest once, not once per curve."""
+    shared: dict[int, tuple[bytes, str]] = {}
+    rows = []
+    for sr in series:
+        if id(sr.x) not in shared:  # every sr is alive for the whole loop: ids are not reused
+            shared[id(sr.x)] = (packing.pack(sr.x), json.dumps(list(sr.x), separators=(",", ":")))
+        x_packed, x_json = shared[id(sr.x)]
+        rows.append(
+            {
+                "name": storable(sr.name)[:100],
+                "unit": storable(sr.unit)[:20],
+                "x_unit": storable(sr.x_unit)[:20],
+                "gpu": sr.gpu,
+                "labels": storable_json(sr.labels or {}),
+                "count": len(sr.y),
+                "x_packed": x_packed,
+                "y_packed": packing.pack(sr.y),
+                "view_packed": points_view(sr.x, sr.y),
+                "points_sha256": points_digest(sr.x, sr.y, x_json=x_json),
+            }
+        )
+    return rows
 
 
 def _result_write(
@@ -316,7 +347,7 @@ def _result_write(
     claim: str,
     fields: dict[str, Any],
     measurements: list[CheckMeasurement],
-    series: list[CheckSeries],
+    series: list[dict[str, Any]],
     retry: bool,
 ) -> bool:
     with transaction.atomic():
@@ -329,20 +360,7 @@ def _result_write(
                 CheckResult.objects.filter(pk=result.pk, claimed_by=claim).exclude(status__in=ACTIVE_STATUSES).exists()
             )
         Series.objects.filter(result=result).delete()
-        Series.objects.bulk_create(
-            Series(
-                result=result,
-                name=storable(sr.name)[:100],
-                unit=storable(sr.unit)[:20],
-                x_unit=storable(sr.x_unit)[:20],
-                gpu=sr.gpu,
-                labels=storable_json(sr.labels or {}),
-                x=list(sr.x),
-                y=list(sr.y),
-                points_sha256=points_digest(sr.x, sr.y),
-            )
-            for sr in series
-        )
+        Series.objects.bulk_create(Series(result=result, **row) for row in series)
         Measurement.objects.filter(result=result).delete()
         Measurement.objects.bulk_create(
             Measurement(

@@ -20,6 +20,7 @@ from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, EvidenceError
 from checks.gpu_burn import ERRORS_WRAPPED, parse_gpu_burn
 from checks.profiles import resolve_thresholds
 from checks.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA
+from checks.sampling_columns import ROWS_SCHEMA
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-burn"
 A100 = "gpu_burn_8xA100-80GB_doubles_tc.txt"
@@ -36,7 +37,9 @@ def by(measurements, name: str, gpu: int | None = None):
 
 
 def sampling_doc(stdout: str, gpus: int, **overrides: Any) -> dict[str, Any]:
-    """A sampling probe document around a real gpu_burn stdout: healthy telemetry on `gpus` GPUs."""
+    """A sampling probe document around a real gpu_burn stdout: healthy telemetry on `gpus` GPUs,
+    one object per sample (sampling schema 1, as older probes printed it; `columnar` turns it into
+    what the probe prints now), so tests can edit one reading of one sample."""
     probe = {
         "schema": 1,
         "gpu_count": gpus,
@@ -60,7 +63,7 @@ def sampling_doc(stdout: str, gpus: int, **overrides: Any) -> dict[str, Any]:
         "ecc_volatile_corrected": 0,
     }
     doc = {
-        "schema": SAMPLING_SCHEMA,
+        "schema": ROWS_SCHEMA,
         "mode": "sample",
         "interval_s": 1.0,
         "errors": [],
@@ -74,6 +77,25 @@ def sampling_doc(stdout: str, gpus: int, **overrides: Any) -> dict[str, Any]:
     return doc
 
 
+def columnar(doc: dict[str, Any]) -> dict[str, Any]:
+    """The same document with its samples as arrays per GPU (sampling schema 2)."""
+    rows = doc["samples"]
+    indices = sorted({g["index"] for sample in rows for g in sample["gpus"]})
+    fields = [k for k in rows[0]["gpus"][0] if k != "index"] if rows else []
+    gpus = [
+        {"index": i, **{f: [next(g.get(f) for g in s["gpus"] if g["index"] == i) for s in rows] for f in fields}}
+        for i in indices
+    ]
+    return {**doc, "schema": SAMPLING_SCHEMA, "samples": {"t": [s["t"] for s in rows], "gpus": gpus}}
+
+
+def laid_out(doc: dict[str, Any], layout: str) -> dict[str, Any]:
+    return columnar(doc) if layout == "columns" else doc
+
+
+LAYOUTS = pytest.mark.parametrize("layout", ["rows", "columns"])
+
+
 def judge(doc: dict[str, Any], profile: str = "A100-SXM-8", gpus: int | None = None):
     cmd = Command(argv=("python3", "-", "--sample", "1", "--", "gpu_burn"), timeout=300, label=SAMPLING_LABEL)
     outputs = [CommandOutput(command=cmd, stdout=json.dumps(doc), stderr="", exit_code=0)]
@@ -81,8 +103,9 @@ def judge(doc: dict[str, Any], profile: str = "A100-SXM-8", gpus: int | None = N
     return run_check(get_check("burn_in"), None, resolve_thresholds("burn_in", profile), outputs, node)
 
 
-def test_the_real_a100_run_with_healthy_telemetry_passes() -> None:
-    _, verdict = judge(sampling_doc(fixture(A100), 8))
+@LAYOUTS
+def test_the_real_a100_run_with_healthy_telemetry_passes(layout: str) -> None:
+    _, verdict = judge(laid_out(sampling_doc(fixture(A100), 8), layout))
     assert verdict.status == PASS, verdict.reason
 
 
@@ -162,27 +185,33 @@ def test_it_errors_on_a_negative_ecc_counter_in_the_telemetry() -> None:
         "impossible evidence: the 'after' probe, GPU 5 ecc_errors.volatile.uncorrected = -1 "
         "(a count must be a non-negative integer)",
     )
+
+
+@LAYOUTS
+def test_it_errors_on_a_fractional_ecc_count_in_the_telemetry(layout: str) -> None:
     doc = sampling_doc(fixture(A100), 8)
     doc["samples"][2]["gpus"][4]["ecc_volatile_uncorrected"] = 0.5
-    _, verdict = judge(doc)
+    _, verdict = judge(laid_out(doc, layout))
     assert verdict.status == ERROR
     assert "sample #2 GPU 4 ecc_volatile_uncorrected = 0.5" in verdict.reason
 
 
-def test_it_errors_on_an_impossible_temperature_in_the_telemetry() -> None:
+@LAYOUTS
+def test_it_errors_on_an_impossible_temperature_in_the_telemetry(layout: str) -> None:
     doc = sampling_doc(fixture(A100), 8)
     doc["samples"][1]["gpus"][2]["temp_gpu"] = 900
-    _, verdict = judge(doc)
+    _, verdict = judge(laid_out(doc, layout))
     assert verdict.status == ERROR
     assert verdict.reason == (
         "impossible evidence: sample #1 GPU 2 temp_gpu = 900 (an NVML temperature must be a number in 0..150)"
     )
 
 
-def test_one_negative_nvml_temperature_cannot_hide_in_a_mean() -> None:
+@LAYOUTS
+def test_one_negative_nvml_temperature_cannot_hide_in_a_mean(layout: str) -> None:
     doc = sampling_doc(fixture(A100), 8)
     doc["samples"][3]["gpus"][6]["temp_memory"] = -1  # NVML temperatures are unsigned
-    _, verdict = judge(doc)
+    _, verdict = judge(laid_out(doc, layout))
     assert verdict.status == ERROR
     assert "sample #3 GPU 6 temp_memory = -1 (an NVML temperature must be a number in 0..150)" in verdict.reason
 

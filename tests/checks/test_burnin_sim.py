@@ -96,7 +96,7 @@ def test_it_errors_when_a_gpu_was_not_burned(sim: SimPaths, tmp_path: Path) -> N
 def test_it_errors_with_no_samples_and_no_gpu_burn_output(sim: SimPaths, tmp_path: Path) -> None:
     _, _, _, outputs = burn(sim, tmp_path)
     doc = json.loads(outputs[0].stdout)
-    doc["samples"] = []
+    doc["samples"] = {"t": [], "gpus": []}  # what the probe prints when NVML reads nothing
     doc["errors"] = ["sample: nvmlInit failed: NVMLError_Unknown"]
     out = outputs[0].__class__(outputs[0].command, json.dumps(doc), "", 0)
     _, verdict = run_check(BurnIn, FAST, None, [out], NODE)

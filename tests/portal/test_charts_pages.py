@@ -16,6 +16,7 @@ from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.inventory.models import Cluster, Node
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, Series
+from portal.runs.packing import pack
 from tests.portal.helpers import add_measurement, set_result
 
 pytestmark = pytest.mark.django_db
@@ -166,10 +167,28 @@ def test_it_downsamples_a_day_of_burn_in_and_keeps_spikes_throttles_and_the_slow
     assert len(response.content) < 1_000_000
 
 
+def test_it_draws_a_stored_series_from_its_downsampled_view(viewer, run) -> None:
+    result = result_of(run, "burn_in")
+    n = 20_000
+    row = Series(
+        result=result, name="temp_gpu", gpu=0, x=[float(t) for t in range(n)], y=[60.0 + t % 5 for t in range(n)]
+    )
+    row.save()  # the view (VIEW_POINTS, LTTB) is made when the points are stored
+    assert 0 < len(row.view()[0]) <= 1500
+    # The chart reads the view alone: without its full points the series is drawn the same.
+    Series.objects.filter(pk=row.pk).update(x_packed=pack([]), y_packed=pack([]))
+
+    figure = viewer.get(reverse("charts:result_figure", args=[result.pk])).json()
+
+    line = next(t for t in figure["data"] if t["mode"] == "lines" and t["name"] == "GPU 0")
+    assert line["x"][0] == 0 and line["x"][-1] == n - 1 and len(line["x"]) <= 1500
+    assert figure["meta"]["stored_points"] == n
+
+
 def test_it_exports_every_point_of_every_series(viewer, run) -> None:
     result = result_of(run, "burn_in")
     burn_in_series(result, 3_000)
-    Series.objects.filter(result=result, name="power_w", gpu=1).update(y=[None] + [600.0] * 2_999)
+    Series.objects.filter(result=result, name="power_w", gpu=1).update(y_packed=pack([None] + [600.0] * 2_999))
 
     csv_response = viewer.get(reverse("charts:series_csv", args=[result.pk]))
     json_response = viewer.get(reverse("charts:series_json", args=[result.pk]))

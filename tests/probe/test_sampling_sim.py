@@ -38,22 +38,30 @@ def run(sim: SimPaths, tmp_path: Path, *args: str, **faults: str | int) -> tuple
     return proc.returncode, json.loads(proc.stdout)
 
 
+def column(data: dict[str, Any], gpu: int, field: str) -> list[Any]:
+    """One GPU's readings of one field (sampling schema 2: an array per GPU per field)."""
+    return next(g[field] for g in data["samples"]["gpus"] if g["index"] == gpu)
+
+
 def steady(data: dict[str, Any], gpu: int, field: str) -> list[Any]:
     """Values in the second half of the samples (after the simulated ramp)."""
-    samples = data["samples"]
-    return [g[field] for s in samples[len(samples) // 2 : -1] for g in s["gpus"] if g["index"] == gpu]
+    values = column(data, gpu, field)
+    return values[len(values) // 2 : -1]
 
 
 def test_it_samples_an_idle_node_for_the_duration(sim: SimPaths, tmp_path: Path) -> None:
     code, data = run(sim, tmp_path, "--sample", "0.5", "--duration", "1.5")
     assert code == 0
-    assert (data["schema"], data["mode"], data["child"], data["errors"]) == (1, "sample", None, [])
+    assert (data["schema"], data["mode"], data["child"], data["errors"]) == (2, "sample", None, [])
     assert data["before"]["gpu_count"] == 8 and data["after"]["gpu_count"] == 8
-    assert 3 <= len(data["samples"]) <= 6
-    first = data["samples"][0]["gpus"][0]
-    assert set(first) == {"index", "temp_gpu", "temp_memory", "power_w", "sm_clock_mhz", "clock_event_reasons",
-                          "ecc_volatile_uncorrected", "ecc_volatile_corrected"}  # fmt: skip
-    assert first["clock_event_reasons"] == 1 and first["temp_gpu"] < 45  # idle
+    times = data["samples"]["t"]
+    assert 3 <= len(times) <= 6 and times == sorted(times)
+    gpus = data["samples"]["gpus"]
+    assert [g["index"] for g in gpus] == list(range(8))
+    assert set(gpus[0]) == {"index", "temp_gpu", "temp_memory", "power_w", "sm_clock_mhz", "clock_event_reasons",
+                            "ecc_volatile_uncorrected", "ecc_volatile_corrected"}  # fmt: skip
+    assert all(len(values) == len(times) for g in gpus for name, values in g.items() if name != "index")
+    assert gpus[0]["clock_event_reasons"][0] == 1 and gpus[0]["temp_gpu"][0] < 45  # idle
 
 
 def test_it_samples_rising_temperatures_under_gpu_burn(sim: SimPaths, tmp_path: Path) -> None:
@@ -61,7 +69,7 @@ def test_it_samples_rising_temperatures_under_gpu_burn(sim: SimPaths, tmp_path: 
     assert code == 0
     assert data["child"]["argv"] == ["gpu_burn", "3"] and data["child"]["exit_code"] == 0
     assert "Tested 8 GPUs:" in data["child"]["stdout"]
-    assert data["samples"][0]["gpus"][0]["temp_gpu"] < 45
+    assert column(data, 0, "temp_gpu")[0] < 45
     assert all(65 <= t <= 72 for t in steady(data, 0, "temp_gpu"))
     assert all(73 <= t <= 80 for t in steady(data, 0, "temp_memory"))
     assert all(650 <= p <= 690 for p in steady(data, 0, "power_w"))
@@ -96,7 +104,7 @@ def test_it_ignores_a_stale_load_marker(sim: SimPaths, tmp_path: Path) -> None:
     write_state(state, node="gpu01")
     Path(str(state) + ".load").write_text(f"{dead.pid}\n")
     _, data = run(sim, tmp_path, "--sample", "0.5", "--duration", "0.5")
-    assert data["samples"][-1]["gpus"][0]["clock_event_reasons"] == 1  # idle, not loaded
+    assert column(data, 0, "clock_event_reasons")[-1] == 1  # idle, not loaded
 
 
 def test_it_kills_the_child_process_group_when_terminated(sim: SimPaths, tmp_path: Path) -> None:

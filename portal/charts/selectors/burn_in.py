@@ -48,11 +48,13 @@ def burn_in_result(*, result: CheckResult, max_points: int = MAX_POINTS) -> Burn
     names = [name for name, _, _ in BURN_METRICS]
     by_name: dict[str, list[Trace]] = {name: [] for name in names}
     stored = drawn = 0
-    for s in Series.objects.filter(result=result, name__in=names).only("name", "gpu", "x", "y").order_by("gpu", "id"):
-        x, y = downsample(s.x, s.y, max_points)
-        stored += len(s.x)
+    rows = Series.objects.filter(result=result, name__in=names).order_by("gpu", "id")
+    for s in rows.only("name", "gpu", "count", "x_packed", "y_packed", "view_packed"):
+        # The stored view (VIEW_POINTS, LTTB) when there is one; older series from every point.
+        x, y = downsample(*s.view(), max_points)
+        stored += s.count
         drawn += len(x)
-        by_name[s.name].append(Trace(gpu=s.gpu, x=x, y=y, points=len(s.x)))
+        by_name[s.name].append(Trace(gpu=s.gpu, x=x, y=y, points=s.count))
     throttles = [
         ThrottleSpan(gpu=m.gpu, reason=m.text, start=float(m.labels["start_t"]), end=float(m.labels["end_t"]))
         for m in Measurement.objects.filter(result=result, name="throttle_event").only("gpu", "text", "labels")

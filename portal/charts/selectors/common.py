@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from checks.presentation import presentation_of
-from portal.runs.models import Run
+from portal.runs.models import VIEW_POINTS, Run
 
 # Telemetry is drawn at this many points per trace at most (LTTB keeps spikes); exports stay whole.
-MAX_POINTS = 1500
+# A stored series keeps a view of that many points (portal/runs/models.py), read instead of all.
+MAX_POINTS = VIEW_POINTS
 # Robust outlier score: |x - median| / (1.4826 * MAD) above this (Iglewicz & Hoaglin's 3.5).
 OUTLIER_Z = 3.5
 MIN_DEVIATION = 0.05

@@ -51,7 +51,15 @@ def nccl_run(*, run: Run, item_key: str) -> NcclData:
     rows = (
         Series.objects.filter(result__run=run, result__item_key=item_key, name="busbw")
         .select_related("result__node")
-        .only("x", "y", "labels", "result__id", "result__scope", "result__node_set", "result__node__hostname")
+        .only(
+            "x_packed",
+            "y_packed",
+            "labels",
+            "result__id",
+            "result__scope",
+            "result__node_set",
+            "result__node__hostname",
+        )
         .order_by("result__node__hostname", "id")
     )
     curves = [
