@@ -151,13 +151,15 @@ class NodeContext:
     """What a check may know about the node it runs on.
 
     `since` is the run's start (Unix seconds): log scanners (Xid) only count events after it.
-    `settings` carries per-cluster configuration a check may need (e.g. sensor names)."""
+    `settings` carries per-cluster configuration a check may need (e.g. sensor names).
+    `rack` (empty when unknown): localisation by halves keeps racks whole (checks/localise.py)."""
 
     hostname: str
     expected_gpus: int | None = None
     address: str = ""
     since: float | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    rack: str = ""
 
 
 @dataclass(frozen=True)
@@ -439,9 +441,10 @@ class GroupCheck(Check):
 
     `commands(params, node)` is not used; `group_commands(params, group)` is. `evaluate` receives
     the launcher's NodeContext; `evaluate_group` receives the GroupContext and is what the executor
-    calls. A check that supports pairwise localisation sets `pairwise = True`: when the group
-    verdict is not pass (or on demand), the executor runs `group_commands` on node pairs and calls
-    `localise(pair_verdicts)` to name the node(s) common to the bad pairs."""
+    calls. A check that supports localisation sets `pairwise = True`: when the group verdict is not
+    pass, the executor runs `group_commands` on halves of the group, then on pairs with nodes that
+    passed, and judges each with `evaluate_group` (checks/localise.py decides which, and names the
+    node(s) whose pairs with a known-good partner are not within spec)."""
 
     scope: ClassVar[str] = "group"
     pairwise: ClassVar[bool] = False
@@ -464,31 +467,3 @@ class GroupCheck(Check):
 
     def evaluate_group(self, measurements: list[Measurement], thresholds: Any, group: GroupContext) -> GroupVerdict:
         raise NotImplementedError
-
-    def localise(self, pair_verdicts: dict[tuple[str, str], Verdict]) -> GroupVerdict:
-        """From the verdicts of node pairs, name the node(s) to blame. Default: nodes all of whose
-        pairs are bad, when at least one pair is good (otherwise the problem is not one node)."""
-        return localise_pairs(pair_verdicts)
-
-
-def localise_pairs(pair_verdicts: dict[tuple[str, str], Verdict]) -> GroupVerdict:
-    if not pair_verdicts:
-        return GroupVerdict(status=ERROR, reason="no node pairs were run: nothing to localise from")
-    bad_pairs = [pair for pair, v in pair_verdicts.items() if v.status in (FAIL, ERROR, WARN)]
-    if not bad_pairs:
-        return GroupVerdict(status=PASS, reason=f"all {len(pair_verdicts)} node pairs within spec")
-    nodes = sorted({n for pair in pair_verdicts for n in pair})
-    suspects = [
-        n for n in nodes if all(pair_verdicts[p].status in (FAIL, ERROR, WARN) for p in pair_verdicts if n in p)
-    ]
-    if not suspects or len(bad_pairs) == len(pair_verdicts):
-        reason = f"{len(bad_pairs)} of {len(pair_verdicts)} node pairs are slow or failing; no single node is common"
-        return GroupVerdict(status=FAIL, reason=reason)
-    node_verdicts = {}
-    for n in suspects:
-        pairs = [p for p in bad_pairs if n in p]
-        peers = ", ".join(sorted(q for p in pairs for q in p if q != n))
-        node_verdicts[n] = Verdict(status=FAIL, reason=f"every pair with {n} is slow or failing (with {peers})")
-    names = ", ".join(suspects)
-    reason = f"localised to {names}: the only node(s) common to the {len(bad_pairs)} bad pairs"
-    return GroupVerdict(status=FAIL, reason=reason, node_verdicts=node_verdicts)

@@ -53,7 +53,6 @@ from checks.base import (
     register,
 )
 from checks.nccl_measure import DEFAULT_PEAK_MIN_BYTES, collective_of, measurements_from, parse_nccl, report_problems
-from checks.nccl_pairs import localise_slow_pairs
 from checks.nccl_params import NcclMultiParams, NcclParams, NcclThresholds
 from checks.nccl_tests import (
     ALGBW_RULE,
@@ -75,7 +74,7 @@ from checks.presentation import (
     highest,
 )
 
-__all__ = ["FAILURE_LINE", "format_size", "localise_slow_pairs", "parse_nccl", "parse_report", "parse_size"]
+__all__ = ["FAILURE_LINE", "format_size", "parse_nccl", "parse_report", "parse_size"]
 
 # The peak floor travels to parse() in the command's environment (parse sees only outputs); the
 # tool ignores it. Outputs without it (a captured file) use the default.
@@ -319,7 +318,7 @@ class NcclAllReduceMulti(GroupCheck, _NcclBase):
     name: ClassVar[str] = "NCCL all-reduce (across nodes)"
     description: ClassVar[str] = (
         "nccl-tests all_reduce_perf across nodes from a launcher (mpirun with a hostfile, or srun), "
-        "one GPU per rank: inter-node bus bandwidth and zero wrong results; slow pairs localise a node."
+        "one GPU per rank: inter-node bus bandwidth and zero wrong results; a slow group is bisected to the node."
     )
     Params: ClassVar[type] = NcclMultiParams
     Thresholds: ClassVar[type] = NcclThresholds
@@ -385,11 +384,8 @@ class NcclAllReduceMulti(GroupCheck, _NcclBase):
         findings += self.judge(measurements, t, where=where)
         verdict = Verdict.from_findings(findings, pass_reason=_pass_reason(measurements, t) + where)
         # One run over the whole group cannot say which node is slow: node_verdicts stays empty and
-        # the executor's pairwise runs (localise) name the node.
+        # the executor's localisation by halves (checks/localise.py) names the node.
         return GroupVerdict(status=verdict.status, reason=verdict.reason, findings=verdict.findings)
-
-    def localise(self, pair_verdicts: dict[tuple[str, str], Verdict]) -> GroupVerdict:
-        return localise_slow_pairs(pair_verdicts)
 
 
 def _common_gpus(group: GroupContext) -> int | None:

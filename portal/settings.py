@@ -176,8 +176,9 @@ if CELERY_BROKER_URL.startswith("redis"):
 # --- Kiln ---------------------------------------------------------------------------------------
 # Seconds to wait for an SSH TCP connect + handshake before calling a node unreachable.
 KILN_SSH_CONNECT_TIMEOUT = env.float("KILN_SSH_CONNECT_TIMEOUT", default=10)
-# Node pairs run at once by pairwise localisation, from one SSH connection to the launcher: below
-# OpenSSH's MaxSessions default of 10 sessions per connection (sshd_config(5)), with room to spare.
+# Sub-runs (halves of a slow group, node pairs) run at once by localisation (checks/localise.py), from
+# one SSH connection to the launcher: below OpenSSH's MaxSessions default of 10 sessions per
+# connection (sshd_config(5)), with room to spare. The name is kept from when only pairs ran.
 KILN_PAIR_PARALLELISM = env.int("KILN_PAIR_PARALLELISM", default=8)
 # Characters of the display copy of a result's stdout/stderr (pages, exports): enough for a probe or
 # a tool table, bounded. The exact bytes as read (worker/ssh.py caps those at 16 MiB per stream) are

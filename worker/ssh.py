@@ -258,7 +258,7 @@ class SSHTransport:
 
     def _open_session(self, transport: paramiko.Transport, liveness: Liveness | None) -> paramiko.Channel:
         """A new session on the connection. Refused while other commands of ours hold sessions:
-        SessionRefusedError (sshd's MaxSessions; localisation then runs fewer pairs at once). Refused
+        SessionRefusedError (sshd's MaxSessions; localisation then runs fewer sub-runs at once). Refused
         with none of ours open: our last session's close is still on its way to sshd, so a few
         short retries (a node with MaxSessions 1 refused back-to-back commands otherwise)."""
         for wait in (0.05, 0.1, 0.2, None):

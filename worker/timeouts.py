@@ -9,7 +9,7 @@ On the default threads pool (portal/settings.py, CELERY_WORKER_POOL) Celery does
 soft and hard limits: a thread cannot be interrupted. Nothing depends on them there. Every command
 is bounded on the node by `timeout -k` and in the worker by the channel backstop
 (worker/ssh.py: budget + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S), every connect by
-KILN_SSH_CONNECT_TIMEOUT, and a group task stops starting pair rounds by its own clock
+KILN_SSH_CONNECT_TIMEOUT, and a group task stops starting localisation rounds by its own clock
 (`time_budget_s`), so a node task ends by the soft limit computed here without being told to. The
 limits still travel with each message (a prefork worker, KILN_WORKER_POOL=prefork, enforces them)
 and the reaper judges a result that outlives its deadline by them; the tasks' SoftTimeLimitExceeded
@@ -39,9 +39,9 @@ def group_task_limits(
     *, run_budget_s: float, runs_wanted: int, connect_timeout: float, visibility: int | None
 ) -> tuple[int, int]:
     """(soft, hard) limits for a group check's task: the group run and up to `runs_wanted - 1`
-    rounds of node pairs, each round `run_budget_s` long (its commands' budgets with their kill
-    grace and backstop, as portal.runs.pairs.pair_run_budget counts them). Capped below the
-    broker's visibility timeout: the task stops starting pair rounds that would not fit, and says
+    rounds of localisation sub-runs, each round `run_budget_s` long (its commands' budgets with
+    their kill grace and backstop, as portal.runs.pairs.subrun_budget counts them). Capped below the
+    broker's visibility timeout: the task stops starting rounds that would not fit, and says
     so; the group run itself always fits, because run_start refused plans whose node tasks would not."""
     slack = settings.KILN_TASK_SLACK_S
     runs = max(1, runs_wanted)

@@ -25,7 +25,7 @@ CHANNEL_SLACK_S = 5
 # checks/probe/SCHEMA.md; one object per sample, before, it was ~60 MB and was cut). Past it
 # the first 3/4 and the last 1/4 are kept, the middle is read and dropped, a marker line says how
 # much was cut, and CommandOutput.truncated is set: a runaway tool cannot exhaust the worker's
-# memory (8 localisation pairs at once: at most 2 x 8 x 16 MiB). KILN_COMMAND_OUTPUT_CAP overrides:
+# memory (8 localisation sub-runs at once: at most 2 x 8 x 16 MiB). KILN_COMMAND_OUTPUT_CAP overrides:
 # read from the environment here, not settings, because this layer also runs without Django (bench,
 # testbed) and takes nothing from the portal.
 DEFAULT_OUTPUT_CAP = int(os.environ.get("KILN_COMMAND_OUTPUT_CAP", str(16 * 1024 * 1024)))

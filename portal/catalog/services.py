@@ -46,7 +46,7 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
     "nccl-allreduce-multi": (
         "nccl_allreduce_multi",
         "NCCL all-reduce (across nodes)",
-        "all_reduce_perf across the run's nodes from a launcher; slow runs are localised by node pairs.",
+        "all_reduce_perf across the run's nodes from a launcher; a slow run is bisected to the node at fault.",
     ),
     "fs-aggregate": (
         "fs_aggregate",

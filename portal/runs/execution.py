@@ -166,6 +166,7 @@ def node_context(run: Run, node: Node) -> NodeContext:
         address=node.address,
         since=started.timestamp() if started else None,
         settings=dict(node.cluster.check_settings or {}),
+        rack=node.rack,
     )
 
 

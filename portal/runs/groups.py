@@ -1,5 +1,5 @@
 """Running a run's multi-node checks: one check from its launcher over the run's reachable nodes,
-pairwise localisation when the group is not healthy (portal/runs/pairs.py), one result recorded
+localisation by halves when the group is not healthy (portal/runs/pairs.py), one result recorded
 for the group with per-node attribution. Also a whole run in this process (kiln_run --inline).
 
 Like the node execution (portal/runs/execution.py), database work is done in short phases and
@@ -53,8 +53,8 @@ def execute_group(*, run_id: int, result_id: int, claim: str, time_budget_s: flo
 
     Nodes whose per-node checks ended in `error` (unreachable, hung) are left out, so one dead
     node does not fail the collective for everyone; they are named in the reason. When the
-    check supports it and the group is not healthy, node pairs are run to localise the culprit,
-    within `time_budget_s` from now (the task's soft limit less its slack; None: no limit).
+    check supports it and the group is not healthy, halves of the group, then pairs, are run to
+    localise the culprit, within `time_budget_s` from now (the task's soft limit less its slack; None: no limit).
     """
     deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
     with db_phase("claim"):
@@ -100,7 +100,7 @@ def _execute_group_held(
     try:
         leases.stop_taken_over(transport=transport.inner, results=[result], label=launcher.hostname)
         holding.begin(result)
-        done = _run_group(check, params, thresholds, transport, group, item=item, deadline=deadline)
+        done = _run_group(check, params, thresholds, transport, group, deadline=deadline)
     except TransportError as exc:
         return _record_error(result, claim, _launcher_error(launcher, exc))
     finally:
@@ -131,30 +131,35 @@ def _run_group(
     transport: Transport,
     group: GroupContext,
     *,
-    item: dict[str, Any],
     deadline: float | None,
 ) -> _GroupRun:
-    """The group run, then the pairs that localise a culprit when the check supports it and the
-    group is not healthy (or the plan asks for them always)."""
+    """The group run, then the sub-runs (halves, then pairs) that localise a culprit when the check
+    supports it and the group is not healthy."""
     outputs = run_commands(transport, check.group_commands(params, group))
     measurements, verdict = run_group_check(check, params, thresholds, outputs, group)
     done = _GroupRun(outputs, measurements, verdict, dict(getattr(verdict, "node_verdicts", {}) or {}))
-    wanted = verdict.status != PASS or item["params"].get("pairwise_always")
-    if not (check.pairwise and len(group.nodes) >= 3 and wanted):
+    if not (check.pairwise and len(group.nodes) >= 3 and verdict.status != PASS):
         return done
     try:
-        pair_outputs, pair_measurements, localised = localise(
-            check, params, thresholds, transport, group, parallelism=settings.KILN_PAIR_PARALLELISM, deadline=deadline
+        sub_outputs, sub_measurements, localised = localise(
+            check,
+            params,
+            thresholds,
+            transport,
+            group,
+            root=verdict,
+            parallelism=settings.KILN_PAIR_PARALLELISM,
+            deadline=deadline,
         )
     except TransportError as exc:
         # The group run stands; only the localisation could not be done.
-        why = f"pairwise localisation not done: launcher {group.launcher.hostname}: {exc.kind}: {exc.message}"
+        why = f"localisation not done: launcher {group.launcher.hostname}: {exc.kind}: {exc.message}"
         done.verdict = Verdict(status=verdict.status, reason=f"{verdict.reason}; {why}" if verdict.reason else why)
         return done
-    done.outputs += pair_outputs
-    done.measurements += pair_measurements
+    done.outputs += sub_outputs
+    done.measurements += sub_measurements
     done.attribution.update(localised.node_verdicts)
-    merged = [verdict.status, localised.status] if pair_outputs else [verdict.status]
+    merged = [verdict.status, localised.status] if sub_outputs else [verdict.status]
     done.verdict = Verdict(status=worst_status(merged), reason=_join(verdict, localised))
     return done
 
@@ -186,7 +191,7 @@ def group_members(run: Run) -> tuple[list[Node], list[str]]:
 
 
 def _join(group: Verdict, localised: Verdict) -> str:
-    return f"{group.reason}; pairwise: {localised.reason}" if group.reason else localised.reason
+    return f"{group.reason}; localisation: {localised.reason}" if group.reason else localised.reason
 
 
 def execute_run_inline(*, run_id: int, node_ids: list[int], max_workers: int = 32) -> None:

@@ -1,29 +1,32 @@
-"""Pairwise localisation of a multi-node check: which node slows the group.
+"""Localising a slow multi-node check by halves: the running (checks/localise.py decides what to run).
 
-Ring pairs first (each node in two pairs), then every suspect paired once more with a node already
-cleared by a good pair, all over the launcher's one connection. No database access here: the
-group execution (portal/runs/groups.py) records what this returns.
+When a group run is not within spec, its nodes are split in halves (by rack first, then by node),
+the halves run as group tests at once (disjoint node sets, `parallelism` at a time over the
+launcher's one connection), the halves that are not within spec are split again, and the last
+suspects are paired with nodes that passed: one slow node among N is named in O(log N) rounds.
+Every sub-run's outputs and measurements are kept, its measurements labelled with its round and
+nodes (and `pair` for a pair), plus one `localise_status` measurement per sub-run. No database
+access here: the group execution (portal/runs/groups.py) records what this returns.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
+from ClusterShell.NodeSet import NodeSet
 from django.conf import settings
 
+from checks import localise as bisect
 from checks.base import (
-    PASS,
     Command,
     CommandOutput,
     GroupCheck,
     GroupContext,
     GroupVerdict,
     Measurement,
-    NodeContext,
     Verdict,
     get_group_check,
     run_group_check,
@@ -31,9 +34,7 @@ from checks.base import (
 from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, SessionRefusedError, Transport
 from worker.timeouts import group_task_limits
 
-T = TypeVar("T")
-Pair = tuple[str, str]
-PairOutcome = tuple[list[CommandOutput], list[Measurement], Verdict]
+SubOutcome = tuple[list[CommandOutput], list[Measurement], Verdict]
 
 
 def run_commands(transport: Transport, commands: list[Command]) -> list[CommandOutput]:
@@ -47,58 +48,32 @@ def run_commands(transport: Transport, commands: list[Command]) -> list[CommandO
     return outputs
 
 
-def ring_pairs(nodes: Sequence[T]) -> list[tuple[T, T]]:
-    """Each node with its successor (wrapping): every node is in exactly two pairs, n runs in all."""
-    if len(nodes) == 3:
-        return [(nodes[0], nodes[1]), (nodes[1], nodes[2]), (nodes[0], nodes[2])]
-    return [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
-
-
-def pair_batches(pairs: Sequence[tuple[T, T]], parallelism: int) -> list[list[tuple[T, T]]]:
-    """The pairs in batches that run at once: disjoint (a node in two concurrent pairs would split
-    its bandwidth between them), at most `parallelism` each, in the given order otherwise."""
-    batches: list[list[tuple[T, T]]] = []
-    pending = list(pairs)
-    while pending:
-        batch: list[tuple[T, T]] = []
-        busy: set[T] = set()
-        later: list[tuple[T, T]] = []
-        for a, b in pending:
-            if len(batch) < max(1, parallelism) and a not in busy and b not in busy:
-                batch.append((a, b))
-                busy.update((a, b))
-            else:
-                later.append((a, b))
-        batches.append(batch)
-        pending = later
-    return batches
-
-
-def pair_run_budget(check: GroupCheck, params: Any) -> float:
-    """Seconds one pair run may take: its commands' budgets with their kill grace and backstop."""
+def subrun_budget(check: GroupCheck, params: Any) -> float:
+    """Seconds one sub-run may take: its commands' budgets with their kill grace and backstop (the
+    commands' timeouts do not depend on how many nodes run them)."""
     return sum(c.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S for c in check.stand_in_commands(params))
 
 
 def group_item_limits(*, item: dict[str, Any], node_count: int) -> tuple[int, int]:
-    """(soft, hard) Celery limits of a group check's task over `node_count` nodes: the group run,
-    the ring of pairs in rounds and as many verification rounds, capped below the broker's
-    visibility timeout. The dispatcher enqueues with these and the reaper judges by them."""
+    """(soft, hard) Celery limits of a group check's task over `node_count` nodes: the group run and
+    the rounds of localisation by halves (checks/localise.py budget_rounds), capped below the
+    broker's visibility timeout. The dispatcher enqueues with these and the reaper judges by them."""
     check = get_group_check(item["kind"])
-    ring_rounds = (
-        len(pair_batches(ring_pairs(range(node_count)), settings.KILN_PAIR_PARALLELISM))
+    rounds = (
+        bisect.budget_rounds(node_count, capacity=settings.KILN_PAIR_PARALLELISM)
         if check.pairwise and node_count >= 3
         else 0
     )
     return group_task_limits(
-        run_budget_s=pair_run_budget(check, check.make_params(item["params"])),
-        runs_wanted=1 + 2 * ring_rounds,
+        run_budget_s=subrun_budget(check, check.make_params(item["params"])),
+        runs_wanted=1 + rounds,
         connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
         visibility=getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}).get("visibility_timeout"),
     )
 
 
-class _Localiser:
-    """One localisation: the pairs run so far, their outputs, and how many were left out."""
+class _Runner:
+    """Runs the sub-runs of one localisation and keeps their outputs and measurements."""
 
     def __init__(
         self,
@@ -109,110 +84,56 @@ class _Localiser:
         group: GroupContext,
         *,
         parallelism: int,
-        deadline: float | None,
     ) -> None:
         self.check, self.params, self.thresholds = check, params, thresholds
-        self.transport, self.group, self.deadline = transport, group, deadline
+        self.transport, self.group = transport, group
+        self.by_name = {n.hostname: n for n in group.nodes}
         self.outputs: list[CommandOutput] = []
         self.measurements: list[Measurement] = []
-        self.pair_verdicts: dict[Pair, Verdict] = {}
-        self.by_name = {n.hostname: n for n in group.nodes}
-        self.budget = pair_run_budget(check, params)
-        self.not_run = 0
-        self.tags = itertools.count()
         self.at_once = max(1, parallelism)
         self.refused_note = ""
 
-    def run_pair(self, index: int, a: NodeContext, b: NodeContext) -> PairOutcome:
-        pair = GroupContext(nodes=(a, b), launcher=self.group.launcher, tag=f"{self.group.tag}-pair{index}")
-        pair_outputs = run_commands(self.transport, self.check.group_commands(self.params, pair))
-        pair_measurements, pair_verdict = run_group_check(self.check, self.params, self.thresholds, pair_outputs, pair)
-        label = f"{a.hostname},{b.hostname}"
-        for m in pair_measurements:
-            m.labels = {**(m.labels or {}), "pair": label}
-        pair_measurements.append(
-            Measurement(
-                name="pair_status",
-                text=pair_verdict.status,
-                labels={"pair": label, "reason": pair_verdict.reason[:200]},
-            )
+    def run_one(self, run: bisect.SubRun, round_no: int, index: int) -> SubOutcome:
+        nodes = tuple(self.by_name[h] for h in run.nodes)
+        sub = GroupContext(nodes=nodes, launcher=self.group.launcher, tag=f"{self.group.tag}-r{round_no}-{index}")
+        outputs = run_commands(self.transport, self.check.group_commands(self.params, sub))
+        measurements, verdict = run_group_check(self.check, self.params, self.thresholds, outputs, sub)
+        labels = {"round": str(round_no), "nodes": str(NodeSet.fromlist(list(run.nodes)))}
+        if run.is_pair:
+            labels["pair"] = ",".join(run.nodes)
+        for m in measurements:
+            m.labels = {**(m.labels or {}), **labels}
+        status = Measurement(
+            name="localise_status", text=verdict.status, labels={**labels, "reason": verdict.reason[:200]}
         )
-        return pair_outputs, pair_measurements, pair_verdict
+        return outputs, [*measurements, status], verdict
 
-    def run_batch(self, batch: list[Pair]) -> list[Pair]:
-        """Runs one batch and records its pairs; returns the pairs the launcher refused a session."""
-        jobs = [(next(self.tags), self.by_name[a], self.by_name[b]) for a, b in batch]
-        if len(jobs) == 1:
-            done: list[Any] = [self.run_pair(*jobs[0])]
+    def run_round(self, round_no: int, runs: Sequence[bisect.SubRun]) -> list[tuple[bisect.SubRun, Verdict]]:
+        """Runs one round at once and keeps what it produced; returns the sub-runs that ran with
+        their verdicts (those the launcher refused a session are left out, to be planned again)."""
+        if len(runs) == 1:
+            done: list[Any] = [self.run_one(runs[0], round_no, 0)]
         else:
-            with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="kiln-pair") as pool:
-                futures = [pool.submit(self.run_pair, *job) for job in jobs]
+            with ThreadPoolExecutor(max_workers=len(runs), thread_name_prefix="kiln-localise") as pool:
+                futures = [pool.submit(self.run_one, run, round_no, i) for i, run in enumerate(runs)]
             done = [f.exception() or f.result() for f in futures]
-        refused: list[Pair] = []
-        for (_, a, b), outcome in zip(jobs, done, strict=True):
+        ran: list[tuple[bisect.SubRun, Verdict]] = []
+        refused = 0
+        for run, outcome in zip(runs, done, strict=True):
             if isinstance(outcome, SessionRefusedError) and self.at_once > 1:
-                refused.append((a.hostname, b.hostname))
+                refused += 1
                 continue
             if isinstance(outcome, BaseException):
                 raise outcome
-            pair_outputs, pair_measurements, pair_verdict = outcome
-            self.outputs.extend(pair_outputs)
-            self.measurements.extend(pair_measurements)
-            self.pair_verdicts[(a.hostname, b.hostname)] = pair_verdict
+            outputs, measurements, verdict = outcome
+            self.outputs.extend(outputs)
+            self.measurements.extend(measurements)
+            ran.append((run, verdict))
         if refused:
             # The launcher's sshd allows fewer sessions per connection (MaxSessions): fewer at once.
-            self.at_once = max(1, min(self.at_once, len(batch)) // 2)
-            self.refused_note = f"the launcher refused more sessions; pairs ran {self.at_once} at a time"
-        return refused
-
-    def run_pairs(self, pairs: list[Pair]) -> None:
-        pending = list(pairs)
-        while pending:
-            if self.deadline is not None and time.monotonic() + self.budget > self.deadline:
-                self.not_run += len(pending)
-                return
-            batch = pair_batches(pending, self.at_once)[0]
-            refused = self.run_batch(batch)
-            pending = refused + [pair for pair in pending if pair not in batch]
-
-    def verification_pairs(self) -> list[Pair]:
-        """Each suspect with a node cleared by a good pair that it has not been paired with yet."""
-        cleared = sorted({n for pair, v in self.pair_verdicts.items() if v.status == PASS for n in pair})
-        if not cleared:
-            return []
-        verification: list[Pair] = []
-        for index, suspect in enumerate(sorted(self.check.localise(self.pair_verdicts).node_verdicts)):
-            partners = [c for c in cleared if c != suspect and (suspect, c) not in self.pair_verdicts]
-            partners = [c for c in partners if (c, suspect) not in self.pair_verdicts]
-            if partners:
-                verification.append((suspect, partners[index % len(partners)]))
-        return verification
-
-    def clear_good_partners(self, localised: GroupVerdict) -> None:
-        """Clear the others by name: a node with a good pair is not the one slowing the group."""
-        if not localised.node_verdicts:
-            return
-        suspects = set(localised.node_verdicts)
-        for (a, b), verdict in self.pair_verdicts.items():
-            if verdict.status != PASS:
-                continue
-            for node, peer in ((a, b), (b, a)):
-                if node not in suspects and node not in localised.node_verdicts:
-                    localised.node_verdicts[node] = Verdict(status=PASS, reason=f"pair with {peer} within spec")
-
-    def cut_short(self, localised: GroupVerdict, *, ring_complete: bool) -> GroupVerdict:
-        """A localisation the time budget cut short says so, and its suspects are unverified."""
-        cut = f"localisation cut short by the task's time budget: {self.not_run} pair run(s) left out"
-        if not ring_complete:
-            cut += ", and no verification pairs"
-        for node, verdict in localised.node_verdicts.items():
-            if verdict.status != PASS:
-                localised.node_verdicts[node] = Verdict(status=verdict.status, reason=f"{verdict.reason} (unverified)")
-        return _noted(localised, f"{localised.reason}; {cut}" if localised.reason else cut)
-
-
-def _noted(verdict: GroupVerdict, reason: str) -> GroupVerdict:
-    return GroupVerdict(status=verdict.status, reason=reason, node_verdicts=verdict.node_verdicts)
+            self.at_once = max(1, min(self.at_once, len(runs)) // 2)
+            self.refused_note = f"the launcher refused more sessions; sub-runs ran {self.at_once} at a time"
+        return ran
 
 
 def localise(
@@ -222,26 +143,32 @@ def localise(
     transport: Transport,
     group: GroupContext,
     *,
+    root: Verdict,
     parallelism: int = 1,
     deadline: float | None = None,
 ) -> tuple[list[CommandOutput], list[Measurement], GroupVerdict]:
-    """Ring pairs first (each node in two pairs); then every suspect is paired once more with a node
-    already cleared by a good pair. A node sitting between two bad nodes has only bad ring pairs;
-    the extra pair clears it, so only nodes bad with a known-good partner are named.
-
-    Disjoint pairs run `parallelism` at a time over the launcher's connection. A batch that could
-    not finish before `deadline` (monotonic) is not started; the verdict says how many pairs were
-    left out, so a cut-short localisation is never mistaken for a complete one."""
-    run = _Localiser(check, params, thresholds, transport, group, parallelism=parallelism, deadline=deadline)
-    run.run_pairs(ring_pairs([n.hostname for n in group.nodes]))
-    ring_complete = not run.not_run
-    if ring_complete:
-        run.run_pairs(run.verification_pairs())
-    localised = check.localise(run.pair_verdicts)
-    run.clear_good_partners(localised)
-    if run.refused_note:
-        note = run.refused_note
-        localised = _noted(localised, f"{localised.reason} ({note})" if localised.reason else note)
-    if run.not_run:
-        localised = run.cut_short(localised, ring_complete=ring_complete)
-    return run.outputs, run.measurements, localised
+    """Name the node(s) that keep `group` (whose run together gave `root`) out of spec, by halves
+    (checks/localise.py). Disjoint sub-runs run `parallelism` at a time over the launcher's
+    connection. A round that could not finish before `deadline` (monotonic) is not started; the
+    verdict then says which nodes were not localised, so a cut-short search is never mistaken for
+    a complete one."""
+    runner = _Runner(check, params, thresholds, transport, group, parallelism=parallelism)
+    state = bisect.start(group.hostnames, root, {n.hostname: n.rack for n in group.nodes})
+    budget = subrun_budget(check, params)
+    cut_short = False
+    # A backstop against a planner that would never stop: no search takes more rounds than this.
+    most_rounds = 4 * len(group.nodes) + 8
+    while state.rounds < most_rounds:
+        runs = bisect.plan(state, capacity=runner.at_once)
+        if not runs:
+            break
+        if deadline is not None and time.monotonic() + budget > deadline:
+            cut_short = True
+            break
+        bisect.record(state, runner.run_round(state.rounds + 1, runs))
+    localised = bisect.conclude(state, cut_short=cut_short)
+    if runner.refused_note:
+        note = runner.refused_note
+        reason = f"{localised.reason} ({note})" if localised.reason else note
+        localised = GroupVerdict(status=localised.status, reason=reason, node_verdicts=localised.node_verdicts)
+    return runner.outputs, runner.measurements, localised

@@ -1,4 +1,5 @@
-"""nccl_allreduce / nccl_allreduce_multi: commands, verdicts, pairwise localisation (no simulator)."""
+"""nccl_allreduce / nccl_allreduce_multi: commands and verdicts (no simulator; localisation by halves:
+tests/checks/test_localise.py, and on the simulator tests/checks/test_nccl_sim.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 import checks.nccl  # noqa: F401  (registers the checks until checks/__init__ imports the module)
 from checks import __main__ as cli
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, GroupContext, NodeContext, ParamsError, Verdict
-from checks.nccl import PEAK_ENV, WRITE_HOSTFILE_SCRIPT, hostfile_path, localise_slow_pairs
+from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, GroupContext, NodeContext, ParamsError
+from checks.nccl import PEAK_ENV, WRITE_HOSTFILE_SCRIPT, hostfile_path
 from checks.profiles import resolve_params, resolve_thresholds
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-tests"
@@ -310,56 +311,6 @@ def test_it_errors_when_writing_the_hostfile_failed() -> None:
 def test_it_passes_the_a100_pairwise_fixture_on_the_a100_floor() -> None:
     _, verdict = judge_group(fixture(A100_2NODE), "A100-SXM-8", hosts=("{host1}", "{host2}"))
     assert verdict.status == PASS
-
-
-# --- localisation -------------------------------------------------------------------------------
-
-HOSTS = [f"gpu0{i}" for i in range(1, 7)]
-
-
-def all_pairs(bad_node: str | None) -> dict[tuple[str, str], Verdict]:
-    out = {}
-    for i, a in enumerate(HOSTS):
-        for b in HOSTS[i + 1 :]:
-            slow = bad_node in (a, b)
-            out[(a, b)] = (
-                Verdict(FAIL, "busbw 150.0 GB/s at 8 GiB below the 300 GB/s floor") if slow else Verdict(PASS, "ok")
-            )
-    return out
-
-
-def test_it_localises_the_one_node_common_to_the_slow_pairs() -> None:
-    verdict = localise_slow_pairs(all_pairs("gpu04"))
-    assert verdict.status == FAIL
-    assert list(verdict.node_verdicts) == ["gpu04"]
-    assert verdict.reason.startswith("localised to gpu04:")
-    assert "with gpu01, gpu02, gpu03, gpu05, gpu06" in verdict.node_verdicts["gpu04"].reason
-
-
-def test_it_passes_when_every_pair_passes() -> None:
-    verdict = localise_slow_pairs(all_pairs(None))
-    assert (verdict.status, verdict.reason) == (PASS, "all 15 node pairs within spec")
-
-
-def test_it_blames_no_node_when_every_pair_is_slow() -> None:
-    verdict = get_check("nccl_allreduce_multi").localise({p: Verdict(FAIL, "slow") for p in all_pairs(None)})
-    assert verdict.status == FAIL and verdict.node_verdicts == {}
-    assert "no single node is to blame" in verdict.reason
-
-
-def test_it_cannot_split_a_slow_pair_of_otherwise_untested_nodes() -> None:
-    pairs = {("gpu01", "gpu02"): Verdict(FAIL, "slow"), ("gpu03", "gpu04"): Verdict(PASS, "ok")}
-    verdict = localise_slow_pairs(pairs)
-    assert verdict.status == FAIL and verdict.node_verdicts == {}
-    assert verdict.reason == (
-        "1 of 2 node pairs are slow or failing (gpu01+gpu02); no node is common to them that other pairs clear"
-    )
-
-
-def test_it_localises_in_a_ring_of_pairs() -> None:
-    ring = [(HOSTS[i], HOSTS[(i + 1) % 6]) for i in range(6)]
-    verdict = localise_slow_pairs({p: Verdict(FAIL if "gpu03" in p else PASS, "r") for p in ring})
-    assert list(verdict.node_verdicts) == ["gpu03"]
 
 
 def test_it_judges_its_own_floor_when_the_tool_failed_its_nccl_tests_min_bw() -> None:

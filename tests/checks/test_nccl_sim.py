@@ -5,7 +5,6 @@ Fast-run params (sizes 1 MiB .. 1 GiB, peak judged from 512 MiB) keep every swee
 
 from __future__ import annotations
 
-import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,8 @@ from typing import Any
 import pytest
 
 import checks.nccl  # noqa: F401  (registers the checks until checks/__init__ imports the module)
-from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, GroupContext, NodeContext, Verdict
+from checks import get_check, localise, run_check
+from checks.base import ERROR, FAIL, PASS, GroupContext, NodeContext
 from checks.nccl import hostfile_path
 from checks.profiles import resolve_thresholds
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
@@ -173,19 +172,25 @@ def test_it_fails_a_group_with_wrong_results(cluster: Cluster) -> None:
     )
 
 
-def test_it_localises_the_slow_node_from_pairs(cluster: Cluster) -> None:
+def test_it_localises_the_slow_node_by_halves(cluster: Cluster) -> None:
+    """The planner (checks/localise.py) fed with the simulator's real runs of halves and pairs."""
     cluster.node("gpu04", net_slow_factor=0.5)
-    check = get_check("nccl_allreduce_multi")
-    pair_verdicts: dict[tuple[str, str], Verdict] = {}
-    for a, b in itertools.combinations(HOSTS, 2):
-        outputs, verdict = run_group(cluster, [a, b], f"pair-{a}-{b}")
-        assert outputs[0].command.stdin == f"{a} slots=8\n{b} slots=8\n"
-        pair_verdicts[(a, b)] = verdict
-    assert sum(v.status == FAIL for v in pair_verdicts.values()) == 5
-    localised = check.localise(pair_verdicts)
+    _, root = run_group(cluster, HOSTS, "all")
+    assert root.status == FAIL
+    state = localise.start(HOSTS, root)
+    while runs := localise.plan(state, capacity=8):
+        done = []
+        for index, run in enumerate(runs):
+            outputs, verdict = run_group(cluster, list(run.nodes), f"r{state.rounds + 1}-{index}")
+            assert outputs[0].command.stdin == "".join(f"{h} slots=8\n" for h in run.nodes)
+            done.append((run, verdict))
+        localise.record(state, done)
+    localised = localise.conclude(state)
     assert localised.status == FAIL
-    assert list(localised.node_verdicts) == ["gpu04"]
-    assert localised.reason.startswith("localised to gpu04:")
+    assert {h for h, v in localised.node_verdicts.items() if v.status != PASS} == {"gpu04"}
+    assert "busbw" in localised.node_verdicts["gpu04"].reason
+    assert localised.reason.startswith("localised to gpu04 by halves")
+    assert [r.nodes for r in state.runs if r.round == 1] == [("gpu01", "gpu02", "gpu03"), ("gpu04", "gpu05", "gpu06")]
 
 
 def test_it_errors_when_mpirun_lacks_slots(cluster: Cluster) -> None:

@@ -1,7 +1,7 @@
 """No threshold means "not judged": warn at most, never a bare pass.
 
 Before: with the `generic` profile fs_throughput passed any rate and ib_ports passed 1 of 8 ports
-active, with no word that nothing was judged; localise_pairs passed zero pairs.
+active, with no word that nothing was judged; localising from zero node pairs passed.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from checks.base import (
     Measurement,
     NodeContext,
     Verdict,
-    localise_pairs,
 )
 from checks.filesystem import FsAggregate
 from checks.infiniband import IbPorts
+from checks.localise import conclude, simulate, start
 from checks.profiles import resolve_thresholds
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -222,12 +222,10 @@ def test_the_backstop_errors_on_an_impossible_value_before_evaluate() -> None:
     )
 
 
-def test_localise_pairs_with_no_pairs_is_an_error_not_a_pass() -> None:
-    verdict = localise_pairs({})
-    assert verdict.status == ERROR
-    assert verdict.reason == "no node pairs were run: nothing to localise from"
-    # With pairs it still localises.
-    bad = Verdict(FAIL, "slow")
-    good = Verdict(PASS, "ok")
-    blamed = localise_pairs({("a", "b"): bad, ("a", "c"): bad, ("b", "c"): good})
-    assert (blamed.status, list(blamed.node_verdicts)) == (FAIL, ["a"])
+def test_a_localisation_that_ran_nothing_is_an_error_not_a_pass() -> None:
+    verdict = conclude(start(["a", "b", "c"], Verdict(FAIL, "slow")))
+    assert verdict.status == ERROR and verdict.node_verdicts == {}
+    assert verdict.reason.startswith("no sub-run was run")
+    # With sub-runs it still localises.
+    blamed = conclude(simulate(["a", "b", "c"], lambda nodes: "a" in nodes, capacity=8))
+    assert (blamed.status, [h for h, v in blamed.node_verdicts.items() if v.status != PASS]) == (FAIL, ["a"])
