@@ -164,8 +164,8 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
     from portal.health.services import health_evaluate_run, risks_refresh
     from portal.health.signals import run_saved
     from portal.runs import selectors
-    from portal.runs.finalize import run_finalize
-    from portal.runs.models import Run
+    from portal.runs.finalize import CROSS_NODE_EVENT, run_finalize
+    from portal.runs.models import Measurement, Run, RunEvent
 
     runs = list(Run.objects.filter(cluster=cluster).order_by("-id")[:2])
     run, previous = runs[0], runs[1] if len(runs) > 1 else runs[0]
@@ -181,6 +181,9 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
     def close() -> int:
         """The run's own closing; its consumers (node health, trends) are the next line."""
         Run.objects.filter(pk=run.pk).update(status="running", finished_at=None)
+        # Undo the cross-node step's marks, so every repetition applies consensus and outliers again.
+        RunEvent.objects.filter(run_id=run.pk, kind=CROSS_NODE_EVENT).delete()
+        Measurement.objects.filter(result__run_id=run.pk, name="outlier_z").delete()
         post_save.disconnect(sender=Run, dispatch_uid="health_run_saved")
         try:
             run_finalize(run_id=run.pk, dispatch=False)
