@@ -56,6 +56,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--reuse", action="store_true", help="keep a database this bench seeded before")
+    parser.add_argument("--only", default="", help="time only the actions whose label contains this text")
     parser.add_argument(
         "--database-url",
         default=os.environ.get("KILN_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/kiln_bench_history"),
@@ -241,8 +242,12 @@ def main() -> int:
         f"{'action':<36} | {args.nodes} nodes: ms  queries      KiB  peak MB | {args.peer} nodes: ms | ratio | target"
     )
     over = []
+    measured = 0
     big, peer = actions(clusters["big"], client), actions(clusters["peer"], client)
     for (label, target, action, memory), (_, _, peer_action, _) in zip(big, peer, strict=True):
+        if args.only not in label:
+            continue
+        measured += 1
         ms, queries, size = timed(action, args.repeat)
         peer_ms, _, _ = timed(peer_action, args.repeat)
         mb = peak_mb(action) if memory else None
@@ -257,7 +262,7 @@ def main() -> int:
             ),
             flush=True,
         )
-    print(f"history {args.nodes} nodes x {args.runs} runs: {len(over)} of {len(big)} over target ({', '.join(over)})")
+    print(f"history {args.nodes} nodes x {args.runs} runs: {len(over)} of {measured} over target ({', '.join(over)})")
     return 0
 
 
