@@ -95,6 +95,7 @@ def seed_runs(cluster: Any, template: Any, runs: int, *, say: Any = print) -> li
             _copy_results(cursor, run.pk, cluster.pk, template.pk, template_node, node_set, shift)
             _copy_children(cursor, run.pk, template.pk, template_node)
             _copy_metric_list(cursor, run.pk, template.pk)
+            _write_summary(cursor, run.pk)
         ids.append(run.pk)
         say(f"  {cluster.name}: run {index + 1}/{runs} seeded in {time.perf_counter() - t0:.1f} s")
     with connection.cursor() as cursor:
@@ -170,6 +171,22 @@ def _copy_metric_list(cursor: Any, run_id: int, template_id: int) -> None:
     cursor.execute(
         f"INSERT INTO {table} ({columns}) SELECT {select} FROM {table} m WHERE m.run_id = %(template)s",
         {"run": run_id, "template": template_id},
+    )
+
+
+def _write_summary(cursor: Any, run_id: int) -> None:
+    """The run's summary, as closing it writes (portal/runs/finalize.py)."""
+    from portal.runs.models import CheckResult, Run
+
+    results, runs = CheckResult._meta.db_table, Run._meta.db_table
+    cursor.execute(
+        f"UPDATE {runs} SET summary = jsonb_build_object("
+        f"'results', (SELECT count(*) FROM {results} WHERE run_id = %(run)s), "
+        f"'nodes', (SELECT count(DISTINCT node_id) FROM {results} WHERE run_id = %(run)s), "
+        f"'counts', (SELECT jsonb_object_agg(status, n) FROM "
+        f"(SELECT status, count(*) AS n FROM {results} WHERE run_id = %(run)s GROUP BY status) c)) "
+        "WHERE id = %(run)s",
+        {"run": run_id},
     )
 
 

@@ -71,6 +71,7 @@ def node_detail(request: HttpRequest, name: str, hostname: str) -> HttpResponse:
 def cluster_runs(request: HttpRequest, name: str) -> HttpResponse:
     cluster = get_object_or_404(Cluster, name=name)
     page = _page(request, selectors.cluster_runs(cluster=cluster), per_page=25)
+    page.object_list = selectors.with_counts(list(page.object_list))
     counts = selectors.cluster_run_counts(cluster=cluster)
     chart = figures.run_counts_figure(rows=counts, run_url=_run_url) if counts else None
     return render(

@@ -91,7 +91,9 @@ def _finalize(*, run_id: int, dispatch: bool) -> Run | None:
         run.finished_at = timezone.now()
         if run.started_at is None:
             run.started_at = run.finished_at
-        run.save(update_fields=["status", "reason", "finished_at", "started_at"])
+        nodes = CheckResult.objects.filter(run_id=run_id).values("node_id").distinct().count()
+        run.summary = {"results": sum(counts.values()), "nodes": nodes, "counts": counts}
+        run.save(update_fields=["status", "reason", "finished_at", "started_at", "summary"])
     logger.info("run %s finished: %s (%s)", run.pk, run.status, run.reason)
     return run
 

@@ -64,6 +64,9 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Written when the run closes (portal/runs/finalize.py): {"results": n, "nodes": n, "counts":
+    # {status: n}}, so run lists read one field instead of counting every result of every run.
+    summary = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -16,7 +16,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+from portal.history import selectors
 from portal.inventory.models import Cluster, Node
+from portal.runs import services
 from portal.runs.models import CheckResult, Measurement, Run
 from tests.portal.helpers import add_measurement, set_result
 
@@ -467,3 +469,24 @@ def test_it_exports_a_runs_results_and_flattened_measurements(viewer_client, clu
     ]
     assert json.loads(rows[-1]["labels"]) == {"host": "n02"}
     assert rows[0]["threshold"] == ">= 460" and rows[0]["ok"] == "True"
+
+
+def test_closed_runs_are_listed_from_their_summary_and_active_ones_counted(
+    viewer_client, cluster, make_run, django_assert_max_num_queries
+) -> None:
+    closed, active = make_run(cluster), make_run(cluster)
+    CheckResult.objects.filter(run=closed).update(status="pass")
+    set_result(closed, "n02", "ecc-health", "fail", "3 uncorrectable")
+    services.run_finalize(run_id=closed.pk)
+    closed.refresh_from_db()
+    assert closed.summary == {"results": 8, "nodes": 4, "counts": {"pass": 7, "fail": 1}}
+    set_result(active, "n01", "ecc-health", "warn", "hot")
+
+    CheckResult.objects.filter(run=closed).update(status="error")  # the page must not count these again
+    response = viewer_client.get(reverse("history:cluster_runs", args=["c1"]))
+    listed = {r.pk: (r.n_pass, r.n_warn, r.n_fail, r.n_error, r.n_results, r.n_nodes) for r in response.context["page"]}
+    assert listed == {closed.pk: (7, 0, 1, 0, 8, 4), active.pk: (0, 1, 0, 0, 8, 4)}
+
+    runs = selectors.cluster_runs(cluster=cluster).filter(pk=closed.pk)
+    with django_assert_max_num_queries(1):  # the run itself; its summary needs no count
+        selectors.with_counts(list(runs))

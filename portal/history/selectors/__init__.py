@@ -31,7 +31,7 @@ from portal.history.selectors.node import (
     node_trends,
     timeline_entries,
 )
-from portal.history.selectors.runs import cluster_run_counts, cluster_runs
+from portal.history.selectors.runs import cluster_run_counts, cluster_runs, with_counts
 from portal.history.selectors.search import ResultFilter, check_names, results_search
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "check_names",
     "cluster_run_counts",
     "cluster_runs",
+    "with_counts",
     "group_result_ids",
     "metric_for",
     "node_get",
