@@ -141,7 +141,12 @@ def test_the_web_answers_after_the_database_dropped_its_connection(
 
     with _admin_connection() as admin:
         assert terminate_others(admin, spare=set()) >= 1
-        assert not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [held]).fetchall()
+        # pg_terminate_backend only signals the backend; it leaves pg_stat_activity when it has exited.
+        wait_for(
+            lambda: not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [held]).fetchall(),
+            10,
+            f"backend {held} to exit",
+        )
 
     statuses = [_get("/clusters/", session) for _ in range(3)]
     assert statuses == ([200, 200, 200] if health_checks else [500, 200, 200])
