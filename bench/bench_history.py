@@ -108,15 +108,21 @@ def seed(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def settle(run_id: int) -> None:
-    """What closing the latest run does after it (the health signal): node states, then trends."""
-    from portal.health.services import health_evaluate_run, risks_refresh
+    """What closing the latest run does after it (the health signal): node states, trends, /metrics."""
+    from portal.health.services import health_evaluate_run, risks_refresh, run_metrics_refresh
 
     t0 = time.perf_counter()
     health_evaluate_run(run_id=run_id)
     t1 = time.perf_counter()
     risks = risks_refresh(run_id=run_id)
     t2 = time.perf_counter()
-    print(f"  after run #{run_id}: node health {t1 - t0:.1f} s, trends {t2 - t1:.1f} s ({risks} at risk)", flush=True)
+    exported = run_metrics_refresh(run_id=run_id)
+    t3 = time.perf_counter()
+    print(
+        f"  after run #{run_id}: node health {t1 - t0:.1f} s, trends {t2 - t1:.1f} s ({risks} at risk), "
+        f"/metrics {t3 - t2:.1f} s ({exported} families)",
+        flush=True,
+    )
 
 
 class Fetched:
@@ -162,7 +168,7 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
     from django.db.models.signals import post_save
     from django.urls import reverse
 
-    from portal.health.services import health_evaluate_run, risks_refresh
+    from portal.health.services import health_evaluate_run, risks_refresh, run_metrics_refresh
     from portal.health.signals import run_saved
     from portal.runs import selectors
     from portal.runs.finalize import CROSS_NODE_EVENT, run_finalize
@@ -193,7 +199,8 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
         return 0
 
     def after_close() -> int:
-        return risks_refresh(run_id=run.pk) + len(health_evaluate_run(run_id=run.pk))
+        judged = len(health_evaluate_run(run_id=run.pk))
+        return judged + risks_refresh(run_id=run.pk) + run_metrics_refresh(run_id=run.pk)
 
     return [
         ("run page", PAGE_MS, get(reverse("runs:run_detail", args=[run.pk])), False),
@@ -218,10 +225,11 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
         ("fleet distribution", PAGE_MS, get(reverse("charts:run_distribution", args=[run.pk])), False),
         ("rack heatmap", PAGE_MS, get(reverse("charts:run_rack", args=[run.pk])), False),
         ("/metrics", METRICS_MS, get(reverse("health:metrics"), auth), False),
+        ("/metrics?cluster=", METRICS_MS, get(reverse("health:metrics") + f"?cluster={cluster.name}", auth), False),
         ("health page of the cluster", PAGE_MS, get(reverse("health:cluster", args=[cluster.name])), False),
         ("kiln_run --json of one run", NO_TIME_TARGET, run_json, True),
         ("closing a run (consensus, outliers)", CLOSE_MS, close, False),
-        ("after closing, in the worker: health, trends", NO_TIME_TARGET, after_close, False),
+        ("after closing, in the worker: health, trends, /metrics", NO_TIME_TARGET, after_close, False),
     ]
 
 

@@ -11,20 +11,25 @@ Exported (labels cluster, node; gpu where per GPU):
     kiln_gpu_ecc_errors{counter}           ecc_health counters (volatile/aggregate, corrected/uncorrected)
     kiln_fs_bandwidth_bytes_per_second{direction}   fs_throughput write_bw / read_bw
     kiln_cluster_last_sweep_timestamp_seconds       last scheduled sweep that started a run
-"Latest" = each node's newest finished (pass/warn/fail) result of that check kind. Three queries.
+"Latest" = each node's newest finished (pass/warn/fail) result of that check kind.
+
+The measurement families are rendered when a run that judged a node finishes (node_samples, stored
+as NodeMetrics rows by portal/health/services/exported.py); a scrape streams those rows, in family
+order, after the health families read live. `cluster` limits a scrape to one cluster (one scrape
+job per cluster, or a federating Prometheus per site: README "Prometheus").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from django.db.models import Max, Subquery
+from django.db.models import Max
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from checks.presentation import presented
-from portal.health.models import HealthState, NodeHealth, ScheduledFire
+from portal.health.models import HealthState, NodeHealth, NodeMetrics, ScheduledFire
 from portal.inventory.models import Node
 from portal.runs.models import CheckResult, Measurement, Scope, Status
 
@@ -35,82 +40,146 @@ MEASUREMENTS: dict[tuple[str, str], tuple[str, str, str, str | None]] = {
     for kind, shown in presented()
     for p in shown.prometheus
 }
+# metric name -> (help, label names), in declaration order: the order families are scraped in.
+FAMILIES: dict[str, tuple[str, list[str]]] = {
+    metric: (help_text, ["cluster", "node", "gpu"] + ([extra] if extra else []))
+    for metric, help_text, extra, _ in MEASUREMENTS.values()
+}
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+ROWS_PER_FETCH = 2000  # NodeMetrics rows per database round trip while streaming a scrape
 
 
-class KilnCollector:
-    """Reads the database on every scrape (no state kept between scrapes)."""
+class _One:
+    """A collector of fixed families: prometheus_client renders them (escaping, float format)."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._health()
-        yield from self._measurements()
-        yield from self._sweeps()
-
-    def _health(self) -> Iterator[Metric]:
-        state = GaugeMetricFamily(
-            "kiln_node_health_state", "Node health state (1 = current)", labels=["cluster", "node", "state"]
-        )
-        checked = GaugeMetricFamily(
-            "kiln_node_health_checked_timestamp_seconds", "When a run last judged the node", labels=["cluster", "node"]
-        )
-        current = {h["node_id"]: h for h in NodeHealth.objects.values("node_id", "state", "checked_at")}
-        for node_id, cluster, host in Node.objects.values_list("id", "cluster__name", "hostname").order_by(
-            "cluster__name", "hostname"
-        ):
-            health = current.get(node_id)
-            now_state = health["state"] if health else HealthState.UNKNOWN
-            for choice in HealthState.values:
-                state.add_metric([cluster, host, choice], 1.0 if choice == now_state else 0.0)
-            if health and health["checked_at"]:
-                checked.add_metric([cluster, host], health["checked_at"].timestamp())
-        yield state
-        yield checked
-
-    def _measurements(self) -> Iterator[Metric]:
-        kinds = {kind for kind, _ in MEASUREMENTS}
-        latest = (
-            CheckResult.objects.filter(
-                scope=Scope.NODE, kind__in=kinds, status__in=[Status.PASS, Status.WARN, Status.FAIL]
-            )
-            .values("node_id", "kind")
-            .annotate(last=Max("id"))
-            .values("last")
-        )
-        rows = Measurement.objects.filter(
-            result_id__in=Subquery(latest), name__in={name for _, name in MEASUREMENTS}, value__isnull=False
-        ).values_list(
-            "result__node__cluster__name", "result__node__hostname", "result__kind", "name", "gpu", "labels", "value"
-        )
-        families: dict[str, GaugeMetricFamily] = {}
-        for cluster, host, kind, name, gpu, labels, value in rows:
-            spec = MEASUREMENTS.get((kind, name))
-            if spec is None or value is None:  # value is never None (filtered above); the row type cannot say so
-                continue
-            metric, help_text, extra, extra_value = spec
-            names = ["cluster", "node", "gpu"] + ([extra] if extra else [])
-            family = families.get(metric)
-            if family is None:
-                family = families[metric] = GaugeMetricFamily(metric, help_text, labels=names)
-            values = [cluster, host, "" if gpu is None else str(gpu)]
-            if extra:
-                values.append(extra_value if extra_value is not None else str((labels or {}).get(extra, "")))
-            family.add_metric(values, float(value))
-        yield from families.values()
-
-    def _sweeps(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(
-            "kiln_cluster_last_sweep_timestamp_seconds", "Last scheduled sweep that started a run", labels=["cluster"]
-        )
-        rows: Any = (
-            ScheduledFire.objects.filter(run__isnull=False)
-            .values("schedule__cluster__name")
-            .annotate(last=Max("fire_time"))
-        )
-        for row in rows:
-            family.add_metric([row["schedule__cluster__name"]], row["last"].timestamp())
-        yield family
+        yield from self.families
 
 
-def exposition() -> bytes:
+def render(families: Iterable[Metric]) -> str:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(KilnCollector())
-    return generate_latest(registry)
+    registry.register(_One(families))
+    return generate_latest(registry).decode()
+
+
+def _header(metric: str) -> str:
+    help_text, labels = FAMILIES[metric]
+    return render([GaugeMetricFamily(metric, help_text, labels=labels)])
+
+
+def _sample_lines(family: Metric) -> str:
+    return "".join(line + "\n" for line in render([family]).splitlines() if not line.startswith("#"))
+
+
+def node_samples(node_ids: list[int]) -> dict[tuple[int, str], str]:
+    """(node id, metric) -> sample lines of those nodes' latest measurements. Two queries."""
+    kinds = {kind for kind, _ in MEASUREMENTS}
+    latest = (
+        CheckResult.objects.filter(
+            node_id__in=node_ids, scope=Scope.NODE, kind__in=kinds, status__in=[Status.PASS, Status.WARN, Status.FAIL]
+        )
+        .values("node_id", "kind")
+        .annotate(last=Max("id"))
+        .values_list("last", flat=True)
+    )
+    rows = Measurement.objects.filter(
+        result_id__in=list(latest), name__in={name for _, name in MEASUREMENTS}, value__isnull=False
+    ).values_list(
+        "result__node_id",
+        "result__node__cluster__name",
+        "result__node__hostname",
+        "result__kind",
+        "name",
+        "gpu",
+        "labels",
+        "value",
+    )  # fmt: skip
+    families: dict[tuple[int, str], GaugeMetricFamily] = {}
+    for node_id, cluster, host, kind, name, gpu, labels, value in rows.order_by("result__node_id", "gpu", "id"):
+        spec = MEASUREMENTS.get((kind, name))
+        if spec is None or value is None:  # value is never None (filtered above); the row type cannot say so
+            continue
+        metric, help_text, extra, extra_value = spec
+        family = families.get((node_id, metric))
+        if family is None:
+            family = families[(node_id, metric)] = GaugeMetricFamily(metric, help_text, labels=FAMILIES[metric][1])
+        values = [cluster, host, "" if gpu is None else str(gpu)]
+        if extra:
+            values.append(extra_value if extra_value is not None else str((labels or {}).get(extra, "")))
+        family.add_metric(values, float(value))
+    return {key: _sample_lines(family) for key, family in families.items()}
+
+
+def _health(nodes: Any) -> Iterator[Metric]:
+    state = GaugeMetricFamily(
+        "kiln_node_health_state", "Node health state (1 = current)", labels=["cluster", "node", "state"]
+    )
+    checked = GaugeMetricFamily(
+        "kiln_node_health_checked_timestamp_seconds", "When a run last judged the node", labels=["cluster", "node"]
+    )
+    healths = NodeHealth.objects.filter(node__in=nodes).values("node_id", "state", "checked_at")
+    current = {h["node_id"]: h for h in healths}
+    for node_id, cluster, host in nodes.values_list("id", "cluster__name", "hostname").order_by(
+        "cluster__name", "hostname"
+    ):
+        health = current.get(node_id)
+        now_state = health["state"] if health else HealthState.UNKNOWN
+        for choice in HealthState.values:
+            state.add_metric([cluster, host, choice], 1.0 if choice == now_state else 0.0)
+        if health and health["checked_at"]:
+            checked.add_metric([cluster, host], health["checked_at"].timestamp())
+    yield state
+    yield checked
+
+
+def _sweeps(cluster: str | None) -> Metric:
+    family = GaugeMetricFamily(
+        "kiln_cluster_last_sweep_timestamp_seconds", "Last scheduled sweep that started a run", labels=["cluster"]
+    )
+    fires = ScheduledFire.objects.filter(run__isnull=False)
+    if cluster is not None:
+        fires = fires.filter(schedule__cluster__name=cluster)
+    rows: Any = fires.values("schedule__cluster__name").annotate(last=Max("fire_time"))
+    for row in rows:
+        family.add_metric([row["schedule__cluster__name"]], row["last"].timestamp())
+    return family
+
+
+def _stored(cluster: str | None) -> Iterator[str]:
+    """The stored measurement families, each under one HELP/TYPE header, nodes in name order."""
+    rows = NodeMetrics.objects.filter(family__in=list(FAMILIES))
+    if cluster is not None:
+        rows = rows.filter(node__cluster__name=cluster)
+    current = None
+    for family, samples in (
+        rows.order_by("family", "node__cluster__name", "node__hostname")
+        .values_list("family", "samples")
+        .iterator(chunk_size=ROWS_PER_FETCH)
+    ):
+        if family != current:
+            current = family
+            yield _header(family)
+        yield samples
+
+
+def exposition_chunks(*, cluster: str | None = None) -> Iterator[bytes]:
+    """The scrape body in pieces, for a streamed response: memory stays flat at any fleet size."""
+    nodes = Node.objects.all() if cluster is None else Node.objects.filter(cluster__name=cluster)
+    yield render(_health(nodes)).encode()
+    buffer: list[str] = []
+    size = 0
+    for text in _stored(cluster):
+        buffer.append(text)
+        size += len(text)
+        if size >= 1 << 20:  # hand the server ~1 MB at a time, not one row
+            yield "".join(buffer).encode()
+            buffer, size = [], 0
+    buffer.append(render([_sweeps(cluster)]))
+    yield "".join(buffer).encode()
+
+
+def exposition(*, cluster: str | None = None) -> bytes:
+    return b"".join(exposition_chunks(cluster=cluster))

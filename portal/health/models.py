@@ -313,3 +313,20 @@ class NodeRisk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.kind}:{self.name} gpu {self.gpu}"
+
+
+class NodeMetrics(models.Model):
+    """One /metrics family of one node: its latest key measurements as Prometheus sample lines
+    (portal/health/metrics.py), written when a run that judged the node finishes, so a scrape
+    concatenates these rows instead of reading the fleet's measurements."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="exported_metrics")
+    family = models.CharField(max_length=100)
+    samples = models.TextField(help_text="Sample lines in the Prometheus text format, without HELP and TYPE.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "family"], name="node_metrics_unique")]
+        indexes = [models.Index(fields=["family", "node"], name="node_metrics_family")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}: {self.family}"

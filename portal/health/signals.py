@@ -23,7 +23,7 @@ def run_saved(sender: Any, instance: Any, created: bool, update_fields: Any = No
 
 
 def _evaluate(run_id: int) -> None:
-    from portal.health.services import health_evaluate_run, risks_refresh
+    from portal.health.services import health_evaluate_run, risks_refresh, run_metrics_refresh
     from portal.runs.dbretry import db_retry
 
     try:
@@ -35,9 +35,14 @@ def _evaluate(run_id: int) -> None:
         db_retry(lambda _: risks_refresh(run_id=run_id), what=f"trends of the nodes of run {run_id}")
     except Exception:
         logger.exception("trends of run %s failed", run_id)
+    try:
+        db_retry(lambda _: run_metrics_refresh(run_id=run_id), what=f"/metrics of the nodes of run {run_id}")
+    except Exception:
+        logger.exception("/metrics of run %s failed", run_id)
 
 
 def migrated(sender: Any, **kwargs: Any) -> None:
-    from portal.health.services import reaper_schedule_ensure
+    from portal.health.services import node_metrics_backfill, reaper_schedule_ensure
 
     reaper_schedule_ensure()
+    node_metrics_backfill()

@@ -7,7 +7,7 @@ import hmac
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -161,10 +161,11 @@ def schedule_delete(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_not_required
 @require_GET
-def metrics(request: HttpRequest) -> HttpResponse:
+def metrics(request: HttpRequest) -> HttpResponseBase:
     """Prometheus scrape endpoint. `Authorization: Bearer $KILN_METRICS_TOKEN`; no header: 401,
-    a wrong token (or none configured, so the endpoint is off): 403."""
-    from portal.health.metrics import exposition
+    a wrong token (or none configured, so the endpoint is off): 403. `?cluster=NAME`: that cluster
+    only (404 when there is none of that name). Streamed: its size grows with the fleet."""
+    from portal.health.metrics import CONTENT_TYPE, exposition_chunks
 
     token = conf.metrics_token()
     header = request.headers.get("Authorization", "")
@@ -174,4 +175,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return response
     if not token or not hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token.encode()):
         return HttpResponse("invalid metrics token\n", status=403, content_type="text/plain")
-    return HttpResponse(exposition(), content_type="text/plain; version=0.0.4; charset=utf-8")
+    cluster = request.GET.get("cluster")
+    if cluster is not None and not Cluster.objects.filter(name=cluster).exists():
+        return HttpResponse("no such cluster\n", status=404, content_type="text/plain")
+    return StreamingHttpResponse(exposition_chunks(cluster=cluster), content_type=CONTENT_TYPE)

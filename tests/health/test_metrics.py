@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from django.test import Client
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -10,6 +13,17 @@ from tests.health.helpers import finish
 from tests.portal.helpers import add_measurement
 
 pytestmark = pytest.mark.django_db
+
+
+def scrape(client: Client, token: str, query: str = "") -> dict[str, Any]:
+    """The scrape parsed by prometheus_client's parser, which also refuses a family split in two."""
+    response = client.get(reverse("health:metrics") + query, HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    text = b"".join(response.streaming_content).decode()
+    families = list(text_string_to_metric_families(text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names)), names  # one HELP/TYPE group per family
+    return {f.name: f for f in families}
 
 
 @pytest.fixture
@@ -42,9 +56,7 @@ def test_it_exports_health_and_latest_measurements(
     add_measurement(ecc, "ecc_aggregate_corrected", value=7, gpu=2)
     add_measurement(ecc, "ecc_volatile_uncorrected", value=0, gpu=2)
     finish(run, {"n02": ("fail", "GPU 3 ECC")}, django_capture_on_commit_callbacks)
-    response = client.get(reverse("health:metrics"), HTTP_AUTHORIZATION=f"Bearer {token}")
-    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
-    families = {f.name: f for f in text_string_to_metric_families(response.content.decode())}
+    families = scrape(client, token)
     state = {(s.labels["node"], s.labels["state"]): s.value for s in families["kiln_node_health_state"].samples}
     assert state[("n02", "failed")] == 1.0 and state[("n02", "healthy")] == 0.0 and state[("n01", "healthy")] == 1.0
     ecc_samples = {
@@ -65,3 +77,51 @@ def test_its_query_count_does_not_grow_with_nodes(
     Node.objects.bulk_create(Node(cluster=cluster, hostname=f"x{i:03d}") for i in range(50))
     with django_assert_max_num_queries(8):
         assert client.get(reverse("health:metrics"), HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
+
+
+def test_it_serves_one_cluster_when_asked(client, token, cluster, make_run, django_capture_on_commit_callbacks) -> None:
+    from portal.inventory.models import Cluster, Node
+
+    other = Cluster.objects.create(name="c2", profile="H100-SXM-8", transport="local")
+    Node.objects.create(cluster=other, hostname="m01")
+    for c in (cluster, other):
+        run = make_run(c)
+        add_measurement(run.results.filter(item_key="ecc-health").first(), "ecc_aggregate_corrected", value=3, gpu=0)
+        finish(run, capture=django_capture_on_commit_callbacks)
+    both = scrape(client, token)
+    assert {s.labels["cluster"] for s in both["kiln_gpu_ecc_errors"].samples} == {"c1", "c2"}
+    only = scrape(client, token, "?cluster=c2")
+    assert {s.labels["node"] for s in only["kiln_node_health_state"].samples} == {"m01"}
+    assert [s.labels["node"] for s in only["kiln_gpu_ecc_errors"].samples] == ["m01"]
+    missing = client.get(reverse("health:metrics") + "?cluster=nope", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert missing.status_code == 404
+
+
+def test_values_are_rendered_when_a_run_finishes_and_backfilled_after_migrate(
+    client, token, cluster, make_run, django_capture_on_commit_callbacks
+) -> None:
+    from portal.health.models import NodeMetrics
+    from portal.health.services import node_metrics_backfill
+
+    run = make_run(cluster)
+    add_measurement(run.results.get(node__hostname="n03", item_key="ecc-health"), "ecc_volatile_corrected", value=5)
+    assert "kiln_gpu_ecc_errors" not in scrape(client, token)  # nothing before the run finishes
+    finish(run, capture=django_capture_on_commit_callbacks)
+    stored = NodeMetrics.objects.get(node__hostname="n03", family="kiln_gpu_ecc_errors")
+    assert 'node="n03"' in stored.samples and stored.samples.endswith(" 5.0\n")
+    assert [s.value for s in scrape(client, token)["kiln_gpu_ecc_errors"].samples] == [5.0]
+
+    NodeMetrics.objects.all().delete()  # a database whose runs finished before rows were stored
+    assert node_metrics_backfill() == 1
+    assert node_metrics_backfill() == 0  # once: rows exist now
+    assert [s.value for s in scrape(client, token)["kiln_gpu_ecc_errors"].samples] == [5.0]
+
+
+def test_a_label_value_is_escaped(client, token, cluster, make_run, django_capture_on_commit_callbacks) -> None:
+    from portal.inventory.models import Node
+
+    Node.objects.filter(hostname="n01").update(hostname='n"01\\x')
+    run = make_run(cluster)
+    add_measurement(run.results.get(node__hostname='n"01\\x', item_key="ecc-health"), "ecc_volatile_corrected", value=1)
+    finish(run, capture=django_capture_on_commit_callbacks)
+    assert [s.labels["node"] for s in scrape(client, token)["kiln_gpu_ecc_errors"].samples] == ['n"01\\x']

@@ -12,6 +12,7 @@ from portal.health.services.alerts import (
     alerts_create,
     slack_body,
 )
+from portal.health.services.exported import node_metrics_backfill, node_metrics_refresh, run_metrics_refresh
 from portal.health.services.reaper import reap, reaper_schedule_ensure
 from portal.health.services.risks import risks_refresh
 from portal.health.services.scheduler import (
@@ -46,6 +47,9 @@ __all__ = [
     "health_evaluate_run",
     "risks_refresh",
     "hooks_plan",
+    "node_metrics_backfill",
+    "node_metrics_refresh",
+    "run_metrics_refresh",
     "reap",
     "reaper_schedule_ensure",
     "schedule_create",
