@@ -93,7 +93,9 @@ def seed(args: argparse.Namespace) -> dict[str, Any]:
     names = {"big": args.nodes, "peer": args.peer}
     if args.reuse and all(Cluster.objects.filter(name=name, nodes__isnull=False).distinct().count() for name in names):
         print("reusing the seeded database")
-        return {name: Cluster.objects.get(name=name) for name in names}
+        clusters = {name: Cluster.objects.get(name=name) for name in names}
+        key_values_seed(list(clusters.values()))
+        return clusters
     t0 = time.perf_counter()
     template = history_seed.template_run()
     print(f"template: run #{template.pk} on {history_seed.DEMO_NODES} ({time.perf_counter() - t0:.1f} s)")
@@ -104,7 +106,21 @@ def seed(args: argparse.Namespace) -> dict[str, Any]:
         run_ids = history_seed.seed_runs(clusters[name], template, args.runs, say=lambda line: print(line, flush=True))
         settle(run_ids[-1])
         print(f"seeded {history_seed.describe(clusters[name])} in {time.perf_counter() - t0:.0f} s", flush=True)
+    key_values_seed(list(clusters.values()))
     return clusters
+
+
+def key_values_seed(clusters: list[Any]) -> None:
+    """Each finished run's folded key values, as the step after closing stores them (the latest
+    run's too: settle() is the health part only). Runs that have them already are left alone."""
+    from portal.history.services import run_key_values_store
+    from portal.runs.models import Run
+
+    runs = Run.objects.filter(cluster__in=clusters, key_values__isnull=True).order_by("id")
+    for run_id in runs.values_list("id", flat=True).distinct():
+        t0 = time.perf_counter()
+        stored = run_key_values_store(run_id=run_id)
+        print(f"  key values of run #{run_id}: {stored} in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
 def settle(run_id: int) -> None:
@@ -170,6 +186,7 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
 
     from portal.health.services import health_evaluate_run, risks_refresh, run_metrics_refresh
     from portal.health.signals import run_saved
+    from portal.history.services import run_key_values_store
     from portal.runs import selectors
     from portal.runs.finalize import CROSS_NODE_EVENT, run_finalize
     from portal.runs.models import Measurement, Run, RunEvent
@@ -200,7 +217,8 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
 
     def after_close() -> int:
         judged = len(health_evaluate_run(run_id=run.pk))
-        return judged + risks_refresh(run_id=run.pk) + run_metrics_refresh(run_id=run.pk)
+        refreshed = risks_refresh(run_id=run.pk) + run_metrics_refresh(run_id=run.pk)
+        return judged + refreshed + run_key_values_store(run_id=run.pk)
 
     return [
         ("run page", PAGE_MS, get(reverse("runs:run_detail", args=[run.pk])), False),
@@ -229,7 +247,7 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
         ("health page of the cluster", PAGE_MS, get(reverse("health:cluster", args=[cluster.name])), False),
         ("kiln_run --json of one run", NO_TIME_TARGET, run_json, True),
         ("closing a run (consensus, outliers)", CLOSE_MS, close, False),
-        ("after closing, in the worker: health, trends, /metrics", NO_TIME_TARGET, after_close, False),
+        ("after closing, in the worker: health, trends, /metrics, key values", NO_TIME_TARGET, after_close, False),
     ]
 
 

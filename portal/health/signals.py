@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -23,22 +25,31 @@ def run_saved(sender: Any, instance: Any, created: bool, update_fields: Any = No
 
 
 def _evaluate(run_id: int) -> None:
+    """What follows a run's close, each step on its own: node states first (trends read them), then
+    trends, the nodes' /metrics lines, and the run's key values folded for comparisons (history's,
+    run at the same moment). A step's failure is logged and never makes the run look unfinished."""
     from portal.health.services import health_evaluate_run, risks_refresh, run_metrics_refresh
+    from portal.history.services import run_key_values_store
     from portal.runs.dbretry import db_retry
 
     try:
         health_evaluate_run(run_id=run_id)
     except Exception:
-        # Health is a consumer of runs: its bug must never make a finished run look unfinished.
         logger.exception("health evaluation of run %s failed", run_id)
-    try:  # after the states: the nodes' NodeHealth rows exist by now
-        db_retry(lambda _: risks_refresh(run_id=run_id), what=f"trends of the nodes of run {run_id}")
-    except Exception:
-        logger.exception("trends of run %s failed", run_id)
-    try:
-        db_retry(lambda _: run_metrics_refresh(run_id=run_id), what=f"/metrics of the nodes of run {run_id}")
-    except Exception:
-        logger.exception("/metrics of run %s failed", run_id)
+    steps: list[tuple[str, Callable[..., object]]] = [
+        ("trends of the nodes", risks_refresh),
+        ("/metrics of the nodes", run_metrics_refresh),
+        ("key values", run_key_values_store),
+    ]
+    for what, step in steps:
+        try:
+            db_retry(functools.partial(_step, step, run_id), what=f"{what} of run {run_id}")
+        except Exception:
+            logger.exception("%s of run %s failed", what, run_id)
+
+
+def _step(step: Callable[..., object], run_id: int, attempt: int) -> object:
+    return step(run_id=run_id)
 
 
 def migrated(sender: Any, **kwargs: Any) -> None:

@@ -154,7 +154,12 @@ class CheckResult(models.Model):
     class Meta:
         ordering = ["run", "node__hostname", "position"]
         constraints = [models.UniqueConstraint(fields=["run", "node", "item_key"], name="result_unique_per_item")]
-        indexes = [models.Index(fields=["node", "-id"])]
+        indexes = [
+            models.Index(fields=["node", "-id"]),
+            # A node's page and trends look for the group results that span it: a few per run, found
+            # without reading the run's every result (partial: node results are most rows).
+            models.Index(fields=["run"], condition=models.Q(scope="group"), name="checkresult_group_by_run"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.item_key} on {self.node_id}: {self.status}"
@@ -322,3 +327,21 @@ class RunMetric(models.Model):
 
     def __str__(self) -> str:
         return f"{self.item_key}:{self.name}@{self.phase}"
+
+
+class RunKeyValue(models.Model):
+    """A key metric (portal/history/selectors/metrics.py) of one subject of a finished run, folded to
+    the subject's number (worst GPU, or the sum of counts): a node's hostname, or a group result's
+    node set for the group's own value. Written after the run closes, so comparing two runs reads
+    these rows instead of every key measurement of both (74k each at 1,250 nodes)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="key_values")
+    subject = models.CharField(max_length=255)
+    metric = models.CharField(max_length=64)
+    item_key = models.CharField(max_length=64)
+    value = models.FloatField()
+    gpu = models.IntegerField(null=True, blank=True)
+    result = models.ForeignKey(CheckResult, on_delete=models.CASCADE, related_name="+", db_index=False)
+
+    def __str__(self) -> str:
+        return f"{self.subject} {self.metric} {self.item_key} = {self.value}"

@@ -17,9 +17,10 @@ from django.urls import reverse
 
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.history import selectors
+from portal.history.services import run_key_values_store
 from portal.inventory.models import Cluster, Node
 from portal.runs import services
-from portal.runs.models import CheckResult, Measurement, Run
+from portal.runs.models import CheckResult, Measurement, Run, RunKeyValue
 from tests.portal.helpers import add_measurement, set_result
 
 pytestmark = pytest.mark.django_db
@@ -287,6 +288,34 @@ def test_it_compares_two_runs_with_deltas_in_each_metrics_direction(viewer_clien
     html = response.content.decode()
     assert "-94" in html and "-20.0 %" in html and "pass → fail" in html
     assert html.count('<tr class="worse">') == 5
+
+
+def test_a_comparison_of_finished_runs_reads_the_key_values_stored_when_they_closed(
+    viewer_client, cluster, hist_run, django_capture_on_commit_callbacks
+) -> None:
+    base, new = hist_run(cluster), hist_run(cluster)
+    _fill(base, "n01", busbw=470.0, gflops=[100000.0, 100000.0])
+    _fill(new, "n01", busbw=376.0, gflops=[100000.0, 90000.0], ecc_uncorrected=2)
+    url = reverse("history:run_compare") + f"?a={new.pk}&b={base.pk}"
+
+    def deltas() -> dict:
+        comparison = viewer_client.get(url).context["comparison"]
+        return {(n.subject, d.metric.key): (d.a, d.a_gpu, d.b, d.direction) for n in comparison.nodes for d in n.deltas}
+
+    live = deltas()  # both runs still going: read from their measurements
+    assert live[("n01", "gflops")] == (90000.0, 1, 100000.0, "worse")
+    assert not RunKeyValue.objects.exists()
+    for run in (base, new):
+        CheckResult.objects.filter(run=run, status="queued").update(status="pass")
+        with django_capture_on_commit_callbacks(execute=True):
+            services.run_finalize(run_id=run.pk)
+    stored = {(v.subject, v.metric): (v.value, v.gpu) for v in RunKeyValue.objects.filter(run=new)}
+    assert stored[("n01", "gflops")] == (90000.0, 1) and stored[("n01", "busbw")] == (376.0, None)
+
+    Measurement.objects.filter(result__run__in=[base, new]).delete()  # the stored rows are what is read now
+    assert deltas() == live
+    assert run_key_values_store(run_id=new.pk) == 0  # idempotent: refolded from what is left (nothing)
+    assert deltas()[("n01", "gflops")] == (None, None, 100000.0, "gone")
 
 
 def test_it_compares_lower_is_better_metrics_the_other_way(viewer_client, cluster, hist_run) -> None:

@@ -17,8 +17,9 @@ from portal.history.selectors.metrics import (
 )
 from portal.inventory.models import Cluster
 from portal.ordering import natural_key
-from portal.runs.models import CheckResult, Measurement, Run, Scope, Status
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunKeyValue, Scope, Status
 
+_KEY_KIND_SET = frozenset(_KEY_KINDS)
 _STATUS_RANK: dict[str, int] = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 2}
 
 
@@ -39,21 +40,26 @@ def runs_recent(*, cluster: Cluster | None = None, limit: int = 50) -> list[Run]
     return list(runs.only("id", "created_at", "status", "node_set", "plan_snapshot", "cluster__name")[:limit])
 
 
+Folded = tuple[float, int | None, int]  # (the subject's value, the GPU it came from, result id)
+ValueKey = tuple[str, str, str]  # (subject, metric key, check)
+
+
 @dataclass
 class _RunFacts:
-    """What one run says about each node: statuses by (subject, check) and key values."""
+    """What one run says about each node: statuses by (subject, check) and key values, folded."""
 
     statuses: dict[tuple[str, str], tuple[str, str, int]] = field(default_factory=dict)
-    # (subject, metric key, check) -> [(value, gpu, result id)]
-    values: dict[tuple[str, str, str], list[tuple[float, int | None, int]]] = field(default_factory=dict)
+    values: dict[ValueKey, Folded] = field(default_factory=dict)
 
 
-def _run_facts(run: Run) -> _RunFacts:
-    """Two queries: the run's results, and its key measurements."""
-    facts = _RunFacts()
+def run_results(run: Run) -> tuple[dict[tuple[str, str], tuple[str, str, int]], dict[int, tuple[str, str, str, str]]]:
+    """One query: statuses by (subject, check), and (hostname, check, kind, scope or node set) by result id."""
+    statuses: dict[tuple[str, str], tuple[str, str, int]] = {}
     cache: dict[str, frozenset[str]] = {}
-    results = CheckResult.objects.filter(run=run).values_list(
-        "id", "node__hostname", "item_key", "kind", "scope", "node_set", "attribution", "status", "reason"
+    results = (
+        CheckResult.objects.filter(run=run)
+        .order_by()
+        .values_list("id", "node__hostname", "item_key", "kind", "scope", "node_set", "attribution", "status", "reason")
     )
     info: dict[int, tuple[str, str, str, str]] = {}
     for pk, hostname, item_key, kind, scope, node_set, attribution, status, reason in results:
@@ -62,12 +68,22 @@ def _run_facts(run: Run) -> _RunFacts:
             attribution = attribution or {}
             for member in _members(node_set, cache) | set(attribution):
                 mine = attribution.get(member) or {}
-                facts.statuses[(member, item_key)] = (mine.get("status", status), mine.get("reason", reason), pk)
+                statuses[(member, item_key)] = (mine.get("status", status), mine.get("reason", reason), pk)
         else:
-            facts.statuses[(hostname, item_key)] = (status, reason, pk)
-    measurements = Measurement.objects.filter(
-        result__run=run, result__kind__in=_KEY_KINDS, name__in=_KEY_NAMES, value__isnull=False
-    ).values_list("result_id", "name", "value", "gpu", "labels")
+            statuses[(hostname, item_key)] = (status, reason, pk)
+    return statuses, info
+
+
+def key_values_measured(run: Run, info: dict[int, tuple[str, str, str, str]]) -> dict[ValueKey, Folded]:
+    """The run's key values folded per subject, from its measurements (one query, by result id: no
+    join, which would let the planner scan the run's every result)."""
+    values: dict[ValueKey, list[Folded]] = {}
+    ids = [pk for pk, (_, _, kind, _) in info.items() if kind in _KEY_KIND_SET]
+    measurements = (
+        Measurement.objects.filter(result_id__in=ids, name__in=_KEY_NAMES, value__isnull=False)
+        .order_by()
+        .values_list("result_id", "name", "value", "gpu", "labels")
+    )
     for result_id, name, value, gpu, labels in measurements:
         hostname, item_key, kind, scope = info[result_id]
         labels = labels or {}
@@ -78,11 +94,28 @@ def _run_facts(run: Run) -> _RunFacts:
             subject = hostname
         else:  # group: per-host values go to that host, the group's own value to the node set
             subject = labels.get("host") or scope
-        facts.values.setdefault((subject, metric.key, item_key), []).append((value * metric.scale, gpu, result_id))
-    return facts
+        values.setdefault((subject, metric.key, item_key), []).append((value * metric.scale, gpu, result_id))
+    return {key: _fold(METRICS_BY_KEY[key[1]], found) for key, found in values.items()}
 
 
-def _fold(metric: Metric, values: list[tuple[float, int | None, int]]) -> tuple[float, int | None, int]:
+def _key_values_stored(run: Run) -> dict[ValueKey, Folded] | None:
+    """What was folded when the run closed (RunKeyValue); None for a run still going, or one closed
+    before (or whose folding failed): read from its measurements then."""
+    if run.status in ACTIVE_STATUSES:
+        return None
+    rows = RunKeyValue.objects.filter(run=run).values_list("subject", "metric", "item_key", "value", "gpu", "result_id")
+    stored = {(subject, metric, item_key): (value, gpu, rid) for subject, metric, item_key, value, gpu, rid in rows}
+    return stored or None
+
+
+def _run_facts(run: Run) -> _RunFacts:
+    """Two queries: the run's results, and its folded key values (stored, or from measurements)."""
+    statuses, info = run_results(run)
+    values = _key_values_stored(run)
+    return _RunFacts(statuses=statuses, values=values if values is not None else key_values_measured(run, info))
+
+
+def _fold(metric: Metric, values: list[Folded]) -> Folded:
     """Per-GPU values to the node's number: the worst GPU (named), or the sum of counts."""
     result_id = values[0][2]
     if metric.gpu_agg == "sum":
@@ -203,9 +236,10 @@ def _metric_deltas(fa: _RunFacts, fb: _RunFacts, subjects: dict[str, NodeCompari
     """Add each key value found in either run, folded to the node's number, to its subject."""
     for key in set(fa.values) | set(fb.values):
         subject, metric_key, check = key
-        metric = METRICS_BY_KEY[metric_key]
-        va = _fold(metric, fa.values[key]) if key in fa.values else None
-        vb = _fold(metric, fb.values[key]) if key in fb.values else None
+        metric = METRICS_BY_KEY.get(metric_key)
+        if metric is None:  # stored for a key metric no check declares any more
+            continue
+        va, vb = fa.values.get(key), fb.values.get(key)
         delta = MetricDelta(
             subject=subject, metric=metric, check=check,
             a=va[0] if va else None, b=vb[0] if vb else None, a_gpu=va[1] if va else None,

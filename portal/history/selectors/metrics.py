@@ -94,7 +94,8 @@ def group_result_ids(*, hostnames: Iterable[str], groups: QuerySet[CheckResult])
     wanted = set(hostnames)
     cache: dict[str, frozenset[str]] = {}
     ids = []
-    for pk, node_set, attribution in groups.filter(scope=Scope.GROUP).values_list("id", "node_set", "attribution"):
+    candidates = groups.filter(scope=Scope.GROUP).order_by().values_list("id", "node_set", "attribution")
+    for pk, node_set, attribution in candidates:
         if wanted & _members(node_set, cache) or wanted & set(attribution or {}):
             ids.append(pk)
     return ids

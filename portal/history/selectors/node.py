@@ -97,42 +97,35 @@ class Trend:
 TREND_RUNS = 100
 
 
-_TREND_FIELDS = (
-    "name",
-    "value",
-    "gpu",
-    "labels",
-    "ok",
-    "threshold",
-    "at",
-    "result_id",
-    "result__run_id",
-    "result__kind",
-    "result__item_key",
-    "result__scope",
-    "result__status",
-    "result__node_set",
-)
+_RESULT_FIELDS = ("id", "run_id", "kind", "item_key", "scope", "status", "node_set", "at")
 
 
-def _trend_rows(node: Node, runs: int) -> QuerySet[Measurement, tuple[Any, ...]]:
+def _trend_rows(node: Node, runs: int) -> list[tuple[Any, ...]]:
     """The node's key values (its own and its group results') over its latest `runs` runs, oldest
-    first: two queries (run window, values) plus the group-membership read."""
+    first, as (name, value, gpu, labels, ok, threshold, at, result id, run id, kind, item key, scope,
+    status, node set): the group-membership read, the node's key results, then their values by
+    (result, name) with no join (a join lets the planner scan every result of the cluster)."""
     cluster_results = CheckResult.objects.filter(run__cluster_id=node.cluster_id)
     group_ids = group_result_ids(hostnames=[node.hostname], groups=cluster_results.filter(kind__in=_KEY_KINDS))
-    mine = Q(result__node=node) | Q(result_id__in=group_ids)
-    run_ids = list(
-        CheckResult.objects.filter(Q(node=node) | Q(id__in=group_ids))
-        .values_list("run_id", flat=True)
-        .distinct()
-        .order_by("-run_id")[:runs]
+    results = (
+        CheckResult.objects.filter(Q(node=node, kind__in=_KEY_KINDS) | Q(id__in=group_ids))
+        .annotate(at=Coalesce("run__started_at", "run__created_at"))
+        .order_by()
+        .values_list(*_RESULT_FIELDS)
     )
-    return (
-        Measurement.objects.filter(mine, result__run_id__in=run_ids, result__kind__in=_KEY_KINDS, name__in=_KEY_NAMES)
-        .annotate(at=Coalesce("result__run__started_at", "result__run__created_at"))
-        .values_list(*_TREND_FIELDS)
-        .order_by("at", "result__run_id", "gpu", "id")
-    )
+    by_id = {row[0]: row for row in results}
+    window = set(sorted({row[1] for row in by_id.values()}, reverse=True)[:runs])
+    values = Measurement.objects.filter(
+        result_id__in=[pk for pk, row in by_id.items() if row[1] in window], name__in=_KEY_NAMES
+    ).values_list("name", "value", "gpu", "labels", "ok", "threshold", "result_id", "id")
+    rows = []
+    for name, value, gpu, labels, ok, threshold, result_id, pk in values:
+        _, run_id, kind, item_key, scope, status, node_set, at = by_id[result_id]
+        rows.append((at, run_id, gpu if gpu is not None else 1 << 30, pk, (  # NULL gpu last, as PostgreSQL sorts
+            name, value, gpu, labels, ok, threshold, at, result_id, run_id, kind, item_key, scope, status, node_set
+        )))  # fmt: skip
+    rows.sort(key=lambda r: r[:4])
+    return [r[4] for r in rows]
 
 
 def _trend_line(
