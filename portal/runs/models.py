@@ -148,6 +148,12 @@ class CheckResult(models.Model):
     portal_fault = models.BooleanField(
         default=False, help_text="The error is Kiln's (database, worker, bug), not the node's: health ignores it."
     )
+    output_expired_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When retention removed the raw output and cut the display copies to an excerpt "
+        "(portal/runs/retention.py); the SHA-256 digests stay.",
+    )
 
     objects = CheckResultManager()
 
@@ -213,6 +219,12 @@ class Series(models.Model):
     # (and re-serialising) every point of every burn-in curve. Of the logical points (points_digest),
     # never of their packed bytes: packing changed nothing a certificate cites.
     points_sha256 = models.CharField(max_length=64, blank=True)
+    thinned_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When retention replaced the full points by the view's (portal/runs/retention.py): "
+        "`count` is then the view's; points_sha256 still names the full points as recorded.",
+    )
 
     class Meta:
         ordering = ["result", "name", "gpu", "id"]
