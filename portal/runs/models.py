@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from portal.inventory.models import Cluster, Node
 from portal.runs import packing
@@ -82,8 +83,6 @@ class Run(models.Model):
     def elapsed_s(self) -> float | None:
         if not self.started_at:
             return None
-        from django.utils import timezone
-
         end = self.finished_at or timezone.now()
         return (end - self.started_at).total_seconds()
 
@@ -307,6 +306,10 @@ class Measurement(models.Model):
     threshold = models.CharField(max_length=100, blank=True)
     ok = models.BooleanField(null=True)
     labels = models.JSONField(default=dict, blank=True)
+    # When it was written: the partition key on PostgreSQL (one partition per month, migration 0011;
+    # portal/runs/partitions.py), so old months leave as whole tables. There the primary key is
+    # (id, recorded_at); `id` alone stays unique (one sequence), which is all Django relies on.
+    recorded_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["result", "gpu", "name", "id"]

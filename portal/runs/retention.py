@@ -6,8 +6,9 @@
 - Full-resolution telemetry (Series longer than the charts' view) is thinned after
   KILN_RETENTION_TELEMETRY_DAYS: its points become the stored 1,500-point LTTB view, which is what
   the charts draw anyway; points_sha256 still names the full points as recorded.
-- Measurements, RunMetric and Run.summary are kept (whole month partitions of measurements may be
-  dropped on PostgreSQL when KILN_RETENTION_MEASUREMENT_MONTHS is set: portal/runs/partitions.py).
+- Measurements, RunMetric and Run.summary are kept. On PostgreSQL the coming months' measurement
+  partitions are made, and whole expired months dropped when KILN_RETENTION_MEASUREMENT_MONTHS is
+  set (portal/runs/partitions.py).
 
 Never touched: runs still queued or running, and runs in a campaign (certified or not yet: an open
 campaign's runs may become a certificate's evidence). The certified-evidence triggers
@@ -30,7 +31,7 @@ from django.db.models import Case, CharField, F, Q, QuerySet, Sum, TextField, Va
 from django.db.models.functions import Cast, Coalesce, Concat, Left, Length, Right
 from django.utils import timezone
 
-from portal.runs import packing
+from portal.runs import packing, partitions
 from portal.runs.models import ACTIVE_STATUSES, VIEW_POINTS, CheckResult, Run, Series
 
 logger = logging.getLogger(__name__)
@@ -224,6 +225,7 @@ def retention_apply(
         _kept_counts(report, oldest)
     outputs_expire(report, now=now, batch=batch, progress=say)
     telemetry_thin(report, now=now, batch=batch, progress=say)
+    report.partitions = partitions.maintain(now=now, dry_run=dry_run, progress=say)
     return report
 
 

@@ -28,3 +28,17 @@ def test_certified_runs_keep_everything_and_others_do_not(campaign, campaign_run
     assert raw_left(other) == 0 and full_series(other) == 0 and report.series_thinned == 8
     assert report.runs_kept_campaign == 1 and report.batches_refused == 0
     assert POINTS > 1500
+
+
+def test_a_month_holding_certified_measurements_is_never_dropped(issued, cluster, make_run, settings) -> None:
+    from portal.runs import partitions
+    from portal.runs.models import Measurement
+
+    if not partitions.is_partitioned():
+        return  # SQLite: one plain table, nothing is dropped
+    settings.KILN_RETENTION_MEASUREMENT_MONTHS = 1
+    name = partitions.partition_name(partitions.month_start(timezone.now()))
+    before = Measurement.objects.filter(result__certified_by__certificate=issued).count()
+    report = retention_apply(now=timezone.now() + timedelta(days=400))
+    assert name in report.partitions["kept (evidence)"] and name in partitions.month_partitions()
+    assert before > 0 and Measurement.objects.filter(result__certified_by__certificate=issued).count() == before
