@@ -148,7 +148,15 @@ def _copy_children(cursor: Any, run_id: int, template_id: int, template_node: in
 
     results = CheckResult._meta.db_table
     for model, overrides in (
-        (Measurement, {"result_id": "r.id", "value": f"c.value * (1 + (random() - 0.5) * {JITTER})"}),
+        # recorded_at (the partition key on PostgreSQL): when its result finished, as recording writes it.
+        (
+            Measurement,
+            {
+                "result_id": "r.id",
+                "value": f"c.value * (1 + (random() - 0.5) * {JITTER})",
+                "recorded_at": "COALESCE(r.finished_at, r.started_at, now())",
+            },
+        ),
         (Series, {"result_id": "r.id"}),
     ):
         table = model._meta.db_table

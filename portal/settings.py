@@ -224,6 +224,33 @@ KILN_LOST_MESSAGE_S = env.float("KILN_LOST_MESSAGE_S", default=120)
 KILN_SSH_KEEPALIVE_S = env.float("KILN_SSH_KEEPALIVE_S", default=5)
 KILN_SSH_KEEPALIVE_COUNT = env.int("KILN_SSH_KEEPALIVE_COUNT", default=3)
 
+# --- Retention (portal/runs/retention.py, README "Retention") ----------------------------------------
+# Days a finished run keeps its raw output (the compressed bytes behind the download; the display
+# copy is cut to an excerpt) and its full-resolution telemetry (the charts' 1,500-point view stays).
+# 90: issue 12's value; a quarter outlasts an acceptance campaign (weeks from first run to certificate,
+# re-runs included) and leaves time to re-parse old outputs after a parser fix. 0 or empty: keep.
+# Runs in a campaign, certified or not, and runs still active are never touched.
+KILN_RETENTION_RAW_OUTPUT_DAYS = env.int("KILN_RETENTION_RAW_OUTPUT_DAYS", default=90) or None
+KILN_RETENTION_TELEMETRY_DAYS = env.int("KILN_RETENTION_TELEMETRY_DAYS", default=90) or None
+# Characters of each display copy (stdout, stderr) kept once the raw output is gone: 4,096, what a
+# terminal shows on about two screens (80 x 25 each); head 3/4 and tail 1/4 like the display cut.
+KILN_RETENTION_OUTPUT_EXCERPT = env.int("KILN_RETENTION_OUTPUT_EXCERPT", default=4096)
+# Months of measurements kept; empty (the default): forever, as issue 12 says (history and trends
+# read them). When set, whole month partitions older than that are dropped on PostgreSQL, never
+# one holding a certified or campaign result or an active run's (portal/runs/partitions.py).
+KILN_RETENTION_MEASUREMENT_MONTHS = env.int("KILN_RETENTION_MEASUREMENT_MONTHS", default=0) or None
+# Rows one retention transaction changes at most. Measured on the 2-core CI machine (busy): 1,000
+# results each with a full 256 KiB display copy and 52 KB of raw output took 6.4 s to expire, 1,000
+# 4,500-point series 4 s to thin; 200 keeps a worst-case transaction near a second. Only old, finished
+# rows are locked, which nothing else writes.
+KILN_RETENTION_BATCH = env.int("KILN_RETENTION_BATCH", default=200)
+# Monthly measurement partitions made ahead of time: 3, so a missed month or two of the daily task
+# still finds its partition (anything else lands in the DEFAULT partition, never lost).
+KILN_RETENTION_PARTITIONS_AHEAD = env.int("KILN_RETENTION_PARTITIONS_AHEAD", default=3)
+# When the daily task runs (cron, UTC): 03:30, the quiet hour most sites schedule maintenance in, and
+# clear of midnight's log rotation and backups.
+KILN_RETENTION_CRON = env.str("KILN_RETENTION_CRON", default="30 3 * * *")
+
 # --- Health, alerts, metrics (portal/health/conf.py reads these) --------------------------------
 # Bearer token for /metrics (Prometheus); empty: /metrics answers 403.
 KILN_METRICS_TOKEN = env.str("KILN_METRICS_TOKEN", default="")

@@ -254,7 +254,10 @@ def result_raw_output(request: HttpRequest, result_id: int, stream: str) -> Stre
     except (ValueError, selectors.CheckResult.DoesNotExist):
         raise Http404("no such result or output stream") from None
     if stored.compressed is None:
-        raise Http404("no raw output is stored for this result (nothing ran, or it was recorded before Kiln kept it)")
+        raise Http404(
+            "no raw output is stored for this result (nothing ran, it was recorded before Kiln kept it, "
+            "or retention removed it: README, Retention)"
+        )
     response = StreamingHttpResponse(rawoutput.unpack(stored.compressed), content_type="application/octet-stream")
     response["Content-Disposition"] = f'attachment; filename="kiln-result-{result_id}.{stream}"'
     response["X-Kiln-SHA256"] = stored.sha256  # what `sha256sum` of the file gives, and what a certificate cites

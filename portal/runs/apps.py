@@ -10,6 +10,12 @@ def _seed(sender: AppConfig, **kwargs: object) -> None:
     roles_ensure()
 
 
+def _retention_schedule(sender: AppConfig, **kwargs: object) -> None:
+    from portal.runs.retention import retention_schedule_ensure
+
+    retention_schedule_ensure()
+
+
 class RunsConfig(AppConfig):
     name = "portal.runs"
     label = "runs"
@@ -19,6 +25,7 @@ class RunsConfig(AppConfig):
         # After every migrate (runs is the last Kiln app, so all permissions exist by then):
         # built-in plans and role groups exist, with stable slugs and names.
         post_migrate.connect(_seed, sender=self)
+        post_migrate.connect(_retention_schedule, sender=self, dispatch_uid="runs_retention_schedule")
         # Register the run tasks with the Celery app in every process (web, commands, tests), so
         # portal/runs/dispatch.py finds them by name and eager mode runs them in this process.
         from portal.runs import tasks  # noqa: F401  (models must be loaded first: not at module top)

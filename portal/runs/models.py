@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from portal.inventory.models import Cluster, Node
 from portal.runs import packing
@@ -82,8 +83,6 @@ class Run(models.Model):
     def elapsed_s(self) -> float | None:
         if not self.started_at:
             return None
-        from django.utils import timezone
-
         end = self.finished_at or timezone.now()
         return (end - self.started_at).total_seconds()
 
@@ -147,6 +146,12 @@ class CheckResult(models.Model):
     )
     portal_fault = models.BooleanField(
         default=False, help_text="The error is Kiln's (database, worker, bug), not the node's: health ignores it."
+    )
+    output_expired_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When retention removed the raw output and cut the display copies to an excerpt "
+        "(portal/runs/retention.py); the SHA-256 digests stay.",
     )
 
     objects = CheckResultManager()
@@ -218,6 +223,12 @@ class Series(models.Model):
     # (and re-serialising) every point of every burn-in curve. Of the logical points (points_digest),
     # never of their packed bytes: packing changed nothing a certificate cites.
     points_sha256 = models.CharField(max_length=64, blank=True)
+    thinned_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When retention replaced the full points by the view's (portal/runs/retention.py): "
+        "`count` is then the view's; points_sha256 still names the full points as recorded.",
+    )
 
     class Meta:
         ordering = ["result", "name", "gpu", "id"]
@@ -300,6 +311,10 @@ class Measurement(models.Model):
     threshold = models.CharField(max_length=100, blank=True)
     ok = models.BooleanField(null=True)
     labels = models.JSONField(default=dict, blank=True)
+    # When it was written: the partition key on PostgreSQL (one partition per month, migration 0013;
+    # portal/runs/partitions.py), so old months leave as whole tables. There the primary key is
+    # (id, recorded_at); `id` alone stays unique (one sequence), which is all Django relies on.
+    recorded_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["result", "gpu", "name", "id"]

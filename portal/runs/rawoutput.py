@@ -188,3 +188,14 @@ def storable_json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [storable_json(v) for v in value]
     return value
+
+
+def excerpt(text: str, *, cap: int, note: str) -> str:
+    """`text` cut to its first 3/4 and last 1/4 of `cap` characters around one marker line saying
+    how much is gone and why (`note`); unchanged when it fits. Retention keeps this of old outputs."""
+    if len(text) <= cap:
+        return text
+    head = cap * 3 // 4
+    tail = cap - head
+    cut = len(text) - head - tail
+    return text[:head] + f"\n[... {cut} characters {note} ...]\n" + (text[-tail:] if tail else "")

@@ -59,3 +59,11 @@ def run_group(self, run_id: int, result_id: int, time_budget_s: float | None = N
     finally:
         with db_phase("finalise"):
             services.run_finalize(run_id=run_id)
+
+
+@kiln_task(name="kiln.retention")
+def retention(self) -> dict[str, object]:
+    """Periodic (PeriodicTask `kiln-retention`, daily): apply the retention policy once (idempotent)."""
+    from portal.runs.retention import retention_apply
+
+    return retention_apply().as_dict()
