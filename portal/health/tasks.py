@@ -11,6 +11,11 @@ from worker.decorators import kiln_task
 
 logger = logging.getLogger(__name__)
 
+# What follows a run's close at 12,500 nodes is minutes of work (bench/bench_history.py "after
+# closing"): an hour bounds a stuck step without cutting a real one short; below the broker's
+# visibility timeout (25 h) so the message is not redelivered while it runs.
+AFTER_CLOSE_SOFT_S = 3600
+
 
 @kiln_task(name="kiln.scheduled_run")
 def scheduled_run(self, schedule_id: int) -> int | None:
@@ -26,6 +31,15 @@ def health_evaluate(self, run_id: int) -> int:
     from portal.health.services import health_evaluate_run
 
     return len(health_evaluate_run(run_id=run_id))
+
+
+@kiln_task(name="kiln.run_closed", soft_time_limit=AFTER_CLOSE_SOFT_S, time_limit=AFTER_CLOSE_SOFT_S + 60)
+def run_closed(self, run_id: int) -> None:
+    """After a run closed in a worker (portal/health/signals.py after_close): node health, trends,
+    /metrics lines, key values. Idempotent: each step recomputes from the run's results."""
+    from portal.health.signals import evaluate
+
+    evaluate(run_id)
 
 
 @kiln_task(name="kiln.alert_deliver", max_retries=None)

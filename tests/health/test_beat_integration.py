@@ -23,9 +23,9 @@ def test_it_fires_a_schedule_made_in_the_ui_on_its_own(
     celery_worker_process, client, make_user, tmp_path: Path, sim_paths
 ) -> None:
     from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
-    from portal.health.models import ScheduledFire
+    from portal.health.models import NodeHealth, NodeMetrics, ScheduledFire
     from portal.inventory.models import Cluster, Node
-    from portal.runs.models import Run
+    from portal.runs.models import Run, RunKeyValue
     from testbed.sim import node_env, write_state
 
     cluster = Cluster.objects.create(name="beat", transport="local", profile="H100-SXM-8")
@@ -56,6 +56,17 @@ def test_it_fires_a_schedule_made_in_the_ui_on_its_own(
         assert run is not None, f"no run within 150 s; beat log:\n{log_text[-3000:]}"
         assert run.status == "pass", run.reason
         assert ScheduledFire.objects.get(run=run).schedule.name == "each minute"
+        # What follows the close ran in the worker as its own task (kiln.run_closed), not in the
+        # node task that closed the run: the node's health, its /metrics lines, the key values.
+        node = Node.objects.get(hostname="beat01")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not RunKeyValue.objects.filter(run=run).exists():
+            time.sleep(0.5)
+        worker_log = celery_worker_process.log_path.read_text(errors="replace")
+        assert NodeHealth.objects.get(node=node).state == "healthy", worker_log[-3000:]
+        assert NodeMetrics.objects.filter(node=node, family="kiln_gpu_ecc_errors").exists()
+        assert RunKeyValue.objects.filter(run=run, subject="beat01").exists(), worker_log[-3000:]
+        assert "kiln.run_closed" in worker_log and "succeeded" in worker_log
     finally:
         if beat.poll() is None:
             os.killpg(beat.pid, signal.SIGTERM)
