@@ -115,9 +115,13 @@ def _trend_rows(node: Node, runs: int) -> list[tuple[Any, ...]]:
     )
     by_id = {row[0]: row for row in results}
     window = set(sorted({row[1] for row in by_id.values()}, reverse=True)[:runs])
-    values = Measurement.objects.filter(
-        result_id__in=[pk for pk, row in by_id.items() if row[1] in window], name__in=_KEY_NAMES
-    ).values_list("name", "value", "gpu", "labels", "ok", "threshold", "result_id", "id")
+    values = (
+        Measurement.objects.filter(
+            result_id__in=[pk for pk, row in by_id.items() if row[1] in window], name__in=_KEY_NAMES
+        )
+        .order_by()
+        .values_list("name", "value", "gpu", "labels", "ok", "threshold", "result_id", "id")
+    )
     rows = []
     for name, value, gpu, labels, ok, threshold, result_id, pk in values:
         _, run_id, kind, item_key, scope, status, node_set, at = by_id[result_id]

@@ -144,6 +144,11 @@ def forward(apps: Any, schema_editor: Any) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         _indexes(cursor)
     _swap(connection)
+    with connection.cursor() as cursor:
+        # Fresh statistics: autovacuum never analyzes a partitioned parent, and without them the
+        # planner guessed 300x the rows of a node's measurements and started parallel workers
+        # (measured: a node page 452 ms before, 77 ms after, at 1,250 nodes x 30 runs).
+        cursor.execute(f"ANALYZE {OLD}")
 
 
 def backward(apps: Any, schema_editor: Any) -> None:
