@@ -21,7 +21,9 @@ customer's (the request: it digests the body and queues the issue), then the cer
 a worker runs (state, body digested twice: before rendering and again under the lock, charts,
 WeasyPrint PDF, its PAdES signature, database writes; broken down by wrapping those functions), then the same again
 with charts turned off
-(KILN_CERT_CHARTS=0), and certificate_verify of the PDF. Wall seconds; memory as the process's peak
+(KILN_CERT_CHARTS=0), certificate_verify of the PDF, and the evidence export (streamed to a file, as
+kiln_evidence writes it) checked against the sealed digests. The last line extrapolates body size
+and issue time to 12,500 nodes against the targets (< 50 MB, < 5 min). Wall seconds; memory as the process's peak
 RSS (ru_maxrss) after each step, or with --tracemalloc the Python allocation peak of the step
 (slower). The table gives each step at N nodes and at the peer, their ratio, and the marginal cost
 per node ((t_N - t_peer) / (N - peer)). Pages of the PDF come from `pdfinfo` when installed.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import random
 import resource
@@ -118,25 +121,21 @@ def pdf_pages(data: bytes, folder: str) -> int | None:
 
 
 def payload_breakdown(body: dict[str, Any]) -> dict[str, int]:
-    """Canonical bytes of the body by part: measurements, hashes, GPU identities, the rest."""
+    """Canonical bytes of the body by part: check summaries, evidence digests, GPU identities, the rest."""
     from portal.certificates import seal
 
-    measurements = hashes = gpus = 0
+    checks = digests = gpus = 0
     for node in body["nodes"]:
         gpus += len(seal.canonical_bytes(node["gpus"]))
-        for check in node["checks"].values():
-            if "measurements" in check:
-                measurements += len(seal.canonical_bytes(check["measurements"]))
-            for key in ("stdout_sha256", "stderr_sha256", "series_sha256"):
-                if key in check:
-                    hashes += len(f'"{key}":"{check[key]}",')
+        checks += len(seal.canonical_bytes(node["checks"]))
+        digests += len(f'"evidence_sha256":"{node.get("evidence_sha256", "")}",')
     total = len(seal.canonical_bytes(body))
     return {
         "total": total,
-        "measurements": measurements,
-        "hashes": hashes,
+        "check summaries": checks,
+        "evidence digests": digests,
         "gpu identities": gpus,
-        "other": total - measurements - hashes - gpus,
+        "other": total - checks - digests - gpus,
     }
 
 
@@ -149,7 +148,7 @@ def measure_campaign(
     from django.test.utils import CaptureQueriesContext
     from django.urls import reverse
 
-    from portal.certificates import keys, payload, seal, selectors, services, verification
+    from portal.certificates import export, keys, payload, seal, selectors, services, verification
     from portal.certificates.models import Certificate, Signature
 
     campaign = seeded["campaign"]
@@ -234,10 +233,43 @@ def measure_campaign(
     out["pages_off"] = pdf_pages(document_off, tmp)
     data = bytes(cert.pdf)
     with Step(use_tracemalloc) as s:
-        verdict = verification.certificate_verify(data=data)
+        verdict = verification.certificate_verify(data=data, digests=True)
     record("certificate_verify(pdf)", s, verdict.status)
+    export_path = Path(tmp) / "bench-evidence.jsonl"
+    with CaptureQueriesContext(connection) as q, Step(use_tracemalloc) as s, export_path.open("wb") as f:
+        lines = export.evidence_lines(payload=json.loads(cert.payload), payload_sha256=cert.sha256)
+        f.writelines(lines)  # streamed to disk, as kiln_evidence does
+    out["export_mb"] = export_path.stat().st_size / 2**20
+    record("evidence export (JSON lines)", s, f"{len(q)} queries, {out['export_mb']:.1f} MB")
+    with Step(use_tracemalloc) as s, export_path.open("rb") as stream:
+        checked = verification.evidence_check(verdict=verdict, lines=stream)
+    export_path.unlink()
+    assert checked.ok, checked.detail
+    record("evidence export checked against the seal", s, checked.detail[:60])
     out["notes"]["verify"] = f"{verdict.status}: {verdict.detail}" if hasattr(verdict, "detail") else verdict.status
     return out
+
+
+TARGET_NODES, TARGET_BODY_MB, TARGET_ISSUE_S = 12_500, 50.0, 300.0  # issue #12, item 6
+
+
+def print_targets(results: dict[str, Any], n: int, p: int) -> None:
+    """Linear extrapolation to 12,500 nodes from the marginal cost per node (N against the peer)."""
+    if n == p:
+        return
+
+    def at_target(big: float, peer: float) -> float:
+        return peer + (big - peer) / (n - p) * (TARGET_NODES - p)
+
+    body = at_target(results["big"]["body_mb"], results["peer"]["body_mb"])
+    label = "certificate_issue task [charts on]"
+    issue = at_target(results["big"]["steps"][label][0], results["peer"]["steps"][label][0])
+    print(
+        f"at {TARGET_NODES:,} nodes (linear from the marginal cost per node; measured at {TARGET_NODES:,} only "
+        f"with --nodes {TARGET_NODES}): body {body:.1f} MB (target < {TARGET_BODY_MB:.0f} MB: "
+        f"{'met' if body < TARGET_BODY_MB else 'MISSED'}), issue task {issue:.0f} s (target < {TARGET_ISSUE_S:.0f} s: "
+        f"{'met' if issue < TARGET_ISSUE_S else 'MISSED'})"
+    )
 
 
 def main() -> int:
@@ -333,10 +365,12 @@ def main() -> int:
             parts = ", ".join(f"{k} {v / 2**20:.2f} MB ({v / b['total']:.0%})" for k, v in b.items() if k != "total")
             print(
                 f"{size} nodes: body {r['body_mb']:.2f} MB ({r['body_mb'] * 1024 / size:.1f} KiB/node: {parts}); "
+                f"evidence export {r['export_mb']:.1f} MB; "
                 f"sealed payload {r['payload_mb']:.2f} MB; PDF {r['pdf_mb']:.2f} MB, {pages} pages "
                 f"(charts off: {r['pdf_mb_off']:.2f} MB, {pages_off} pages); charts: {r['notes']['charts']}; "
                 f"verify: {r['notes']['verify']}"
             )
+        print_targets(results, n, p)
         return 0
     finally:
         teardown()

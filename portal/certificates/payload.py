@@ -1,124 +1,30 @@
 """The certificate body: what a campaign's current state cites, as plain JSON-able data.
 
 Built from the database only (no clock), so two approvers signing minutes apart see the same body
-digest unless the evidence itself changed. Queries are batched: a fixed number per 500 results."""
+digest unless the evidence itself changed. Format 3: per node a bounded summary and the SHA-256 of its
+detailed evidence (summary.py, evidence.py), read NODE_CHUNK nodes at a time, so the body grows by a
+few KiB per node and memory stays bounded; the evidence is exported and checked separately (export.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from checks.presentation import presentation_of
-from portal.certificates import seal
+from portal.certificates import evidence, seal, summary
 from portal.certificates.models import CertificateVerdict
-from portal.certificates.selectors import WAIVED, CampaignState
-from portal.runs.models import CheckResult, Measurement, Run, Scope, Series, points_digest
+from portal.certificates.selectors import CampaignState
+from portal.runs.models import Run, Scope
 
-CHUNK = 500
+NODE_CHUNK = 250  # nodes whose evidence is in memory at once
 
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def _chunks(ids: list[int]) -> Iterator[list[int]]:
-    for start in range(0, len(ids), CHUNK):
-        yield ids[start : start + CHUNK]
-
-
-def _measurement(m: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "name": m["name"],
-        "value": m["value"],
-        "text": m["text"],
-        "unit": m["unit"],
-        "gpu": m["gpu"],
-        "threshold": m["threshold"],
-        "ok": m["ok"],
-        "labels": m["labels"] or {},
-    }
-
-
-def _output_digest(r: dict[str, Any], stream: str) -> str:
-    """The SHA-256 a certificate cites for a result's output: of the exact bytes the node printed,
-    as stored when it was recorded (CheckResult.stdout_sha256: `sha256sum` of the result page's raw
-    download gives it). A result recorded before Kiln kept raw bytes has no such digest: then the
-    stored text is the output, and its UTF-8 is hashed (what certificates cited before)."""
-    return r[f"{stream}_sha256"] or seal.sha256_hex(r[stream])
-
-
 def _strip_taken_at(snapshot: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in snapshot.items() if k != "taken_at"}
-
-
-@dataclass
-class CitedEvidence:
-    """What the cited results hold, read in chunks: rows, measurements and series digests by id."""
-
-    results: dict[int, dict[str, Any]] = field(default_factory=dict)
-    measurements: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-    series_hash: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-
-    def of(self, rid: int) -> dict[str, Any]:
-        """The evidence a certificate cites for one result."""
-        r = self.results[rid]
-        return {
-            "result_id": rid,
-            "run_id": r["run_id"],
-            "kind": r["kind"],
-            "status": r["status"],
-            "reason": r["reason"],
-            "command": r["command"],
-            "exit_code": r["exit_code"],
-            "started_at": _iso(r["started_at"]),
-            "finished_at": _iso(r["finished_at"]),
-            "stdout_sha256": _output_digest(r, "stdout"),
-            "stderr_sha256": _output_digest(r, "stderr"),
-            "output_truncated": r["output_truncated"],
-            "series_sha256": seal.sha256_hex(seal.canonical_bytes(self.series_hash[rid])),
-            "measurements": self.measurements[rid],
-        }
-
-
-def evidence_load(*, result_ids: list[int]) -> CitedEvidence:
-    """Step 1: the cited results, their measurements and their series' digests (four queries per
-    chunk of 500 results at most)."""
-    ev = CitedEvidence(measurements={rid: [] for rid in result_ids}, series_hash={rid: [] for rid in result_ids})
-    for chunk in _chunks(result_ids):
-        for r in CheckResult.objects.filter(pk__in=chunk).values(
-            "id", "run_id", "item_key", "kind", "status", "reason", "scope", "node_set", "attribution", "command",
-            "exit_code", "stdout", "stderr", "stdout_sha256", "stderr_sha256", "output_truncated", "started_at",
-            "finished_at", "node__hostname",
-        ):  # fmt: skip
-            ev.results[r["id"]] = dict(r)
-        for m in (
-            Measurement.objects.filter(result_id__in=chunk)
-            .order_by("result_id", "gpu", "name", "id")
-            .values("result_id", "name", "value", "text", "unit", "gpu", "threshold", "ok", "labels")
-        ):
-            ev.measurements[m["result_id"]].append(_measurement(m))
-        _series_digests(chunk, ev.series_hash)
-    return ev
-
-
-def _series_digests(chunk: list[int], series_hash: dict[int, list[dict[str, Any]]]) -> None:
-    """The points are cited by the digest taken when they were stored, not re-read here (older
-    series without one are hashed now)."""
-    unhashed: dict[int, dict[str, Any]] = {}
-    for row in (
-        Series.objects.filter(result_id__in=chunk)
-        .order_by("result_id", "name", "gpu", "id")
-        .values("id", "result_id", "name", "unit", "x_unit", "gpu", "labels", "points_sha256")
-    ):
-        s: dict[str, Any] = dict(row)  # a plain dict: its keys are popped and it is cited as is
-        pk = s.pop("id")
-        series_hash[s.pop("result_id")].append(s)
-        if not s["points_sha256"]:
-            unhashed[pk] = s
-    for stored in Series.objects.filter(pk__in=list(unhashed)).only("id", "x_packed", "y_packed"):
-        unhashed[stored.pk]["points_sha256"] = points_digest(stored.x, stored.y)
 
 
 def _identity_fields(state: CampaignState) -> dict[str, dict[str, str]]:
@@ -132,60 +38,21 @@ def _identity_fields(state: CampaignState) -> dict[str, dict[str, str]]:
     return out
 
 
-def _cell_entry(cell: Any, ev: CitedEvidence, group_ids: set[int]) -> dict[str, Any]:
-    entry: dict[str, Any] = {"state": cell.state}
-    if cell.result_id is not None:
-        if cell.scope == Scope.GROUP:
-            group_ids.add(cell.result_id)
-            entry.update(
-                {"result_id": cell.result_id, "status": cell.result_status, "reason": cell.reason, "group": True}
-            )
-        else:
-            entry.update(ev.of(cell.result_id))
-        if cell.state == WAIVED and cell.waiver is not None:
-            entry["waiver_id"] = cell.waiver.pk
-    return entry
-
-
-def node_entry(
-    *, node: Any, row_cells: list[Any], ev: CitedEvidence, identity: dict[str, dict[str, str]], group_ids: set[int]
-) -> dict[str, Any]:
-    """Step 2, per node: its identity, its GPUs' identities and each check's cited evidence. The
-    group results it appears in are added to `group_ids` (cited once, beside the nodes)."""
-    gpus: dict[int, dict[str, Any]] = {}
-    checks: dict[str, Any] = {}
-    for cell in row_cells:
-        checks[cell.item_key] = _cell_entry(cell, ev, group_ids)
-        fields = identity.get(cell.item_key)
-        if not fields or cell.result_id is None or cell.scope != "node":
-            continue
-        for m in ev.measurements[cell.result_id]:
-            if m["gpu"] is not None and m["name"] in fields:
-                gpus.setdefault(m["gpu"], {"index": m["gpu"], "uuid": "", "serial": ""})
-                gpus[m["gpu"]][fields[m["name"]]] = m["text"]
-    return {
-        "hostname": node.hostname,
-        "serial": node.serial,
-        "rack": node.rack,
-        "position": node.position,
-        "group": node.group,
-        "gpus": [gpus[i] for i in sorted(gpus)],
-        "checks": checks,
-    }
-
-
-def _summary(state: CampaignState) -> list[dict[str, Any]]:
-    """Per check: how many nodes, in which states."""
-    summary = []
+def _summary(state: CampaignState, gathered: summary.Gathered) -> list[dict[str, Any]]:
+    """Per check: how many nodes, in which states, its key metrics' units, and the range of every
+    judged measurement over the nodes."""
+    out = []
     for item in state.items:
         item_cells = [c for c in state.cells if c.item_key == item["key"]]
         counts: dict[str, int] = {}
         for c in item_cells:
             counts[c.state] = counts.get(c.state, 0) + 1
-        summary.append(
-            {"key": item["key"], "name": item["name"], "kind": item["kind"], "nodes": len(item_cells), "states": counts}
-        )
-    return summary
+        metrics = [{"key": m.key, "label": m.label, "unit": m.unit} for m in presentation_of(item["kind"]).key_metrics]
+        out.append(
+            {"key": item["key"], "name": item["name"], "kind": item["kind"], "nodes": len(item_cells),
+             "states": counts, "metrics": metrics, "ranges": gathered.ranges_of(item["key"])}
+        )  # fmt: skip
+    return out
 
 
 def _runs_and_plans(campaign: Any, cited_runs: set[int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -243,24 +110,31 @@ def _out_of_scope(state: CampaignState) -> list[dict[str, Any]]:
     ]
 
 
+def _nodes(state: CampaignState, gathered: summary.Gathered) -> list[dict[str, Any]]:
+    """One summary per node, NODE_CHUNK nodes' evidence in memory at a time."""
+    identity = _identity_fields(state)
+    out = []
+    for start in range(0, len(state.rows), NODE_CHUNK):
+        rows = state.rows[start : start + NODE_CHUNK]
+        ids = [c.result_id for _, cells in rows for c in cells if c.result_id is not None and c.scope != Scope.GROUP]
+        loaded = evidence.load(result_ids=ids)
+        for node, cells in rows:
+            out.append(
+                summary.node_summary(node=node, cells=cells, loaded=loaded, identity=identity, gathered=gathered)
+            )
+    return out
+
+
 def body_build(*, state: CampaignState) -> dict[str, Any]:
-    """Everything the certificate asserts except its number, issue date, signatures and seal: load
-    the cited evidence, then one entry per node, then the summaries around them."""
+    """Everything the certificate asserts except its number, issue date, signatures and seal: per
+    node a summary and the digest of its evidence, then the summaries around them."""
     campaign = state.campaign
     cluster = campaign.cluster
-    result_ids = sorted({c.result_id for c in state.cells if c.result_id is not None})
-    ev = evidence_load(result_ids=result_ids)
-    identity = _identity_fields(state)
-    group_ids: set[int] = set()
-    nodes_out = [
-        node_entry(node=node, row_cells=row_cells, ev=ev, identity=identity, group_ids=group_ids)
-        for node, row_cells in state.rows
-    ]
-    group_results = [
-        {**ev.of(rid), **{k: ev.results[rid][k] for k in ("item_key", "node_set", "attribution")}}
-        for rid in sorted(group_ids)
-    ]
-    runs_out, plans = _runs_and_plans(campaign, {ev.results[rid]["run_id"] for rid in result_ids})
+    gathered = summary.Gathered()
+    nodes_out = _nodes(state, gathered)
+    group_results = summary.group_summaries(gathered)
+    cited_runs = {c.run_id for c in state.cells if c.result_id is not None and c.run_id is not None}
+    runs_out, plans = _runs_and_plans(campaign, cited_runs)
     waivers = _waivers(state)
     starts = [r["started_at"] for r in runs_out if r["started_at"]]
     ends = [r["finished_at"] for r in runs_out if r["finished_at"]]
@@ -284,9 +158,15 @@ def body_build(*, state: CampaignState) -> dict[str, Any]:
         "campaign_plan": _strip_taken_at(campaign.plan_snapshot),
         "plans": plans,
         "runs": runs_out,
-        "summary": _summary(state),
+        "summary": _summary(state, gathered),
         "nodes": nodes_out,
         "group_results": group_results,
+        "evidence": {
+            "format": evidence.FORMAT,
+            "measurement_columns": list(evidence.MEASUREMENT_COLUMNS),
+            "series_columns": list(evidence.SERIES_COLUMNS),
+            **gathered.counts,
+        },
         "waivers": waivers,
         "out_of_scope": _out_of_scope(state),
         "counts": {

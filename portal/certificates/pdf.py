@@ -1,5 +1,5 @@
-"""The certificate PDF (WeasyPrint, from templates/certificates/certificate_pdf.html), and reading the
-sealed payload back out of one.
+"""The certificate PDF (WeasyPrint, from templates/certificates/pdf/, rendered in parts and joined
+with pypdf), and reading the sealed payload back out of one.
 
 The PDF carries two attachments: PAYLOAD_NAME (the exact canonical JSON bytes that were signed) and
 SEAL_NAME (the seal: digest, signature, public key); signing.py then signs the whole document.
@@ -11,7 +11,7 @@ import base64
 import io
 import json
 import logging
-from statistics import median
+from collections.abc import Iterator
 from typing import Any
 
 from django.template.loader import render_to_string
@@ -24,6 +24,7 @@ for _name in ("weasyprint", "fontTools"):
 
 PAYLOAD_NAME = "kiln-certificate.json"
 SEAL_NAME = "kiln-certificate.seal.json"
+NODES_PER_PART = 500  # rows of a per-node table laid out at once
 
 
 class NotACertificate(ValueError):
@@ -32,33 +33,62 @@ class NotACertificate(ValueError):
 
 def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict[str, Any], charts: list[Chart],
                charts_note: str, signer: str = "") -> bytes:  # fmt: skip
+    """The document, rendered in parts (the front matter, NODES_PER_PART nodes per part of each
+    per-node table, the rest) whose page numbers carry on, joined into one PDF with the attachments.
+    WeasyPrint lays out one part at a time: its memory is bounded by a part, not by the cluster."""
+    context = {
+        **pdf_context(payload),
+        "p": payload,
+        "seal": seal_data,
+        "charts": [
+            {"title": c.title, "src": "data:image/svg+xml;base64," + base64.b64encode(c.svg).decode()} for c in charts
+        ],
+        "charts_note": charts_note,
+        "signer": signer,
+        "payload_name": PAYLOAD_NAME,
+        "seal_name": SEAL_NAME,
+    }
+    parts: list[bytes] = []
+    page = 1
+    for template, extra in _parts(context["node_rows"]):
+        document = _render_part(template, {**context, **extra, "first_page": page})
+        page += len(document.pages)
+        parts.append(document.write_pdf())
+        del document
+    return _join(parts, payload_bytes, seal_data, title=f"Acceptance certificate {payload.get('number', '')}")
+
+
+def _parts(node_rows: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    yield "certificates/pdf/front.html", {}
+    for table in ("states", "gpus"):
+        for start in range(0, len(node_rows), NODES_PER_PART):
+            rows = node_rows[start : start + NODES_PER_PART]
+            yield "certificates/pdf/nodes.html", {
+                "table": table, "node_rows": rows, "first_row": start + 1, "last_row": start + len(rows),
+                "total_rows": len(node_rows),
+            }  # fmt: skip
+    yield "certificates/pdf/tail.html", {}
+
+
+def _render_part(template: str, context: dict[str, Any]) -> Any:
     import weasyprint
 
-    html = render_to_string(
-        "certificates/certificate_pdf.html",
-        {
-            **pdf_context(payload),
-            "p": payload,
-            "seal": seal_data,
-            "charts": [
-                {"title": c.title, "src": "data:image/svg+xml;base64," + base64.b64encode(c.svg).decode()}
-                for c in charts
-            ],
-            "charts_note": charts_note,
-            "signer": signer,
-            "payload_name": PAYLOAD_NAME,
-            "seal_name": SEAL_NAME,
-        },
-    )
-    attachments = [
-        weasyprint.Attachment(string=payload_bytes, name=PAYLOAD_NAME, description="Kiln certificate payload"),
-        weasyprint.Attachment(
-            string=json.dumps(seal_data, sort_keys=True, indent=1).encode(),
-            name=SEAL_NAME,
-            description="Kiln certificate seal (Ed25519 over the SHA-256 of the payload)",
-        ),
-    ]
-    return weasyprint.HTML(string=html, base_url=None).write_pdf(attachments=attachments)
+    return weasyprint.HTML(string=render_to_string(template, context), base_url=None).render()
+
+
+def _join(parts: list[bytes], payload_bytes: bytes, seal_data: dict[str, Any], *, title: str) -> bytes:
+    """One PDF of the parts' pages, carrying the payload and the seal as attachments."""
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter()
+    for part in parts:
+        writer.append(PdfReader(io.BytesIO(part)))
+    writer.add_attachment(PAYLOAD_NAME, payload_bytes)
+    writer.add_attachment(SEAL_NAME, json.dumps(seal_data, sort_keys=True, indent=1).encode())
+    writer.add_metadata({"/Title": title, "/Producer": "Kiln (WeasyPrint, pypdf)"})
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
 
 
 def attachment_names(data: bytes) -> set[str]:
@@ -107,53 +137,35 @@ def _show(value: float) -> str:
 
 
 def pdf_context(payload: dict[str, Any]) -> dict[str, Any]:
-    """Condensed views of the payload for the document: it must stay readable at 1,000 nodes, so
-    per-node detail is one row per node; measurements are summarised per check (range over nodes)
-    and listed one by one only where out of spec. Everything else is in the attached payload."""
+    """Condensed views of a format-3 payload for the document: one row per node, measurement ranges
+    per check (gathered over the nodes when the body was built), and the out-of-spec measurements the
+    node summaries list. Everything else is in the attached payload and the exported evidence."""
     items = payload["campaign_plan"]["items"]
-    ranges: dict[str, dict[tuple[str, str, str], list[float]]] = {item["key"]: {} for item in items}
     out_of_spec = []
 
-    def collect(key: str, where: str, measurements: list[dict[str, Any]]) -> None:
-        for m in measurements:
+    def collect(key: str, where: str, check: dict[str, Any]) -> None:
+        for m in check.get("out_of_spec", ()):
             value = _number(m["value"])
-            if m["threshold"] and value is not None:
-                ranges.setdefault(key, {}).setdefault((m["name"], m["unit"], m["threshold"]), []).append(value)
-            if m["ok"] is False:
-                out_of_spec.append(
-                    {
-                        "where": where,
-                        "check": key,
-                        "name": m["name"] + (f"[GPU {m['gpu']}]" if m["gpu"] is not None else ""),
-                        "value": _show(value) if value is not None else m["text"],
-                        "unit": m["unit"],
-                        "threshold": m["threshold"],
-                    }
-                )
+            name = m["name"] + (f"[GPU {m['gpu']}]" if m["gpu"] is not None else "")
+            out_of_spec.append(
+                {"where": where, "check": key, "name": name,
+                 "value": _show(value) if value is not None else m["value"], "unit": m["unit"],
+                 "threshold": m["threshold"]}
+            )  # fmt: skip
+        hidden = check.get("out_of_spec_count", 0) - len(check.get("out_of_spec", ()))
+        if hidden > 0:
+            out_of_spec.append({"where": where, "check": key, "name": f"… {hidden} more (see the evidence)",
+                                "value": "", "unit": "", "threshold": ""})  # fmt: skip
 
     node_rows = []
     for node in payload["nodes"]:
         for key, check in node["checks"].items():
-            if "measurements" in check:
-                collect(key, node["hostname"], check["measurements"])
+            collect(key, node["hostname"], check)
         node_rows.append({**node, "states": [node["checks"].get(item["key"], {}).get("state", "") for item in items]})
     for group in payload["group_results"]:
-        collect(group["item_key"], group["node_set"], group["measurements"])
+        collect(group["item_key"], group["node_set"], group)
     checks = []
-    summary = {s["key"]: s for s in payload["summary"]}
-    for index, item in enumerate(items, start=1):
-        rows = []
-        for (name, unit, threshold), values in sorted(ranges.get(item["key"], {}).items()):
-            rows.append(
-                {
-                    "name": name,
-                    "unit": unit,
-                    "threshold": threshold,
-                    "n": len(values),
-                    "min": _show(min(values)),
-                    "median": _show(median(values)),
-                    "max": _show(max(values)),
-                }
-            )
-        checks.append({"index": index, "item": item, "summary": summary.get(item["key"], {}), "ranges": rows})
+    for index, (item, summary) in enumerate(zip(items, payload["summary"], strict=True), start=1):
+        rows = [{**r, **{k: _show(float(r[k])) for k in ("min", "median", "max")}} for r in summary.get("ranges", ())]
+        checks.append({"index": index, "item": item, "summary": summary, "ranges": rows})
     return {"checks": checks, "node_rows": node_rows, "out_of_spec": out_of_spec}

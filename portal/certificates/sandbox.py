@@ -29,8 +29,9 @@ MAX_INPUT = 64 * 1024**2  # the verify page accepts 50 MiB
 SUMMARY_KEYS = ("number", "verdict", "issued_at", "format")
 
 
-def _summary(payload: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What the pages and kiln_verify show of the payload (the full evidence can be 100+ MB)."""
+def _summary(payload: dict[str, Any] | None, digests: bool = False) -> dict[str, Any] | None:
+    """What the pages and kiln_verify show of the payload (the full evidence can be 100+ MB); with
+    `digests`, also the sealed evidence digests an export is checked against (export.py)."""
     if not isinstance(payload, dict):
         return None
     cluster = payload.get("cluster")
@@ -39,6 +40,10 @@ def _summary(payload: dict[str, Any] | None) -> dict[str, Any] | None:
     out = {key: payload.get(key) for key in SUMMARY_KEYS}
     out["cluster"] = {key: cluster.get(key) for key in ("name", "customer", "site")}
     out["waivers"] = len(payload.get("waivers") or [])
+    if digests:
+        from portal.certificates.export import sealed_digests
+
+        out["evidence_digests"] = sealed_digests(payload)
     return out
 
 
@@ -50,8 +55,8 @@ def _fallback(data: bytes, why: str) -> seal.Verdict:
     return seal.Verdict(seal.NOT_A_CERTIFICATE, f"not a readable Kiln certificate: {why}")
 
 
-def verify_isolated(data: bytes) -> seal.Verdict:
-    """verification.verify_document in a limited child process."""
+def verify_isolated(data: bytes, *, digests: bool = False) -> seal.Verdict:
+    """verification.verify_document in a limited child process (`digests`: see _summary)."""
     from portal.certificates import keys
 
     if len(data) > MAX_INPUT:
@@ -63,7 +68,7 @@ def verify_isolated(data: bytes) -> seal.Verdict:
     wall = float(settings.KILN_VERIFY_WALL_S)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "portal.certificates.sandbox"],
+            [sys.executable, "-m", "portal.certificates.sandbox", *(["--digests"] if digests else [])],
             input=data, capture_output=True, timeout=wall, env=env, check=False,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
@@ -103,7 +108,7 @@ def main() -> int:
     except Exception as exc:  # any parser failure on hostile bytes: the parent decides what it means
         print(f"{type(exc).__name__}: {str(exc)[:300]}", file=sys.stderr)
         return 3
-    verdict.payload = _summary(verdict.payload)
+    verdict.payload = _summary(verdict.payload, digests="--digests" in sys.argv[1:])
     sys.stdout.write(json.dumps(asdict(verdict)))
     return 0
 

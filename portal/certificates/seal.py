@@ -13,6 +13,9 @@ The seal itself travels next to the payload (it cannot be inside what it signs):
 {"algorithm": "Ed25519", "sha256": HEX, "signature": BASE64, "public_key": BASE64 raw 32 bytes,
  "key_fingerprint": "SHA256:..."}.
 
+Format 3 (evidence.py) keeps per-node summaries and digests of each node's detailed evidence in the
+payload; the evidence itself is exported beside the certificate and checked against those digests.
+
 Format 2 adds `seal.pdf_certificate_sha256` to the payload: the PDF-signing certificate that must
 sign the document around it (signing.py), so the two signatures cannot be mixed and matched.
 The keys live on disk (keys.py); this module holds only pure functions.
@@ -31,7 +34,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-FORMAT = "kiln-certificate/2"
+FORMAT = "kiln-certificate/3"
+# Format 2 carried every result's full evidence in the body; format 3 carries per-node summaries and
+# digests of the evidence (evidence.py). Both verify the same way: nothing here reads the layout.
+FORMATS = ("kiln-certificate/2", FORMAT)
 LEGACY_FORMAT = "kiln-certificate/1"  # payload-only seal; the PDF itself was not signed
 VALID = "valid"
 TAMPERED = "tampered"
@@ -41,7 +47,7 @@ REVOKED = "revoked"
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, bool) or value is None or isinstance(value, int | str):
+    if value.__class__ is str or value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         if math.isnan(value):
@@ -63,6 +69,12 @@ def canonical(value: Any) -> Any:
 
 def canonical_bytes(value: Any) -> bytes:
     return json.dumps(_plain(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def plain_bytes(value: Any) -> bytes:
+    """canonical_bytes of a value that holds no floats (already passed through `canonical`): the C
+    JSON encoder alone, no walk over the value."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def sha256_hex(data: bytes | str) -> str:

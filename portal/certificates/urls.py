@@ -26,5 +26,6 @@ urlpatterns = [
     path("certificates/site-keys.pem", views.certificate_site_ca, name="certificate_site_keys"),
     path("certificates/<int:certificate_id>.pdf", views.certificate_pdf, name="certificate_pdf"),
     path("certificates/<int:certificate_id>.json", views.certificate_json, name="certificate_json"),
+    path("certificates/<int:certificate_id>.evidence.jsonl", views.certificate_evidence, name="certificate_evidence"),
     path("certificates/<int:certificate_id>/revoke/", views.certificate_revoke, name="certificate_revoke"),
 ]

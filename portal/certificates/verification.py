@@ -11,6 +11,9 @@ Order of the tests (the first that fails decides):
 5. The first page says what the payload says (verdict, cluster, number, waivers).
 6. The portal's own record: a revocation gives REVOKED (4); a certificate this portal issued with a
    different digest is TAMPERED.
+An evidence export (format 3: export.py) is checked against the digests of a sound certificate
+(evidence_check): every node's record must hash to its sealed digest, and the answer names any node
+whose record differs, is missing, or is not in the certificate.
 Format 1 certificates (issued before PDF signatures) have no signed pages: they verify only when the
 file is byte for byte the copy this portal stored.
 """
@@ -20,12 +23,15 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+from collections.abc import Iterable
 from typing import Any
 
-from portal.certificates import keys, pdf, seal, signing
+from portal.certificates import export, keys, pdf, seal, signing
 from portal.certificates.models import Certificate
 
 EXIT_CODES = {seal.VALID: 0, seal.TAMPERED: 1, seal.UNKNOWN_KEY: 2, seal.NOT_A_CERTIFICATE: 3, seal.REVOKED: 4}
+EVIDENCE_MISMATCH_EXIT = 5  # the certificate is sound, the evidence export checked against it is not
+SOUND = (seal.VALID, seal.REVOKED, seal.UNKNOWN_KEY)  # the sealed payload itself verified
 
 
 def looks_like_kiln(data: bytes) -> bool:
@@ -122,12 +128,13 @@ def _legacy_check(verdict: seal.Verdict, data: bytes) -> seal.Verdict:
     return verdict
 
 
-def certificate_verify(*, data: bytes) -> seal.Verdict:
+def certificate_verify(*, data: bytes, digests: bool = False) -> seal.Verdict:
     """All six steps: the document (in a sandboxed child process), then what this portal knows of
-    its number."""
+    its number. With `digests`, the verdict's payload summary carries the sealed evidence digests
+    (format 3) for checking an evidence export (evidence_check)."""
     from portal.certificates.sandbox import verify_isolated
 
-    verdict = verify_isolated(data)
+    verdict = verify_isolated(data, digests=digests)
     if verdict.legacy and verdict.status == seal.VALID:
         verdict = _legacy_check(verdict, data)
     if verdict.status != seal.VALID or not verdict.payload:
@@ -153,3 +160,17 @@ def certificate_verify(*, data: bytes) -> seal.Verdict:
         )
     verdict.notes.append(f"{number} was issued by this portal and is not revoked.")
     return verdict
+
+
+def evidence_check(*, verdict: seal.Verdict, lines: Iterable[bytes]) -> export.EvidenceCheck:
+    """An evidence export against the digests of a certificate verified with `digests=True`."""
+    payload = verdict.payload or {}
+    if verdict.status not in SOUND:
+        return export.EvidenceCheck(False, "the certificate itself did not verify: its digests prove nothing")
+    if payload.get("format") != seal.FORMAT:
+        return export.EvidenceCheck(
+            False, f"a {payload.get('format')} certificate carries its evidence in its payload: no digests to check"
+        )
+    return export.evidence_verify(
+        lines=lines, digests=payload.get("evidence_digests") or {}, payload_sha256=verdict.payload_sha256
+    )

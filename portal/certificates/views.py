@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from datetime import timedelta
 from typing import Any
 
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -17,7 +19,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from portal.catalog.models import TestPlan
-from portal.certificates import keys, selectors, services, verification
+from portal.certificates import export, keys, selectors, services, verification
 from portal.certificates.models import Campaign, Certificate
 from portal.certificates.seal import NOT_A_CERTIFICATE, REVOKED, TAMPERED, UNKNOWN_KEY, VALID
 from portal.inventory.models import Cluster, Node
@@ -324,6 +326,21 @@ def certificate_json(request: HttpRequest, certificate_id: int) -> HttpResponse:
     certificate = get_object_or_404(Certificate.objects.only("number", "payload"), pk=certificate_id)
     response = HttpResponse(certificate.payload.encode("utf-8"), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="{certificate.number}.json"'
+    return response
+
+
+@role_required(VIEWER)
+def certificate_evidence(request: HttpRequest, certificate_id: int) -> HttpResponse | StreamingHttpResponse:
+    """The detailed evidence of a format-3 certificate, streamed as JSON lines (export.py): each
+    node's line hashes to the digest its sealed payload carries."""
+    certificate = get_object_or_404(Certificate.objects.only("number", "payload", "sha256"), pk=certificate_id)
+    lines = export.evidence_lines(payload=json.loads(certificate.payload), payload_sha256=certificate.sha256)
+    try:
+        first = next(lines)
+    except export.NoEvidence as exc:
+        return HttpResponse(f"{exc}: download the JSON instead.\n", status=404, content_type="text/plain")
+    response = StreamingHttpResponse(itertools.chain([first], lines), content_type="application/jsonl")
+    response["Content-Disposition"] = f'attachment; filename="{certificate.number}.evidence.jsonl"'
     return response
 
 

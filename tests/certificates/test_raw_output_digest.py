@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 
 from checks.base import Command, CommandOutput, Verdict
+from portal.certificates import export
 from portal.certificates.payload import body_build
 from portal.certificates.selectors import campaign_state
 from portal.runs import services as run_services
@@ -35,7 +36,8 @@ def test_it_cites_the_digest_of_the_raw_bytes_and_of_legacy_text(
 
     body = body_build(state=campaign_state(campaign=campaign))
 
-    n01 = next(n for n in body["nodes"] if n["hostname"] == "n01")
+    records = {r["node"]: {x["item_key"]: x for x in r["results"]} for r in export.node_records(body["nodes"])}
+    n01 = {"checks": records["n01"]}
     client.force_login(users["viewer"])
     download = client.get(reverse("runs:result_raw_output", args=[result.pk, "stdout"]))
     assert (
@@ -46,5 +48,5 @@ def test_it_cites_the_digest_of_the_raw_bytes_and_of_legacy_text(
     # A result with text only (set directly, as before raw bytes were kept): its text's digest.
     legacy = CheckResult.objects.get(run=run, node__hostname="n02", item_key="ecc-health")
     assert not legacy.stdout_sha256
-    n02 = next(n for n in body["nodes"] if n["hostname"] == "n02")
+    n02 = {"checks": records["n02"]}
     assert n02["checks"]["ecc-health"]["stdout_sha256"] == hashlib.sha256(legacy.stdout.encode()).hexdigest()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from portal.certificates import evidence, export
 from portal.certificates.payload import body_build
 from portal.certificates.selectors import campaign_state
 from portal.runs.models import Series, points_digest
@@ -15,7 +16,10 @@ pytestmark = pytest.mark.django_db
 def _series_digest_of(campaign, hostname: str, item_key: str) -> str:
     body = body_build(state=campaign_state(campaign=campaign))
     node = next(n for n in body["nodes"] if n["hostname"] == hostname)
-    return node["checks"][item_key]["series_sha256"]
+    record = next(export.node_records([node]))
+    (result,) = [r for r in record["results"] if r["item_key"] == item_key]
+    assert record == next(export.node_records([node])) and evidence.digest(record) == node["evidence_sha256"]
+    return str(result["series"])
 
 
 def test_it_digests_the_points_when_a_series_is_stored() -> None:
