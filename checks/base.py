@@ -248,6 +248,10 @@ class Check:
         Pure; called only when run_check found the outputs usable."""
         return []
 
+    # The measurement names `consensus` reads (None: every measurement): closing a run reads only
+    # these for every node (at 1,250 nodes an inventory is 145 rows a node, 4 of them facts).
+    consensus_names: ClassVar[frozenset[str] | None] = None
+
     @classmethod
     def consensus(cls, per_node: dict[str, list[Measurement]]) -> dict[str, str]:
         """Cross-node agreement, after every node ran: hostname -> reason for the odd ones out.

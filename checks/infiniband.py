@@ -187,6 +187,9 @@ class IbThresholds:
             raise ParamsError("threshold 'link_layers': name at least one (InfiniBand, Ethernet)")
 
 
+IB_CONSENSUS_NAMES = ("ports_active", "port_rate_min")  # what ib_consensus compares
+
+
 @register
 class IbPorts(Check):
     key: ClassVar[str] = "ib_ports"
@@ -197,6 +200,7 @@ class IbPorts(Check):
     # 255: ibstat could not query some CA but printed the rest (kept; see the module docstring).
     ok_exit_codes: ClassVar[tuple[int, ...]] = (0, 255)
     evidence: ClassVar[dict[str, Rule]] = {"ibstat_exit_code": EXIT_STATUS, "ports_active": COUNT}
+    consensus_names: ClassVar[frozenset[str] | None] = frozenset(IB_CONSENSUS_NAMES)
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         # DGX H100 user guide (hardware overview): 8x single-port ConnectX-7 for the compute
         # fabric, 400 Gb/s NDR InfiniBand each (HGX H100 reference designs use the same 8x NDR).
@@ -344,7 +348,7 @@ def ib_consensus(per_node: dict[str, list[Measurement]]) -> dict[str, str]:
     """hostname -> reason for nodes below the strict majority (see IbPorts.consensus). Nodes whose
     count or rate was already judged against an expected value are not compared again."""
     odd: dict[str, list[str]] = {}
-    for name in ("ports_active", "port_rate_min"):
+    for name in IB_CONSENSUS_NAMES:
         values: dict[str, tuple[float, str]] = {}
         for host, measurements in per_node.items():
             m = next((x for x in measurements if x.name == name), None)

@@ -63,6 +63,9 @@ class GpuInventory(ProbeCheck):
     Thresholds: ClassVar[type] = InventoryThresholds
     # The GPU identities a certificate names for each node.
     presentation: ClassVar[Presentation] = Presentation(gpu_identity=(("gpu_uuid", "uuid"), ("gpu_serial", "serial")))
+    consensus_names: ClassVar[frozenset[str] | None] = frozenset(
+        {"gpu_count", "driver_version", "cuda_version", "gpu_model"}  # what inventory_facts reads
+    )
 
     @classmethod
     def consensus(cls, per_node: dict[str, list[Measurement]]) -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, NodeContext
+from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, Measurement, NodeContext
 from checks.infiniband import parse_ibstat
 from checks.parsers import parse_output
 from checks.profiles import resolve_thresholds
@@ -153,3 +153,17 @@ def test_it_fails_a_simulated_slow_port_naming_the_rate(sim, tmp_path: Path) -> 
 def test_it_prints_the_firmware_from_the_state(sim, tmp_path: Path) -> None:
     measurements, _ = run_sim(sim, tmp_path, nic_fw="28.41.1000")
     assert ports(measurements, "ca_firmware")["mlx5_0"].text == "28.41.1000"
+
+
+def test_its_consensus_names_are_what_the_consensus_compares() -> None:
+    """Closing a run reads only IbPorts.consensus_names for every node."""
+    from checks.infiniband import IB_CONSENSUS_NAMES, IbPorts
+
+    assert IbPorts.consensus_names == frozenset(IB_CONSENSUS_NAMES) == {"ports_active", "port_rate_min"}
+    ports = {f"n{i}": 8.0 for i in range(1, 5)} | {"n3": 6.0}
+    per_node = {
+        host: [Measurement(name="ports_active", value=v), Measurement(name="ibstat_exit_code", value=0)]
+        for host, v in ports.items()
+    }
+    kept = {h: [m for m in ms if m.name in IbPorts.consensus_names] for h, ms in per_node.items()}
+    assert set(IbPorts.consensus(per_node)) == {"n3"} and IbPorts.consensus(kept) == IbPorts.consensus(per_node)

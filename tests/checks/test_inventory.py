@@ -215,3 +215,20 @@ def test_it_rejects_a_malformed_min_driver(bad: str) -> None:
 
     with pytest.raises(ParamsError, match="min_driver"):
         resolve_thresholds("gpu_inventory", None, {"min_driver": bad})
+
+
+def test_consensus_reads_only_the_names_it_declares() -> None:
+    """Closing a run reads only `consensus_names` for every node: the consensus of those rows must be
+    the consensus of everything the nodes measured (a name left out would silently drop a fact)."""
+    check = get_check("gpu_inventory")
+    docs = {f"gpu{i:03d}": probe_doc(hostname=f"gpu{i:03d}") for i in range(1, 6)}
+    docs["gpu002"] = probe_doc(hostname="gpu002", driver_version="535.104.05")
+    docs["gpu004"] = probe_doc(7, hostname="gpu004")
+    per_node = {host: judge(doc, node=NodeContext(hostname=host))[0] for host, doc in docs.items()}
+    names = type(check).consensus_names
+    assert names is not None
+    kept = {host: [m for m in ms if m.name in names] for host, ms in per_node.items()}
+    full = type(check).consensus(per_node)
+    assert set(full) == {"gpu002", "gpu004"}
+    assert type(check).consensus(kept) == full
+    assert sum(map(len, kept.values())) * 4 < sum(map(len, per_node.values()))  # the point of declaring them
