@@ -56,7 +56,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--reuse", action="store_true", help="keep a database this bench seeded before")
-    parser.add_argument("--only", default="", help="time only the actions whose label contains one of these comma-separated texts")
+    parser.add_argument(
+        "--only", default="", help="time only the actions whose label contains one of these texts (comma-separated)"
+    )
     parser.add_argument(
         "--database-url",
         default=os.environ.get("KILN_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/kiln_bench_history"),
