@@ -154,6 +154,13 @@ class Fetched:
         self.size = sum(len(chunk) for chunk in streamed)
 
 
+class Inner:
+    """An action's own time, measured around its core only (closing a run, not the reset before it)."""
+
+    def __init__(self, ms: float, size: int = 0) -> None:
+        self.ms, self.size = ms, size
+
+
 def timed(action: Callable[[], Any], repeat: int) -> tuple[float, int, int]:
     """(median ms, queries, size) of `action` (returns a Fetched or a size); one warm-up first."""
     from django.db import connection
@@ -165,8 +172,8 @@ def timed(action: Callable[[], Any], repeat: int) -> tuple[float, int, int]:
         with CaptureQueriesContext(connection) as captured:
             t0 = time.perf_counter()
             got = action()
-            times.append((time.perf_counter() - t0) * 1000)
-        size = got.size if isinstance(got, Fetched) else int(got or 0)
+            times.append(got.ms if isinstance(got, Inner) else (time.perf_counter() - t0) * 1000)
+        size = got.size if isinstance(got, (Fetched, Inner)) else int(got or 0)
         queries = len(captured)
     return statistics.median(times), queries, size
 
@@ -204,18 +211,20 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
     def run_json() -> int:  # what `kiln_run --json` writes, piece by piece
         return sum(len(piece) for piece in selectors.run_json_text(run=run))
 
-    def close() -> int:
-        """The run's own closing; its consumers (node health, trends) are the next line."""
+    def close() -> Inner:
+        """The run's own closing, timed without the reset before it (reopening the run, undoing its
+        cross-node marks); its consumers (node health, trends) are the next line."""
         Run.objects.filter(pk=run.pk).update(status="running", finished_at=None)
         # Undo the cross-node step's marks, so every repetition applies consensus and outliers again.
         RunEvent.objects.filter(run_id=run.pk, kind=CROSS_NODE_EVENT).delete()
         Measurement.objects.filter(result__run_id=run.pk, name="outlier_z").delete()
         post_save.disconnect(sender=Run, dispatch_uid="health_run_saved")
         try:
+            t0 = time.perf_counter()
             run_finalize(run_id=run.pk, dispatch=False)
+            return Inner((time.perf_counter() - t0) * 1000)
         finally:
             post_save.connect(run_saved, sender=Run, dispatch_uid="health_run_saved")
-        return 0
 
     def after_close() -> int:
         judged = len(health_evaluate_run(run_id=run.pk))

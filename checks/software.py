@@ -185,6 +185,10 @@ class SoftwareConsistency(ProbeCheck):
             findings.append(Finding(PASS, pass_reason))
         return Verdict.from_findings(findings, pass_reason=pass_reason)
 
+    consensus_names: ClassVar[frozenset[str] | None] = frozenset(
+        {"kernel", "os", "driver_version", "cuda_version", "vbios", "nic_firmware"}  # what _summary reads
+    )
+
     @classmethod
     def consensus(cls, per_node: dict[str, list[Measurement]]) -> dict[str, str]:
         facts_by_node = {host: _summary(ms) for host, ms in per_node.items()}

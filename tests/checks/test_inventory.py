@@ -232,3 +232,18 @@ def test_consensus_reads_only_the_names_it_declares() -> None:
     assert set(full) == {"gpu002", "gpu004"}
     assert type(check).consensus(kept) == full
     assert sum(map(len, kept.values())) * 4 < sum(map(len, per_node.values()))  # the point of declaring them
+
+
+def test_every_check_with_a_consensus_declares_the_names_it_reads() -> None:
+    """Without consensus_names, closing a run reads every measurement of that check for every node."""
+    import inspect
+
+    from checks.base import REGISTRY, Check
+
+    overriding = [
+        kind
+        for kind, cls in REGISTRY.items()
+        if inspect.getattr_static(cls, "consensus") is not inspect.getattr_static(Check, "consensus")
+    ]
+    assert set(overriding) >= {"gpu_inventory", "ib_ports", "sw_consistency"}
+    assert [kind for kind in overriding if REGISTRY[kind].consensus_names is None] == []

@@ -142,6 +142,11 @@ def test_it_flags_the_simulated_node_with_the_odd_kernel(sim, tmp_path: Path) ->
     assert SoftwareConsistency.consensus(per_node) == {
         "gpu02": "kernel 6.5.0-1-generic differs from 3 of 4 nodes (6.8.0-45-generic)"
     }
+    # Closing a run reads only consensus_names: the same verdict from those rows alone.
+    names = SoftwareConsistency.consensus_names or frozenset()
+    kept = {host: [m for m in ms if m.name in names] for host, ms in per_node.items()}
+    assert SoftwareConsistency.consensus(kept) == SoftwareConsistency.consensus(per_node)
+    assert all(len(kept[h]) < len(per_node[h]) for h in per_node)
 
 
 @pytest.mark.parametrize("cut_at", ["@@kiln-section ibstat", "@@kiln-rc 0\n@@kiln-section ibstat", "CA 'mlx5_3'"])
