@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from django.db.models import Q
+from django.db.models.fields.json import KT
 
 from portal.history.selectors.metrics import (
     _KEY_KINDS,
@@ -37,7 +39,9 @@ def runs_recent(*, cluster: Cluster | None = None, limit: int = 50) -> list[Run]
     runs = Run.objects.select_related("cluster").order_by("-created_at", "-id")
     if cluster is not None:
         runs = runs.filter(cluster=cluster)
-    return list(runs.only("id", "created_at", "status", "node_set", "plan_snapshot", "cluster__name")[:limit])
+    # The plan's name read out of the snapshot in SQL: not every recent run's whole snapshot decoded.
+    runs = runs.annotate(plan_name=KT("plan_snapshot__name"))
+    return list(runs.only("id", "created_at", "status", "cluster__name")[:limit])
 
 
 Folded = tuple[float, int | None, int]  # (the subject's value, the GPU it came from, result id)
@@ -54,8 +58,8 @@ class _RunFacts:
 
 def run_results(run: Run) -> tuple[dict[tuple[str, str], tuple[str, str, int]], dict[int, tuple[str, str, str, str]]]:
     """Three queries: statuses by (subject, check), and (hostname, check, kind, scope or node set)
-    by result id. Node results are read without their attribution and hostnames come from the
-    cluster's nodes: 10k rows per run at 1,250 nodes, so every column and join counts."""
+    by result id for the results of key kinds. Node results are read without their attribution,
+    hostnames come from the cluster's nodes: 10k rows per run at 1,250 nodes, every column counts."""
     statuses: dict[tuple[str, str], tuple[str, str, int]] = {}
     info: dict[int, tuple[str, str, str, str]] = {}
     hostnames = dict(Node.objects.filter(cluster_id=run.cluster_id).values_list("id", "hostname"))
@@ -64,7 +68,8 @@ def run_results(run: Run) -> tuple[dict[tuple[str, str], tuple[str, str, int]], 
         "id", "node_id", "item_key", "kind", "status", "reason"
     ):
         hostname = hostnames.get(node_id, "")
-        info[pk] = (hostname, item_key, kind, Scope.NODE)
+        if kind in _KEY_KIND_SET:  # only results that can hold key values need finding by id
+            info[pk] = (hostname, item_key, kind, Scope.NODE)
         statuses[(hostname, item_key)] = (status, reason, pk)
     cache: dict[str, frozenset[str]] = {}
     groups = mine.filter(scope=Scope.GROUP).values_list(
@@ -84,7 +89,7 @@ def key_values_measured(run: Run, info: dict[int, tuple[str, str, str, str]]) ->
     """The run's key values folded per subject, from its measurements (one query, by result id: no
     join, which would let the planner scan the run's every result)."""
     values: dict[ValueKey, list[Folded]] = {}
-    ids = [pk for pk, (_, _, kind, _) in info.items() if kind in _KEY_KIND_SET]
+    ids = [pk for pk, (_, _, kind, _) in info.items() if kind in _KEY_KIND_SET]  # group results: any kind
     measurements = (
         Measurement.objects.filter(result_id__in=ids, name__in=_KEY_NAMES, value__isnull=False)
         .order_by()
@@ -153,7 +158,7 @@ class MetricDelta:
             return None
         return 100.0 * self.delta / abs(self.b)
 
-    @property
+    @cached_property  # read for the counts, the filter and the page: computed once per delta
     def direction(self) -> str:
         """worse / better / same, in the metric's own sense of good; 'new'/'gone' when one side lacks it."""
         if self.a is None:
@@ -224,18 +229,19 @@ def _count(nodes: list[NodeComparison]) -> dict[str, int]:
 
 def _status_changes(fa: _RunFacts, fb: _RunFacts, subjects: dict[str, NodeComparison]) -> int:
     """Add each changed status to its subject; return the number of unchanged ones."""
-    unchanged = 0
-    for key in sorted(set(fa.statuses) | set(fb.statuses)):
+    changed = []
+    for key in fa.statuses.keys() | fb.statuses.keys():
         sa, sb = fa.statuses.get(key), fb.statuses.get(key)
-        if sa and sb and sa[0] == sb[0]:
-            unchanged += 1
-            continue
+        if not (sa and sb and sa[0] == sb[0]):
+            changed.append(key)
+    for key in sorted(changed):  # sorting the few changed, not the 10k compared at 1,250 nodes
+        sa, sb = fa.statuses.get(key), fb.statuses.get(key)
         change = StatusChange(
             subject=key[0], check=key[1], a=sa[0] if sa else "—", b=sb[0] if sb else "—",
             a_reason=sa[1] if sa else "", a_result=sa[2] if sa else None, b_result=sb[2] if sb else None,
         )  # fmt: skip
         subjects.setdefault(key[0], NodeComparison(key[0], [], [])).changes.append(change)
-    return unchanged
+    return len(fa.statuses.keys() | fb.statuses.keys()) - len(changed)
 
 
 def _metric_deltas(fa: _RunFacts, fb: _RunFacts, subjects: dict[str, NodeComparison]) -> None:
