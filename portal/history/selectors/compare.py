@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import overload
 
 from django.db.models import Q
 from django.db.models.fields.json import KT
@@ -158,19 +160,23 @@ class MetricDelta:
             return None
         return 100.0 * self.delta / abs(self.b)
 
-    @cached_property  # read for the counts, the filter and the page: computed once per delta
+    @cached_property  # read for the filter and the page: computed once per delta
     def direction(self) -> str:
         """worse / better / same, in the metric's own sense of good; 'new'/'gone' when one side lacks it."""
-        if self.a is None:
-            return "gone"
-        if self.b is None:
-            return "new"
-        delta = self.delta or 0.0
-        noise = abs(self.b) * self.metric.tolerance_pct / 100.0
-        if abs(delta) <= noise or delta == 0:
-            return "same"
-        up_is_good = self.metric.better == "higher"
-        return "better" if (delta > 0) == up_is_good else "worse"
+        return _direction(self.metric, self.a, self.b)
+
+
+def _direction(metric: Metric, a: float | None, b: float | None) -> str:
+    if a is None:
+        return "gone"
+    if b is None:
+        return "new"
+    delta = a - b
+    noise = abs(b) * metric.tolerance_pct / 100.0
+    if abs(delta) <= noise or delta == 0:
+        return "same"
+    up_is_good = metric.better == "higher"
+    return "better" if (delta > 0) == up_is_good else "worse"
 
 
 @dataclass
@@ -211,24 +217,14 @@ class NodeComparison:
 class Comparison:
     a: Run
     b: Run
-    nodes: list[NodeComparison]
+    nodes: Sequence[NodeComparison]
     unchanged_statuses: int
 
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def _count(nodes: list[NodeComparison]) -> dict[str, int]:
-    out = {"metrics_worse": 0, "metrics_better": 0, "status_worse": 0, "status_better": 0}
-    for n in nodes:
-        out["metrics_worse"] += sum(d.direction == "worse" for d in n.deltas)
-        out["metrics_better"] += sum(d.direction == "better" for d in n.deltas)
-        out["status_worse"] += sum(c.direction == "worse" for c in n.changes)
-        out["status_better"] += sum(c.direction == "better" for c in n.changes)
-    return out
-
-
-def _status_changes(fa: _RunFacts, fb: _RunFacts, subjects: dict[str, NodeComparison]) -> int:
-    """Add each changed status to its subject; return the number of unchanged ones."""
+def _status_changes(fa: _RunFacts, fb: _RunFacts, changes: dict[str, list[StatusChange]]) -> int:
+    """Add each changed status to its subject's; return the number of unchanged ones."""
     changed = []
     for key in fa.statuses.keys() | fb.statuses.keys():
         sa, sb = fa.statuses.get(key), fb.statuses.get(key)
@@ -240,49 +236,98 @@ def _status_changes(fa: _RunFacts, fb: _RunFacts, subjects: dict[str, NodeCompar
             subject=key[0], check=key[1], a=sa[0] if sa else "—", b=sb[0] if sb else "—",
             a_reason=sa[1] if sa else "", a_result=sa[2] if sa else None, b_result=sb[2] if sb else None,
         )  # fmt: skip
-        subjects.setdefault(key[0], NodeComparison(key[0], [], [])).changes.append(change)
+        changes.setdefault(key[0], []).append(change)
     return len(fa.statuses.keys() | fb.statuses.keys()) - len(changed)
 
 
-def _metric_deltas(fa: _RunFacts, fb: _RunFacts, subjects: dict[str, NodeComparison]) -> None:
-    """Add each key value found in either run, folded to the node's number, to its subject."""
-    for key in set(fa.values) | set(fb.values):
+# (metric key, check, A's folded value, B's, direction): a delta before it is shown. At 1,250 nodes
+# a comparison holds 10k of them; only a page's worth become MetricDelta objects.
+RawDelta = tuple[str, str, Folded | None, Folded | None, str]
+
+
+def _raw_deltas(fa: _RunFacts, fb: _RunFacts) -> dict[str, list[RawDelta]]:
+    """Each key value found in either run, folded to the node's number, by subject."""
+    per_subject: dict[str, list[RawDelta]] = {}
+    for key in fa.values.keys() | fb.values.keys():
         subject, metric_key, check = key
         metric = METRICS_BY_KEY.get(metric_key)
         if metric is None:  # stored for a key metric no check declares any more
             continue
         va, vb = fa.values.get(key), fb.values.get(key)
-        delta = MetricDelta(
-            subject=subject, metric=metric, check=check,
-            a=va[0] if va else None, b=vb[0] if vb else None, a_gpu=va[1] if va else None,
-            b_gpu=vb[1] if vb else None, a_result=va[2] if va else None, b_result=vb[2] if vb else None,
-        )  # fmt: skip
-        subjects.setdefault(subject, NodeComparison(subject, [], [])).deltas.append(delta)
+        direction = _direction(metric, va[0] if va else None, vb[0] if vb else None)
+        per_subject.setdefault(subject, []).append((metric_key, check, va, vb, direction))
+    return per_subject
 
 
-def _ordered_nodes(subjects: dict[str, NodeComparison], only_worse: bool) -> list[NodeComparison]:
-    """Subjects in natural order, deltas in the metrics' rank order; only the worse ones if asked."""
-    order = {m.key: i for i, m in enumerate(KEY_METRICS)}
-    nodes = []
-    for subject in sorted(subjects, key=natural_key):
-        node = subjects[subject]
-        node.deltas.sort(key=lambda d: (order[d.metric.key], d.check))
+def _delta(subject: str, raw: RawDelta) -> MetricDelta:
+    metric_key, check, va, vb, _ = raw
+    return MetricDelta(
+        subject=subject, metric=METRICS_BY_KEY[metric_key], check=check,
+        a=va[0] if va else None, b=vb[0] if vb else None, a_gpu=va[1] if va else None,
+        b_gpu=vb[1] if vb else None, a_result=va[2] if va else None, b_result=vb[2] if vb else None,
+    )  # fmt: skip
+
+
+_ORDER = {m.key: i for i, m in enumerate(KEY_METRICS)}
+
+
+class ComparedNodes(Sequence[NodeComparison]):
+    """The compared subjects in natural order, each built when read (a page at a time): deltas in
+    the metrics' rank order, only the worse ones when asked."""
+
+    def __init__(
+        self, changes: dict[str, list[StatusChange]], deltas: dict[str, list[RawDelta]], only_worse: bool
+    ) -> None:
+        self.changes, self.deltas, self.only_worse = changes, deltas, only_worse
+        subjects = changes.keys() | deltas.keys()
         if only_worse:
-            node.deltas = [d for d in node.deltas if d.direction == "worse"]
-            node.changes = [c for c in node.changes if c.direction == "worse"]
-            if not node.deltas and not node.changes:
-                continue
-        nodes.append(node)
-    return nodes
+            subjects = {s for s in subjects if self._worse(s)}
+        self.subjects = sorted(subjects, key=natural_key)
+
+    def _worse(self, subject: str) -> bool:
+        return any(raw[4] == "worse" for raw in self.deltas.get(subject, ())) or any(
+            c.direction == "worse" for c in self.changes.get(subject, ())
+        )
+
+    def _node(self, subject: str) -> NodeComparison:
+        raws = sorted(self.deltas.get(subject, ()), key=lambda raw: (_ORDER[raw[0]], raw[1]))
+        changes = self.changes.get(subject, [])
+        if self.only_worse:
+            raws = [raw for raw in raws if raw[4] == "worse"]
+            changes = [c for c in changes if c.direction == "worse"]
+        return NodeComparison(subject, [_delta(subject, raw) for raw in raws], changes)
+
+    def __len__(self) -> int:
+        return len(self.subjects)
+
+    @overload
+    def __getitem__(self, index: int) -> NodeComparison: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[NodeComparison]: ...
+    def __getitem__(self, index: int | slice) -> NodeComparison | list[NodeComparison]:
+        if isinstance(index, slice):
+            return [self._node(subject) for subject in self.subjects[index]]
+        return self._node(self.subjects[index])
+
+
+def _count(changes: dict[str, list[StatusChange]], deltas: dict[str, list[RawDelta]]) -> dict[str, int]:
+    directions = [raw[4] for raws in deltas.values() for raw in raws]
+    statuses = [c.direction for found in changes.values() for c in found]
+    return {
+        "metrics_worse": directions.count("worse"),
+        "metrics_better": directions.count("better"),
+        "status_worse": statuses.count("worse"),
+        "status_better": statuses.count("better"),
+    }
 
 
 def runs_compare(*, a: Run, b: Run, only_worse: bool = False) -> Comparison:
     """Per node and per key metric, what changed from run `b` (the baseline) to run `a`: two queries per
     run whatever the node count. Status changes are listed; unchanged statuses are only counted."""
     fa, fb = _run_facts(a), _run_facts(b)
-    subjects: dict[str, NodeComparison] = {}
-    unchanged = _status_changes(fa, fb, subjects)
-    _metric_deltas(fa, fb, subjects)
-    counts = _count(list(subjects.values()))  # before the "only worse" filter: the summary stays whole
-    nodes = _ordered_nodes(subjects, only_worse)
+    changes: dict[str, list[StatusChange]] = {}
+    unchanged = _status_changes(fa, fb, changes)
+    deltas = _raw_deltas(fa, fb)
+    counts = _count(changes, deltas)  # before the "only worse" filter: the summary stays whole
+    nodes = ComparedNodes(changes, deltas, only_worse)
     return Comparison(a=a, b=b, nodes=nodes, unchanged_statuses=unchanged, counts=counts)
