@@ -27,9 +27,10 @@ from typing import Any
 from django.db.models import Max
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from checks.presentation import presented
-from portal.health.models import HealthState, NodeHealth, NodeMetrics, ScheduledFire
+from portal.health.models import HealthState, NodeMetrics, ScheduledFire
 from portal.inventory.models import Node
 from portal.runs.models import CheckResult, Measurement, Scope, Status
 
@@ -113,26 +114,40 @@ def node_samples(node_ids: list[int]) -> dict[tuple[int, str], str]:
     return {key: _sample_lines(family) for key, family in families.items()}
 
 
-def _health(nodes: Any) -> Iterator[Metric]:
-    state = GaugeMetricFamily(
-        "kiln_node_health_state", "Node health state (1 = current)", labels=["cluster", "node", "state"]
+STATE_FAMILY = ("kiln_node_health_state", "Node health state (1 = current)")
+CHECKED_FAMILY = ("kiln_node_health_checked_timestamp_seconds", "When a run last judged the node")
+
+
+def label_value(text: str) -> str:
+    """A label value escaped as the text format requires: backslash, double quote and line feed."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _health(nodes: Any) -> Iterator[str]:
+    """The health families, one line per sample, written here rather than through prometheus_client's
+    objects: 87k samples at 12,500 nodes took it 1.3 s; the tests parse both with its parser."""
+    rows = nodes.values_list("cluster__name", "hostname", "health__state", "health__checked_at").order_by(
+        "cluster_id", "id"
     )
-    checked = GaugeMetricFamily(
-        "kiln_node_health_checked_timestamp_seconds", "When a run last judged the node", labels=["cluster", "node"]
+    states, checked = (
+        [_header_of(*STATE_FAMILY, ["cluster", "node", "state"])],
+        [_header_of(*CHECKED_FAMILY, ["cluster", "node"])],
     )
-    healths = NodeHealth.objects.filter(node__in=nodes).values("node_id", "state", "checked_at")
-    current = {h["node_id"]: h for h in healths}
-    for node_id, cluster, host in nodes.values_list("id", "cluster__name", "hostname").order_by(
-        "cluster__name", "hostname"
-    ):
-        health = current.get(node_id)
-        now_state = health["state"] if health else HealthState.UNKNOWN
-        for choice in HealthState.values:
-            state.add_metric([cluster, host, choice], 1.0 if choice == now_state else 0.0)
-        if health and health["checked_at"]:
-            checked.add_metric([cluster, host], health["checked_at"].timestamp())
-    yield state
-    yield checked
+    for cluster, host, state, checked_at in rows:
+        labels = f'cluster="{label_value(cluster)}",node="{label_value(host)}"'
+        now_state = state or HealthState.UNKNOWN
+        states.extend(
+            f'{STATE_FAMILY[0]}{{{labels},state="{choice}"}} {"1.0" if choice == now_state else "0.0"}\n'
+            for choice in HealthState.values
+        )
+        if checked_at is not None:
+            checked.append(f"{CHECKED_FAMILY[0]}{{{labels}}} {floatToGoString(checked_at.timestamp())}\n")
+    yield "".join(states)
+    yield "".join(checked)
+
+
+def _header_of(name: str, help_text: str, labels: list[str]) -> str:
+    return render([GaugeMetricFamily(name, help_text, labels=labels)])
 
 
 def _sweeps(cluster: str | None) -> Metric:
@@ -149,15 +164,15 @@ def _sweeps(cluster: str | None) -> Metric:
 
 
 def _stored(cluster: str | None) -> Iterator[str]:
-    """The stored measurement families, each under one HELP/TYPE header, nodes in name order."""
+    """The stored measurement families, each under one HELP/TYPE header, nodes in the order they
+    were added (Prometheus reads samples in any order within a family)."""
     rows = NodeMetrics.objects.filter(family__in=list(FAMILIES))
-    if cluster is not None:
-        rows = rows.filter(node__cluster__name=cluster)
+    if cluster is not None:  # a semi-join: the rows keep the index's order, nothing is sorted
+        rows = rows.filter(node_id__in=Node.objects.filter(cluster__name=cluster).values("id"))
     current = None
     for family, samples in (
-        rows.order_by("family", "node__cluster__name", "node__hostname")
-        .values_list("family", "samples")
-        .iterator(chunk_size=ROWS_PER_FETCH)
+        # The (family, node) index's order: no join and no sort of 100 MB of text at 12,500 nodes.
+        rows.order_by("family", "node_id").values_list("family", "samples").iterator(chunk_size=ROWS_PER_FETCH)
     ):
         if family != current:
             current = family
@@ -168,7 +183,8 @@ def _stored(cluster: str | None) -> Iterator[str]:
 def exposition_chunks(*, cluster: str | None = None) -> Iterator[bytes]:
     """The scrape body in pieces, for a streamed response: memory stays flat at any fleet size."""
     nodes = Node.objects.all() if cluster is None else Node.objects.filter(cluster__name=cluster)
-    yield render(_health(nodes)).encode()
+    for text in _health(nodes):
+        yield text.encode()
     buffer: list[str] = []
     size = 0
     for text in _stored(cluster):

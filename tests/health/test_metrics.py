@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -125,3 +126,26 @@ def test_a_label_value_is_escaped(client, token, cluster, make_run, django_captu
     add_measurement(run.results.get(node__hostname='n"01\\x', item_key="ecc-health"), "ecc_volatile_corrected", value=1)
     finish(run, capture=django_capture_on_commit_callbacks)
     assert [s.labels["node"] for s in scrape(client, token)["kiln_gpu_ecc_errors"].samples] == ['n"01\\x']
+
+
+def test_health_lines_are_what_prometheus_client_writes(cluster) -> None:
+    """The health families are written by hand for speed: the same text as prometheus_client's own
+    rendering, escaping included (a quote, a backslash, a line feed, non-ASCII)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    from portal.health.metrics import CHECKED_FAMILY, STATE_FAMILY, _health, render
+    from portal.health.models import HealthState, NodeHealth
+    from portal.inventory.models import Node
+
+    Node.objects.filter(hostname="n01").update(hostname='n"0\\1\nü')
+    at = dt.datetime(2026, 12, 2, 10, 0, 0, 123456, tzinfo=dt.UTC)
+    NodeHealth.objects.create(node=Node.objects.get(hostname="n02"), state="failed", checked_at=at)
+    state = GaugeMetricFamily(*STATE_FAMILY, labels=["cluster", "node", "state"])
+    checked = GaugeMetricFamily(*CHECKED_FAMILY, labels=["cluster", "node"])
+    for node in Node.objects.order_by("cluster_id", "id"):
+        now = NodeHealth.objects.filter(node=node).values_list("state", flat=True).first() or "unknown"
+        for choice in HealthState.values:
+            state.add_metric(["c1", node.hostname, choice], 1.0 if choice == now else 0.0)
+        if node.hostname == "n02":
+            checked.add_metric(["c1", node.hostname], at.timestamp())
+    assert "".join(_health(Node.objects.all())) == render([state]) + render([checked])
