@@ -318,6 +318,28 @@ def test_a_comparison_of_finished_runs_reads_the_key_values_stored_when_they_clo
     assert deltas()[("n01", "gflops")] == (None, None, 100000.0, "gone")
 
 
+@pytest.mark.parametrize("broken", [float("nan"), float("inf"), float("-inf")])
+def test_a_broken_tools_number_is_not_compared(viewer_client, cluster, hist_run, broken: float) -> None:
+    """NaN or inf on a GPU (kept on the result that it made `error`) neither picks the node's worst
+    GPU nor makes the change look like noise: the finite GPUs are compared, stored or not."""
+    base, new = hist_run(cluster), hist_run(cluster)
+    _fill(base, "n01", busbw=470.0, gflops=[100000.0, 100000.0])
+    _fill(new, "n01", busbw=470.0, gflops=[90000.0, 100000.0])
+    burn = new.results.get(node__hostname="n01", item_key="burn-in")
+    add_measurement(burn, "gflops", value=broken, unit="Gflop/s", gpu=2, ok=False)
+    url = reverse("history:run_compare") + f"?a={new.pk}&b={base.pk}"
+    for stored in (False, True):
+        if stored:
+            CheckResult.objects.filter(run__in=[base, new], status="queued").update(status="pass")
+            for run in (base, new):
+                services.run_finalize(run_id=run.pk)
+                run_key_values_store(run_id=run.pk)
+            assert RunKeyValue.objects.filter(run=new).exists()
+        comparison = viewer_client.get(url).context["comparison"]
+        (gflops,) = [d for n in comparison.nodes for d in n.deltas if d.metric.key == "gflops"]
+        assert (gflops.a, gflops.a_gpu, gflops.direction) == (90000.0, 0, "worse"), stored
+
+
 def test_it_compares_lower_is_better_metrics_the_other_way(viewer_client, cluster, hist_run) -> None:
     base, new = hist_run(cluster), hist_run(cluster)
     for run, temp in ((base, 70.0), (new, 80.0)):

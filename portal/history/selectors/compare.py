@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -101,7 +102,9 @@ def key_values_measured(run: Run, info: dict[int, tuple[str, str, str, str]]) ->
         hostname, item_key, kind, scope = info[result_id]
         labels = labels or {}
         metric = metric_for(kind=kind, name=name, labels=labels)
-        if metric is None or value is None:  # never None (filtered above); the row type cannot say so
+        if metric is None or value is None or not math.isfinite(value):
+            # NaN or inf is a broken tool's number, kept on its `error` result: not a value to
+            # compare (min() over a NaN picks at random; inf makes every change "same").
             continue
         if scope == Scope.NODE:
             subject = hostname
