@@ -149,3 +149,31 @@ def test_health_lines_are_what_prometheus_client_writes(cluster) -> None:
         if node.hostname == "n02":
             checked.add_metric(["c1", node.hostname], at.timestamp())
     assert "".join(_health(Node.objects.all())) == render([state]) + render([checked])
+
+
+def test_after_close_runs_inline_when_the_broker_refuses_its_task(cluster, make_run, monkeypatch) -> None:
+    """In a worker the after-close steps go to their own task; a broker that is down then must not
+    lose them: they run in the closing task instead."""
+    import types
+
+    import celery
+
+    from portal.health import signals, tasks
+
+    run = make_run(cluster)
+    request = types.SimpleNamespace(is_eager=False, called_directly=False, id="task-1")
+    monkeypatch.setattr(celery, "current_task", types.SimpleNamespace(request=request))
+    evaluated: list[int] = []
+    monkeypatch.setattr(signals, "evaluate", evaluated.append)
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(tasks.run_closed, "apply_async", refuse)
+    signals.after_close(run.pk)
+    assert evaluated == [run.pk]
+
+    sent: list[Any] = []
+    monkeypatch.setattr(tasks.run_closed, "apply_async", lambda *a, **k: sent.append(k))
+    signals.after_close(run.pk)
+    assert evaluated == [run.pk] and sent == [{"args": (run.pk,)}]  # sent, not run here
