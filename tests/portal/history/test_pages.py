@@ -1,5 +1,5 @@
-"""History pages: a node's timeline and trends, a cluster's runs, run comparison, result search and
-exports; their content, filters, pagination, query counts and access rules."""
+"""History pages: a node's timeline and trends, a cluster's runs, result search and exports; their
+content, filters, pagination, query counts and access rules (comparison: test_compare.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import csv
 import datetime as dt
 import io
 import json
-from collections.abc import Callable
 
 import plotly.graph_objects as go
 import pytest
@@ -15,58 +14,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+from portal.catalog.models import TestPlan
 from portal.history import selectors
-from portal.history.services import run_key_values_store
 from portal.inventory.models import Cluster, Node
 from portal.runs import services
-from portal.runs.models import CheckResult, Measurement, Run, RunKeyValue
+from portal.runs.models import CheckResult, Measurement, Run
 from tests.portal.helpers import add_measurement, set_result
+from tests.portal.history.helpers import chart_of, fill
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def viewer_client(client, make_user):
-    client.force_login(make_user("vera", "viewer"))
-    return client
-
-
-@pytest.fixture
-def history_plan(db) -> TestPlan:
-    """NCCL on each node, burn-in, ECC, and the filesystem aggregate (a group check)."""
-    plan = TestPlan.objects.create(slug="hist", name="History plan")
-    for order, slug in enumerate(["nccl-allreduce", "burn-in", "ecc-health", "fs-aggregate"]):
-        TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug=slug), order=order)
-    return plan
-
-
-@pytest.fixture
-def hist_run(make_run, history_plan) -> Callable[..., Run]:
-    def make(cluster: Cluster, *, started: str | None = None) -> Run:
-        run = make_run(cluster, plan=history_plan)
-        if started:
-            at = dt.datetime.fromisoformat(started).replace(tzinfo=dt.UTC)
-            Run.objects.filter(pk=run.pk).update(created_at=at, started_at=at)
-            run.refresh_from_db()
-        return run
-
-    return make
-
-
-def _chart(response, key: str) -> dict:
-    return next(c["figure"] for c in response.context["charts"] if c["div"] == f"trend-{key}")
-
-
-def _fill(run: Run, hostname: str, *, busbw: float, gflops: list[float], ecc_uncorrected: int = 0) -> None:
-    nccl = set_result(run, hostname, "nccl-allreduce", "pass" if busbw >= 460 else "fail")
-    add_measurement(nccl, "busbw_peak", value=busbw, unit="GB/s", threshold=">= 460", ok=busbw >= 460)
-    burn = set_result(run, hostname, "burn-in", "pass")
-    for gpu, value in enumerate(gflops):
-        add_measurement(burn, "gflops", value=value, unit="Gflop/s", gpu=gpu, ok=True)
-    ecc = set_result(run, hostname, "ecc-health", "fail" if ecc_uncorrected else "pass")
-    add_measurement(ecc, "ecc_volatile_uncorrected", value=ecc_uncorrected, gpu=0, ok=not ecc_uncorrected)
-
 
 # --- access ------------------------------------------------------------------------------------
 
@@ -145,7 +101,7 @@ def test_it_paginates_the_timeline(viewer_client, cluster, hist_run) -> None:
 def test_it_charts_each_key_metric_across_runs(viewer_client, cluster, hist_run) -> None:
     runs = [hist_run(cluster, started=f"2025-0{m}-01T10:00:00") for m in (1, 2, 3)]
     for run, busbw in zip(runs, [470.0, 468.0, 380.0], strict=True):
-        _fill(run, "n01", busbw=busbw, gflops=[100000.0, 99000.0])
+        fill(run, "n01", busbw=busbw, gflops=[100000.0, 99000.0])
     fs = set_result(runs[2], "n01", "fs-aggregate", "pass")
     add_measurement(fs, "write_bw_sum", value=5e9, unit="B/s", labels={"host": "n02"})
     add_measurement(fs, "write_bw_sum", value=4e9, unit="B/s", labels={"host": "n01"})
@@ -153,17 +109,17 @@ def test_it_charts_each_key_metric_across_runs(viewer_client, cluster, hist_run)
 
     response = viewer_client.get(reverse("history:node_detail", args=["c1", "n01"]))
 
-    busbw = _chart(response, "busbw")
+    busbw = chart_of(response, "busbw")
     (line, bad) = busbw["data"]
     assert line["name"] == "nccl-allreduce"
     assert line["y"] == [470.0, 468.0, 380.0]
     assert [x[:10] for x in line["x"]] == ["2025-01-01", "2025-02-01", "2025-03-01"]
     assert bad["name"] == "out of spec" and bad["y"] == [380.0]  # the drop is marked
     assert busbw["layout"]["shapes"][0]["y0"] == 460.0  # the threshold is drawn
-    gflops = _chart(response, "gflops")
+    gflops = chart_of(response, "gflops")
     assert [t["name"] for t in gflops["data"]] == ["GPU 0", "GPU 1"]
     assert gflops["data"][1]["y"] == [99000.0] * 3
-    fs_write = _chart(response, "fs_write")
+    fs_write = chart_of(response, "fs_write")
     assert [(t["name"], t["y"]) for t in fs_write["data"]] == [("fs-aggregate", [4.0])]  # GB/s, n01's only
     html = response.content.decode()
     assert reverse("plotly_js") in html and 'id="history-charts"' in html and 'id="trend-busbw"' in html
@@ -255,137 +211,6 @@ def test_it_lists_a_clusters_runs_with_counts_and_pages(viewer_client, cluster, 
     go.Figure(chart)
     second = viewer_client.get(reverse("history:cluster_runs", args=["c1"]) + "?page=2")
     assert [r.pk for r in second.context["page"].object_list] == [runs[0].pk]
-
-
-# --- compare -----------------------------------------------------------------------------------
-
-
-def test_it_compares_two_runs_with_deltas_in_each_metrics_direction(viewer_client, cluster, hist_run) -> None:
-    base = hist_run(cluster, started="2025-01-01T10:00:00")
-    new = hist_run(cluster, started="2025-02-01T10:00:00")
-    _fill(base, "n01", busbw=470.0, gflops=[100000.0, 100000.0])
-    _fill(new, "n01", busbw=376.0, gflops=[100000.0, 90000.0], ecc_uncorrected=2)
-    _fill(base, "n02", busbw=470.0, gflops=[90000.0, 90000.0])
-    _fill(new, "n02", busbw=471.0, gflops=[99000.0, 99000.0])
-
-    response = viewer_client.get(reverse("history:run_compare") + f"?a={new.pk}")  # b defaults to the previous run
-
-    assert response.status_code == 200
-    comparison = response.context["comparison"]
-    assert comparison.b.pk == base.pk
-    by = {(n.subject, d.metric.key): d for n in comparison.nodes for d in n.deltas}
-    busbw = by[("n01", "busbw")]
-    assert (busbw.a, busbw.b, busbw.delta, busbw.delta_pct, busbw.direction) == (376.0, 470.0, -94.0, -20.0, "worse")
-    gflops = by[("n01", "gflops")]
-    assert (gflops.a, gflops.a_gpu, gflops.b, gflops.direction) == (90000.0, 1, 100000.0, "worse")  # the worst GPU
-    assert by[("n01", "ecc_uncorrected")].direction == "worse"  # lower is better: 0 -> 2
-    assert by[("n02", "gflops")].direction == "better"
-    assert by[("n02", "busbw")].direction == "same"  # +0.2 %: noise
-    changes = {(c.subject, c.check): c for n in comparison.nodes for c in n.changes}
-    assert changes[("n01", "nccl-allreduce")].direction == "worse"
-    assert (changes[("n01", "ecc-health")].b, changes[("n01", "ecc-health")].a) == ("pass", "fail")
-    assert comparison.counts["status_worse"] == 2 and comparison.counts["metrics_worse"] == 3
-    html = response.content.decode()
-    assert "-94" in html and "-20.0 %" in html and "pass → fail" in html
-    assert html.count('<tr class="worse">') == 5
-
-
-def test_a_comparison_of_finished_runs_reads_the_key_values_stored_when_they_closed(
-    viewer_client, cluster, hist_run, django_capture_on_commit_callbacks
-) -> None:
-    base, new = hist_run(cluster), hist_run(cluster)
-    _fill(base, "n01", busbw=470.0, gflops=[100000.0, 100000.0])
-    _fill(new, "n01", busbw=376.0, gflops=[100000.0, 90000.0], ecc_uncorrected=2)
-    url = reverse("history:run_compare") + f"?a={new.pk}&b={base.pk}"
-
-    def deltas() -> dict:
-        comparison = viewer_client.get(url).context["comparison"]
-        return {(n.subject, d.metric.key): (d.a, d.a_gpu, d.b, d.direction) for n in comparison.nodes for d in n.deltas}
-
-    live = deltas()  # both runs still going: read from their measurements
-    assert live[("n01", "gflops")] == (90000.0, 1, 100000.0, "worse")
-    assert not RunKeyValue.objects.exists()
-    for run in (base, new):
-        CheckResult.objects.filter(run=run, status="queued").update(status="pass")
-        with django_capture_on_commit_callbacks(execute=True):
-            services.run_finalize(run_id=run.pk)
-    stored = {(v.subject, v.metric): (v.value, v.gpu) for v in RunKeyValue.objects.filter(run=new)}
-    assert stored[("n01", "gflops")] == (90000.0, 1) and stored[("n01", "busbw")] == (376.0, None)
-
-    Measurement.objects.filter(result__run__in=[base, new]).delete()  # the stored rows are what is read now
-    assert deltas() == live
-    assert run_key_values_store(run_id=new.pk) == 0  # idempotent: refolded from what is left (nothing)
-    assert deltas()[("n01", "gflops")] == (None, None, 100000.0, "gone")
-
-
-@pytest.mark.parametrize("broken", [float("nan"), float("inf"), float("-inf")])
-def test_a_broken_tools_number_is_not_compared(viewer_client, cluster, hist_run, broken: float) -> None:
-    """NaN or inf on a GPU (kept on the result that it made `error`) neither picks the node's worst
-    GPU nor makes the change look like noise: the finite GPUs are compared, stored or not."""
-    base, new = hist_run(cluster), hist_run(cluster)
-    _fill(base, "n01", busbw=470.0, gflops=[100000.0, 100000.0])
-    _fill(new, "n01", busbw=470.0, gflops=[90000.0, 100000.0])
-    burn = new.results.get(node__hostname="n01", item_key="burn-in")
-    add_measurement(burn, "gflops", value=broken, unit="Gflop/s", gpu=2, ok=False)
-    url = reverse("history:run_compare") + f"?a={new.pk}&b={base.pk}"
-    for stored in (False, True):
-        if stored:
-            CheckResult.objects.filter(run__in=[base, new], status="queued").update(status="pass")
-            for run in (base, new):
-                services.run_finalize(run_id=run.pk)
-                run_key_values_store(run_id=run.pk)
-            assert RunKeyValue.objects.filter(run=new).exists()
-        comparison = viewer_client.get(url).context["comparison"]
-        (gflops,) = [d for n in comparison.nodes for d in n.deltas if d.metric.key == "gflops"]
-        assert (gflops.a, gflops.a_gpu, gflops.direction) == (90000.0, 0, "worse"), stored
-
-
-def test_it_compares_lower_is_better_metrics_the_other_way(viewer_client, cluster, hist_run) -> None:
-    base, new = hist_run(cluster), hist_run(cluster)
-    for run, temp in ((base, 70.0), (new, 80.0)):
-        result = set_result(run, "n01", "burn-in", "pass")
-        result.kind = "dlc_temperature"
-        result.save()
-        add_measurement(result, "temp_gpu_steady", value=temp, gpu=0, labels={"phase": "load"})
-        add_measurement(result, "temp_gpu_steady", value=temp - 40, gpu=0, labels={"phase": "idle"})
-
-    comparison = viewer_client.get(reverse("history:run_compare") + f"?a={new.pk}&b={base.pk}").context["comparison"]
-    (delta,) = [d for n in comparison.nodes for d in n.deltas]
-    assert (delta.metric.key, delta.a, delta.b, delta.direction) == ("temp_gpu", 80.0, 70.0, "worse")
-    reverse_ = viewer_client.get(reverse("history:run_compare") + f"?a={base.pk}&b={new.pk}").context["comparison"]
-    assert [d.direction for n in reverse_.nodes for d in n.deltas] == ["better"]
-
-
-def test_it_filters_a_comparison_to_what_got_worse(viewer_client, cluster, hist_run) -> None:
-    base, new = hist_run(cluster), hist_run(cluster)
-    _fill(base, "n01", busbw=470.0, gflops=[1.0])
-    _fill(new, "n01", busbw=400.0, gflops=[1.0])
-    _fill(base, "n02", busbw=470.0, gflops=[1.0])
-    _fill(new, "n02", busbw=470.0, gflops=[1.0])
-
-    response = viewer_client.get(reverse("history:run_compare") + f"?a={new.pk}&b={base.pk}&worse=on")
-
-    nodes = response.context["comparison"].nodes
-    assert [n.subject for n in nodes] == ["n01"]
-    assert [d.metric.key for d in nodes[0].deltas] == ["busbw"]
-    assert [c.check for c in nodes[0].changes] == ["nccl-allreduce"]
-
-
-def test_it_explains_bad_compare_input(viewer_client, cluster, make_run) -> None:
-    first = make_run(cluster)
-    url = reverse("history:run_compare")
-    cases = {
-        "?a=abc": "Enter a whole number",
-        "?a=99999": "there is no run #99999",
-        f"?a={first.pk}&b=99999": "there is no run #99999",
-        f"?a={first.pk}": "is the first run of c1",
-        f"?a={first.pk}&b={first.pk}": "pick two different runs",
-    }
-    for query, message in cases.items():
-        response = viewer_client.get(url + query)
-        assert response.status_code == 400, query
-        assert message in response.content.decode(), query
-    assert viewer_client.get(url).status_code == 200  # the empty form
 
 
 # --- search and exports ------------------------------------------------------------------------
@@ -490,7 +315,7 @@ def test_it_exports_search_results_as_csv_and_json(viewer_client, cluster, make_
 
 def test_it_exports_a_runs_results_and_flattened_measurements(viewer_client, cluster, history_plan, make_run) -> None:
     run = make_run(cluster, plan=history_plan)
-    _fill(run, "n01", busbw=470.0, gflops=[100000.0])
+    fill(run, "n01", busbw=470.0, gflops=[100000.0])
     fs = set_result(run, "n01", "fs-aggregate", "pass", attribution={"n02": {"status": "warn", "reason": "slow"}})
     add_measurement(fs, "write_bw_sum", value=5e9, unit="B/s", labels={"host": "n02"})
 
