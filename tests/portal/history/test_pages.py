@@ -109,13 +109,13 @@ def test_it_charts_each_key_metric_across_runs(viewer_client, cluster, hist_run)
 
     response = viewer_client.get(reverse("history:node_detail", args=["c1", "n01"]))
 
-    busbw = chart_of(response, "busbw")
-    (line, bad) = busbw["data"]
+    busbw_chart = chart_of(response, "busbw")
+    (line, bad) = busbw_chart["data"]
     assert line["name"] == "nccl-allreduce"
     assert line["y"] == [470.0, 468.0, 380.0]
     assert [x[:10] for x in line["x"]] == ["2025-01-01", "2025-02-01", "2025-03-01"]
     assert bad["name"] == "out of spec" and bad["y"] == [380.0]  # the drop is marked
-    assert busbw["layout"]["shapes"][0]["y0"] == 460.0  # the threshold is drawn
+    assert busbw_chart["layout"]["shapes"][0]["y0"] == 460.0  # the threshold is drawn
     gflops = chart_of(response, "gflops")
     assert [t["name"] for t in gflops["data"]] == ["GPU 0", "GPU 1"]
     assert gflops["data"][1]["y"] == [99000.0] * 3
