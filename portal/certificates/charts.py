@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import shutil
+import statistics
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -141,14 +143,25 @@ def _rows_by_kind_name(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str
     return out
 
 
+# Past these counts one trace per node (or one bar per GPU) is unreadable on an A4 page and slow to
+# lay out (12,500 SVG lines), so the chart shows the distribution instead: a 900-px plot area
+# resolves about 300 bars (3 px each) and about 30 distinguishable lines.
+MAX_CURVES = 30
+MAX_BARS = 300
+HISTOGRAM_BINS = 60  # fine enough to show a straggler apart from the bulk
+
+
 def _curves_figure(chart: CertificateChart, curves: list[Mapping[str, Any]], thresholds: dict[str, Any]) -> Any:
     import plotly.graph_objects as go
 
     if not curves:
         return None
     fig = go.Figure()
-    for c in curves:
-        fig.add_trace(go.Scatter(x=c["x"], y=c["y"], mode="lines", name=c["result__node__hostname"]))
+    if len(curves) > MAX_CURVES:
+        _add_envelope(fig, curves)
+    else:
+        for c in curves:
+            fig.add_trace(go.Scatter(x=c["x"], y=c["y"], mode="lines", name=c["result__node__hostname"]))
     threshold = thresholds.get(curves[0]["result__item_key"], {}).get(chart.threshold) if chart.threshold else None
     if threshold:
         fig.add_hline(y=float(threshold), line_dash="dash", line_color="red", annotation_text="threshold")
@@ -158,11 +171,36 @@ def _curves_figure(chart: CertificateChart, curves: list[Mapping[str, Any]], thr
     return fig
 
 
+def envelope(curves: list[Mapping[str, Any]]) -> tuple[list[float], list[float], list[float], list[float]]:
+    """(x, lowest, median, highest) over the curves at each x any of them has; NaN and inf skipped."""
+    at: dict[float, list[float]] = {}
+    for c in curves:
+        for x, y in zip(c["x"], c["y"], strict=False):
+            if math.isfinite(x) and math.isfinite(y):
+                at.setdefault(x, []).append(y)
+    xs = sorted(at)
+    return xs, [min(at[x]) for x in xs], [statistics.median(at[x]) for x in xs], [max(at[x]) for x in xs]
+
+
+def _add_envelope(fig: Any, curves: list[Mapping[str, Any]]) -> None:
+    """The band from the lowest to the highest node at each x, and the median: constant size at any
+    node count; the lowest line is the straggler's."""
+    import plotly.graph_objects as go
+
+    xs, low, mid, high = envelope(curves)
+    n = len(curves)
+    fig.add_trace(go.Scatter(x=xs, y=high, mode="lines", name=f"highest of {n} nodes", line={"width": 1}))
+    fig.add_trace(go.Scatter(x=xs, y=low, mode="lines", name=f"lowest of {n} nodes", fill="tonexty", line={"width": 1}))
+    fig.add_trace(go.Scatter(x=xs, y=mid, mode="lines", name="median", line={"width": 2}))
+
+
 def _bars_figure(chart: CertificateChart, by_name: dict[str, list[Mapping[str, Any]]]) -> Any:
     import plotly.graph_objects as go
 
     if not any(by_name.values()):
         return None
+    if max(len(rows) for rows in by_name.values()) > MAX_BARS:
+        return _histogram_figure(chart, by_name)
     fig = go.Figure()
     for name, rows in by_name.items():
         x = [
@@ -178,6 +216,21 @@ def _bars_figure(chart: CertificateChart, by_name: dict[str, list[Mapping[str, A
     if chart.x_title:
         fig.update_layout(xaxis_title=chart.x_title)
     fig.update_layout(yaxis_title=chart.y_title)
+    return fig
+
+
+def _histogram_figure(chart: CertificateChart, by_name: dict[str, list[Mapping[str, Any]]]) -> Any:
+    """How many nodes (or GPUs) measured each value: the bars chart past MAX_BARS bars."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    per_gpu = any(row["gpu"] is not None for rows in by_name.values() for row in rows)
+    for name, rows in by_name.items():
+        values = [row["value"] / chart.scale for row in rows if math.isfinite(row["value"])]
+        fig.add_trace(go.Histogram(x=values, name=f"{name} ({len(values)})", nbinsx=HISTOGRAM_BINS, opacity=0.75))
+    fig.update_layout(
+        barmode="overlay", showlegend=True, xaxis_title=chart.y_title, yaxis_title="GPUs" if per_gpu else "nodes"
+    )
     return fig
 
 

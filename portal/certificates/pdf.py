@@ -16,6 +16,7 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
+from portal.certificates import pdf_tables
 from portal.certificates.charts import Chart
 
 # WeasyPrint logs every layout step at INFO; the portal's root logger is at INFO.
@@ -50,7 +51,7 @@ def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict
     }
     parts: list[bytes] = []
     page = 1
-    for template, extra in _parts(context["node_rows"]):
+    for template, extra in _parts(context["node_rows"], len(context["checks"])):
         document = _render_part(template, {**context, **extra, "first_page": page})
         page += len(document.pages)
         parts.append(document.write_pdf())
@@ -58,13 +59,19 @@ def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict
     return _join(parts, payload_bytes, seal_data, title=f"Acceptance certificate {payload.get('number', '')}")
 
 
-def _parts(node_rows: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+def _parts(node_rows: list[dict[str, Any]], check_count: int) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "certificates/pdf/front.html", {}
+    widths = {"states": pdf_tables.states_widths(node_rows, check_count), "gpus": pdf_tables.gpus_widths(node_rows)}
     for table in ("states", "gpus"):
         for start in range(0, len(node_rows), NODES_PER_PART):
             rows = node_rows[start : start + NODES_PER_PART]
+            text = (
+                pdf_tables.states_table(rows, check_count, widths=widths["states"])
+                if table == "states"
+                else pdf_tables.gpus_table(rows, widths=widths["gpus"])
+            )
             yield "certificates/pdf/nodes.html", {
-                "table": table, "node_rows": rows, "first_row": start + 1, "last_row": start + len(rows),
+                "table": table, "text": text, "first_row": start + 1, "last_row": start + len(rows),
                 "total_rows": len(node_rows),
             }  # fmt: skip
     yield "certificates/pdf/tail.html", {}
