@@ -9,7 +9,8 @@ a finite number prints as null with `labels.invalid` naming it.
 {"kind", "check", "measurements", "verdict": {"status", "reason"}}. KIND is a check key (FILE is probe
 JSON, or nvidia-smi -q -x XML, detected by content), `nvidia_smi_xml` (FILE is nvidia-smi XML, judged by
 every probe-based check, or just `--check KEY`), or any parser kind: the raw output is judged by the
-check that consumes that tool (checks/raw_outputs.py; e.g. gpu_burn -> burn_in, ibstat -> ib_ports).
+check that consumes that tool (checks/raw_outputs.py; e.g. gpu_burn -> burn_in, ibstat -> ib_ports); a parser
+kind that no check consumes yet (the power and cooling readings, checks/power_readings.py) is refused in one line.
 A check that needs more than that one output says `error`, never pass; the parser's own view is then
 printed under "parsed". `parse CHECK_KEY FILE` is the same as judge.
 
@@ -133,6 +134,9 @@ def _known_kinds() -> str:
 
 def cmd_judge(args: argparse.Namespace) -> dict[str, Any]:
     raw = RAW_JUDGES.get(args.kind)
+    if args.kind in PARSERS and args.kind != XML_KIND and args.kind not in REGISTRY and raw is None:
+        _read(args.file)  # the file's own problems first, as for every kind
+        raise UsageError(f"no check judges {args.kind} outputs yet; `parse {args.kind} FILE` prints its measurements")
     if args.kind != XML_KIND and args.kind not in REGISTRY and raw is None:
         raise UsageError(f"unknown kind {args.kind!r}; known: {_known_kinds()}")
     if args.profile and args.profile not in PROFILES:

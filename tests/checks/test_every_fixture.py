@@ -30,11 +30,21 @@ KINDS: dict[str, str] = {
     "ibstat/*.txt": "ibstat",
     "ior/*.txt": "ior",
     "ipmitool/*.txt": "ipmitool_sdr",
+    "ipmitool-dcmi/dcmi-*.txt": "ipmitool_dcmi_power",
+    "ipmitool-dcmi/sdr-*.txt": "ipmitool_sdr_power",
+    "power/dcmi_*.txt": "ipmitool_dcmi_power",
+    "power/sdr_*.txt": "ipmitool_sdr_power",
+    "power/redfish_cdu_*.json": "redfish_cdu",
+    "power/redfish_pdu_*.json": "redfish_pdu",
+    "power/redfish_power_*.json": "redfish_power",
     "nccl-tests/*_perf_*.txt": "nccl",
     "nvidia-smi/*.xml": "nvidia_smi_xml",
     "nvidia-smi/nvsmi_nvlink_status_*.txt": "nvlink_status",
     "nvidia-smi/nvsmi_q_page_retirement_*.txt": "nvsmi_page_retirement",
     "redfish/*.json": "redfish_thermal",
+    "redfish-cdu/*.json": "redfish_cdu",
+    "redfish-pdu/*.json": "redfish_pdu",
+    "redfish-power/*.json": "redfish_power",
 }
 # Captures of a crashed tool: there is nothing to parse, and the CLI must say so (exit 2).
 UNPARSEABLE: dict[str, str] = {"nccl-tests/mpirun_not_enough_slots_failure_gcm.txt": "nccl"}

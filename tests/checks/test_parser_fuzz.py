@@ -37,11 +37,16 @@ FIXTURE_GLOBS: dict[str, tuple[str, ...]] = {
     "gpu_burn": ("gpu-burn/*.txt",),
     "ibstat": ("ibstat/*.txt",),
     "ior": ("ior/*.txt",),
+    "ipmitool_dcmi_power": ("ipmitool-dcmi/dcmi-*.txt", "power/dcmi_*.txt"),
     "ipmitool_sdr": ("ipmitool/*.txt",),
+    "ipmitool_sdr_power": ("ipmitool-dcmi/sdr-*.txt", "power/sdr_*.txt"),
     "nccl": ("nccl-tests/*_perf_*.txt",),
     "nvidia_smi_xml": ("nvidia-smi/*.xml",),
     "nvlink_status": ("nvidia-smi/nvsmi_nvlink_status_*.txt",),
     "nvsmi_page_retirement": ("nvidia-smi/nvsmi_q_page_retirement_*.txt",),
+    "redfish_cdu": ("redfish-cdu/*.json", "power/redfish_cdu_*.json"),
+    "redfish_pdu": ("redfish-pdu/*.json", "power/redfish_pdu_*.json"),
+    "redfish_power": ("redfish-power/*.json", "power/redfish_power_*.json"),
     "redfish_thermal": ("redfish/*.json",),
 }
 KINDS = sorted(PARSERS)
