@@ -134,9 +134,7 @@ def _known_kinds() -> str:
 
 def cmd_judge(args: argparse.Namespace) -> dict[str, Any]:
     raw = RAW_JUDGES.get(args.kind)
-    if args.kind in PARSERS and args.kind != XML_KIND and args.kind not in REGISTRY and raw is None:
-        _read(args.file)  # the file's own problems first, as for every kind
-        raise UsageError(f"no check judges {args.kind} outputs yet; `parse {args.kind} FILE` prints its measurements")
+    _refuse_unjudged(args)
     if args.kind != XML_KIND and args.kind not in REGISTRY and raw is None:
         raise UsageError(f"unknown kind {args.kind!r}; known: {_known_kinds()}")
     if args.profile and args.profile not in PROFILES:
@@ -156,6 +154,14 @@ def cmd_judge(args: argparse.Namespace) -> dict[str, Any]:
     if args.check:
         return results[0]
     return {"kind": XML_KIND, "probe": json.loads(text), "checks": results}
+
+
+def _refuse_unjudged(args: argparse.Namespace) -> None:
+    """A parser kind that no check consumes yet: one line, after the file's own problems (the
+    size cap, an unreadable path), as for every kind."""
+    if args.kind in PARSERS and args.kind not in RAW_JUDGES and args.kind not in REGISTRY and args.kind != XML_KIND:
+        _read(args.file)
+        raise UsageError(f"no check judges {args.kind} outputs yet; `parse {args.kind} FILE` prints its measurements")
 
 
 def _judge_raw(kind: str, text: str, *, profile: str | None) -> dict[str, Any]:
