@@ -39,6 +39,14 @@ nvidia-smi's power_draw follows the load like NVML's; the testbed's Redfish PDU/
     BMC never answers)  dcmi_garbage=1 (a truncated reading, then junk). The GPU-driver faults
     (hang, garbage, delay_ms, flood_mb) leave the BMC alone: a wedged driver still draws power.
 
+Facility (testbed/sim/facility.py, served as Redfish by testbed/sim/redfish_facility.py:
+`python -m testbed.sim.redfish_facility --config FILE --state-dir NODES --bind ADDR --port N`):
+rack PDUs (RackPDUs/{id}, Mains/{circuit}: per-phase current = sum(node power x share) / voltage)
+and CDUs (CDUs/{id}/PrimaryCoolantConnectors/1: flow, supply, return = supply + heat / (flow x
+density x specific heat), heat = 0.9 x the loop's node power) from NODES/NAME/state, with HTTP basic
+auth. Its faults live in its JSON config, not in node state: `miscabled` on a PDU (nodes' feeds and
+extra amps land on one phase), `low_flow` on a loop (flow x factor: the return warms, the captured
+share falls below 80%). The config is re-read when rewritten, so faults change without a restart.
 """
 
 from __future__ import annotations
