@@ -22,6 +22,31 @@ Faults (GPU values are physical slots, "3" or a list "1,5"):
     with LIBRARY_NOT_FOUND; nvidia-smi works)  delay_ms=N (a slow, healthy node: nvmlInit and
     nvidia-smi take N ms)  flood_mb=N (nvidia-smi prints N MiB of binary junk instead of its
     answer: byte i of the stream is i % 256, NUL and non-UTF-8 included; NVML is unaffected)
+Other tools' keys are listed in FAULT_KEYS below and in each tool's docstring (testbed/sim/tools/).
+
+Power (testbed/sim/power.py, one model for every reader): a node draws its GPUs' power as NVML
+reports it (idle ~70 W each; under the simulated gpu_burn 650-685 W, 480 W when throttling, never
+above the enforced limit, so a power_cap_gpu draws its cap) plus a platform overhead of 900 W idle
+rising to 1,500 W under load, with the same load ramp. `ipmitool dcmi power reading` prints that
+instant (and min/max/avg over the readings of the last dcmi_period_s seconds, default 60, kept in
+"$KILN_SIM_STATE.dcmi"); `ipmitool sdr` shows it as "Avg Power" and six "PSUn Power In" rows;
+nvidia-smi's power_draw follows the load like NVML's; the testbed's Redfish PDU/CDU service
+(testbed/sim/redfish_facility.py) derives phase currents and coolant readings from it.
+    power_over_pct=P (the node draws P% of its GPU sum on top: 30 = 30% over its GPUs)
+    dcmi_period_s=S  dcmi_absent=1 (DCMI unsupported: ipmitool's "DCMI request failed because:
+    Invalid command (c1)" on stderr, exit 1; sdr still answers)  dcmi_deactivated=1 (no
+    statistics: min = max = avg = now, epoch timestamp, period 0, "deactivated")  dcmi_hang=1 (the
+    BMC never answers)  dcmi_garbage=1 (a truncated reading, then junk). The GPU-driver faults
+    (hang, garbage, delay_ms, flood_mb) leave the BMC alone: a wedged driver still draws power.
+
+Facility (testbed/sim/facility.py, served as Redfish by testbed/sim/redfish_facility.py:
+`python -m testbed.sim.redfish_facility --config FILE --state-dir NODES --bind ADDR --port N`):
+rack PDUs (RackPDUs/{id}, Mains/{circuit}: per-phase current = sum(node power x share) / voltage)
+and CDUs (CDUs/{id}/PrimaryCoolantConnectors/1: flow, supply, return = supply + heat / (flow x
+density x specific heat), heat = 0.9 x the loop's node power) from NODES/NAME/state, with HTTP basic
+auth. Its faults live in its JSON config, not in node state: `miscabled` on a PDU (nodes' feeds and
+extra amps land on one phase), `low_flow` on a loop (flow x factor: the return warms, the captured
+share falls below 80%). The config is re-read when rewritten, so faults change without a restart.
 """
 
 from __future__ import annotations
@@ -39,6 +64,9 @@ NVML_SOURCE = SIM_DIR / "fake_nvml.c"
 NVIDIA_SMI_SOURCE = SIM_DIR / "nvidia-smi"
 # Every file here is a simulated node-side tool, installed into bin/ under its own name.
 TOOLS_DIR = SIM_DIR / "tools"
+# The node power model (power.py), installed into bin/ under this name for the tools that import it.
+POWER_SOURCE = SIM_DIR / "power.py"
+POWER_MODULE = "kiln_sim_power.py"
 LIB_NAME = "libnvidia-ml.so.1"
 
 # Written explicitly into every state file so that the file documents the whole node.
@@ -103,6 +131,15 @@ FAULT_KEYS: frozenset[str] = frozenset(
         "coolant_inlet",
         "coolant_outlet",
         "leak",
+        # Node power (power.py; ipmitool dcmi/sdr, the Redfish PDU/CDU service): the node draws this
+        # percentage of its GPU sum on top; the BMC's statistics window (s); the BMC has no DCMI, no
+        # DCMI statistics, never answers, answers junk.
+        "power_over_pct",
+        "dcmi_period_s",
+        "dcmi_absent",
+        "dcmi_deactivated",
+        "dcmi_hang",
+        "dcmi_garbage",
     }
 )
 KNOWN_KEYS: frozenset[str] = frozenset(DEFAULTS) | FAULT_KEYS | {"node", "uuid_seed"}
@@ -157,17 +194,20 @@ def build_simulator(dest: Path) -> SimPaths:
             raise RuntimeError(f"building {LIB_NAME} failed ({' '.join(argv)}):\n{proc.stderr}")
         os.replace(tmp_name, lib)
 
-    # nvidia-smi, then every simulated tool in tools/ (all_reduce_perf, gpu_burn, fio, ibstat, ...).
-    sources = [NVIDIA_SMI_SOURCE, *sorted(p for p in TOOLS_DIR.iterdir() if p.is_file() and not p.name.startswith("."))]
-    for source in sources:
-        target = bin_dir / source.name
+    # nvidia-smi, then every simulated tool in tools/ (all_reduce_perf, gpu_burn, fio, ibstat, ...),
+    # then the power model they share (ipmitool, nvidia-smi), as a plain module beside them.
+    tools = sorted(p for p in TOOLS_DIR.iterdir() if p.is_file() and not p.name.startswith("."))
+    installs = [(NVIDIA_SMI_SOURCE, NVIDIA_SMI_SOURCE.name, 0o755), *((p, p.name, 0o755) for p in tools)]
+    installs.append((POWER_SOURCE, POWER_MODULE, 0o644))
+    for source, name, mode in installs:
+        target = bin_dir / name
         if _up_to_date(target, source):
             continue
         # A copy, not a symlink: dest can then be carried to other hosts or namespaces as is.
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{source.name}.", dir=bin_dir)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", dir=bin_dir)
         os.close(fd)
         shutil.copyfile(source, tmp_name)
-        os.chmod(tmp_name, 0o755)
+        os.chmod(tmp_name, mode)
         os.replace(tmp_name, target)
     return SimPaths(bin_dir=bin_dir, lib_dir=lib_dir)
 

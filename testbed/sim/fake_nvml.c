@@ -18,7 +18,9 @@
  * is stale and ignored): under load temperatures ramp over LOAD_RAMP_S to ~65-72 C (HBM ~73-80 C),
  * power to ~650-685 W, SM clock to 1980 MHz, and the "GPU idle" clock reason clears. Faults under
  * load: hot_gpu (+hot_delta C, default 12) and throttle_gpu (sw+hw thermal slowdown, the
- * temperature at the slowdown threshold, a reduced clock and power).
+ * temperature at the slowdown threshold, a reduced clock and power). Loaded power never exceeds
+ * the enforced limit (power_cap_gpu). testbed/sim/power.py mirrors the power model for the node's
+ * BMC and the facility's PDUs: keep the two in step.
  */
 #include <errno.h>
 #include <signal.h>
@@ -599,6 +601,9 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(void *device, unsigned int *milliwatts) {
         double load = load_level();
         double idle_mw = 70000.0 + g->slot * 137.0;                            /* idle ~70 W */
         double busy_mw = has(g_state.throttle, g) ? 480000.0 : 650000.0 + g->slot * 5000.0; /* 650-685 W */
+        /* a GPU never draws more than its enforced limit (a power_cap_gpu runs at its cap) */
+        double limit_mw = has(g_state.power_cap, g) ? g_state.power_cap_w * 1000.0 : 700000.0;
+        if (busy_mw > limit_mw) busy_mw = limit_mw;
         *milliwatts = (unsigned int)lerp(idle_mw, busy_mw, load);
     }
     return NVML_SUCCESS;
