@@ -89,7 +89,9 @@ class CertificateChart:
 
     style "curves": each node's stored series `names[0]` (x against y), `threshold` (a threshold
     field of the plan item) drawn dashed. style "bars": one trace per measurement name, one bar per
-    node (per node/GPU when the values are per GPU), values divided by `scale`."""
+    node (per node/GPU when the values are per GPU), values divided by `scale`. Past a readable
+    count (portal/certificates/charts.py MAX_CURVES, MAX_BARS) curves become the band from the
+    lowest to the highest node with the median, and bars a histogram of the values."""
 
     title: str
     style: str
