@@ -169,6 +169,10 @@ class GroupContext:
     nodes: tuple[NodeContext, ...]
     launcher: NodeContext
     tag: str = "group"  # unique per run+item (and per pair), for temp file names on the launcher
+    # A fan-out check's common start (epoch seconds), set by the executor just before it starts.
+    start_at: float | None = None
+    # The facility model the check judges against (portal/facility facility_snapshot), when it asks.
+    facility: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def hostnames(self) -> list[str]:

@@ -24,14 +24,17 @@ from checks.base import (
     GroupCheck,
     GroupContext,
     Measurement,
+    Series,
     Verdict,
     get_group_check,
     run_group_check,
     worst_status,
 )
+from checks.fanout import FanOutCheck
 from portal.inventory.models import Node
 from portal.runs import leases, services
 from portal.runs.execution import execute_node, node_context, node_target, series_of, snapshot_item
+from portal.runs.fanout import run_fan_out
 from portal.runs.models import CheckResult, Run, Scope, Status
 from portal.runs.pairs import localise, run_commands
 from worker.db import db_phase
@@ -93,6 +96,21 @@ def _execute_group_held(
     holding.label = f"launcher {launcher.hostname}"
     contexts = tuple(node_context(run, n) for n in members)
     group = GroupContext(nodes=contexts, launcher=contexts[0], tag=f"kiln-{run.pk}-{result.pk}")
+    if isinstance(check, FanOutCheck):
+        holding.label = f"{len(members)} nodes at once"
+        holding.begin(result)
+        fanned = run_fan_out(
+            check=check,
+            params=params,
+            thresholds=thresholds,
+            run=run,
+            result=result,
+            members=members,
+            group=group,
+            holding=holding,
+        )
+        done = _GroupRun(fanned.outputs, fanned.measurements, fanned.verdict, fanned.attribution)
+        return _record(result, claim, done, members, excluded, series=fanned.series)
     try:
         transport = holding.track(open_transport(node_target(launcher)))
     except TransportError as exc:
@@ -105,8 +123,19 @@ def _execute_group_held(
         return _record_error(result, claim, _launcher_error(launcher, exc))
     finally:
         transport.close()
+    return _record(result, claim, done, members, excluded, series=series_of(check, done.outputs, done.verdict))
+
+
+def _record(
+    result: CheckResult,
+    claim: str,
+    done: _GroupRun,
+    members: list[Node],
+    excluded: list[str],
+    *,
+    series: list[Series],
+) -> bool:
     _attribute(done, members, excluded)
-    series = series_of(check, done.outputs, done.verdict)
     with db_phase("record"):
         return services.record_from_check(
             result=result,
