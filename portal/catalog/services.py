@@ -54,6 +54,12 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "fio on every node at once (client/server); aggregate bandwidth and the slow node.",
     ),
     "dcgm-diag": ("dcgm_diag", "DCGM diagnostics", "dcgmi diag; Skip and Not Run are never a pass."),
+    "power-soak": (
+        "power_soak",
+        "Power and cooling heat soak",
+        "Every node burns all GPUs at once: node, rack, PDU phase, A/B feed, UPS and cooling loop "
+        "judged against the facility model.",
+    ),
     "gpu-power-limit": (
         "gpu_power_limit",
         "GPU power limit",
@@ -99,6 +105,14 @@ BUILTIN_PLANS: dict[str, tuple[str, str, list[tuple[str, dict[str, Any]]]]] = {
             ("fs-aggregate", {}),
         ],
     ),
+    # Issue 13: the integrated systems test of power and cooling, run once the facility model
+    # (racks, PDUs, UPS, loops) is entered; separate from node acceptance because it needs every
+    # node at once and the facility's own people on site.
+    "power-cooling": (
+        "Power and cooling",
+        "Whole-cluster heat soak against the facility model (built in; copy it to customise).",
+        [("power-soak", {})],
+    ),
 }
 
 
@@ -120,6 +134,8 @@ FAST_PARAMS: dict[str, dict[str, Any]] = {
     "dlc-temperature": {"idle_s": 2, "load_s": 5, "sensor_source": "ipmitool"},
     "fs-throughput": {"size": "64M", "numjobs": 2},
     "fs-aggregate": {"size": "64M", "numjobs": 2},
+    # 45 samples at 1 Hz: the judge needs 40 (checks/power_soak_data.py min_samples).
+    "power-soak": {"duration_s": 45},
 }
 
 
