@@ -108,6 +108,7 @@ def _endpoint(found: Any) -> Endpoint:
         username=str(getattr(found, "username", "") or ""),
         password=str(getattr(found, "password", "") or ""),
         ca_file=str(getattr(found, "ca_file", "") or ""),
+        verify_tls=bool(getattr(found, "verify_tls", True)),
     )
 
 
