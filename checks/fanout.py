@@ -85,8 +85,11 @@ class FanOutCheck(GroupCheck):
     ) -> tuple[list[Measurement], GroupVerdict, list[Series]]:
         raise NotImplementedError
 
+    def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
+        raise EvidenceError(f"{self.key} is judged from every node's output at once, not from one output")
+
     def evaluate_group(self, measurements: list[Measurement], thresholds: Any, group: GroupContext) -> GroupVerdict:
-        raise EvidenceError(f"{self.key} is judged from every node's output (judge_fan_out), not from one command")
+        raise EvidenceError(f"{self.key} is judged from every node's output at once, not from one output")
 
 
 def facility_document(endpoints: list[dict[str, Any]], model: dict[str, Any] | None = None) -> str:

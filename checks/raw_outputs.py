@@ -20,6 +20,7 @@ from checks.dcgm import DCGMI_LABEL
 from checks.filesystem import FIO_LABEL
 from checks.links import NVLINK_LABEL
 from checks.nccl import NCCL_LABEL
+from checks.power_readings import POWER_KINDS
 from checks.probe_check import PROBE_LABEL
 from checks.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA
 from checks.thermal import SENSORS
@@ -104,6 +105,12 @@ RAW_JUDGES: dict[str, RawJudge] = {
         "dlc_temperature also needs the probe's idle and load GPU temperature sampling",
     ),
 }
+
+
+# One power or cooling reading is parsed, never judged alone: the heat soak judges 1 Hz series of every
+# node, PDU and CDU together (checks/power_soak.py), so `judge` says so (`error`) and shows the parse.
+_SOAK_NOTE = "power_soak judges 1 Hz readings of every node, PDU phase and loop over a whole-cluster soak"
+RAW_JUDGES.update({kind: RawJudge("power_soak", _labelled(kind), _SOAK_NOTE) for kind in POWER_KINDS})
 
 
 def fio_check(text: str) -> str:

@@ -12,7 +12,6 @@ import pytest
 from checks import REGISTRY
 from checks.__main__ import main
 from checks.parsers import PARSERS
-from checks.power_readings import POWER_KINDS
 from checks.raw_outputs import RAW_JUDGES
 from tests.checks.probe_docs import A100_MIG, REPO, fixture, probe_doc
 from tests.checks.test_parser_fuzz import fixtures
@@ -138,10 +137,7 @@ def test_it_accepts_every_parser_kind_for_judge(kind: str, tmp_path: Path, capsy
 
 
 def test_it_covers_every_parser_kind_with_a_judge() -> None:
-    # Issue 13: the power and cooling parsers come before the power-soak group check that judges
-    # them; once it exists it adds them to RAW_JUDGES and this exemption empties itself.
-    awaiting_their_check = set(POWER_KINDS) - set(RAW_JUDGES)
-    assert set(RAW_JUDGES) | {"nvidia_smi_xml"} | awaiting_their_check == set(PARSERS)
+    assert set(RAW_JUDGES) | {"nvidia_smi_xml"} == set(PARSERS)
     assert all(judge.check in REGISTRY for judge in RAW_JUDGES.values())
 
 
