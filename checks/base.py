@@ -464,9 +464,9 @@ class GroupCheck(Check):
     def group_commands(self, params: Any, group: GroupContext) -> list[Command]:
         raise NotImplementedError
 
-    def stand_in_commands(self, params: Any) -> list[Command]:
+    def stand_in_commands(self, params: Any, node_count: int = 2) -> list[Command]:
         """The commands of one run over two placeholder nodes: what a run's time budget is made of
-        (the commands' timeouts do not depend on which nodes run them)."""
+        (the commands' timeouts do not depend on which nodes run them, nor, here, on how many)."""
         a, b = NodeContext(hostname="node-a"), NodeContext(hostname="node-b")
         return self.group_commands(params, GroupContext(nodes=(a, b), launcher=a, tag="budget"))
 

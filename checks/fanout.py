@@ -64,10 +64,12 @@ class FanOutCheck(GroupCheck):
     def group_commands(self, params: Any, group: GroupContext) -> list[Command]:
         return self.node_commands(params, group, group.launcher)
 
-    def stand_in_commands(self, params: Any) -> list[Command]:
-        # The nodes run in parallel: one node's commands are the run's time budget.
-        a = NodeContext(hostname="node-a")
-        return self.node_commands(params, GroupContext(nodes=(a,), launcher=a, tag="budget", start_at=0.0), a)
+    def stand_in_commands(self, params: Any, node_count: int = 2) -> list[Command]:
+        # The nodes run in parallel: one node's commands are the run's time budget, and their start
+        # waits longer the more nodes there are (start_delay_s).
+        nodes = tuple(NodeContext(hostname=f"node-{i}") for i in range(max(1, node_count)))
+        group = GroupContext(nodes=nodes, launcher=nodes[0], tag="budget", start_at=0.0)
+        return self.node_commands(params, group, nodes[0])
 
     def node_commands(self, params: Any, group: GroupContext, node: NodeContext) -> list[Command]:
         raise NotImplementedError

@@ -48,10 +48,11 @@ def run_commands(transport: Transport, commands: list[Command]) -> list[CommandO
     return outputs
 
 
-def subrun_budget(check: GroupCheck, params: Any) -> float:
-    """Seconds one sub-run may take: its commands' budgets with their kill grace and backstop (the
-    commands' timeouts do not depend on how many nodes run them)."""
-    return sum(c.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S for c in check.stand_in_commands(params))
+def subrun_budget(check: GroupCheck, params: Any, node_count: int = 2) -> float:
+    """Seconds one sub-run may take: its commands' budgets with their kill grace and backstop (a
+    launcher's commands take as long whatever the nodes; a fan-out's start waits on their number)."""
+    commands = check.stand_in_commands(params, node_count)
+    return sum(c.timeout + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S for c in commands)
 
 
 def group_item_limits(*, item: dict[str, Any], node_count: int) -> tuple[int, int]:
@@ -65,7 +66,7 @@ def group_item_limits(*, item: dict[str, Any], node_count: int) -> tuple[int, in
         else 0
     )
     return group_task_limits(
-        run_budget_s=subrun_budget(check, check.make_params(item["params"])),
+        run_budget_s=subrun_budget(check, check.make_params(item["params"]), node_count),
         runs_wanted=1 + rounds,
         connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
         visibility=getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}).get("visibility_timeout"),

@@ -198,3 +198,12 @@ def test_the_redfish_readers_read_the_dmtf_mockups() -> None:
     connectors = [p for p in sorted(cdu.glob("*.json")) if "onnector" in p.name]
     readings = [read_loop([p.read_text()]) for p in connectors]
     assert any(all(v is not None for v in r.values()) for r in readings), readings
+
+
+def test_its_time_budget_grows_with_the_nodes_it_must_start() -> None:
+    check = PowerSoak()
+    params = PowerSoakParams(duration_s=1800)
+    [small] = check.stand_in_commands(params, 2)
+    [large] = check.stand_in_commands(params, 1000)
+    assert large.timeout - small.timeout == pytest.approx(0.25 * 998)
+    assert small.timeout >= 1800 + 120
