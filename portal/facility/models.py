@@ -139,7 +139,13 @@ class Rack(models.Model):
 
     class Meta:
         ordering = ["cluster", "room", "row", "position", "name"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="facility_rack_unique_name")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "name"],
+                name="facility_rack_unique_name",
+                violation_error_message="another rack of this cluster has this name",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -187,7 +193,13 @@ class Pdu(EndpointFields):
 
     class Meta:
         ordering = ["cluster", "name"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="facility_pdu_unique_name")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "name"],
+                name="facility_pdu_unique_name",
+                violation_error_message="another PDU of this cluster has this name",
+            )
+        ]
         verbose_name = "PDU"
 
     def __str__(self) -> str:
@@ -242,7 +254,13 @@ class Ups(models.Model):
 
     class Meta:
         ordering = ["cluster", "name"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="facility_ups_unique_name")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "name"],
+                name="facility_ups_unique_name",
+                violation_error_message="another UPS of this cluster has this name",
+            )
+        ]
         verbose_name = "UPS"
         verbose_name_plural = "UPSes"
 
@@ -261,7 +279,13 @@ class CoolingLoop(EndpointFields):
 
     class Meta:
         ordering = ["cluster", "name"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="facility_loop_unique_name")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "name"],
+                name="facility_loop_unique_name",
+                violation_error_message="another cooling loop of this cluster has this name",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name

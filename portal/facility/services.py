@@ -68,13 +68,17 @@ def validated(item: Model) -> None:
         raise FacilityError(details, found) from None
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port filled in."""
     parts = urlsplit(url)
     try:
         port = parts.port
     except ValueError:
         port = None
-    return parts.scheme, (parts.hostname or "").lower(), port
+    return parts.scheme, (parts.hostname or "").lower(), port or _DEFAULT_PORTS.get(parts.scheme)
 
 
 def credential_apply(*, item: EndpointFields, change: CredentialChange | None, stored_url: str, stored: str) -> None:
