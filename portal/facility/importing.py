@@ -21,6 +21,7 @@ from portal.facility.models import CoolingLoop, Pdu, Rack, Ups, breakers_parse
 from portal.facility.services import FacilityError, FeedSpec
 from portal.inventory.models import Cluster
 
+_NAMES = {"rack": ("rack", "racks"), "pdu": ("PDU", "PDUs"), "ups": ("UPS", "UPSes"), "loop": ("loop", "loops")}
 _TRUE, _FALSE = ("yes", "true", "1", "y", "on"), ("no", "false", "0", "n", "off")
 
 
@@ -36,11 +37,16 @@ class ImportReport:
         (self.created if created else self.updated).setdefault(kind, []).append(name)
 
     def summary(self) -> str:
-        parts = [f"{len(v)} {k}{'es' if k == 'ups' else 's'} added" for k, v in self.created.items()]
-        parts += [f"{len(v)} {k}{'es' if k == 'ups' else 's'} updated" for k, v in self.updated.items()]
+        parts = [f"{_count(len(v), k)} added" for k, v in self.created.items()]
+        parts += [f"{_count(len(v), k)} updated" for k, v in self.updated.items()]
         if self.feeds_of:
             parts.append(f"feeds of {len(self.feeds_of)} node(s) replaced")
         return ", ".join(parts) or "nothing to import"
+
+
+def _count(n: int, kind: str) -> str:
+    one, many = _NAMES[kind]
+    return f"{n} {one if n == 1 else many}"
 
 
 def _number(row: CsvRow, name: str, convert: Callable[[str], Any] = float) -> Any:
