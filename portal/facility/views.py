@@ -133,7 +133,8 @@ def node_feeds(request: HttpRequest, name: str, hostname: str) -> HttpResponse:
     pdu_names = [p.name for p in selectors.pdus(cluster=cluster)]
     rows = node.feeds.order_by("pdu__name", "phase").values_list("pdu__name", "phase", "share")
     current = [{"pdu": p, "phase": k, "share": s} for p, k, s in rows]
-    initial = current + [{}] * (FEED_LINES - len(current))
+    # Initial values only on GET: a posted line equal to its initial would count as unchanged, and be dropped.
+    initial = None if request.method == "POST" else current + [{}] * (FEED_LINES - len(current))
     formset = FeedFormSet(request.POST or None, initial=initial, form_kwargs={"pdus": pdu_names})
     if request.method == "POST" and formset.is_valid():
         specs = [s for form in formset.forms if (s := form.spec()) is not None]
