@@ -39,12 +39,12 @@ class Site:
 
 
 def build_site(name: str = "fac") -> Site:
-    cluster = Cluster.objects.create(name=name, profile="H100-SXM-8", transport="local")
-    Node.objects.bulk_create(Node(cluster=cluster, hostname=h, rack=rack_of(h)) for h in HOSTS)
+    owner = Cluster.objects.create(name=name, profile="H100-SXM-8", transport="local")
+    Node.objects.bulk_create(Node(cluster=owner, hostname=h, rack=rack_of(h)) for h in HOSTS)
     racks = {
         r: services.rack_save(
             rack=Rack(
-                cluster=cluster, name=r, power_budget_kw=40, cooling_budget_kw=40, room="hall1", row="A", position=i
+                cluster=owner, name=r, power_budget_kw=40, cooling_budget_kw=40, room="hall1", row="A", position=i
             )
         )
         for i, r in enumerate(RACKS)
@@ -56,9 +56,9 @@ def build_site(name: str = "fac") -> Site:
                 rack=racks[r], name=f"pdu-{r}-{feed.lower()}", feed=feed, phases=3, voltage_v=230, breaker_a=[63] * 3
             )
             pdus[pdu.name] = services.pdu_save(pdu=pdu)
-    ups = services.ups_save(ups=Ups(cluster=cluster, name="ups1", capacity_kw=120), racks=list(racks.values()))
-    loop = services.loop_save(loop=CoolingLoop(cluster=cluster, name="cdu1", fluid="water"), racks=list(racks.values()))
-    return Site(cluster, racks, pdus, ups, loop)
+    ups = services.ups_save(ups=Ups(cluster=owner, name="ups1", capacity_kw=120), racks=list(racks.values()))
+    loop = services.loop_save(loop=CoolingLoop(cluster=owner, name="cdu1", fluid="water"), racks=list(racks.values()))
+    return Site(owner, racks, pdus, ups, loop)
 
 
 @pytest.fixture

@@ -17,8 +17,12 @@ from tests.facility.conftest import SECRET, SECRET_USER
 
 pytestmark = pytest.mark.django_db
 
-GOOD = """type,name,rack,power_budget_kw,cooling_budget_kw,room,row,position,feed,phases,voltage_v,breaker_a,endpoint_url,verify_tls,capacity_kw,racks,fluid,node,pdu,phase,share
-pdu,pdu-r1-a,r1,,,,,,A,3,230,63,https://pdu-r1-a.example.net/redfish/v1,no,,,,,,,
+GOOD = (
+    (
+        "type,name,rack,power_budget_kw,cooling_budget_kw,room,row,position,feed,phases,voltage_v,breaker_a,"
+        "endpoint_url,verify_tls,capacity_kw,racks,fluid,node,pdu,phase,share\n"
+    )
+    + """pdu,pdu-r1-a,r1,,,,,,A,3,230,63,https://pdu-r1-a.example.net/redfish/v1,no,,,,,,,
 pdu,pdu-r1-b,r1,,,,,,B,3,230,32;32;16,,,,,,,,,
 rack,r1,,40,35.5,hall1,A,0,,,,,,,,,,,,,
 rack,r2,,40,40,hall1,A,1,,,,,,,,,,,,,
@@ -28,6 +32,7 @@ loop,cdu1,,,,,,,,,,,,,,r1;r2,pg25,,,,
 feed,,,,,,,,,,,,,,,,,n01,pdu-r1-a,2,0.5
 feed,,,,,,,,,,,,,,,,,n01,pdu-r1-b,3,0.5
 """
+)
 
 
 def test_it_imports_every_type_whatever_the_row_order(cluster: Cluster) -> None:

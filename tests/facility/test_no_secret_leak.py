@@ -68,8 +68,9 @@ def test_the_planted_secret_is_in_no_page_export_admin_or_log(client, secret_sit
     # The same through the admin, refused there too (bad voltage).
     admin_change = reverse("admin:facility_pdu_change", args=[pdu.pk])
     refused = client.post(admin_change, {"rack": pdu.rack_id, "name": pdu.name, "feed": "A", "phases": 3,
-                                         "voltage_v": 9999, "breaker_a": "[63, 63, 63]", "endpoint_url": pdu.endpoint_url,
-                                         "username": SECRET_USER, "password": SECRET})  # fmt: skip
+                                         "voltage_v": 9999, "breaker_a": "[63, 63, 63]",
+                                         "endpoint_url": pdu.endpoint_url, "username": SECRET_USER,
+                                         "password": SECRET})  # fmt: skip
     assert refused.status_code == 200 and "errornote" in refused.content.decode()
     assert_clean(refused.content.decode(), "the re-shown admin form")
     for url in pages(secret_site):
