@@ -209,6 +209,10 @@ class Pdu(EndpointFields):
         self.cluster_id = self.rack.cluster_id
         super().save(*args, **kwargs)
 
+    @property
+    def breakers_display(self) -> str:
+        return " / ".join(number_text(a) for a in self.breaker_a)
+
     def clean(self) -> None:
         if self.rack_id is not None:
             self.cluster_id = self.rack.cluster_id
