@@ -209,3 +209,20 @@ def test_a_browser_post_of_the_shown_lines_keeps_them(operator, site, initial_fo
     assert sorted(NodeFeed.objects.values_list("pdu__name", "phase", "share")) == [
         ("pdu-r1-a", 1, 0.5), ("pdu-r1-b", 3, 0.5)
     ]  # fmt: skip
+
+
+def test_the_page_costs_the_same_queries_for_more_nodes(client, site, make_user) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from portal.inventory.models import Node
+
+    client.force_login(make_user("v", "viewer"))
+    url = reverse("facility:page", args=["fac"])
+    client.get(url)  # session and permissions cached
+    with CaptureQueriesContext(connection) as small:
+        assert client.get(url).status_code == 200
+    Node.objects.bulk_create(Node(cluster=site.cluster, hostname=f"gpu{i}", rack="r2") for i in range(100, 400))
+    with CaptureQueriesContext(connection) as large:
+        assert client.get(url).status_code == 200
+    assert len(large) == len(small), [q["sql"][:120] for q in large.captured_queries]
