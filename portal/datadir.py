@@ -1,12 +1,13 @@
 """The data folder's layout, made by `manage.py kiln_init` (and `make up`), never at import.
 
 settings.py only reads from here (it must import nothing of Django's apps); kiln_init writes. The
-secret key is created atomically and never replaced: two kiln_init runs at once (web and worker
-containers starting together) end with one key that both read.
+secret key and the credential key are created atomically and never replaced: two kiln_init runs at
+once (web and worker containers starting together) end with one key that both read.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 import tempfile
@@ -15,6 +16,8 @@ from pathlib import Path
 SECRET_KEY_FILE = "secret_key"
 # 50 URL-safe bytes: Django's check --deploy asks for at least 50 characters (security.W009).
 SECRET_KEY_BYTES = 50
+# The Fernet key that seals facility endpoint credentials (portal/facility/credentials.py).
+CREDENTIAL_KEY_FILE = "credential_key"
 
 
 def broker_dirs(data_dir: Path) -> tuple[Path, Path]:
@@ -29,23 +32,41 @@ def layout(data_dir: Path) -> list[Path]:
 
 def secret_key_read(data_dir: Path) -> str:
     """The generated secret key, or "" when kiln_init has not made one."""
+    return _read(data_dir / SECRET_KEY_FILE)
+
+
+def credential_key_read(data_dir: Path) -> str:
+    """The generated credential key (a Fernet key), or "" when kiln_init has not made one."""
+    return _read(data_dir / CREDENTIAL_KEY_FILE)
+
+
+def _read(path: Path) -> str:
     try:
-        return (data_dir / SECRET_KEY_FILE).read_text().strip()
+        return path.read_text().strip()
     except FileNotFoundError:
         return ""
 
 
 def secret_key_create(data_dir: Path) -> bool:
-    """Writes a new random key unless one exists; True if this call made it. Written to a private
-    temporary file first, then linked into place: the key is whole or absent, and a key another
-    process linked first is kept."""
-    target = data_dir / SECRET_KEY_FILE
+    """Writes a new random key unless one exists; True if this call made it."""
+    return _create_private(data_dir / SECRET_KEY_FILE, secrets.token_urlsafe(SECRET_KEY_BYTES))
+
+
+def credential_key_create(data_dir: Path) -> bool:
+    """Writes a new Fernet key (32 random bytes, URL-safe base64) unless one exists; True if made."""
+    key = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+    return _create_private(data_dir / CREDENTIAL_KEY_FILE, key)
+
+
+def _create_private(target: Path, content: str) -> bool:
+    """Written to a private temporary file first, then linked into place: the key is whole or
+    absent, and a key another process linked first is kept."""
     if target.exists():
         return False
-    fd, tmp = tempfile.mkstemp(dir=data_dir, prefix=".secret_key.")  # mode 0600
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")  # mode 0600
     try:
         with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_urlsafe(SECRET_KEY_BYTES))
+            handle.write(content)
             handle.flush()
             os.fsync(handle.fileno())
         os.link(tmp, target)
@@ -56,9 +77,9 @@ def secret_key_create(data_dir: Path) -> bool:
     return True
 
 
-def init_data_dir(data_dir: Path, *, secret_key: bool = True) -> list[Path]:
-    """Makes the folders and, unless the key comes from the environment, the secret key. Returns
-    what it created (empty when everything was there)."""
+def init_data_dir(data_dir: Path, *, secret_key: bool = True, credential_key: bool = True) -> list[Path]:
+    """Makes the folders and, unless they come from the environment, the secret key and the
+    credential key. Returns what it created (empty when everything was there)."""
     made = []
     for folder in layout(data_dir):
         if not folder.is_dir():
@@ -66,4 +87,6 @@ def init_data_dir(data_dir: Path, *, secret_key: bool = True) -> list[Path]:
             made.append(folder)
     if secret_key and secret_key_create(data_dir):
         made.append(data_dir / SECRET_KEY_FILE)
+    if credential_key and credential_key_create(data_dir):
+        made.append(data_dir / CREDENTIAL_KEY_FILE)
     return made

@@ -1,4 +1,5 @@
-"""Roles are Django groups. viewer reads; operator manages inventory and runs; approver signs off.
+"""Roles are Django groups. viewer reads; operator manages inventory, the facility model and runs;
+approver signs off.
 
 What each role can cause to run, and where, is written down in docs/security.md. In the admin
 (for a user a superuser has also made staff), an operator may add and change clusters and nodes,
@@ -19,11 +20,17 @@ OPERATOR = "operator"
 APPROVER = "approver"
 ROLES = (VIEWER, OPERATOR, APPROVER)
 
-_VIEW_MODELS = ["cluster", "node", "checkdefinition", "testplan", "testplanitem", "run", "checkresult", "measurement"]
+_VIEW_MODELS = [
+    "cluster", "node", "checkdefinition", "testplan", "testplanitem", "run", "checkresult", "measurement",
+    "rack", "pdu", "nodefeed", "ups", "coolingloop",
+]  # fmt: skip
+# The facility model (portal/facility): operators edit it on its page and in the admin. Explicit feeds
+# are only set per node on the facility page, where a node's shares are checked together.
+_FACILITY_MODELS = ("rack", "pdu", "ups", "coolingloop")
 # Inventory: add, change (less SUPERUSER_FIELDS) and delete. Runs and results: delete only; they
 # are started through the pages and `kiln_run`, and never edited.
 _OPERATOR_PERMISSIONS = [
-    *(f"{action}_{m}" for m in ("cluster", "node") for action in ("add", "change", "delete")),
+    *(f"{action}_{m}" for m in ("cluster", "node", *_FACILITY_MODELS) for action in ("add", "change", "delete")),
     "delete_run",
     "delete_checkresult",
 ]

@@ -14,7 +14,7 @@ import dj_database_url
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.datadir import broker_dirs, secret_key_read
+from portal.datadir import broker_dirs, credential_key_read, secret_key_read
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "axes",  # login throttling: see "Web hardening" below
     "portal.inventory",
+    # Before runs: roles_ensure (runs' post_migrate) gives the role groups the facility permissions.
+    "portal.facility",
     "portal.catalog",
     "portal.runs",
     "portal.certificates",
@@ -278,6 +280,11 @@ KILN_HEALTH_TREND_SWEEPS = env.int("KILN_HEALTH_TREND_SWEEPS", default=5)
 KILN_SCHEDULER_HOOK_TIMEOUT_S = env.float("KILN_SCHEDULER_HOOK_TIMEOUT_S", default=30)
 KILN_SCHEDULER_HOOK_MAX_ATTEMPTS = env.int("KILN_SCHEDULER_HOOK_MAX_ATTEMPTS", default=5)
 KILN_SCHEDULER_HOOK_RETRY_BASE_S = env.float("KILN_SCHEDULER_HOOK_RETRY_BASE_S", default=30)
+
+# --- Facility (portal/facility/credentials.py reads this) ---------------------------------------
+# Fernet key(s) sealing PDU/CDU endpoint credentials at rest. Empty: the one `manage.py kiln_init`
+# generated into KILN_DATA_DIR/credential_key. Comma-separated to rotate: the first seals, all open.
+KILN_CREDENTIAL_KEY = env.str("KILN_CREDENTIAL_KEY", default="") or credential_key_read(DATA_DIR)
 
 # --- Certificates -------------------------------------------------------------------------------
 # Folder of the site's signing keys; empty: DATA_DIR/keys (portal/certificates/keys.py).

@@ -17,4 +17,5 @@ urlpatterns = [
     path("", include("portal.history.urls")),
     path("", include("portal.certificates.urls")),
     path("", include("portal.health.urls")),
+    path("", include("portal.facility.urls")),
 ]

@@ -1,5 +1,6 @@
-"""`manage.py kiln_init`: makes the data folder (KILN_DATA_DIR) and the generated secret key. Settings
-never write at import; `make up` runs this first, and so does any fresh deployment."""
+"""`manage.py kiln_init`: makes the data folder (KILN_DATA_DIR), the generated secret key and the
+credential key. Settings never write at import; `make up` runs this first, and so does any fresh
+deployment."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand
 
-from portal.datadir import init_data_dir, secret_key_read
+from portal.datadir import credential_key_read, init_data_dir, secret_key_read
 
 
 class Command(BaseCommand):
-    help = "Create KILN_DATA_DIR's folders and, unless KILN_SECRET_KEY is set, the generated secret key."
+    help = (
+        "Create KILN_DATA_DIR's folders and, unless KILN_SECRET_KEY / KILN_CREDENTIAL_KEY are set, the "
+        "generated secret key and credential key."
+    )
     # Runs before the secret key exists, which the system checks would refuse (kiln.E001).
     requires_system_checks: list[str] = []
 
@@ -25,7 +29,9 @@ class Command(BaseCommand):
         except ImproperlyConfigured:  # what Django raises for an empty key: none is set yet
             key = ""
         from_env = bool(key) and key != secret_key_read(data_dir)
-        made = init_data_dir(data_dir, secret_key=not from_env)
+        credential = settings.KILN_CREDENTIAL_KEY
+        credential_from_env = bool(credential) and credential != credential_key_read(data_dir)
+        made = init_data_dir(data_dir, secret_key=not from_env, credential_key=not credential_from_env)
         for path in made:
             self.stdout.write(f"created {path}")
         if not made:
