@@ -60,6 +60,8 @@ class FanOutCheck(GroupCheck):
     """A group check whose nodes each run their own commands at one common moment."""
 
     facility_readers: ClassVar[dict[str, FacilityReader]] = {}
+    # The group context carries the cluster's facility model (portal/facility facility_snapshot).
+    needs_facility: ClassVar[bool] = False
 
     def group_commands(self, params: Any, group: GroupContext) -> list[Command]:
         return self.node_commands(params, group, group.launcher)

@@ -6,10 +6,11 @@ interval the collection's members are fetched and handed to the reader, a pure f
 checks/. One thread per endpoint; a request that takes longer than the interval costs that
 endpoint's readings at those instants (None), never the nodes' sampling or another endpoint's.
 
-HTTP basic auth over the endpoint's URL; TLS certificates are verified (the system's CA store, or
-the endpoint's own CA file). Links are followed only on the endpoint's own scheme, host and port, as
-paths from its service (a hostile document cannot point the worker elsewhere). Responses are read up
-to MAX_BODY bytes. Credentials never appear in an error text, a log line or the readings document.
+HTTP basic auth over the endpoint's URL; TLS certificates are verified against the system's CA
+store (unless the operator turned verification off for that endpoint). Links are followed only on
+the endpoint's own scheme, host and port, as paths from its service (a hostile document cannot point
+the worker elsewhere). Responses are read up to MAX_BODY bytes. Credentials never appear in an error
+text, a log line or the readings document.
 Standard library only (urllib): three GETs a second per endpoint need no session layer.
 """
 
@@ -29,6 +30,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from checks.fanout import Readings
+from worker.endpoints import Endpoint
 
 # A Redfish Circuit or CoolantConnector document is a few kB (DMTF mockups: 1.5-4 kB); 1 MiB leaves
 # room for vendor OEM sections and stops a hostile endpoint from filling the worker's memory.
@@ -39,27 +41,12 @@ REQUEST_TIMEOUT_S = 2.0
 MAX_ERRORS = 5
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """One facility endpoint as the worker reads it (credentials in memory only)."""
-
-    kind: str
-    name: str
-    url: str
-    username: str = ""
-    password: str = field(default="", repr=False)
-    ca_file: str = ""
-    # Off only where the operator said so for this endpoint (a PDU with a self-signed certificate
-    # on an isolated management network); the page shows it.
-    verify_tls: bool = True
-
-
 class RedfishError(Exception):
     pass
 
 
 def _tls_context(endpoint: Endpoint) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=endpoint.ca_file or None)
+    context = ssl.create_default_context()
     if not endpoint.verify_tls:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -168,6 +155,9 @@ def sample_endpoint(
 ) -> dict[str, Any]:
     """Read one endpoint every interval from start_at for duration_s (or until stop is set)."""
     track = _Track(endpoint)
+    if endpoint.problem:  # e.g. its credential sealed under a key this server no longer holds
+        track.error(f"{endpoint.name}: {endpoint.problem}")
+        return track.document()
     try:
         client = _Client(endpoint)
         members = client.members(client.link(client.get_json(client.url), link))

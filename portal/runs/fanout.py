@@ -18,12 +18,14 @@ from typing import Any
 
 from checks.base import Command, CommandOutput, GroupContext, Measurement, Series, Verdict
 from checks.fanout import FACILITY_LABEL, FanOutCheck, facility_document, run_fan_out_check
+from portal.facility.selectors import facility_endpoints, facility_snapshot
 from portal.inventory.models import Node
 from portal.runs import leases
 from portal.runs.execution import node_target
 from portal.runs.models import CheckResult, Run
+from worker.endpoints import Endpoint
 from worker.procgroup import stop_group, tag_for
-from worker.redfish import Endpoint, sample_endpoint
+from worker.redfish import sample_endpoint
 from worker.ssh import TransportError, open_transport
 from worker.transport import REMOTE_KILL_GRACE_S
 
@@ -73,12 +75,10 @@ def run_fan_out(
     holding: leases.Holding,
 ) -> FanOutRun:
     """Start every member at the common moment, sample the facility, judge (see the module docstring)."""
-    from portal.facility.selectors import facility_endpoints, facility_snapshot
-
     model = facility_snapshot(cluster=run.cluster) if check.needs_facility else None
     start_at = time.time() + check.start_delay_s(params, len(members))
     group = replace(group, start_at=start_at, facility=model)
-    endpoints = [_endpoint(e) for e in facility_endpoints(cluster=run.cluster)] if check.facility_readers else []
+    endpoints = facility_endpoints(cluster=run.cluster) if check.facility_readers else []
     tag = tag_for(result.pk, result.attempt)
     live, stop = _Live(), threading.Event()
     by_host = {n.hostname: n for n in members}
@@ -98,18 +98,6 @@ def run_fan_out(
     measurements, verdict, series = run_fan_out_check(check, params, thresholds, per_node, facility_outputs, group)
     outputs = [o for h in sorted(per_node) for o in per_node[h]] + facility_outputs
     return FanOutRun(outputs, measurements, verdict, dict(verdict.node_verdicts), series)
-
-
-def _endpoint(found: Any) -> Endpoint:
-    return Endpoint(
-        kind=str(found.kind),
-        name=str(found.name),
-        url=str(found.url),
-        username=str(getattr(found, "username", "") or ""),
-        password=str(getattr(found, "password", "") or ""),
-        ca_file=str(getattr(found, "ca_file", "") or ""),
-        verify_tls=bool(getattr(found, "verify_tls", True)),
-    )
 
 
 def _sample(

@@ -19,7 +19,8 @@ from checks.power_soak_samples import FACILITY_READERS
 from testbed.sim import write_state
 from testbed.sim.redfish_facility import make_server
 from tests.testbed.test_redfish_facility import PASSWORD, USER, facility, loaded, write
-from worker.redfish import Endpoint, sample_endpoint
+from worker.endpoints import Endpoint
+from worker.redfish import sample_endpoint
 
 
 @pytest.fixture
@@ -82,9 +83,9 @@ def test_it_says_why_on_wrong_credentials_and_never_shows_them(base: str) -> Non
 def test_it_reports_an_endpoint_that_is_not_there(base: str) -> None:
     gone = Endpoint("pdu", "r9", f"{base}/redfish/v1/PowerEquipment/RackPDUs/r9", USER, PASSWORD)
     assert "HTTP 404" in sample(gone, duration=1.0)["errors"][0]
-    closed = Endpoint("pdu", "r1-a", "http://127.0.0.1:9/redfish/v1/PowerEquipment/RackPDUs/r1-a")
+    closed = Endpoint("pdu", "r1-a", "http://127.0.0.1:9/redfish/v1/PowerEquipment/RackPDUs/r1-a", "", "")
     assert "r1-a" in sample(closed, duration=1.0)["errors"][0]
-    assert "not an http(s) URL" in sample(Endpoint("pdu", "x", "file:///etc/passwd"), duration=1.0)["errors"][0]
+    assert "not an http(s) URL" in sample(Endpoint("pdu", "x", "file:///etc/passwd", "", ""), duration=1.0)["errors"][0]
 
 
 class _Hostile(BaseHTTPRequestHandler):
@@ -119,7 +120,7 @@ def test_a_hostile_or_broken_endpoint_costs_readings_never_a_number(mode: str) -
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = "http://{}:{}/redfish/v1/pdu".format(*server.server_address[:2])
-        doc = sample(Endpoint("pdu", "p", url), duration=2.0, interval=1.0)
+        doc = sample(Endpoint("pdu", "p", url, "", ""), duration=2.0, interval=1.0)
     finally:
         server.shutdown()
         server.server_close()
