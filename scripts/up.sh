@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start web, worker and beat on the embedded default (SQLite + filesystem broker) in the foreground.
+# Start web, worker, beat and the demo's facility service on the embedded default (SQLite + filesystem broker) in the foreground.
 # Ctrl-C stops all three. Called by `make up` after migrate and kiln_demo.
 set -euo pipefail
 HOST="${1:-127.0.0.1}"
@@ -19,6 +19,13 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
+# The demo's PDUs and CDU (Redfish, readings that follow the simulated nodes' load), for the heat soak
+# and the capacity page: kiln_demo wrote its config (portal/facility/demo.py).
+DEMO_DIR="${KILN_DATA_DIR:-data}/demo"
+"$BIN/python" -m testbed.sim.redfish_facility --config "$DEMO_DIR/facility.json" --state-dir "$DEMO_DIR/nodes" \
+  --port "${KILN_DEMO_FACILITY_PORT:-8470}" >"$LOG_DIR/facility.log" 2>&1 &
+pids+=($!)
+
 # The settings' pool: threads, KILN_WORKER_CONCURRENCY node tasks at once (portal/settings.py).
 "$BIN/celery" -A worker worker --loglevel=INFO >"$LOG_DIR/worker.log" 2>&1 &
 pids+=($!)
@@ -36,9 +43,11 @@ PY
   sleep 0.2
 done
 
+"$BIN/python" manage.py kiln_demo --soak || echo "(the demo heat soak was not queued; see above)"
 echo
 echo "Kiln is running at http://$HOST:$PORT/"
 "$BIN/python" manage.py kiln_admin
 echo "The demo cluster is at http://$HOST:$PORT/clusters/demo/ (start a run with 'Start a run')."
-echo "Logs: $LOG_DIR/{web,worker,beat}.log. Press Ctrl-C to stop."
+echo "Capacity (power and cooling): http://$HOST:$PORT/clusters/demo/capacity/ once the demo heat soak is done."
+echo "Logs: $LOG_DIR/{web,worker,beat,facility}.log. Press Ctrl-C to stop."
 wait -n "${pids[@]}"

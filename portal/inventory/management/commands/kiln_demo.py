@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from portal.catalog.services import fast_plan_ensure
+from portal.facility.demo import demo_facility_ensure
 from portal.inventory.models import Cluster, Node
 from testbed.sim import build_simulator, node_env, write_state
 
@@ -27,6 +28,8 @@ DEMO_FAULTS: dict[str, dict[str, Any]] = {
     "demo06": {"driver": "535.104.05"},
 }
 DEMO_DRIVER = "550.54.15"
+# Two racks of four (the capacity page's floor plan and the heat soak's racks, PDUs, UPS and loop).
+DEMO_RACKS = {"R01": DEMO_NODES[:4], "R02": DEMO_NODES[4:]}
 
 
 class Command(BaseCommand):
@@ -41,8 +44,17 @@ class Command(BaseCommand):
             help="also run the demo acceptance, waive demo03, leave demo06 out of scope, have two demo approvers "
             "sign, and write the issued certificate to OUT.pdf (creates demo site keys if there are none)",
         )
+        parser.add_argument(
+            "--soak",
+            action="store_true",
+            help="only queue a demo heat soak (plan demo-power-cooling) when the demo has none yet; needs a "
+            "worker and the demo facility service (scripts/up.sh starts both)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["soak"]:
+            self._soak_once()
+            return
         base = settings.DATA_DIR / "demo"
         paths = build_simulator(base / "sim")
         with transaction.atomic():
@@ -65,12 +77,14 @@ class Command(BaseCommand):
                     cluster=cluster,
                     hostname=hostname,
                     defaults={
-                        "rack": "R01",
+                        "rack": next(r for r, members in DEMO_RACKS.items() if hostname in members),
                         "position": str(position),
                         "local_env": node_env(paths, state_file),
                     },
                 )
+            demo_facility_ensure(cluster=cluster, racks=DEMO_RACKS)
         fast_plan_ensure(slug="demo-acceptance", name="Acceptance (demo speed)")
+        fast_plan_ensure(slug="demo-power-cooling", name="Power and cooling (demo speed)", source="power-cooling")
         what = "created" if created else "refreshed"
         fault_text = (
             "no faults"
@@ -78,7 +92,9 @@ class Command(BaseCommand):
             else ", ".join(f"{h}: {', '.join(f'{k}={v}' for k, v in f.items())}" for h, f in DEMO_FAULTS.items())
         )
         self.stdout.write(f"{what} cluster demo with {len(DEMO_NODES)} simulated nodes ({fault_text})")
-        self.stdout.write("plans: quick, demo-acceptance (the acceptance plan at simulator speed)")
+        self.stdout.write(
+            "plans: quick, demo-acceptance (the acceptance plan at simulator speed), demo-power-cooling (heat soak)"
+        )
         if options["certificate"]:
             self._certificate(options["certificate"], healthy=options["healthy"])
         elif not settings.KILN_ALLOW_LOCAL_TRANSPORT:
@@ -86,6 +102,26 @@ class Command(BaseCommand):
                 "note: the demo's nodes run on the local transport (on the worker host itself), which this "
                 "server refuses until KILN_ALLOW_LOCAL_TRANSPORT=1 (`make up` sets it)"
             )
+
+    def _soak_once(self) -> None:
+        from portal.runs.models import CheckResult
+        from portal.runs.services import RunStartError, nodes_select, run_start
+
+        cluster = Cluster.objects.filter(name="demo").first()
+        if cluster is None:
+            raise CommandError("no demo cluster: run kiln_demo first")
+        if CheckResult.objects.filter(run__cluster=cluster, kind="power_soak").exists():
+            self.stdout.write("the demo already has a heat soak: nothing queued")
+            return
+        from portal.catalog.models import TestPlan
+
+        plan = TestPlan.objects.get(slug="demo-power-cooling")
+        try:
+            with transaction.atomic():
+                run = run_start(cluster=cluster, plan=plan, nodes=nodes_select(cluster=cluster, node_set=""))
+        except RunStartError as exc:
+            raise CommandError(f"demo heat soak: {exc}") from None
+        self.stdout.write(f"queued the demo heat soak: run {run.pk} (about a minute)")
 
     def _certificate(self, out: Path, *, healthy: bool) -> None:
         from portal.certificates.demo import demo_certificate_write
