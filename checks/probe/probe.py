@@ -710,6 +710,309 @@ def exit_code(result: Dict[str, Any]) -> int:
     return EXIT_NOTHING_READ if result.get("source") == "none" else EXIT_OK
 
 
+# ----------------------------------------------------------------------------- node power (BMC)
+# `--node-power` (sampling mode): the node's input power from its BMC, in band, through ipmitool:
+# `ipmitool dcmi power reading` (the instantaneous reading), else the sum of the power supplies'
+# input sensors in `ipmitool sdr elist` where DCMI is absent or deactivated. ipmitool runs in a
+# thread of its own, with its own timeout, so a slow or hung BMC never delays the GPU samples: each
+# sample takes the latest reading only while it is fresh (SCHEMA.md "Node power").
+# The parsers follow checks/power_readings.py (the portal's `ipmitool_dcmi_power` and
+# `ipmitool_sdr_power`); tests/probe/test_node_power.py holds both to the same fixtures.
+
+DCMI_ARGV = ("ipmitool", "dcmi", "power", "reading")
+# `elist` prints each sensor's IPMI entity (10.N = power supply N): Dell names its PSU sensors
+# just "Current", the entity is what marks them (checks/power_readings.py _sdr_measurement).
+SDR_ARGV = ("ipmitool", "sdr", "elist")
+# ipmitool gives up on an in-band request after 15 s (src/plugins/open/open.c,
+# IPMI_OPENIPMI_READ_TIMEOUT): a command running longer is hung, and is killed.
+IPMITOOL_TIMEOUT_S = 15.0
+# checks/facility_physics.py MAX_NODE_POWER_W, 100 kW: 7x the largest 8-GPU node's rated maximum
+# (DGX B200 ~14.3 kW, NVIDIA DGX B200 datasheet). A reading above it is a misread, not a machine.
+# The probe cannot import checks/; tests/probe/test_node_power.py keeps the two equal.
+MAX_NODE_POWER_W = 100000.0
+# A node running this probe draws tens of watts at the very least: 0 W (OpenBMC printed it beside
+# "deactivated", openbmc/phosphor-host-ipmid#167) or less is no measurement.
+MIN_NODE_POWER_W = 1.0
+
+# What an ipmitool failure means for the node power source.
+ABSENT = "absent"  # DCMI rejected or deactivated: fall back to the PSU sensors
+UNAVAILABLE = "unavailable"  # no ipmitool, no BMC device, no PSU input sensor: stop trying
+TRANSIENT = "transient"  # a timeout, a garbled answer, an impossible value: null for this sample
+
+_DCMI_LABELS = (
+    "Instantaneous power reading",
+    "Minimum during sampling period",
+    "Maximum during sampling period",
+    "Average power reading over sample period",
+)
+_DCMI_STATE = re.compile(r"Power reading state is:[ \t]*(\w+)")
+# Completion codes that mean the BMC has no DCMI power reading (IPMI 2.0 table 5-2): C1 invalid
+# command, C2 invalid for this LUN, D5 not supported in present state, D6 sub-function unavailable.
+_DCMI_REJECTED = re.compile(r"\((c1|c2|d5|d6)\)|invalid command|not supported", re.I)
+_PSU_NAME = re.compile(r"\b(psu?|power ?supply)[ _-]?\d*\b", re.I)
+_OUTPUT_NAME = re.compile(r"out|pout", re.I)
+_POWER_NAME = re.compile(r"pwr|power|watt", re.I)
+_NO_READING = frozenset(["no reading", "not readable", "disabled", "na", "n/a", ""])
+_HEX_ID = re.compile(r"[0-9A-Fa-f]{1,4}h")
+
+PowerResult = Tuple[Optional[float], Optional[Tuple[str, str]]]  # (watts, None) or (None, (kind, why))
+
+
+def _float(text: str) -> Optional[float]:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def node_power_problem(watts: float) -> Optional[str]:
+    """Why a node power reading cannot be a measurement (NaN, inf, <= 0, above the bound), or None."""
+    if watts != watts or watts in (float("inf"), float("-inf")):
+        return "%r W is not a finite number" % watts
+    if watts < MIN_NODE_POWER_W or watts > MAX_NODE_POWER_W:
+        return "%g W is impossible for a node (outside %g..%g W)" % (watts, MIN_NODE_POWER_W, MAX_NODE_POWER_W)
+    return None
+
+
+def _checked(watts: float, what: str) -> PowerResult:
+    why = node_power_problem(watts)
+    return (None, (TRANSIENT, "%s: %s" % (what, why))) if why else (watts, None)
+
+
+def parse_dcmi_power(text: str) -> PowerResult:
+    """`ipmitool dcmi power reading` -> the instantaneous watts, or why not: deactivated (ABSENT),
+    incomplete or garbled (TRANSIENT). As checks/power_readings.py: all four readings and the
+    closing state line must be there, and only an "activated" reading is a measurement."""
+    values = []
+    for label in _DCMI_LABELS:
+        found = re.search(r"%s:[ \t]*(\S+)[ \t]*Watts" % re.escape(label), text)
+        if found is None:
+            return None, (TRANSIENT, "dcmi: garbled answer: no '%s' line" % label)
+        values.append((label, found.group(1)))
+    if _DCMI_STATE.search(text) is None:
+        return None, (TRANSIENT, "dcmi: garbled answer: the closing 'Power reading state is:' line is missing")
+    state = _DCMI_STATE.search(text)
+    assert state is not None
+    if state.group(1) != "activated":
+        return None, (ABSENT, "dcmi: power reading state is %s (no power measurement)" % state.group(1))
+    watts = _float(values[0][1])
+    if watts is None:
+        return None, (TRANSIENT, "dcmi: garbled answer: instantaneous reading %r is not a number" % values[0][1][:40])
+    return _checked(watts, "dcmi")
+
+
+def _sdr_row(line: str) -> Optional[Tuple[str, str, str, str]]:
+    """(name, reading, status, entity) of a row of `sdr`, `sdr elist`/`sdr type` or `sensor`
+    (checks/power_readings.py _sdr_row); None for anything else."""
+    parts = [p.strip() for p in line.split("|")]
+    if len(parts) < 3 or not parts[0]:
+        return None
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2], ""
+    if len(parts) == 5 and _HEX_ID.fullmatch(parts[1]):
+        return parts[0], parts[4], parts[2], parts[3]
+    return parts[0], ("%s %s" % (parts[1], parts[2])).strip(), parts[3], ""
+
+
+def _psu_input(name: str, reading: str, status: str, entity: str) -> Tuple[Optional[float], bool]:
+    """(watts, is_input): a power supply's input-power sensor and its reading (None: no reading)."""
+    if not (_PSU_NAME.search(name) or entity.startswith("10.")) or _OUTPUT_NAME.search(name):
+        return None, False
+    watts = re.fullmatch(r"(\S+)\s+Watts", reading, re.I)
+    if watts is None:
+        # A PSU power sensor without a reading ("PS2 Power In | ns | No Reading"), or not power.
+        unread = status.lower() == "ns" or reading.lower() in _NO_READING
+        return None, bool(unread and _POWER_NAME.search(name))
+    value = None if status.lower() == "ns" else _float(watts.group(1))
+    return value, True
+
+
+def parse_sdr_psu_input(text: str) -> PowerResult:
+    """`ipmitool sdr elist` (or `sdr`, `sensor`) -> the sum of the power supplies' input watts, or
+    why not: no PSU input sensor (UNAVAILABLE), one without a reading or impossible (TRANSIENT: a
+    partial sum would hide what that supply draws)."""
+    rows = [row for row in (_sdr_row(line) for line in text.splitlines()) if row is not None]
+    if not rows:
+        return None, (TRANSIENT, "sdr: garbled answer: no 'Name | ... | ...' rows")
+    total = 0.0
+    inputs = 0
+    for name, reading, status, entity in rows:
+        watts, is_input = _psu_input(name, reading, status, entity)
+        if not is_input:
+            continue
+        if watts is None:
+            return None, (TRANSIENT, "sdr: %s has no reading (%s): the PSU sum would be partial" % (name, reading))
+        if not 0.0 <= watts <= MAX_NODE_POWER_W:  # NaN fails this too
+            return None, (TRANSIENT, "sdr: %s reads %r W: impossible for a power supply" % (name, watts))
+        total += watts
+        inputs += 1
+    if not inputs:
+        return None, (UNAVAILABLE, "sdr: no power supply input-power sensor among %d sensors" % len(rows))
+    return _checked(total, "sdr")
+
+
+def ipmitool_failure(argv: Sequence[str], code: int, stderr: str) -> Tuple[str, str]:
+    """(kind, why) of an ipmitool run that exited `code`."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    last = lines[-1][:200] if lines else "no message"
+    what = argv[1]
+    if "could not open device" in stderr.lower():
+        return UNAVAILABLE, "%s: no in-band BMC device: %s" % (what, last)
+    if what == "dcmi" and _DCMI_REJECTED.search(stderr):
+        return ABSENT, "dcmi: the BMC rejects DCMI: %s" % last
+    return TRANSIENT, "%s: ipmitool exited %d: %s" % (what, code, last)
+
+
+class _NodePower:
+    """The BMC poller: one reading at a time in a background thread, at the times the sampler asks
+    for (`request`); `take` gives a sample the latest reading while it is fresh (taken within one
+    interval), else None. Sticks to the first source that answers, so one series never mixes DCMI
+    with PSU sums."""
+
+    def __init__(self, interval: float, timeout: float) -> None:
+        self.interval = interval
+        self.timeout = timeout
+        self.source: Optional[str] = None
+        self.gave_up = False
+        self.readings = 0
+        self.attempts = 0
+        self.errors: Dict[str, int] = {}  # why -> how often, in the order first seen
+        self.cond = threading.Condition()
+        self.due: Optional[float] = None
+        self.stopped = False
+        self.latest: Optional[Tuple[float, float]] = None  # (monotonic time it came, watts)
+        self.proc: Optional["subprocess.Popen[bytes]"] = None
+        self.proc_started = 0.0
+        self.proc_what = ""
+        self.thread = threading.Thread(target=self._loop, name="kiln-node-power", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def request(self, at: float) -> None:
+        """Take the next reading at monotonic time `at` (at once when already past)."""
+        with self.cond:
+            self.due = at
+            self.cond.notify()
+
+    def take(self, now: float) -> Optional[float]:
+        latest = self.latest
+        if latest is None or now - latest[0] > self.interval:
+            return None
+        return latest[1]
+
+    def close(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify()
+            proc, began, what = self.proc, self.proc_started, self.proc_what
+        if proc is not None and proc.poll() is None:
+            waited = time.monotonic() - began
+            if waited > self.interval:
+                self._error("%s: no answer in %.1f s when sampling ended (killed)" % (what, waited))
+            _kill_quietly(proc)
+        self.thread.join(timeout=2.0)
+
+    def document(self) -> Dict[str, Any]:
+        argv = {"dcmi": DCMI_ARGV, "sdr": SDR_ARGV}.get(self.source or "")
+        return {
+            "source": self.source,
+            "argv": list(argv) if argv else None,
+            "readings": self.readings,
+            "attempts": self.attempts,
+            "timeout_s": self.timeout,
+            "errors": ["%s (%d times)" % (why, n) if n > 1 else why for why, n in self.errors.items()],
+        }
+
+    # --- the poller thread ----------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self.gave_up:
+            with self.cond:
+                while not self.stopped and (self.due is None or self.due > time.monotonic()):
+                    wait = None if self.due is None else max(0.0, self.due - time.monotonic())
+                    self.cond.wait(timeout=wait)
+                if self.stopped:
+                    return
+                self.due = None
+            try:
+                self._read_once()
+            except Exception as err:  # noqa: BLE001 - the poller must outlive any surprise
+                self._error("node power: internal error: %s: %s" % (type(err).__name__, _err_text(err)))
+
+    def _read_once(self) -> None:
+        self.attempts += 1
+        if self.source is not None:
+            watts, problem = self._read(self.source)
+        else:
+            watts, problem = self._read("dcmi")
+            if problem is not None and problem[0] == ABSENT:
+                self._error(problem[1])
+                watts, problem = self._read("sdr")
+                self.source = "sdr" if problem is None or problem[0] != UNAVAILABLE else None
+            elif problem is None or problem[0] != UNAVAILABLE:
+                self.source = "dcmi" if problem is None else None
+        if self.stopped:
+            return  # killed by close(): not the BMC's doing
+        if problem is not None:
+            self._error(problem[1])
+            self.gave_up = problem[0] == UNAVAILABLE
+            return
+        assert watts is not None
+        self.latest = (time.monotonic(), watts)
+        self.readings += 1
+
+    def _read(self, source: str) -> PowerResult:
+        argv = DCMI_ARGV if source == "dcmi" else SDR_ARGV
+        try:
+            code, out, err = self._run(argv)
+        except OSError as exc:
+            return None, (UNAVAILABLE, "%s: ipmitool cannot run: %s" % (argv[1], _err_text(exc)))
+        if code is None:
+            return None, (TRANSIENT, err)
+        if code != 0:
+            return None, ipmitool_failure(argv, code, err)
+        return parse_dcmi_power(out) if source == "dcmi" else parse_sdr_psu_input(out)
+
+    def _run(self, argv: Sequence[str]) -> Tuple[Optional[int], str, str]:
+        """(exit code, stdout, stderr); exit code None with the reason when it did not finish.
+        OSError when ipmitool cannot be started at all."""
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own group: a timeout kills all of it
+        )
+        with self.cond:
+            self.proc, self.proc_started, self.proc_what = proc, time.monotonic(), argv[1]
+        try:
+            out, err = proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            _kill_quietly(proc)
+            return None, "", "%s: ipmitool gave no answer in %g s (killed)" % (argv[1], self.timeout)
+        finally:
+            with self.cond:
+                self.proc = None
+        return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+    def _error(self, why: str) -> None:
+        with self.cond:
+            self.errors[why] = self.errors.get(why, 0) + 1
+
+
+def _kill_quietly(proc: "subprocess.Popen[bytes]") -> None:
+    """SIGKILL a command's process group and reap it; one stuck in the kernel is left behind."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=2.0)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 # ----------------------------------------------------------------------------- sampling mode
 # `--sample INTERVAL [--duration S] [-- CMD ARG...]`: telemetry over time (SCHEMA.md "Sampling mode").
 
@@ -813,15 +1116,18 @@ class _Columns:
     A 12 h burn-in at 1 Hz on 8 GPUs is 2.4 million readings: as one JSON object per GPU per sample
     they took ~60 MB of output (and of the probe's memory); as arrays, ~9 MB."""
 
-    def __init__(self) -> None:
+    def __init__(self, node_power: bool = False) -> None:
         self.t: List[float] = []
         self.gpus: Dict[int, Dict[str, List[Any]]] = {}
+        self.node_power: Optional[List[Optional[float]]] = [] if node_power else None
 
     def add(self, sample: Dict[str, Any]) -> None:
         """Append one sample ({"t": s, "gpus": [{"index": i, field: value, ...}]}). A GPU missing
         from a sample gets nulls there (no evidence), so every array stays as long as `t`."""
         before = len(self.t)
         self.t.append(sample["t"])
+        if self.node_power is not None:
+            self.node_power.append(sample.get("node_power_w"))
         for gpu in sample["gpus"]:
             columns = self.gpus.get(gpu["index"])
             if columns is None:
@@ -835,20 +1141,36 @@ class _Columns:
 
     def document(self) -> Dict[str, Any]:
         gpus = [dict([("index", index)] + list(columns.items())) for index, columns in sorted(self.gpus.items())]
-        return {"t": self.t, "gpus": gpus}
+        doc: Dict[str, Any] = {"t": self.t, "gpus": gpus}
+        if self.node_power is not None:
+            doc["node_power_w"] = self.node_power
+        return doc
+
+
+_LIBC: List[Any] = []  # libc through ctypes, loaded once in the probe itself (see _child_setup)
+
+
+def _load_libc() -> None:
+    """Load libc before forking: the BMC poller's thread may hold a lock at the fork, so the
+    child must not import or load anything between fork and exec."""
+    if not _LIBC:
+        try:
+            import ctypes
+
+            _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        except Exception:  # noqa: BLE001 - not Linux: the signal handlers below still kill it
+            _LIBC.append(None)
 
 
 def _child_setup() -> None:
     """In the forked child, before exec: its own process group (so the probe can kill the whole
     tree gpu_burn forks), and SIGKILL when the probe dies, even by SIGKILL (Linux prctl)."""
     os.setpgrp()
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:  # noqa: BLE001,S110 - not Linux: the signal handlers below still kill it
-        pass
+    if _LIBC and _LIBC[0] is not None:
+        try:
+            _LIBC[0].prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except Exception:  # noqa: BLE001,S110 - the signal handlers below still kill it
+            pass
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
@@ -882,6 +1204,7 @@ class _Child:
 
     def start(self, doc: Dict[str, Any], errors: List[str]) -> int:
         """Start it with its output drained by threads; 127 (and doc["child"]) when it cannot start."""
+        _load_libc()
         try:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -937,6 +1260,10 @@ def _new_sampling_doc(interval: float) -> Dict[str, Any]:
         "after": None,
         "samples": {"t": [], "gpus": []},
         "child": None,
+        "node_power": None,
+        "start_at": None,
+        "started_at": None,
+        "start_late_s": None,
         "errors": [],
     }
 
@@ -949,22 +1276,38 @@ def _wait_for_next(next_at: float, child: _Child, terminated: List[int]) -> None
         time.sleep(min(0.05, max(0.0, next_at - time.monotonic())))
 
 
+def _taker(
+    sampler: _Sampler, usable: bool, power: Optional[_NodePower], samples: _Columns, started: float
+) -> Callable[[float], None]:
+    """What one sample is: the GPUs (when NVML is usable), and the BMC's latest fresh reading (with
+    --node-power: then the next reading is asked for half an interval later, so that it is fresh,
+    and a full interval old at most, by the next sample)."""
+
+    def take(now: float) -> None:
+        if not usable and power is None:
+            return
+        sample = sampler.sample(now - started) if usable else {"t": round(now - started, 3), "gpus": []}
+        if power is not None:
+            sample["node_power_w"] = power.take(time.monotonic())
+            power.request(now + power.interval / 2.0)
+        samples.add(sample)
+
+    return take
+
+
 def _sample_until_done(
-    sampler: _Sampler,
-    usable: bool,
+    take: Callable[[float], None],
     child: _Child,
     interval: float,
     duration: Optional[float],
     started: float,
     terminated: List[int],
-    samples: _Columns,
 ) -> None:
     """Sample about every `interval` until the child exits, the duration ends or a signal comes."""
     deadline = None if duration is None else started + duration
     while not terminated:
         now = time.monotonic()
-        if usable:
-            samples.add(sampler.sample(now - started))
+        take(now)
         if child.exited():
             break
         if child.proc is None and (deadline is None or now >= deadline):
@@ -974,8 +1317,7 @@ def _sample_until_done(
             next_at = min(next_at, deadline)
         _wait_for_next(next_at, child, terminated)
         if deadline is not None and time.monotonic() >= deadline and child.proc is None and not terminated:
-            if usable:
-                samples.add(sampler.sample(time.monotonic() - started))
+            take(time.monotonic())
             break
 
 
@@ -988,7 +1330,48 @@ def _sampling_code(code: int, usable: bool, terminated: List[int], errors: List[
     return code
 
 
-def run_sampling(interval: float, duration: Optional[float], child_argv: Sequence[str]) -> Tuple[Dict[str, Any], int]:
+# The furthest ahead --start-at may be. power_soak's start delay for 1,250 nodes at its defaults is
+# 5 s + 0.25 s x 1,250 = ~318 s (checks/power_soak.py); a start further away is a node clock that is
+# off or a time not in seconds (milliseconds since the epoch read as seconds are millennia ahead),
+# and waiting it out would hold the node and its SSH session idle for nothing.
+MAX_START_WAIT_S = 600.0
+
+
+def _wait_until(start_at: float, terminated: List[int]) -> None:
+    """Sleep until wall-clock time `start_at` (at once when it is past), or until a signal."""
+    while not terminated:
+        left = start_at - time.time()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.25))
+
+
+def _record_start(doc: Dict[str, Any], start_at: Optional[float]) -> None:
+    """When sampling began (epoch seconds), and how late against --start-at."""
+    now = time.time()
+    doc["started_at"] = round(now, 3)
+    if start_at is not None:
+        doc["start_at"] = start_at
+        doc["start_late_s"] = round(max(0.0, now - start_at), 3)
+
+
+def _start_power(power: Optional[_NodePower], start_at: Optional[float]) -> None:
+    """Start the BMC poller, its first reading due half an interval before sampling starts."""
+    if power is None:
+        return
+    power.start()
+    lead = 0.0 if start_at is None else max(0.0, start_at - time.time() - power.interval / 2.0)
+    power.request(time.monotonic() + lead)
+
+
+def run_sampling(
+    interval: float,
+    duration: Optional[float],
+    child_argv: Sequence[str],
+    node_power: bool = False,
+    start_at: Optional[float] = None,
+    node_power_timeout: float = IPMITOOL_TIMEOUT_S,
+) -> Tuple[Dict[str, Any], int]:
     """The sampling document and the exit code (the child's, else 0; 3 when NVML is unreadable)."""
     doc = _new_sampling_doc(interval)
     errors: List[str] = doc["errors"]
@@ -996,7 +1379,8 @@ def run_sampling(interval: float, duration: Optional[float], child_argv: Sequenc
     code = EXIT_OK
     started = 0.0
     sampler = _Sampler(errors)
-    samples = _Columns()
+    samples = _Columns(node_power=node_power)
+    power = _NodePower(interval, node_power_timeout) if node_power else None
     # The handler only records the signal and the loop polls it: an exception raised from a
     # handler can land inside one of the sampler's `except Exception` guards and be swallowed,
     # which left the probe sampling until its child ended.
@@ -1010,10 +1394,15 @@ def run_sampling(interval: float, duration: Optional[float], child_argv: Sequenc
     try:
         doc["before"] = collect()
         usable = sampler.open()
+        _start_power(power, start_at)
+        if start_at is not None:
+            _wait_until(start_at, terminated)
         if child_argv and not terminated:
             code = child.start(doc, errors)
         started = time.monotonic()
-        _sample_until_done(sampler, usable, child, interval, duration, started, terminated, samples)
+        _record_start(doc, start_at)
+        take = _taker(sampler, usable, power, samples, started)
+        _sample_until_done(take, child, interval, duration, started, terminated)
         code = _sampling_code(code, usable, terminated, errors)
     except Exception as err:  # noqa: BLE001 - the probe must always print JSON
         errors.append("probe: internal error while sampling: %s: %s" % (type(err).__name__, _err_text(err)))
@@ -1023,6 +1412,9 @@ def run_sampling(interval: float, duration: Optional[float], child_argv: Sequenc
             signal.signal(sig, signal.SIG_IGN)  # finish the cleanup and print, whatever comes next
         child.stop()
         sampler.close()
+        if power is not None:
+            power.close()
+            doc["node_power"] = power.document()
     doc["samples"] = samples.document()
     code = child.record(doc, started, code)
     try:
@@ -1030,6 +1422,27 @@ def run_sampling(interval: float, duration: Optional[float], child_argv: Sequenc
     except Exception as err:  # noqa: BLE001
         errors.append("probe: after-probe failed: %s" % _err_text(err))
     return doc, code
+
+
+def _sampling_args_problem(args: argparse.Namespace, child: Sequence[str]) -> Optional[str]:
+    """Why the sampling options cannot run, or None."""
+    if not args.sample > 0:
+        return "--sample must be > 0"
+    if not child and args.duration is None:
+        return "--sample needs --duration S or a command after --"
+    if not args.node_power_timeout > 0:
+        return "--node-power-timeout must be > 0"
+    start_at = args.start_at
+    if start_at is not None:
+        if start_at != start_at or start_at in (float("inf"), float("-inf")):
+            return "--start-at must be a finite time in seconds since the epoch"
+        ahead = start_at - time.time()
+        if ahead > MAX_START_WAIT_S:
+            return (
+                "--start-at is %.0f s ahead of this node's clock, more than %.0f s: the clock is off or the time"
+                " is not in seconds since the epoch; not waiting" % (ahead, MAX_START_WAIT_S)
+            )
+    return None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -1043,19 +1456,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--nvidia-smi-timeout", type=float, default=NVIDIA_SMI_TIMEOUT_S, metavar="SECONDS")
     parser.add_argument("--sample", type=float, default=None, metavar="INTERVAL_S", help="sampling mode")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="idle sampling length")
+    parser.add_argument("--node-power", action="store_true", help="also sample the BMC's node power (ipmitool)")
+    parser.add_argument("--node-power-timeout", type=float, default=IPMITOOL_TIMEOUT_S, metavar="SECONDS")
+    parser.add_argument("--start-at", type=float, default=None, metavar="EPOCH", help="start sampling then")
     args = parser.parse_args(args_in)
     if args.sample is not None:
-        if args.sample <= 0:
-            parser.error("--sample must be > 0")
-        if not child and args.duration is None:
-            parser.error("--sample needs --duration S or a command after --")
-        doc, code = run_sampling(args.sample, args.duration, child)
+        problem = _sampling_args_problem(args, child)
+        if problem:
+            parser.error(problem)
+        doc, code = run_sampling(
+            args.sample,
+            args.duration,
+            child,
+            node_power=args.node_power,
+            start_at=args.start_at,
+            node_power_timeout=args.node_power_timeout,
+        )
         # Compact separators: a space after every comma would add one byte per reading.
         sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
         sys.stdout.flush()
         return code
-    if child or args.duration is not None:
-        parser.error("a command after -- and --duration need --sample")
+    if child or args.duration is not None or args.node_power or args.start_at is not None:
+        parser.error("a command after --, --duration, --node-power and --start-at need --sample")
     result = collect(source=args.source, nvidia_smi_timeout=args.nvidia_smi_timeout)
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
