@@ -11,6 +11,9 @@ Checks that judge telemetry over time (burn-in, DLC temperatures) load the docum
     doc.throttle_events(JUDGED_CLOCK_REASONS)          # contiguous runs of a reason, per GPU
     doc.steady_stats(3, "temp_gpu")                    # min/max/mean after the warm-up
     doc.ecc_increase(3, "ecc_volatile_uncorrected")    # new errors during the window
+    doc.node_power()                                   # [(t, watts-or-None), ...] (probe --node-power)
+    doc.node_power_info                                # its source and why readings are missing
+    doc.started_at                                     # when t = 0 was, epoch seconds (or None)
 
 Anything that makes the document untrustworthy (not JSON, wrong schema/mode, malformed samples)
 raises EvidenceError. A null reading stays None: no evidence, never zero. Both sampling schemas are
@@ -52,6 +55,8 @@ _PROBE_COUNTERS = (
 )
 # The curves worth storing and drawing.
 SERIES_FIELDS: tuple[str, ...] = ("temp_gpu", "temp_memory", "power_w", "sm_clock_mhz")
+# The node power curve's Series name (one per node, gpu None).
+NODE_POWER_SERIES = "node_power"
 
 # nvmlClocksEventReason* bits (NVML API reference), names as in the probe schema.
 CLOCK_EVENT_REASON_BITS: dict[str, int] = {
@@ -119,6 +124,16 @@ class ThrottleEvent:
 
 
 @dataclass
+class NodePowerInfo:
+    """What the probe says of its BMC readings (probe --node-power): the source ("dcmi", "sdr", or
+    None when it never read one), how many readings it took, and why others are missing."""
+
+    source: str | None
+    readings: int | None
+    errors: list[str]
+
+
+@dataclass
 class SamplingDoc:
     """A validated sampling document, its samples as columns (checks/sampling_columns.py)."""
 
@@ -130,6 +145,13 @@ class SamplingDoc:
     gpus: dict[int, GpuSamples]
     child: ChildRun | None
     errors: list[str] = field(default_factory=list)
+    # The BMC's node power per sample (None: not sampled, an older probe or no --node-power).
+    node_power_w: list[float | None] | None = None
+    node_power_info: NodePowerInfo | None = None
+    # When t = 0 was (epoch seconds, the node's clock); --start-at as asked, and how late it began.
+    started_at: float | None = None
+    start_at: float | None = None
+    start_late_s: float | None = None
 
     # --- shape -----------------------------------------------------------------------------
 
@@ -153,8 +175,9 @@ class SamplingDoc:
         return list(zip(samples.t, samples.values[name], strict=True)) if samples else []
 
     def series(self, fields: tuple[str, ...] = SERIES_FIELDS) -> list[Series]:
-        """One Series per (GPU, field), x = seconds since sampling started. A GPU's series share
-        one list of times (read-only: 43,200 points per curve in a 12 h burn-in at 1 Hz)."""
+        """One Series per (GPU, field), x = seconds since sampling started, then the node power
+        curve when the probe sampled it. A GPU's series share one list of times (read-only:
+        43,200 points per curve in a 12 h burn-in at 1 Hz)."""
         out: list[Series] = []
         for gpu in self.gpu_indices():
             samples = self.gpus[gpu]
@@ -162,7 +185,34 @@ class SamplingDoc:
                 out.append(
                     Series(name=name, unit=SAMPLE_FIELDS[name], x=samples.t, y=_floats(samples.values[name]), gpu=gpu)
                 )
-        return out
+        node = self.node_power_series()
+        return out if node is None else [*out, node]
+
+    # --- node power (probe --node-power) ------------------------------------------------------
+
+    @property
+    def has_node_power(self) -> bool:
+        """Whether the probe sampled node power (then node_power() has one entry per sample)."""
+        return self.node_power_w is not None
+
+    def node_power(self) -> list[tuple[float, float | None]]:
+        """(t, watts) per sample, None where the BMC gave no fresh reading; [] when not sampled."""
+        if self.node_power_w is None:
+            return []
+        return list(zip(self.times, self.node_power_w, strict=True))
+
+    def node_power_series(self) -> Series | None:
+        """The node power curve (name "node_power", W, no GPU), or None when not sampled."""
+        if self.node_power_w is None:
+            return None
+        return Series(name=NODE_POWER_SERIES, unit="W", x=self.times, y=self.node_power_w)
+
+    def gpu_power_sums(self) -> list[float | None]:
+        """Per sample, the sum of every GPU's NVML power; None where any GPU has no reading."""
+        columns = [self.gpus[g].values["power_w"] for g in self.gpu_indices()]
+        if not columns:
+            return [None] * len(self.times)
+        return [None if None in row else float(sum(row)) for row in zip(*columns, strict=True)]
 
     # --- judgements' building blocks -----------------------------------------------------------
 
@@ -283,6 +333,7 @@ def parse_sampling(text: str) -> SamplingDoc:
     for when in ("before", "after"):
         _check_probe_counters(raw.get(when), when)
     interval = raw.get("interval_s")
+    started_at, start_at, start_late_s = (_epoch(raw, key) for key in ("started_at", "start_at", "start_late_s"))
     return SamplingDoc(
         schema=raw["schema"],
         interval_s=float(interval) if is_number(interval) else None,
@@ -292,7 +343,44 @@ def parse_sampling(text: str) -> SamplingDoc:
         gpus=samples.gpus,
         child=child,
         errors=[str(e) for e in errors],
+        node_power_w=samples.node_power,
+        node_power_info=_node_power_info(raw.get("node_power"), samples.node_power is not None),
+        started_at=started_at,
+        start_at=start_at,
+        start_late_s=start_late_s,
     )
+
+
+def _epoch(raw: dict[str, Any], key: str) -> float | None:
+    """A start time (epoch seconds) or lateness (s): absent or null is None, anything else a
+    finite non-negative number (a time base a group check aligns nodes on must not be garbage)."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not is_number(value) or value < 0:
+        raise EvidenceError(f"sampling '{key}' is {value!r:.40}, expected a non-negative number of seconds or null")
+    return float(value)
+
+
+def _node_power_info(raw: Any, sampled: bool) -> NodePowerInfo | None:
+    """The probe's node power object: null when not sampled; an object whenever readings are."""
+    if raw is None:
+        if sampled:
+            raise EvidenceError("sampling document has node power readings but no 'node_power' object")
+        return None
+    if not isinstance(raw, dict):
+        raise EvidenceError(f"sampling 'node_power' is {type(raw).__name__}, expected an object or null")
+    if not sampled:
+        raise EvidenceError("sampling 'node_power' says it was sampled, but samples have no node_power_w")
+    source = raw.get("source")
+    if source not in ("dcmi", "sdr", None):
+        raise EvidenceError(f"sampling node_power source {source!r:.40} is none of 'dcmi', 'sdr' or null")
+    readings = raw.get("readings")
+    errors = raw.get("errors") or []
+    if not isinstance(errors, list):
+        raise EvidenceError(f"sampling node_power 'errors' is {type(errors).__name__}, expected a list")
+    count = int(readings) if is_number(readings) and readings >= 0 and readings == int(readings) else None
+    return NodePowerInfo(source=source, readings=count, errors=[str(e) for e in errors])
 
 
 def _sampling_object(text: str) -> dict[str, Any]:

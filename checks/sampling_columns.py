@@ -21,6 +21,7 @@ from typing import Any, TypeGuard
 
 from checks import evidence
 from checks.base import EvidenceError
+from checks.facility_physics import MAX_NODE_POWER_W
 
 ROWS_SCHEMA = 1  # one object per sample
 COLUMNS_SCHEMA = 2  # one array per GPU per field
@@ -49,6 +50,11 @@ SAMPLE_RULES: dict[str, evidence.Rule] = {
     "ecc_volatile_uncorrected": evidence.COUNT,
     "ecc_volatile_corrected": evidence.COUNT,
 }
+# The BMC's node power (`node_power_w`, probe --node-power): a node running the probe draws tens of
+# watts at the very least (the probe turns 0 W and less into null), at most the facility bound
+# (checks/facility_physics.py MAX_NODE_POWER_W, 100 kW). The probe (checks/probe/probe.py) holds
+# the same bounds; tests/probe/test_node_power.py keeps them equal.
+NODE_POWER_RULE = evidence.Rule("a node's input power", low=1.0, high=MAX_NODE_POWER_W)
 _NUMBER_TYPES = frozenset((int, float))
 _NONE_TYPE = type(None)
 
@@ -64,10 +70,12 @@ class GpuSamples:
 
 @dataclass
 class Samples:
-    """Every sample's time (ascending) and each GPU's columns."""
+    """Every sample's time (ascending) and each GPU's columns; the BMC's node power per sample when
+    the probe sampled it (schema 2 only, --node-power), else None."""
 
     t: list[float]
     gpus: dict[int, GpuSamples]
+    node_power: list[float | None] | None = None
 
 
 def read_samples(raw: dict[str, Any]) -> Samples:
@@ -103,7 +111,28 @@ def _read_columns(samples: dict[str, Any]) -> Samples:
         assert isinstance(entry, dict)
         values = {name: _column(entry.get(name), name, index, len(times)) for name in SAMPLE_FIELDS}
         gpus[index] = GpuSamples(t=times, values=values)
-    return Samples(t=times, gpus=gpus)
+    return Samples(t=times, gpus=gpus, node_power=_node_power(samples.get("node_power_w"), len(times)))
+
+
+def _node_power(column: Any, length: int) -> list[float | None] | None:
+    """The node power column: absent (not sampled) is None; otherwise one reading per sample time,
+    each null or a node's possible power (NODE_POWER_RULE)."""
+    if column is None:
+        return None
+    if not isinstance(column, list):
+        raise EvidenceError(f"samples: node_power_w is {type(column).__name__}, expected an array")
+    if len(column) != length:
+        raise EvidenceError(
+            f"samples: node_power_w has {len(column)} readings for {length} sample times (cut or malformed output)"
+        )
+    if _column_ok(column, NODE_POWER_RULE):
+        return [None if v is None else float(v) for v in column]
+    for pos, value in enumerate(column):
+        if value is not None and not is_number(value):
+            raise EvidenceError(f"sample #{pos}: node_power_w is {value!r}, expected a number")
+        if value is not None and (why := NODE_POWER_RULE.problem(value)):
+            raise EvidenceError(f"{evidence.PREFIX}: sample #{pos} node_power_w = {value!r} W ({why})")
+    return [None if v is None else float(v) for v in column]  # a sum too large for a float: all fine
 
 
 def _times(raw_t: list[Any]) -> list[float]:
