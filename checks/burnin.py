@@ -18,7 +18,9 @@ No evidence, no pass (gpu_burn's own "OK" is never enough):
   other GPUs -> `fail`;
 - HW slowdown, SW/HW thermal slowdown or HW power brake in any sample -> `fail` naming the GPU,
   the reason and when (sw_power_cap is expected at full load and is not judged);
-- volatile ECC counters rising during the burn, or new row remaps (before -> after) -> `fail`.
+- volatile ECC counters rising during the burn, or new row remaps (before -> after) -> `fail`;
+- with `node_power` on, the BMC's node power (checks/burnin_power.py): missing or too sparse ->
+  `error`, peak or steady above the profile's node maximum -> `fail`, below the GPUs' own -> `error`.
 Xid events are not read here: the ECC/Xid check scans the kernel log since the run started, which
 covers the burn-in window.
 """
@@ -46,9 +48,12 @@ from checks.base import (
     Verdict,
     register,
 )
+from checks.burnin_power import EVIDENCE as NODE_POWER_EVIDENCE
+from checks.burnin_power import check_node_power_thresholds, judge_node_power, node_power_measurements
 from checks.burnin_telemetry import telemetry_measurements
 from checks.evidence import COUNT, Rule
 from checks.gpu_burn import burn_measurements, parse_gpu_burn_text
+from checks.power_soak_data import PROFILE_THRESHOLDS as SOAK_PROFILES
 from checks.presentation import CertificateChart, KeyMetric, OutlierMetric, Presentation, PromMetric, TrendRule, lowest
 from checks.sampling import SAMPLING_LABEL, load_sampling
 
@@ -83,6 +88,11 @@ class BurnInParams:
     gpu_burn_path: str = "gpu_burn"
     # gpu_burn -c FILE: compare.ptx is looked up in the working directory unless given.
     compare_kernel: str = ""
+    # Also sample the node's BMC power (probe --node-power, ipmitool in band). Off by default: many
+    # nodes have no ipmitool or no IPMI device the SSH user may open (/dev/ipmi0 is root's), and
+    # node power asked for and missing is `error` (never a pass): on by default, it would error
+    # every such node's burn-in. Off, nothing is read or judged; turn it on where the BMC is readable.
+    node_power: bool = False
 
     def __post_init__(self) -> None:
         if self.duration_s < 1:
@@ -134,12 +144,22 @@ class BurnInThresholds:
     # A row remap during the burn means memory produced errors under load (NVIDIA row remapping
     # docs); 0 allowed. Conservative default; None = record only.
     max_new_row_remaps: int | None = 0
+    # Node power (param node_power), checks/burnin_power.py: the node's rated maximum, W (profile
+    # values below); None = recorded, not judged.
+    node_max_w: float | None = None
+    # The most a node may draw beside its GPUs, W (steady node - GPU sum). None: NVIDIA publishes no
+    # figure (as the heat soak's platform_overhead_w); set it per site from a known-good node.
+    max_node_over_gpu_w: float | None = None
+    # Share of the steady window's samples needing a node power reading: a BMC may drop a few
+    # answers, not a tenth of them (the heat soak's min_coverage, checks/power_soak_data.py).
+    node_power_min_coverage: float = 0.9
 
     def __post_init__(self) -> None:
         for name in ("max_sibling_gflops_deficit_pct", "max_new_ecc_uncorrected", "max_new_ecc_corrected"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ParamsError(f"threshold {name!r}: must be >= 0 or None, got {value}")
+        check_node_power_thresholds(self)
 
 
 @register
@@ -187,6 +207,7 @@ class BurnIn(Check):
         "ecc_new_uncorrected": COUNT,
         "ecc_new_corrected": COUNT,
         "row_remaps_new": COUNT,
+        **NODE_POWER_EVIDENCE,
     }
     # Floors in Gflop/s per GPU. Datasheet dense peaks: H100 SXM5 and H200 SXM: FP64 34 TF, FP64
     # Tensor Core 67 TF, FP32 67 TF (NVIDIA H100 / H200 datasheets); A100 SXM4: FP64 9.7 TF, FP64
@@ -195,18 +216,22 @@ class BurnIn(Check):
     # is the FP32 one. Unless noted, a floor is ~45% of the dense peak: a conservative default that
     # only catches a GPU that is badly broken or clocked down; tune per site from a known-good node
     # (the sibling comparison catches the subtler outlier).
+    # node_max_w is the heat soak's (checks/power_soak_data.py PROFILE_THRESHOLDS): NVIDIA DGX
+    # H100 User Guide and DGX H200 datasheet ~10.2 kW max system power; DGX A100 User Guide 6.5 kW.
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         "H100-SXM-8": {
             "min_gflops_fp32": 30000.0,
             "min_gflops_fp32_tc": 30000.0,
             "min_gflops_fp64": 15000.0,
             "min_gflops_fp64_tc": 30000.0,
+            "node_max_w": SOAK_PROFILES["H100-SXM-8"]["node_max_w"],
         },
         "H200-SXM-8": {
             "min_gflops_fp32": 30000.0,
             "min_gflops_fp32_tc": 30000.0,
             "min_gflops_fp64": 15000.0,
             "min_gflops_fp64_tc": 30000.0,
+            "node_max_w": SOAK_PROFILES["H200-SXM-8"]["node_max_w"],
         },
         "A100-SXM-8": {
             "min_gflops_fp32": 9000.0,
@@ -215,6 +240,7 @@ class BurnIn(Check):
             # Measured: 16890-17177 Gflop/s per GPU with -d -tc on 8x A100-SXM4-80GB (microsoft/
             # superbenchmark gpu_burn.log, tests/fixtures/gpu-burn); ~18% margin below that.
             "min_gflops_fp64_tc": 14000.0,
+            "node_max_w": SOAK_PROFILES["A100-SXM-8"]["node_max_w"],
         },
     }
 
@@ -230,7 +256,8 @@ class BurnIn(Check):
             flags += ["-m", f"{params.memory_percent}%"]
         if params.compare_kernel:
             flags += ["-c", params.compare_kernel]
-        argv = ("python3", "-", "--sample", f"{params.interval:g}", "--", params.gpu_burn_path, *flags)
+        power = ("--node-power",) if params.node_power else ()
+        argv = ("python3", "-", "--sample", f"{params.interval:g}", *power, "--", params.gpu_burn_path, *flags)
         return [
             Command(
                 argv=(*argv, str(params.duration_s)),
@@ -277,6 +304,7 @@ class BurnIn(Check):
         out += burn_measurements(result)
         out += [Measurement(name="gpu_burn_warning", text=w) for w in result.warnings]
         out += telemetry_measurements(doc)
+        out += node_power_measurements(doc)
         return out
 
     def series(self, outputs: list[CommandOutput]) -> list[Series]:
@@ -304,12 +332,15 @@ class BurnIn(Check):
 
         findings += self._judge_compute(facts, thresholds, mode, burned)
         findings += self._judge_telemetry(facts, thresholds, burned)
+        power, power_clause = judge_node_power(measurements, thresholds)
+        findings += power
 
         if not any(f.status != PASS for f in findings):
             rates = [facts.value("gflops", i) or 0.0 for i in burned]
             temps = [v for i in burned if (v := facts.value("temp_gpu_max", i)) is not None]
             duration = facts.value("burn_duration_s")
             hot = f"; peak GPU {max(temps):g} C" if temps else ""
+            hot += f"; {power_clause}" if power_clause else ""
             span = f" for {duration:.0f}s" if duration is not None else ""
             reason = (
                 f"{len(burned)} GPUs burned{span} ({mode}): {min(rates):,.0f}-{max(rates):,.0f} Gflop/s, "

@@ -108,3 +108,18 @@ def test_it_errors_with_no_samples_and_no_gpu_burn_output(sim: SimPaths, tmp_pat
     out = outputs[0].__class__(outputs[0].command, json.dumps(doc), "", 0)
     _, verdict = run_check(BurnIn, FAST, None, [out], NODE)
     assert (verdict.status, verdict.reason) == (ERROR, "gpu_burn printed nothing on stdout (exit code 0)")
+
+
+def test_it_reads_node_power_following_the_load_and_an_over_drawing_node(sim: SimPaths, tmp_path: Path) -> None:
+    healthy, verdict, series, _ = burn(sim, tmp_path, {"node_power": True})
+    assert verdict.status == PASS, verdict.reason
+    assert "; node power peak 6.8" in verdict.reason and "(max 10.20 kW)" in verdict.reason
+    assert ("node_power", None) in {(s.name, s.gpu) for s in series}
+    found = {m.name: m.value for m in healthy if m.gpu is None}
+    gpus = found["gpu_power_steady_sum_w"]
+    assert gpus is not None and 5000 < gpus < 5500  # 8 simulated GPUs at 650-685 W
+    # The simulated platform draws 1,500 W under load beside its GPUs (testbed/sim/power.py).
+    assert found["node_power_over_gpu_w"] == pytest.approx(1500, abs=150)
+    faulty, verdict, _, _ = burn(sim, tmp_path, {"node_power": True}, power_over_pct=30)
+    over = {m.name: m.value for m in faulty if m.gpu is None}["node_power_over_gpu_w"]
+    assert over is not None and over - 1500 == pytest.approx(0.3 * gpus, rel=0.1)  # 30% of its GPUs on top
