@@ -167,6 +167,27 @@ def test_it_downsamples_a_day_of_burn_in_and_keeps_spikes_throttles_and_the_slow
     assert len(response.content) < 1_000_000
 
 
+def test_it_draws_the_nodes_bmc_power_in_its_own_panel_when_sampled(viewer, run) -> None:
+    result = result_of(run, "burn_in")
+    burn_in_series(result, 60)
+    add_measurement(result, "throttle_event", value=5, gpu=2, text="hw_slowdown", labels={"start_t": "3", "end_t": "8"})
+    before = viewer.get(reverse("charts:result_figure", args=[result.pk])).json()
+    Series.objects.create(result=result, name="node_power", unit="W", gpu=None, x=[0.0, 1.0, 2.0],
+                          y=[None, 6843.0, 6851.0])  # fmt: skip
+    result.finished_at = None  # a new figure, not the cached one
+    result.save()
+
+    figure = viewer.get(reverse("charts:result_figure", args=[result.pk])).json()
+
+    assert {t["yaxis"] for t in before["data"] if t["mode"] == "lines"} == {"y", "y2", "y3"}  # none: 3 panels
+    node = [t for t in figure["data"] if t.get("name") == "node"]
+    assert [(t["yaxis"], t["y"], t["showlegend"]) for t in node] == [("y3", [None, 6843.0, 6851.0], True)]
+    titles = [a["text"] for a in figure["layout"]["annotations"] if a.get("text", "").endswith(")")]
+    assert titles[:4] == ["GPU temperature (C)", "Power (W)", "Node power (BMC) (W)", "SM clock (MHz)"]
+    [marker] = [t for t in figure["data"] if t["name"] == "throttle"]
+    assert marker["yaxis"] == "y4"  # still on the clock panel
+
+
 def test_it_draws_a_stored_series_from_its_downsampled_view(viewer, run) -> None:
     result = result_of(run, "burn_in")
     n = 20_000

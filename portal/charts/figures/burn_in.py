@@ -1,4 +1,4 @@
-"""Burn-in telemetry: stacked panels per GPU, throttle spans, the slowdown line."""
+"""Burn-in telemetry: stacked panels per GPU (and the node's power), throttle spans, the slowdown line."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ from portal.charts.figures.common import (
 
 if TYPE_CHECKING:
     from portal.charts.selectors import BurnInData
+
+NODE_COLOUR = "#57606a"  # the node's own curve (BMC power): grey, apart from every GPU's colour
+CLOCK_PANEL = "sm_clock_mhz"  # throttle markers sit on top of it
 
 
 def _compact_x(value: float | None) -> float | int | None:
@@ -53,6 +56,7 @@ def _telemetry_traces(data: BurnInData) -> list[dict[str, Any]]:
         axis = "" if row == 1 else str(row)
         for trace in panel:
             name = f"GPU {trace.gpu}" if trace.gpu is not None else "node"
+            colour = gpu_colour(trace.gpu) if trace.gpu is not None else NODE_COLOUR
             traces.append(
                 {
                     "type": "scatter",
@@ -61,8 +65,8 @@ def _telemetry_traces(data: BurnInData) -> list[dict[str, Any]]:
                     "y": [_compact_y(v) for v in trace.y],
                     "name": name,
                     "legendgroup": name,
-                    "showlegend": row == 1,
-                    "line": {"color": gpu_colour(trace.gpu), "width": 1.5},
+                    "showlegend": row == 1 or trace.gpu is None,
+                    "line": {"color": colour, "width": 1.5},
                     "xaxis": f"x{axis}",
                     "yaxis": f"y{axis}",
                     "hovertemplate": f"{name}: %{{y:.4g}} {unit}<extra></extra>",
@@ -122,10 +126,11 @@ def _throttle_shading(data: BurnInData) -> list[dict[str, Any]]:
 
 
 def _throttle_markers(data: BurnInData) -> dict[str, Any]:
-    """A marker per throttle event at the top of the clock panel (the last), naming GPU and reason."""
-    last = len(data.panels)
-    axis = "" if last == 1 else str(last)
-    clock = [t for _, _, _, panel in data.panels[-1:] for t in panel]
+    """A marker per throttle event at the top of the clock panel (else the last), naming GPU and reason."""
+    names = [name for name, _, _, _ in data.panels]
+    row = names.index(CLOCK_PANEL) + 1 if CLOCK_PANEL in names else len(names)
+    axis = "" if row == 1 else str(row)
+    clock = [t for _, _, _, panel in data.panels[row - 1 : row] for t in panel]
     top = max((y for t in clock for y in t.y if y is not None), default=0)
     return {
         "type": "scatter",
@@ -160,9 +165,9 @@ def _layout(data: BurnInData) -> dict[str, Any]:
 
 
 def burn_in_figure(data: BurnInData) -> dict[str, Any]:
-    """Three stacked panels sharing the time axis (temperature, power, SM clock), one trace per GPU
-    in the same colour on every panel; throttle events shaded across all panels and marked on the
-    clock panel; the slowdown temperature drawn on the temperature panel."""
+    """Stacked panels sharing the time axis (temperature, power, the node's BMC power when sampled,
+    SM clock), one trace per GPU in the same colour on every panel; throttle events shaded across all
+    panels and marked on the clock panel; the slowdown temperature drawn on the temperature panel."""
     out = _layout(data)
     traces = _telemetry_traces(data)
     shapes = list(out["layout"].get("shapes", []))

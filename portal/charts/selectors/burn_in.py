@@ -1,4 +1,5 @@
-"""Burn-in telemetry per GPU (downsampled), throttle spans and the slowdown temperature."""
+"""Burn-in telemetry per GPU (downsampled), the node's BMC power, throttle spans and the slowdown
+temperature."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from checks.sampling import NODE_POWER_SERIES
 from portal.charts.lttb import downsample
 from portal.charts.selectors.common import (
     MAX_POINTS,
@@ -13,7 +15,15 @@ from portal.charts.selectors.common import (
 )
 from portal.runs.models import CheckResult, Measurement, Series
 
-BURN_METRICS = (("temp_gpu", "GPU temperature", "C"), ("power_w", "Power", "W"), ("sm_clock_mhz", "SM clock", "MHz"))
+BURN_METRICS = (
+    ("temp_gpu", "GPU temperature", "C"),
+    ("power_w", "Power", "W"),
+    # One curve per node (gpu None), stored when the burn-in sampled node power (param node_power).
+    (NODE_POWER_SERIES, "Node power (BMC)", "W"),
+    ("sm_clock_mhz", "SM clock", "MHz"),
+)
+# Panels drawn only when the result has such a series: most burn-ins read no node power.
+OPTIONAL_PANELS = frozenset({NODE_POWER_SERIES})
 
 
 @dataclass
@@ -44,7 +54,8 @@ class BurnInData:
 
 
 def burn_in_result(*, result: CheckResult, max_points: int = MAX_POINTS) -> BurnInData:
-    """Temperature, power and SM clock per GPU, each trace LTTB-downsampled to `max_points`."""
+    """Temperature, power and SM clock per GPU, and the node's power when it was sampled, each trace
+    LTTB-downsampled to `max_points`."""
     names = [name for name, _, _ in BURN_METRICS]
     by_name: dict[str, list[Trace]] = {name: [] for name in names}
     stored = drawn = 0
@@ -60,7 +71,11 @@ def burn_in_result(*, result: CheckResult, max_points: int = MAX_POINTS) -> Burn
         for m in Measurement.objects.filter(result=result, name="throttle_event").only("gpu", "text", "labels")
         if is_float((m.labels or {}).get("start_t")) and is_float((m.labels or {}).get("end_t"))
     ]
-    panels = [(name, label, unit, by_name[name]) for name, label, unit in BURN_METRICS]
+    panels = [
+        (name, label, unit, by_name[name])
+        for name, label, unit in BURN_METRICS
+        if by_name[name] or name not in OPTIONAL_PANELS
+    ]
     return BurnInData(
         title=f"{result.item_key} on {result.node.hostname}: telemetry per GPU",
         panels=panels,
