@@ -1303,8 +1303,11 @@ def _sample_until_done(
     started: float,
     terminated: List[int],
 ) -> None:
-    """Sample about every `interval` until the child exits, the duration ends or a signal comes."""
+    """Sample every `interval` until the child exits, the duration ends or a signal comes. Samples
+    are due at k x interval after the start (a late one skips the slots it missed), so t stays on
+    that grid however long a run: a group's nodes, started together, keep sampling together."""
     deadline = None if duration is None else started + duration
+    slot = 0
     while not terminated:
         now = time.monotonic()
         take(now)
@@ -1312,7 +1315,8 @@ def _sample_until_done(
             break
         if child.proc is None and (deadline is None or now >= deadline):
             break
-        next_at = now + interval
+        slot = max(slot + 1, int((now - started) / interval) + 1)
+        next_at = started + slot * interval
         if deadline is not None:
             next_at = min(next_at, deadline)
         _wait_for_next(next_at, child, terminated)

@@ -190,3 +190,35 @@ def test_a_signal_during_a_guarded_read_still_stops_sampling(monkeypatch: pytest
     assert code == 128 + signal.SIGTERM
     assert doc["errors"] == ["probe: terminated by signal 15; child killed"]
     assert doc["child"]["exit_code"] == -signal.SIGTERM
+
+
+class _IdleSampler:
+    """A sampler that reads nothing (no NVML needed), for the sampling loop's timing."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+
+    def open(self) -> bool:
+        return True
+
+    def sample(self, t: float) -> dict[str, Any]:
+        return {"t": round(t, 3), "gpus": []}
+
+    def close(self) -> None:
+        pass
+
+
+def test_it_keeps_samples_on_the_interval_grid_however_late_each_wakes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from checks.probe import probe
+
+    real_sleep = time.sleep
+    monkeypatch.setattr(probe, "_Sampler", _IdleSampler)
+    monkeypatch.setattr(probe, "collect", lambda: {"gpu_count": 0})
+    monkeypatch.setattr(probe.time, "sleep", lambda s: real_sleep(s + 0.004))  # every wake-up 4 ms late
+    doc, code = probe.run_sampling(0.05, 2.0, [])
+    times = doc["samples"]["t"]
+    assert code == 0 and len(times) >= 30
+    # Late wake-ups once added up (40 x 4 ms = 0.16 s, past half an interval); now each sample is at
+    # most one wake-up late against its slot k x 0.05 s.
+    assert max(abs(t - round(t / 0.05) * 0.05) for t in times) < 0.02
+    assert len({round(t / 0.05) for t in times}) == len(times)
