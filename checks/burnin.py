@@ -90,8 +90,8 @@ class BurnInParams:
     compare_kernel: str = ""
     # Also sample the node's BMC power (probe --node-power, ipmitool in band). Off by default: many
     # nodes have no ipmitool or no IPMI device the SSH user may open (/dev/ipmi0 is root's), and
-    # node power asked for and missing is `error` (never a pass): on by default, it would error
-    # every such node's burn-in. Off, nothing is read or judged; turn it on where the BMC is readable.
+    # node power asked for and missing is `error` (never a pass), so on by default it would error
+    # such nodes' burn-in. Off, nothing is read or judged; a plan item turns it on where readable.
     node_power: bool = False
 
     def __post_init__(self) -> None:
