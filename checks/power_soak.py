@@ -108,11 +108,13 @@ class PowerSoak(FanOutCheck):
         from checks.probe import probe_source  # lazy: reading the script is I/O, not needed to judge
 
         p: PowerSoakParams = params
-        if group.start_at is None:
-            raise ParamsError("the soak has no common start time (the executor sets it)")
         burn = (p.gpu_burn_path, *(("-tc",) if p.use_tensor_cores else ()), str(p.duration_s))
         argv = ("python3", "-", "--sample", f"{p.sample_interval_s:g}", "--node-power")
-        argv += ("--start-at", f"{group.start_at:.3f}", "--", *burn)
+        # The executor sets the common start; without one (a single node's command shown or
+        # fuzzed on its own) the node starts at once.
+        if group.start_at is not None:
+            argv += ("--start-at", f"{group.start_at:.3f}")
+        argv += ("--", *burn)
         delay = self.start_delay_s(p, len(group.nodes))
         label = f"{SAMPLING_LABEL} on {node.hostname}"
         return [Command(argv=argv, stdin=probe_source(), timeout=delay + p.limit_s, label=label)]

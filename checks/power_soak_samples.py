@@ -130,6 +130,8 @@ def assemble(
                 doc = load_sampling(outputs[:1])
             except EvidenceError as exc:
                 why = str(exc)
+            except (RecursionError, ValueError, TypeError) as exc:  # hostile JSON (deep nesting): this node's
+                why = f"its output could not be read ({type(exc).__name__})"
         if why:
             out.problems[host] = why
             continue

@@ -274,12 +274,12 @@ def test_it_prints_a_deactivated_reading_as_null_with_what_the_bmc_said() -> Non
     assert power["value"] is None and power["labels"]["reported"] == "319 W"
 
 
-def test_it_refuses_to_judge_a_power_kind_no_check_consumes_yet(tmp_path: Path) -> None:
+def test_it_judges_a_power_kind_only_as_part_of_a_soak(tmp_path: Path) -> None:
     done = cli("judge", "redfish_pdu", str(FIXTURES / "redfish-pdu/dmtf-pdu-RackPDUs-1-Metrics.json"))
-    assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr.splitlines() == [
-        "error: no check judges redfish_pdu outputs yet; `parse redfish_pdu FILE` prints its measurements"
-    ]
+    out = json.loads(done.stdout)
+    assert done.returncode == 0 and out["check"] == "power_soak"
+    assert out["verdict"]["status"] == "error" and "whole-cluster soak" in out["note"]
+    assert out["parsed"]["measurements"], "the reading itself is shown"
     cut = tmp_path / "cut.txt"
     cut.write_text((FIXTURES / "ipmitool-dcmi/dcmi-power-reading-activated-lovoo-18.txt").read_text()[:200])
     done = cli("parse", "ipmitool_dcmi_power", str(cut))

@@ -182,8 +182,8 @@ def test_it_builds_node_commands_that_start_together() -> None:
     assert command.timeout == pytest.approx(5 + 0.25 * 4 + 60 + 120)
     with pytest.raises(ParamsError):
         check.make_params({"gpu_burn_path": "-h"})
-    with pytest.raises(ParamsError):
-        check.node_commands(params, GroupContext(nodes=nodes, launcher=nodes[0]), nodes[0])
+    [alone] = check.node_commands(params, GroupContext(nodes=nodes, launcher=nodes[0]), nodes[0])
+    assert "--start-at" not in alone.argv  # no common start: the node starts at once
 
 
 def test_the_redfish_readers_read_the_dmtf_mockups() -> None:
@@ -207,3 +207,32 @@ def test_its_time_budget_grows_with_the_nodes_it_must_start() -> None:
     [large] = check.stand_in_commands(params, 1000)
     assert large.timeout - small.timeout == pytest.approx(0.25 * 998)
     assert small.timeout >= 1800 + 120
+
+
+HOSTILE = {
+    "empty": "",
+    "garbage": bytes(range(256)).decode("latin-1") * 16,
+    "nul": "\x00" * 1000,
+    "nested arrays": "[" * 100_000 + "]" * 100_000,
+    "nested objects": '{"a":' * 50_000 + "1" + "}" * 50_000,
+}
+
+
+@pytest.mark.parametrize("name", [*HOSTILE, "truncated", "nan", "negative"])
+def test_it_never_passes_one_node_hostile_output(name: str) -> None:
+    """The generic fuzz (test_check_fuzz.py) leaves fan-out checks out: one node's hostile output here."""
+    model, samples = Soak().build()
+    outputs = {h: probe_output(h, samples["node_power_w"][h], samples["gpu_power_w"][h]) for h in HOSTS}
+    good = outputs["gpu06"][0]
+    text = HOSTILE.get(name, good.stdout)
+    if name == "truncated":
+        text = good.stdout[: len(good.stdout) // 2]
+    elif name in ("nan", "negative"):
+        text = good.stdout.replace(
+            '"node_power_w": [', '"node_power_w": [' + ("NaN, " if name == "nan" else "-7.0, "), 1
+        )
+        text = text.replace(", " + str(samples["node_power_w"]["gpu06"][-1]) + "]", "]", 1)
+    outputs["gpu06"] = [CommandOutput(command=good.command, stdout=text, stderr="", exit_code=0)]
+    _, verdict, _ = judge(Soak(), per_node=outputs)
+    assert verdict.status == ERROR, (name, verdict.reason)
+    assert verdict.node_verdicts["gpu06"].status == ERROR, verdict.node_verdicts["gpu06"].reason
