@@ -167,7 +167,7 @@ def test_it_lays_racks_out_by_room_row_and_position(dc1, viewer, monkeypatch):
 def test_it_lays_racks_out_in_name_order_without_positions(dc1, viewer):
     record_soak(dc1)
     floor = page(viewer).split('id="floor-plan"', 1)[1].split('id="racks"', 1)[0]
-    assert [m for m in re.findall(r'data-rack="([^"]+)"', floor)] == ["r1", "r2", "r3"]
+    assert re.findall(r'data-rack="([^"]+)"', floor) == ["r1", "r2", "r3"]
 
 
 def test_it_is_linked_from_the_cluster_page_and_the_result(dc1, viewer):
@@ -186,3 +186,31 @@ def test_it_records_a_verdict_row_for_every_subject_but_the_nodes(dc1):
         assert m.value is None and m.text.split(":")[0].endswith(m.labels["subject_name"])
     assert sorted(kinds) == ["feed", "loop", "pdu_phase", "rack", "ups"]
     assert kinds["ups"] == ["fail"] and kinds["loop"] == ["fail"] and len(kinds["pdu_phase"]) == 18
+
+
+def _racks(cluster: Cluster, places: dict[str, tuple[str, str, int]]) -> None:
+    from portal.facility.models import Rack
+
+    Rack.objects.bulk_create(
+        Rack(cluster=cluster, name=name, power_budget_kw=40, cooling_budget_kw=40, room=room, row=row, position=pos)
+        for name, (room, row, pos) in places.items()
+    )
+
+
+def test_it_places_racks_where_the_facility_model_puts_them(dc1, viewer):
+    record_soak(dc1)
+    _racks(dc1, {"r1": ("hall1", "A", 0), "r2": ("hall1", "A", 0), "r3": ("hall1", "B", 3)})
+    floor = page(viewer).split('id="floor-plan"', 1)[1].split('id="racks"', 1)[0]
+    rows = [text_of(tr).split() for tr in floor.split("<tr>")[1:]]
+    assert rows[0] == ["0", "3"], "the positions in use are the columns"
+    assert rows[1][:3] == ["row", "A", "r1"] and "r2" in rows[1], "two racks on one spot are both shown"
+    assert rows[2][:3] == ["row", "B", "r3"]
+
+
+def test_it_lays_racks_out_by_name_when_no_position_was_entered(dc1, viewer):
+    record_soak(dc1)
+    _racks(dc1, {name: ("", "", 0) for name in ("r3", "r1", "r2")})  # the model's defaults
+    body = page(viewer)
+    assert "racks in name order" in text_of(body)
+    floor = body.split('id="floor-plan"', 1)[1].split('id="racks"', 1)[0]
+    assert re.findall(r'data-rack="([^"]+)"', floor) == ["r1", "r2", "r3"]

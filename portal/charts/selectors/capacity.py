@@ -19,7 +19,7 @@ the rack positions when a lookup is given.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -78,14 +78,12 @@ class RackPositions(Protocol):
 
 
 def facility_rack_positions(*, cluster: Cluster) -> Mapping[str, tuple[Any, Any, Any]]:
-    """The facility app's rack positions when it provides them (portal.facility.selectors
-    rack_positions(*, cluster)), else none: the page then lays the racks out in name order."""
-    try:
-        from portal.facility import selectors as facility  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return {}
-    lookup: Callable[..., Mapping[str, tuple[Any, Any, Any]]] | None = getattr(facility, "rack_positions", None)
-    return lookup(cluster=cluster) if lookup is not None else {}
+    """The racks of the cluster's facility model (portal/facility): name -> (room, row, position).
+    Empty when it has none: the page then lays the racks out in name order. One query."""
+    from portal.facility.models import Rack
+
+    rows = Rack.objects.filter(cluster=cluster).order_by().values_list("name", "room", "row", "position")
+    return {name: (room, row, position) for name, room, row, position in rows}
 
 
 # --- which result ----------------------------------------------------------------------------------
@@ -202,11 +200,13 @@ class RackView:
 
 @dataclass
 class FloorRoom:
-    """One room of the floor plan: its position columns and its rows of racks (None: empty spot)."""
+    """One room of the floor plan: its position columns and its rows, each a list of spots (the racks
+    at that position: none for an empty spot, several when the model puts several there)."""
 
     name: str
     columns: list[str]
-    rows: list[tuple[str, list[RackView | None]]]
+    rows: list[tuple[str, list[list[RackView]]]]
+    placed: bool = True  # by the facility model's positions (else in name order)
 
 
 @dataclass
@@ -304,27 +304,33 @@ def _place(value: tuple[Any, Any, Any]) -> Place | None:
     return (str(room or ""), str(row or ""), "" if position is None else str(position))
 
 
+def _by_name(racks: list[RackView]) -> list[RackView]:
+    return sorted(racks, key=lambda r: natural(r.name))
+
+
 def floor_plan(racks: list[RackView]) -> list[FloorRoom]:
-    """Rooms of rows of racks by position; racks without a position last, in a row of their own in
-    name order (all of them when no position is known)."""
-    rooms: dict[str, dict[str, dict[str, RackView]]] = {}
-    unplaced = []
-    for rack in racks:
-        if rack.place is None:
-            unplaced.append(rack)
-            continue
-        room, row, position = rack.place
-        rooms.setdefault(room, {}).setdefault(row, {})[position] = rack
+    """Rooms of rows of racks by position; racks without a position last, PER_ROW a row in name
+    order. When every placed rack stands on one spot (positions never entered: the facility model's
+    defaults), no position is known and all are laid out by name."""
+    placed = [r for r in racks if r.place is not None]
+    if len(placed) > 1 and len({r.place for r in placed}) == 1:
+        placed = []
+    rooms: dict[str, dict[str, dict[str, list[RackView]]]] = {}
+    for rack in placed:
+        room, row, position = rack.place or ("", "", "")
+        rooms.setdefault(room, {}).setdefault(row, {}).setdefault(position, []).append(rack)
     out = []
     for room in sorted(rooms, key=natural):
         columns = sorted({p for row in rooms[room].values() for p in row}, key=natural)
-        rows = [(row, [rooms[room][row].get(c) for c in columns]) for row in sorted(rooms[room], key=natural)]
+        rows = [(row, [_by_name(rooms[room][row].get(c, [])) for c in columns])
+                for row in sorted(rooms[room], key=natural)]  # fmt: skip
         out.append(FloorRoom(room, columns, rows))
+    unplaced = _by_name([r for r in racks if r not in placed])
     if unplaced:
-        ordered: list[RackView | None] = [*sorted(unplaced, key=lambda r: natural(r.name))]
-        rows = [(f"{i // PER_ROW + 1}", ordered[i : i + PER_ROW]) for i in range(0, len(ordered), PER_ROW)]
-        columns = [str(i) for i in range(1, min(PER_ROW, len(ordered)) + 1)]
-        out.append(FloorRoom("not placed" if rooms else "", columns, rows))
+        rows = [(f"{i // PER_ROW + 1}", [[r] for r in unplaced[i : i + PER_ROW]])
+                for i in range(0, len(unplaced), PER_ROW)]  # fmt: skip
+        columns = [str(i) for i in range(1, min(PER_ROW, len(unplaced)) + 1)]
+        out.append(FloorRoom("not placed" if rooms else "", columns, rows, placed=False))
     return out
 
 
@@ -340,6 +346,7 @@ def capacity_data(*, result: CheckResult, cluster: Cluster, positions: RackPosit
     seen = {r.name for r in racks}
     racks += [RackView(Subject("rack", (name,)), name, place) for name, place in where.items() if name not in seen]
     cluster_power, rack_power = _curves(result)
+    floor = floor_plan(racks)
     page = reverse("history:node_detail", args=[cluster.name, "-"]).removesuffix("-/")
     for node in subjects.get("node", []):
         node.url = f"{page}{quote(node.key[0], safe='')}/"
@@ -348,8 +355,8 @@ def capacity_data(*, result: CheckResult, cluster: Cluster, positions: RackPosit
         cluster=cluster.name,
         subjects=subjects,
         racks=racks,
-        floor=floor_plan(racks),
-        placed=bool(where),
+        floor=floor,
+        placed=any(room.placed for room in floor),
         cluster_power=cluster_power,
         rack_power=rack_power,
     )
