@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from django.db.models import F, QuerySet
 from django.urls import reverse
 
 from checks.presentation import SUBJECT_VERDICT, kinds_charted
@@ -98,13 +99,13 @@ class ResultChoice:
     finished_at: datetime | None
 
 
-def _results(cluster: Cluster) -> Any:
+def _results(cluster: Cluster) -> QuerySet[CheckResult]:
     return (
         CheckResult.objects.filter(
             run__cluster=cluster, kind__in=kinds_charted(FAMILY), scope=Scope.GROUP, status__in=FINISHED
         )
         .only("id", "run_id", "kind", "item_key", "status", "reason", "attribution", "node_set", "finished_at")
-        .order_by("-finished_at", "-id")
+        .order_by(F("finished_at").desc(nulls_last=True), "-id")  # an error closed early may have no time
     )
 
 
