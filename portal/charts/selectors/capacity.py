@@ -36,7 +36,7 @@ from portal.runs.models import CheckResult, Measurement, Scope, Series, Status
 FAMILY = "capacity"
 # Results that carry evidence: a cancelled or skipped soak measured nothing.
 FINISHED = (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR)
-RESULTS_LISTED = 50  # earlier results offered by the page's picker
+RESULTS_LISTED = 50  # soaks offered by the picker: a year of weekly soaks (Kiln convention)
 
 # Measurement name -> the kind of subject it describes.
 MEASURES = {
