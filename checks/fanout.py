@@ -73,6 +73,10 @@ class FanOutCheck(GroupCheck):
         group = GroupContext(nodes=nodes, launcher=nodes[0], tag="budget", start_at=0.0)
         return self.node_commands(params, group, nodes[0])
 
+    def timeout(self, params: Any) -> float:
+        # One node's commands at a placeholder start: `commands` has no common start time to give.
+        return sum(c.timeout for c in self.stand_in_commands(params))
+
     def node_commands(self, params: Any, group: GroupContext, node: NodeContext) -> list[Command]:
         raise NotImplementedError
 

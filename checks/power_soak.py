@@ -44,7 +44,7 @@ from checks.fanout import FacilityReader, FanOutCheck
 from checks.power_soak_data import PROFILE_THRESHOLDS, SoakThresholds
 from checks.power_soak_judge import SOAK_EVIDENCE, judge_soak, soak_charts
 from checks.power_soak_samples import FACILITY_READERS, Assembled, assemble, facility_errors
-from checks.presentation import Presentation
+from checks.presentation import CertificateSection, Presentation, SubjectKind
 from checks.sampling import JUDGED_CLOCK_REASONS, SAMPLING_LABEL
 
 
@@ -102,7 +102,22 @@ class PowerSoak(FanOutCheck):
     # Every node's exit status is judged with that node (a node whose burn failed is its own
     # `error`, not the whole soak's): node_problem in checks/power_soak_samples.py.
     ok_exit_codes: ClassVar[tuple[int, ...]] = tuple(range(256))
-    presentation: ClassVar[Presentation] = Presentation(rank=60)
+    # The cluster's capacity page draws it; the certificate lists each facility subject's verdict.
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="capacity",
+        rank=60,
+        certificate_section=CertificateSection(
+            title="Power and cooling",
+            subjects=(
+                SubjectKind("rack", "Racks"),
+                SubjectKind("pdu_phase", "PDU phases"),
+                SubjectKind("feed", "A/B feeds"),
+                SubjectKind("ups", "UPS"),
+                SubjectKind("loop", "Cooling loops"),
+                SubjectKind("soak", "Soak"),
+            ),
+        ),
+    )
 
     def node_commands(self, params: Any, group: GroupContext, node: NodeContext) -> list[Command]:
         from checks.probe import probe_source  # lazy: reading the script is I/O, not needed to judge

@@ -16,6 +16,7 @@ from typing import Any
 
 from checks.base import ERROR, FAIL, PASS, WARN, Finding, Measurement, ParamsError
 from checks.facility_physics import MAX_GPU_POWER_W, MAX_NODE_POWER_W
+from checks.presentation import SUBJECT_VERDICT
 
 Values = list[float | None]
 
@@ -122,6 +123,11 @@ class SoakFinding:
 
     def finding(self) -> Finding:
         return Finding(self.status, self.reason)
+
+    def verdict_row(self) -> Measurement:
+        """The subject's verdict as the portal reads it (checks/presentation.py SUBJECT_VERDICT)."""
+        labels = {**self.labels, "subject": self.kind, "subject_name": self.name, "status": self.status}
+        return Measurement(name=SUBJECT_VERDICT, value=None, text=self.reason, labels=labels)
 
 
 Part = tuple[str, str]  # (status, text): one judged fact of a subject

@@ -86,7 +86,10 @@ class SoakResult:
 
     @property
     def measurements(self) -> list[Measurement]:
-        return [m for f in self.findings for m in f.measurements]
+        """Every subject's measurements, then a verdict row per subject other than a node (whose
+        verdict is the result's attribution): what the capacity page and the certificate read."""
+        found = [m for f in self.findings for m in f.measurements]
+        return found + [f.verdict_row() for f in self.findings if f.kind != "node"]
 
     def node_verdicts(self) -> dict[str, Verdict]:
         return {f.name: Verdict(f.status, f.reason, [f.finding()]) for f in self.of("node")}

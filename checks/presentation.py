@@ -16,8 +16,16 @@ from typing import Any
 # A stored measurement as the portal hands it over (a Measurement row as values()).
 Row = Mapping[str, Any]
 
-# Chart families the portal can draw for one result (portal/charts); "" = no chart.
-CHART_FAMILIES = ("", "nccl", "burn_in", "dlc", "filesystem", "ecc")
+# Chart families the portal can draw for one result (portal/charts); "" = no chart. "capacity": a
+# whole-cluster power and cooling result, drawn on the cluster's capacity page (its measurement and
+# series names: portal/charts/selectors/capacity.py).
+CHART_FAMILIES = ("", "nccl", "burn_in", "dlc", "filesystem", "ecc", "capacity")
+
+# A group check that judges subjects of its own besides its nodes (a rack, a PDU phase, a cooling
+# loop) records one measurement of this name per subject: value None, `text` the subject's reason,
+# labels {"subject": kind, "subject_name": name, "status": pass|warn|fail|error} plus the labels
+# that place it (rack, pdu, phase, ups, loop). A node's own verdict stays in the result's attribution.
+SUBJECT_VERDICT = "subject_verdict"
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,26 @@ class CertificateChart:
 
 
 @dataclass(frozen=True)
+class SubjectKind:
+    """A kind of subject a group check judges apart from its nodes: `key` is the `subject` label of
+    its SUBJECT_VERDICT rows ("rack", "pdu_phase"), `title` how a list of them is headed."""
+
+    key: str
+    title: str
+
+
+@dataclass(frozen=True)
+class CertificateSection:
+    """A section of its own in the certificate for a cited group result of the kind: its verdict, each
+    subject's verdict and reason by kind (SUBJECT_VERDICT rows, in the order of `subjects`), and, with
+    `figures`, the static figures of the kind's chart family (portal/certificates/charts.py)."""
+
+    title: str
+    subjects: tuple[SubjectKind, ...]
+    figures: bool = True
+
+
+@dataclass(frozen=True)
 class Presentation:
     """Everything the portal shows of one check kind. `rank` orders kinds on pages that list several
     (history charts, certificate charts): lower first."""
@@ -118,6 +146,8 @@ class Presentation:
     certificate_charts: tuple[CertificateChart, ...] = ()
     # Per-GPU text measurement -> field of the certificate's GPU identity ({"gpu_uuid": "uuid"}).
     gpu_identity: tuple[tuple[str, str], ...] = ()
+    # A group check whose subjects (racks, PDUs, loops) get a certificate section of their own.
+    certificate_section: CertificateSection | None = None
 
     def __post_init__(self) -> None:
         if self.chart not in CHART_FAMILIES:

@@ -13,7 +13,7 @@ import os
 import shutil
 import statistics
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -21,8 +21,8 @@ from typing import Any
 
 from django.db.models import Q
 
-from checks.presentation import CertificateChart, presented
-from portal.runs.models import Measurement, Series
+from checks.presentation import CertificateChart, presentation_of, presented
+from portal.runs.models import CheckResult, Measurement, Scope, Series
 from portal.runs.packing import unpack, unpack_pair
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiln-kaleido")
 class Chart:
     title: str
     svg: bytes
+    section: int | None = None  # the result id of the certificate section it belongs to (sections.py)
 
 
 def _setting(name: str, default: str) -> str:
@@ -68,7 +69,7 @@ def _stop() -> None:
         pass
 
 
-def _export(figures: list[tuple[str, Any]]) -> list[Chart]:
+def _export(figures: list[tuple[str, Any]], sections: list[int | None] | None = None) -> list[Chart]:
     global _server_started
     import kaleido
 
@@ -78,9 +79,10 @@ def _export(figures: list[tuple[str, Any]]) -> list[Chart]:
             kaleido.start_sync_server(silence_warnings=True)
             _server_started = True
             atexit.register(_stop)
+        owners = sections or [None] * len(figures)
         return [
-            Chart(title, kaleido.calc_fig_sync(fig, opts={"format": "svg", "width": 900, "height": 360}))
-            for title, fig in figures
+            Chart(title, kaleido.calc_fig_sync(fig, opts={"format": "svg", "width": 900, "height": 360}), owner)
+            for (title, fig), owner in zip(figures, owners, strict=True)
         ]
 
 
@@ -117,6 +119,41 @@ def figures_build(*, result_ids: list[int], items: list[dict[str, Any]]) -> list
 
 
 _PACKED = ("x_packed", "y_packed", "view_packed")
+
+
+def _capacity_figures(result: CheckResult) -> list[tuple[str, dict[str, Any]]]:
+    from portal.charts.figures.capacity import cluster_power_figure, phase_figure
+    from portal.charts.selectors.capacity import capacity_data
+
+    data = capacity_data(result=result, cluster=result.run.cluster)
+    built = [("Cluster power during the soak, with the UPS", cluster_power_figure(data)),
+             ("Peak current per PDU phase, with 80% of its breaker", phase_figure(data))]  # fmt: skip
+    return [(title, figure) for title, figure in built if figure is not None]
+
+
+# Chart family -> the static figures of one result in its certificate section (checks/presentation.py
+# CertificateSection.figures): the family's own builders (portal/charts/figures).
+SECTION_FIGURES: dict[str, Callable[[CheckResult], list[tuple[str, dict[str, Any]]]]] = {
+    "capacity": _capacity_figures,
+}
+
+
+def section_figures_build(*, result_ids: list[int]) -> list[tuple[int, str, Any]]:
+    """(result id, title, figure) for each cited group result whose kind declares a certificate section
+    with figures, drawn by its chart family. One query for the results, then the family's reads per
+    sectioned result (one soak per campaign, usually)."""
+    import plotly.graph_objects as go
+
+    kinds = [kind for kind, shown in presented() if shown.certificate_section and shown.certificate_section.figures]
+    results = CheckResult.objects.filter(pk__in=result_ids, scope=Scope.GROUP, kind__in=kinds)
+    out = []
+    for result in results.select_related("run__cluster").order_by("id"):
+        build = SECTION_FIGURES.get(presentation_of(result.kind).chart)
+        for title, figure in build(result) if build is not None else []:
+            fig = go.Figure(data=figure["data"], layout=figure["layout"])
+            fig.update_layout(title=None, template="plotly_white", margin={"l": 60, "r": 20, "t": 20, "b": 60})
+            out.append((result.pk, title, fig))
+    return out
 
 
 def _with_points(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -243,10 +280,13 @@ def charts_render(*, result_ids: list[int], items: list[dict[str, Any]]) -> tupl
         return [], "Charts were left out: no Chromium was found to render them (set BROWSER_PATH)."
     os.environ.setdefault("BROWSER_PATH", browser)
     figures = figures_build(result_ids=result_ids, items=items)
-    if not figures:
+    sectioned = section_figures_build(result_ids=result_ids)
+    if not figures and not sectioned:
         return [], "No chart: the cited checks recorded no curve to draw."
+    owners: list[int | None] = [None] * len(figures) + [owner for owner, _, _ in sectioned]
+    figures += [(title, fig) for _, title, fig in sectioned]
     timeout = float(_setting("KILN_CERT_CHART_TIMEOUT_S", "60"))
-    future = _pool.submit(_export, figures)
+    future = _pool.submit(_export, figures, owners)
     try:
         return future.result(timeout=timeout), ""
     except FutureTimeout:

@@ -3,7 +3,9 @@
 Built from the database only (no clock), so two approvers signing minutes apart see the same body
 digest unless the evidence itself changed. Format 3: per node a bounded summary and the SHA-256 of its
 detailed evidence (summary.py, evidence.py), read NODE_CHUNK nodes at a time, so the body grows by a
-few KiB per node and memory stays bounded; the evidence is exported and checked separately (export.py)."""
+few KiB per node and memory stays bounded; the evidence is exported and checked separately (export.py).
+A body may carry "sections" (sections.py): the subjects a cited group result judged apart from its
+nodes (racks, PDU phases, UPS, loops), with their verdicts."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from checks.presentation import presentation_of
-from portal.certificates import evidence, seal, summary
+from portal.certificates import evidence, seal, sections, summary
 from portal.certificates.models import CertificateVerdict
 from portal.certificates.selectors import CampaignState
 from portal.runs.models import Run, Scope
@@ -138,7 +140,7 @@ def body_build(*, state: CampaignState) -> dict[str, Any]:
     waivers = _waivers(state)
     starts = [r["started_at"] for r in runs_out if r["started_at"]]
     ends = [r["finished_at"] for r in runs_out if r["finished_at"]]
-    return {
+    body: dict[str, Any] = {
         "format": seal.FORMAT,
         "verdict": CertificateVerdict.PASS_WITH_WAIVERS if waivers else CertificateVerdict.PASS,
         "cluster": {
@@ -175,6 +177,11 @@ def body_build(*, state: CampaignState) -> dict[str, Any]:
             "checks": len(state.items),
         },
     }
+    # Only when a cited result has one: a body without sections is what it was before they existed.
+    found = sections.sections_build(result_ids=gathered.group_ids)
+    if found:
+        body["sections"] = found
+    return body
 
 
 def body_digest(body: dict[str, Any]) -> str:

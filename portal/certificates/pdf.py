@@ -37,12 +37,16 @@ def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict
     """The document, rendered in parts (the front matter, NODES_PER_PART nodes per part of each
     per-node table, the rest) whose page numbers carry on, joined into one PDF with the attachments.
     WeasyPrint lays out one part at a time: its memory is bounded by a part, not by the cluster."""
+    drawn = [(c.section, {"title": c.title, "src": "data:image/svg+xml;base64," + base64.b64encode(c.svg).decode()})
+             for c in charts]  # fmt: skip
     context = {
         **pdf_context(payload),
         "p": payload,
         "seal": seal_data,
-        "charts": [
-            {"title": c.title, "src": "data:image/svg+xml;base64," + base64.b64encode(c.svg).decode()} for c in charts
+        "charts": [chart for section, chart in drawn if section is None],
+        "sections": [
+            {**s, "charts": [chart for section, chart in drawn if section == s["result_id"]]}
+            for s in payload.get("sections") or ()
         ],
         "charts_note": charts_note,
         "signer": signer,

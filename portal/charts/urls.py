@@ -9,6 +9,7 @@ from portal.charts import views
 app_name = "charts"
 
 urlpatterns = [
+    path("clusters/<str:name>/capacity/", views.cluster_capacity, name="cluster_capacity"),
     path("results/<int:result_id>/charts/figure.json", views.result_figure, name="result_figure"),
     path("results/<int:result_id>/charts/ecc/", views.result_ecc, name="result_ecc"),
     path("results/<int:result_id>/series.csv", views.series_csv, name="series_csv"),

@@ -12,8 +12,9 @@ from django.shortcuts import get_object_or_404, render
 
 from checks.presentation import presented
 from portal.charts import figures, selectors
+from portal.inventory.models import Cluster
 from portal.roles import VIEWER
-from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run
+from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run
 from portal.views import role_required
 
 
@@ -219,3 +220,33 @@ def run_rack(request: HttpRequest, run_id: int) -> HttpResponse:
         metric=metric,
         empty="No nodes in this run.",
     )
+
+
+# Where the capacity page finds rack positions (room, row, position); the facility app's when it has them.
+RACK_POSITIONS: selectors.RackPositions = selectors.facility_rack_positions
+
+
+@role_required(VIEWER)
+def cluster_capacity(request: HttpRequest, name: str) -> HttpResponse:
+    """The cluster's power and cooling capacity from its latest finished soak, or ?result=ID (one of
+    this cluster's)."""
+    cluster = get_object_or_404(Cluster, name=name)
+    asked = request.GET.get("result", "")
+    if asked and not (asked.isdecimal() and len(asked) <= 18):  # an id, within a bigint
+        raise Http404("no such power and cooling result on this cluster")
+    try:
+        result = selectors.capacity_result(cluster=cluster, result_id=int(asked) if asked else None)
+    except CheckResult.DoesNotExist:
+        raise Http404("no such power and cooling result on this cluster") from None
+    data = selectors.capacity_data(result=result, cluster=cluster, positions=RACK_POSITIONS) if result else None
+    charts = figures.capacity_figures(data) if data else []
+    context = {
+        "cluster": cluster,
+        "data": data,
+        "charts": charts,
+        "drawn": [c["div"] for c in charts],
+        "choices": selectors.capacity_results(cluster=cluster) if data else [],
+        "plans": [] if data else selectors.capacity_plans(),
+        "colours": STATUS_COLOURS,
+    }
+    return render(request, "charts/capacity.html", context)

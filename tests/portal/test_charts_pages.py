@@ -449,6 +449,7 @@ def chart_urls(run: Run) -> list[str]:
         reverse("charts:run_nccl", args=[run.pk]) + "?check=nccl-allreduce",
         reverse("charts:run_distribution", args=[run.pk]),
         reverse("charts:run_rack", args=[run.pk]),
+        reverse("charts:cluster_capacity", args=[run.cluster.name]),
     ]
 
 

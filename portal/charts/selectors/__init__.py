@@ -16,6 +16,15 @@ from portal.charts.selectors.burn_in import (
     burn_in_result,
     slowdown_threshold,
 )
+from portal.charts.selectors.capacity import (
+    CapacityData,
+    RackPositions,
+    capacity_data,
+    capacity_plans,
+    capacity_result,
+    capacity_results,
+    facility_rack_positions,
+)
 from portal.charts.selectors.common import MAX_POINTS, MIN_DEVIATION, OUTLIER_Z, chart_kind, item_thresholds, robust_z
 from portal.charts.selectors.dlc import DlcData, dlc_result
 from portal.charts.selectors.ecc import ECC_COLUMNS, EccData, ecc_result
@@ -34,6 +43,8 @@ from portal.charts.selectors.nccl import Curve, NcclData, nccl_result, nccl_run
 from portal.charts.selectors.rack import UNRACKED, RackCell, RackData, node_results_url, node_statuses, run_rack
 
 __all__ = [
+    "CapacityData", "RackPositions", "capacity_data", "capacity_plans", "capacity_result", "capacity_results",
+    "facility_rack_positions",
     "BURN_METRICS", "ECC_COLUMNS", "MAX_POINTS", "MIN_DEVIATION", "OUTLIER_Z", "UNRACKED", "BurnInData", "Curve",
     "Distribution", "DlcData", "EccData", "FsData", "MetricChoice", "NcclData", "Point", "RackCell", "RackData",
     "RunChartLink", "ThrottleSpan", "Trace", "burn_in_result", "chart_kind", "dlc_result", "ecc_result",

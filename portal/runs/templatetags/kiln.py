@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django import template
 
@@ -38,3 +39,19 @@ def chart_family(kind: str) -> str:
     """The chart family a check kind declares (checks/presentation.py): which
     templates/charts/family/<family>.html shows its result; "" for none."""
     return presentation_of(kind).chart
+
+
+@register.filter
+def kw(watts: Any) -> str:
+    """12345.6 (W) -> '12.35 kW'; '' for no value (None, or a missing variable's '')."""
+    return f"{watts / 1000:.2f} kW" if _is_number(watts) else ""
+
+
+@register.filter
+def pct(fraction: Any) -> str:
+    """0.553 -> '55%'; '' for no value."""
+    return f"{fraction * 100:.0f}%" if _is_number(fraction) else ""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
