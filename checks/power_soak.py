@@ -48,6 +48,11 @@ from checks.presentation import CertificateSection, Presentation, SubjectKind
 from checks.sampling import JUDGED_CLOCK_REASONS, SAMPLING_LABEL
 
 
+# The probe refuses a --start-at more than 600 s ahead (a wrong clock); 10 s under it for the
+# commands' own transit.
+MAX_START_DELAY_S = 590.0
+
+
 @dataclass
 class PowerSoakParams:
     # Issue 13 item 3: 30 min by default (the steady window, the last quarter, is then 7.5 min);
@@ -124,7 +129,7 @@ class PowerSoak(FanOutCheck):
 
         p: PowerSoakParams = params
         burn = (p.gpu_burn_path, *(("-tc",) if p.use_tensor_cores else ()), str(p.duration_s))
-        argv = ("python3", "-", "--sample", f"{p.sample_interval_s:g}", "--node-power")
+        argv: tuple[str, ...] = ("python3", "-", "--sample", f"{p.sample_interval_s:g}", "--node-power")
         # The executor sets the common start; without one (a single node's command shown or
         # fuzzed on its own) the node starts at once.
         if group.start_at is not None:
@@ -136,7 +141,13 @@ class PowerSoak(FanOutCheck):
 
     def start_delay_s(self, params: Any, node_count: int) -> float:
         p: PowerSoakParams = params
-        return p.start_slack_s + p.start_per_node_s * node_count
+        delay = p.start_slack_s + p.start_per_node_s * node_count
+        if delay > MAX_START_DELAY_S:
+            raise ParamsError(
+                f"{node_count} nodes need a {delay:.0f} s start delay, over the probe's {MAX_START_DELAY_S:.0f} s "
+                "limit: soak fewer nodes at once (by rack), or lower start_per_node_s"
+            )
+        return delay
 
     def judge_fan_out(
         self,

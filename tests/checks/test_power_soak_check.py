@@ -236,3 +236,8 @@ def test_it_never_passes_one_node_hostile_output(name: str) -> None:
     _, verdict, _ = judge(Soak(), per_node=outputs)
     assert verdict.status == ERROR, (name, verdict.reason)
     assert verdict.node_verdicts["gpu06"].status == ERROR, verdict.node_verdicts["gpu06"].reason
+
+
+def test_it_refuses_more_nodes_than_one_soak_can_start() -> None:
+    with pytest.raises(ParamsError, match="soak fewer nodes at once"):
+        PowerSoak().start_delay_s(PowerSoakParams(), 5000)
