@@ -24,6 +24,7 @@ from checks.base import (
     GroupCheck,
     GroupContext,
     Measurement,
+    ParamsError,
     Series,
     Verdict,
     get_group_check,
@@ -99,16 +100,19 @@ def _execute_group_held(
     if isinstance(check, FanOutCheck):
         holding.label = f"{len(members)} nodes at once"
         holding.begin(result)
-        fanned = run_fan_out(
-            check=check,
-            params=params,
-            thresholds=thresholds,
-            run=run,
-            result=result,
-            members=members,
-            group=group,
-            holding=holding,
-        )
+        try:
+            fanned = run_fan_out(
+                check=check,
+                params=params,
+                thresholds=thresholds,
+                run=run,
+                result=result,
+                members=members,
+                group=group,
+                holding=holding,
+            )
+        except ParamsError as exc:  # e.g. more nodes than one soak can start
+            return _record_error(result, claim, Verdict(status=ERROR, reason=str(exc)))
         done = _GroupRun(fanned.outputs, fanned.measurements, fanned.verdict, fanned.attribution)
         return _record(result, claim, done, members, excluded, series=fanned.series)
     try:
