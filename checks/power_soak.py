@@ -47,7 +47,6 @@ from checks.power_soak_samples import FACILITY_READERS, Assembled, assemble, fac
 from checks.presentation import CertificateSection, Presentation, SubjectKind
 from checks.sampling import JUDGED_CLOCK_REASONS, SAMPLING_LABEL
 
-
 # The probe refuses a --start-at more than 600 s ahead (a wrong clock); 10 s under it for the
 # commands' own transit.
 MAX_START_DELAY_S = 590.0

@@ -33,8 +33,9 @@ from portal.inventory.models import Cluster
 DEMO_FACILITY_PORT = int(os.environ.get("KILN_DEMO_FACILITY_PORT", "8470"))
 DEMO_USER = "kiln-demo"
 # A simulated node under gpu_burn draws ~6.9 kW (testbed/sim/power.py). Per rack of 4 on 6 PSUs
-# spread over both PDUs' 3 phases: 4.6 kW = 21 A per phase at 230 V, under 80% of 32 A (25.6 A).
-BREAKER_A = 32.0
+# spread over both PDUs' 3 phases: 4.6 kW = 21 A per phase at 230 V, under 80% of 63 A (50.4 A);
+# one feed alone carries 3 x 230 V x 50.4 A x PF 0.95 = 33 kW, above the rack's 27.6 kW (failover).
+BREAKER_A = 63.0
 # 8 nodes x 6.9 kW = 55 kW at peak; a UPS must carry 120% of it (66 kW): 80 kW leaves margin.
 UPS_KW = 80.0
 # 4 x 6.9 kW per rack at peak, with room for the 10.2 kW profile maximum on one node.
