@@ -38,6 +38,7 @@ def _demo_user(username: str, full_name: str, *groups: str) -> User:
 
 def demo_certificate_issue(*, say: Callable[[str], None]) -> Certificate:
     """Run the demo plan on the demo cluster's in-scope nodes and issue its certificate."""
+    from portal.facility.demo import facility_served
     from portal.runs.groups import execute_run_inline
 
     if not (keys.key_dir() / keys.CURRENT).exists():
@@ -57,8 +58,9 @@ def demo_certificate_issue(*, say: Callable[[str], None]) -> Certificate:
         run = services.campaign_run_start(campaign=campaign, node_set="", user=operator, enqueue=False)
     say(f"campaign #{campaign.pk}: running {plan.slug} on {run.node_set} (about a minute and a half)")
     workers = 1 if connection.vendor == "sqlite" else 16  # SQLite has one writer at a time
-    execute_run_inline(run_id=run.pk, node_ids=list(run.results.values_list("node_id", flat=True).distinct()),
-                       max_workers=workers)  # fmt: skip
+    with facility_served():  # the plan's heat soak reads the demo's PDUs and CDU
+        execute_run_inline(run_id=run.pk, node_ids=list(run.results.values_list("node_id", flat=True).distinct()),
+                           max_workers=workers)  # fmt: skip
     _waive_demo03(campaign, vendor)
     services.certificate_sign(campaign=campaign, user=vendor)
     services.certificate_sign(campaign=campaign, user=customer)

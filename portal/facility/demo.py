@@ -9,9 +9,13 @@ sealed in its database (portal/facility/credentials.py) like any site's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +46,27 @@ UPS_KW = 80.0
 RACK_BUDGET_KW = 32.0
 # The loop takes 90% of the heat at this flow (testbed/sim/facility.py): ~50 kW, 10 K rise at 72 L/min.
 LOOP_FLOW_LPM = 80.0
+
+
+@contextlib.contextmanager
+def facility_served() -> Iterator[None]:
+    """The demo's facility service for the length of an inline run (kiln_demo --certificate), unless
+    one already listens on its port (scripts/up.sh's)."""
+    with contextlib.closing(socket.socket()) as probe:
+        probe.settimeout(0.5)
+        if probe.connect_ex(("127.0.0.1", DEMO_FACILITY_PORT)) == 0:
+            yield
+            return
+    from testbed.sim.redfish_facility import make_server
+
+    server = make_server(config_path(), config_path().parent / "nodes", "127.0.0.1", DEMO_FACILITY_PORT)
+    thread = threading.Thread(target=server.serve_forever, name="demo-facility", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def config_path() -> Path:

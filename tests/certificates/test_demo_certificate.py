@@ -43,3 +43,4 @@ def test_the_demo_certificate_verifies_with_kiln_verify_and_pdfsig(tmp_path: Pat
     assert "demo06" in text and "re-imaging" in text, "the out-of-scope node and its reason"
     assert "demo03" in text and "RMA" in text, "the waived node and its justification"
     assert "Vera Vendor" in text and "Carl Customer" in text
+    assert "Power and cooling" in text, "the demo acceptance's heat soak is certified"

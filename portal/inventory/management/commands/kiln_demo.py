@@ -15,7 +15,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from portal.catalog.services import fast_plan_ensure
+from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+from portal.catalog.services import FAST_PARAMS, fast_plan_ensure
 from portal.facility.demo import demo_facility_ensure
 from portal.inventory.models import Cluster, Node
 from testbed.sim import build_simulator, node_env, write_state
@@ -30,6 +31,16 @@ DEMO_FAULTS: dict[str, dict[str, Any]] = {
 DEMO_DRIVER = "550.54.15"
 # Two racks of four (the capacity page's floor plan and the heat soak's racks, PDUs, UPS and loop).
 DEMO_RACKS = {"R01": DEMO_NODES[:4], "R02": DEMO_NODES[4:]}
+
+
+def _with_soak(plan: TestPlan) -> None:
+    """The demo's acceptance ends with the heat soak, so its certificate has a power and cooling
+    section (the demo's facility service answers for its PDUs and CDU)."""
+    last = plan.items.order_by("-order").values_list("order", flat=True).first() or 0
+    soak = CheckDefinition.objects.get(slug="power-soak")
+    TestPlanItem.objects.create(
+        plan=plan, check_definition=soak, order=last + 1, param_overrides=FAST_PARAMS["power-soak"]
+    )
 
 
 class Command(BaseCommand):
@@ -83,7 +94,7 @@ class Command(BaseCommand):
                     },
                 )
             demo_facility_ensure(cluster=cluster, racks=DEMO_RACKS)
-        fast_plan_ensure(slug="demo-acceptance", name="Acceptance (demo speed)")
+        _with_soak(fast_plan_ensure(slug="demo-acceptance", name="Acceptance (demo speed)"))
         fast_plan_ensure(slug="demo-power-cooling", name="Power and cooling (demo speed)", source="power-cooling")
         what = "created" if created else "refreshed"
         fault_text = (
