@@ -172,6 +172,11 @@ def _latest_per_node(campaign: Campaign, by_name: dict[str, Node]) -> dict[tuple
             latest[(row["node_id"], row["item_key"])] = row
             continue
         attribution = row["attribution"] or {}
+        # A group that failed with no node to blame (a PDU phase, a UPS, a loop of the heat soak) is
+        # open on every node it spanned, as an unattributed group result is: never a quiet PASS.
+        blamed = any((v or {}).get("status") in (Status.FAIL, Status.ERROR) for v in attribution.values())
+        if row["status"] not in ACCEPTED and not blamed:
+            attribution = {}
         for hostname in NodeSet(row["node_set"] or ""):
             node = by_name.get(hostname)
             if node is None:
