@@ -33,8 +33,6 @@ from portal.facility.services import (
 )
 from portal.inventory.models import Cluster
 
-# The port scripts/up.sh serves the demo's facility on (KILN_DEMO_FACILITY_PORT overrides both).
-DEMO_FACILITY_PORT = int(os.environ.get("KILN_DEMO_FACILITY_PORT", "8470"))
 DEMO_USER = "kiln-demo"
 # A simulated node under gpu_burn draws ~6.9 kW (testbed/sim/power.py). Per rack of 4 on 6 PSUs
 # spread over both PDUs' 3 phases: 4.6 kW = 21 A per phase at 230 V, under 80% of 63 A (50.4 A);
@@ -54,12 +52,12 @@ def facility_served() -> Iterator[None]:
     one already listens on its port (scripts/up.sh's)."""
     with contextlib.closing(socket.socket()) as probe:
         probe.settimeout(0.5)
-        if probe.connect_ex(("127.0.0.1", DEMO_FACILITY_PORT)) == 0:
+        if probe.connect_ex(("127.0.0.1", settings.KILN_DEMO_FACILITY_PORT)) == 0:
             yield
             return
     from testbed.sim.redfish_facility import make_server
 
-    server = make_server(config_path(), config_path().parent / "nodes", "127.0.0.1", DEMO_FACILITY_PORT)
+    server = make_server(config_path(), config_path().parent / "nodes", "127.0.0.1", settings.KILN_DEMO_FACILITY_PORT)
     thread = threading.Thread(target=server.serve_forever, name="demo-facility", daemon=True)
     thread.start()
     try:
@@ -98,7 +96,7 @@ def _write_private(path: Path, text: str) -> None:
 def demo_facility_ensure(*, cluster: Cluster, racks: dict[str, list[str]]) -> None:
     """Create or refresh the demo's facility model and the service config that matches it."""
     password = secrets.token_urlsafe(18)
-    base = f"http://127.0.0.1:{DEMO_FACILITY_PORT}/redfish/v1"
+    base = f"http://127.0.0.1:{settings.KILN_DEMO_FACILITY_PORT}/redfish/v1"
     credential = CredentialChange(username=DEMO_USER, password=password)
     saved = []
     for position, name in enumerate(racks):

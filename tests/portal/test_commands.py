@@ -255,7 +255,7 @@ def test_it_runs_the_demo_inline_and_prints_json(demo_settings, monkeypatch) -> 
 
 def test_it_lists_the_known_plans_for_an_unknown_plan(demo_settings) -> None:
     Cluster.objects.create(name="demo", transport="local")
-    with pytest.raises(CommandError, match="no plan 'nope'; known plans: acceptance, quick"):
+    with pytest.raises(CommandError, match="no plan 'nope'; known plans: acceptance, power-cooling, quick"):
         run("kiln_run", "demo", "nope")
     with pytest.raises(CommandError, match="no cluster named 'ghost'"):
         run("kiln_run", "ghost", "quick")
