@@ -22,6 +22,7 @@ the node's commands took.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import connection, connections
+from django.db import InterfaceError, OperationalError, connection, connections
 
 if TYPE_CHECKING:
     from dj_database_url import DBConfig  # the type of one DATABASES entry (portal/settings.py)
@@ -48,6 +49,8 @@ def _gate(size: int) -> threading.BoundedSemaphore:
             gate = _gates[size] = threading.BoundedSemaphore(size)
         return gate
 
+
+logger = logging.getLogger(__name__)
 
 WORKER_APPLICATION_NAME = "kiln-worker"
 # Seconds a thread waits for one of the pool's connections before its phase fails: phases take
@@ -102,10 +105,16 @@ def connect_checked() -> None:
     if connection.in_atomic_block:
         return
     for _ in range(CHECKED_CONNECT_TRIES - 1):
-        connection.ensure_connection()
-        if connection.is_usable():
-            return
-        connection.close()  # back to the pool, which discards it and opens a replacement
+        try:
+            connection.ensure_connection()
+            if connection.is_usable():
+                return
+        except (OperationalError, InterfaceError) as exc:  # dropped while it was being handed out
+            logger.info("database connection unusable at checkout (%s); trying another", exc)
+        try:
+            connection.close()  # back to the pool, which discards it and opens a replacement
+        except (OperationalError, InterfaceError):
+            connection.connection = None  # already gone: nothing to hand back
         pool = getattr(connection, "pool", None)
         if pool is not None:
             pool.check()  # the other idle connections died with it: replace them now, not one per try

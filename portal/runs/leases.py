@@ -15,6 +15,7 @@ and reports its process group (worker/procgroup.py); the execution code itself i
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -35,6 +36,7 @@ from django.utils import timezone
 
 from checks.base import Command, CommandOutput
 from portal.runs import events
+from portal.runs.dbretry import db_retry
 from portal.runs.models import CheckResult, Status
 from worker.db import db_phase
 from worker.procgroup import stop_group, tag_for
@@ -480,11 +482,20 @@ def stop_taken_over(*, transport: Transport, results: list[CheckResult], label: 
         except (TransportError, RuntimeError) as exc:
             logger.warning("%s: could not stop the previous attempt of result %s: %s", label, result.pk, exc)
             continue
-        CheckResult.objects.filter(pk=result.pk, remote_pgid=pgid).update(remote_pgid=None)
-        if outcome != "gone":
-            events.run_event_add(
-                run_id=result.run_id,
-                kind=events.PROCESSES_STOPPED,
-                message=f"{result.item_key} on {label}: the previous attempt's process group {pgid} {outcome} "
-                "before the check ran again",
+        message = (
+            f"{result.item_key} on {label}: the previous attempt's process group {pgid} {outcome} "
+            "before the check ran again"
+            if outcome != "gone"
+            else ""
+        )
+        with db_phase("record"):
+            db_retry(
+                functools.partial(_note_stopped, result=result, pgid=pgid, message=message),
+                what=f"noting the stop of result {result.pk}'s previous attempt",
             )
+
+
+def _note_stopped(_attempt: int, *, result: CheckResult, pgid: int, message: str) -> None:
+    CheckResult.objects.filter(pk=result.pk, remote_pgid=pgid).update(remote_pgid=None)
+    if message:
+        events.run_event_add(run_id=result.run_id, kind=events.PROCESSES_STOPPED, message=message)

@@ -40,7 +40,7 @@ def test_it_retries_across_lost_connections_with_a_growing_back_off(monkeypatch)
 
     assert dbretry.db_retry(write, what="test", sleep=slept.append) == "written"
     assert write.attempts == [1, 2, 3, 4, 5]
-    assert slept == [0.5, 1.0, 2.0, 4.0]
+    assert slept == [0.5, 1.0, 2.0, 2.0]  # doubling, capped at MAX_DELAY_S
     assert closed == [True] * 4  # each retry on a fresh connection,
     assert checked == [True] * 4  # checked to answer before the write is tried again
 
@@ -52,16 +52,26 @@ def test_it_retries_an_interface_error_too(monkeypatch) -> None:
     assert dbretry.db_retry(write, what="test", sleep=lambda s: None) == "written"
 
 
-def test_it_gives_up_after_the_last_attempt(monkeypatch) -> None:
+def test_it_gives_up_once_its_waits_would_pass_the_window(monkeypatch) -> None:
     monkeypatch.setattr(connection, "close", lambda: None)
     monkeypatch.setattr(dbretry, "connect_checked", lambda: None)
     slept: list[float] = []
-    write = Flaky(failures=10)
+    write = Flaky(failures=1000)
 
     with pytest.raises(OperationalError):
         dbretry.db_retry(write, what="test", sleep=slept.append)
-    assert len(write.attempts) == dbretry.RETRY_ATTEMPTS
-    assert sum(slept) == 0.5 + 1 + 2 + 4 + 8  # the documented 15.5 s
+    assert sum(slept) <= dbretry.RETRY_WINDOW_S < sum(slept) + dbretry.MAX_DELAY_S
+    assert len(write.attempts) == len(slept) + 1 == 17  # 0.5 + 1 + 14 x 2 = 29.5 s of waiting
+
+
+def test_a_database_that_keeps_dropping_writes_mid_try_is_outlasted(monkeypatch) -> None:
+    """Killed mid-write ten times in a row (a database dropping every connection for a while):
+    a fixed handful of tries would have given up; the window does not."""
+    monkeypatch.setattr(connection, "close", lambda: None)
+    monkeypatch.setattr(dbretry, "connect_checked", lambda: None)
+    write = Flaky(failures=10)
+    assert dbretry.db_retry(write, what="test", sleep=lambda s: None) == "written"
+    assert len(write.attempts) == 11
 
 
 def test_it_does_not_retry_other_database_errors(monkeypatch) -> None:
