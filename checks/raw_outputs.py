@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from checks.base import Command, CommandOutput
 from checks.dcgm import DCGMI_LABEL
 from checks.filesystem import FIO_LABEL
+from checks.gpu_config import CMDLINE_LABEL, LSPCI_LABEL, QUERY_LABEL
 from checks.links import NVLINK_LABEL
 from checks.nccl import NCCL_LABEL
 from checks.power_readings import POWER_KINDS
@@ -103,6 +104,23 @@ RAW_JUDGES: dict[str, RawJudge] = {
         "dlc_temperature",
         _labelled(SENSORS_REDFISH_LABEL),
         "dlc_temperature also needs the probe's idle and load GPU temperature sampling",
+    ),
+    "nvidia_smi_q": RawJudge(
+        "gpu_config", _labelled(QUERY_LABEL), "gpu_config also needs the kernel command line (and lspci, systemctl)"
+    ),
+    "nvidia_smi_fabric": RawJudge(
+        "gpu_config", _labelled(QUERY_LABEL), "gpu_config reads the whole nvidia-smi -q, the kernel command line, lspci"
+    ),
+    "lspci_acs": RawJudge(
+        "gpu_config", _labelled(LSPCI_LABEL), "gpu_config also needs nvidia-smi -q and the kernel command line"
+    ),
+    "kernel_cmdline": RawJudge(
+        "gpu_config", _labelled(CMDLINE_LABEL), "gpu_config also needs nvidia-smi -q (and lspci)"
+    ),
+    "fabricmanager_log": RawJudge(
+        "gpu_config",
+        _labelled("fabricmanager.log"),
+        "gpu_config does not read the fabric manager log: parsed, not judged",
     ),
 }
 

@@ -65,6 +65,11 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "GPU power limit",
         "Each GPU's enforced power limit is at least its rated board power (no leftover cap).",
     ),
+    "gpu-config": (
+        "gpu_config",
+        "GPU node configuration",
+        "Persistence, MIG, application clocks, NVSwitch fabric and fabric manager, PCIe ACS off and IOMMU mode.",
+    ),
 }
 
 # Plan slug -> (name, description, [(check slug, param overrides)]) in order. `quick` holds the

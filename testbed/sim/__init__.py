@@ -22,6 +22,13 @@ Faults (GPU values are physical slots, "3" or a list "1,5"):
     with LIBRARY_NOT_FOUND; nvidia-smi works)  delay_ms=N (a slow, healthy node: nvmlInit and
     nvidia-smi take N ms)  flood_mb=N (nvidia-smi prints N MiB of binary junk instead of its
     answer: byte i of the stream is i % 256, NUL and non-UTF-8 included; NVML is unaffected)
+Node configuration (nvidia-smi -q and -q -x alike; tools/systemctl, tools/lspci, tools/cat):
+    persistence_off_gpu  mig_gpu (MIG Enabled)  app_clocks_low_gpu (+ app_clock_mhz=1410: the
+    graphics applications clock below its default)  fabric_manager_down=1 (nvidia-fabricmanager
+    failed; every GPU's Fabric State "In Progress", Status "N/A")  acs_on=1 (ACSCtl SrcValid+
+    ReqRedir+ CmpltRedir+ on the PCIe switch port above GPU 0)  lspci_denied=1 (lspci as a user
+    other than root: "Capabilities: <access denied>")  cmdline=LINE (what `cat /proc/cmdline`
+    prints; default: a healthy line with intel_iommu=on iommu=pt)
 Other tools' keys are listed in FAULT_KEYS below and in each tool's docstring (testbed/sim/tools/).
 
 Power (testbed/sim/power.py, one model for every reader): a node draws its GPUs' power as NVML
@@ -67,6 +74,9 @@ TOOLS_DIR = SIM_DIR / "tools"
 # The node power model (power.py), installed into bin/ under this name for the tools that import it.
 POWER_SOURCE = SIM_DIR / "power.py"
 POWER_MODULE = "kiln_sim_power.py"
+# The text form of `nvidia-smi -q` (nvsmi_text.py), installed beside nvidia-smi under this name.
+NVSMI_TEXT_SOURCE = SIM_DIR / "nvsmi_text.py"
+NVSMI_TEXT_MODULE = "kiln_sim_nvsmi_text.py"
 LIB_NAME = "libnvidia-ml.so.1"
 
 # Written explicitly into every state file so that the file documents the whole node.
@@ -140,6 +150,18 @@ FAULT_KEYS: frozenset[str] = frozenset(
         "dcmi_deactivated",
         "dcmi_hang",
         "dcmi_garbage",
+        # GPU node configuration (gpu_config: nvidia-smi -q / -q -x, systemctl, lspci, cat): persistence
+        # off, MIG on, applications clocks held low (at app_clock_mhz) on a GPU; the fabric manager
+        # failed (and every GPU's fabric registration stuck In Progress); ACS on the switch port
+        # above GPU 0; lspci run without root; the kernel command line.
+        "persistence_off_gpu",
+        "mig_gpu",
+        "app_clocks_low_gpu",
+        "app_clock_mhz",
+        "fabric_manager_down",
+        "acs_on",
+        "lspci_denied",
+        "cmdline",
     }
 )
 KNOWN_KEYS: frozenset[str] = frozenset(DEFAULTS) | FAULT_KEYS | {"node", "uuid_seed"}
@@ -195,10 +217,12 @@ def build_simulator(dest: Path) -> SimPaths:
         os.replace(tmp_name, lib)
 
     # nvidia-smi, then every simulated tool in tools/ (all_reduce_perf, gpu_burn, fio, ibstat, ...),
-    # then the power model they share (ipmitool, nvidia-smi), as a plain module beside them.
+    # then the power model they share (ipmitool, nvidia-smi) and the text form of nvidia-smi -q, as plain
+    # modules beside them.
     tools = sorted(p for p in TOOLS_DIR.iterdir() if p.is_file() and not p.name.startswith("."))
     installs = [(NVIDIA_SMI_SOURCE, NVIDIA_SMI_SOURCE.name, 0o755), *((p, p.name, 0o755) for p in tools)]
     installs.append((POWER_SOURCE, POWER_MODULE, 0o644))
+    installs.append((NVSMI_TEXT_SOURCE, NVSMI_TEXT_MODULE, 0o644))
     for source, name, mode in installs:
         target = bin_dir / name
         if _up_to_date(target, source):
