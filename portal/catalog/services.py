@@ -65,6 +65,12 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "GPU power limit",
         "Each GPU's enforced power limit is at least its rated board power (no leftover cap).",
     ),
+    "topology": (
+        "topology",
+        "GPU-NIC topology",
+        "Each GPU's nearest NIC on the PCIe tree (nvidia-smi topo -m) within the allowed link; "
+        "the odd node out is flagged.",
+    ),
 }
 
 # Plan slug -> (name, description, [(check slug, param overrides)]) in order. `quick` holds the

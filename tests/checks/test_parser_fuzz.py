@@ -41,6 +41,7 @@ FIXTURE_GLOBS: dict[str, tuple[str, ...]] = {
     "ipmitool_sdr": ("ipmitool/*.txt",),
     "ipmitool_sdr_power": ("ipmitool-dcmi/sdr-*.txt", "power/sdr_*.txt"),
     "nccl": ("nccl-tests/*_perf_*.txt",),
+    "nvidia_smi_topo": ("nvidia-smi-topo/*.txt",),
     "nvidia_smi_xml": ("nvidia-smi/*.xml",),
     "nvlink_status": ("nvidia-smi/nvsmi_nvlink_status_*.txt",),
     "nvsmi_page_retirement": ("nvidia-smi/nvsmi_q_page_retirement_*.txt",),
