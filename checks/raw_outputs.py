@@ -25,6 +25,7 @@ from checks.power_readings import POWER_KINDS
 from checks.probe_check import PROBE_LABEL
 from checks.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA
 from checks.thermal import SENSORS
+from checks.topology import TOPO_LABEL
 from checks.xid import KERNEL_LOG_LABEL, KERNEL_LOG_MARK
 
 IBSTAT_LABEL = "ibstat"  # checks/infiniband.py IbPorts.commands
@@ -92,6 +93,7 @@ RAW_JUDGES: dict[str, RawJudge] = {
     "nvlink_status": RawJudge(
         "gpu_links", _labelled(NVLINK_LABEL), "gpu_links also needs the probe's PCIe and NVLink facts"
     ),
+    "nvidia_smi_topo": RawJudge("topology", _labelled(TOPO_LABEL)),
     "nvsmi_page_retirement": RawJudge(
         "ecc_health", _labelled(PROBE_LABEL), "ecc_health reads page retirement from the probe JSON, not this text"
     ),

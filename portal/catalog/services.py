@@ -70,6 +70,12 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "GPU node configuration",
         "Persistence, MIG, application clocks, NVSwitch fabric and fabric manager, PCIe ACS off and IOMMU mode.",
     ),
+    "topology": (
+        "topology",
+        "GPU-NIC topology",
+        "Each GPU's nearest NIC on the PCIe tree (nvidia-smi topo -m) within the allowed link; "
+        "the odd node out is flagged.",
+    ),
 }
 
 # Plan slug -> (name, description, [(check slug, param overrides)]) in order. `quick` holds the

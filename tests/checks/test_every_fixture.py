@@ -40,6 +40,7 @@ KINDS: dict[str, str] = {
     "power/redfish_power_*.json": "redfish_power",
     "nccl-tests/*_perf_*.txt": "nccl",
     "nvidia-smi/*.xml": "nvidia_smi_xml",
+    "nvidia-smi-topo/*.txt": "nvidia_smi_topo",
     "nvidia-smi/nvsmi_nvlink_status_*.txt": "nvlink_status",
     "nvidia-smi/nvsmi_q_page_retirement_*.txt": "nvsmi_page_retirement",
     "nvidia-smi-fabric/nvidia-smi-q-*.txt": "nvidia_smi_fabric",

@@ -46,6 +46,7 @@ FIXTURE_GLOBS: dict[str, tuple[str, ...]] = {
     "nccl": ("nccl-tests/*_perf_*.txt",),
     "nvidia_smi_fabric": ("nvidia-smi-fabric/nvidia-smi-q-*.txt",),
     "nvidia_smi_q": ("nvidia-smi-fabric/nvidia-smi-q-h100x8-*.txt",),
+    "nvidia_smi_topo": ("nvidia-smi-topo/*.txt",),
     "nvidia_smi_xml": ("nvidia-smi/*.xml",),
     "nvlink_status": ("nvidia-smi/nvsmi_nvlink_status_*.txt",),
     "nvsmi_page_retirement": ("nvidia-smi/nvsmi_q_page_retirement_*.txt",),
