@@ -26,6 +26,7 @@ mlx5_0 NODE differs from 7 of 8 nodes (mlx5_3 PIX)"), thresholds or not.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -196,12 +197,8 @@ class GpuNicTopology(Check):
         findings: list[Finding] = []
         for gpu in gpus:
             findings += _judge_gpu(gpu, nearest.get(gpu), pairs[gpu], need, t)
-        types = sorted({m.text for m in nearest.values() if m.text}, key=lambda x: (link_rank(x) or 0, x))
-        nics = int(count.value)
-        summary = f"{len(gpus)} GPUs, {nics} NIC{'s' if nics != 1 else ''}: each GPU's nearest NIC is {'/'.join(types)}"
-        if t.max_gpu_nic_link:
-            summary += f", within {t.max_gpu_nic_link}"
-        else:
+        summary = _summary(len(gpus), int(count.value), nearest.values(), t)
+        if not t.max_gpu_nic_link:
             findings.append(Finding(WARN, f"{summary}; GPU-NIC links not judged (no max_gpu_nic_link set)"))
         if not findings:
             findings.append(Finding(PASS, summary))
@@ -211,6 +208,12 @@ class GpuNicTopology(Check):
     def consensus(cls, per_node: dict[str, list[Measurement]]) -> dict[str, str]:
         facts = {host: topology_facts(measurements) for host, measurements in per_node.items()}
         return inventory_consensus({host: f for host, f in facts.items() if f})
+
+
+def _summary(gpus: int, nics: int, nearest: Iterable[Measurement], t: TopologyThresholds) -> str:
+    types = sorted({m.text for m in nearest if m.text}, key=lambda x: (link_rank(x) or 0, x))
+    summary = f"{gpus} GPUs, {nics} NIC{'s' if nics != 1 else ''}: each GPU's nearest NIC is {'/'.join(types)}"
+    return summary + (f", within {t.max_gpu_nic_link}" if t.max_gpu_nic_link else "")
 
 
 def _allowed(link: str) -> str:
