@@ -1,4 +1,5 @@
 """NCCL collectives with nccl-tests (`all_reduce_perf`): one node, and across nodes from a launcher.
+`NcclGroupCheck` runs any nccl-tests program across nodes; all-to-all is checks/nccl_alltoall.py.
 
 Evidence is the nccl-tests table, read by checks/nccl_tests.py (every 2.x format, `NCCL INFO` /
 `NCCL version` lines mixed in): one row per message size with out-of-place and in-place
@@ -137,7 +138,12 @@ def _test_output(outputs: list[CommandOutput]) -> CommandOutput:
 
 
 class _NcclBase(Check):
-    """What both NCCL checks share: parse, series, failure description, judging one report."""
+    """What the NCCL checks share: parse, series, failure description, judging one report.
+    `collective` names the nccl-tests program a check runs and the only output it judges."""
+
+    collective: ClassVar[str] = "all_reduce"
+    # The threshold that sets the busbw floor, named where a run was not judged for want of one.
+    floor_threshold: ClassVar[str] = "min_busbw_gbps"
 
     # all_reduce_perf exits 1 when it found wrong values, or when NCCL_TESTS_MIN_BW is set and the
     # average is below it (nccl-tests common.cu: exit(EXIT_FAILURE)). Those are findings, not a
@@ -166,13 +172,18 @@ class _NcclBase(Check):
             report = None
         judged_bad = report is not None and (report.out_of_bounds_failed or report.avg_failed)
         if out.exit_code != 0 and not (report and report.complete and judged_bad):
-            raise EvidenceError(f"{NCCL_LABEL} exited {out.exit_code}: {self.describe_failure(out)}")
+            raise EvidenceError(f"{self.program()} exited {out.exit_code}: {self.describe_failure(out)}")
         assert report is not None  # exit 0 parsed, or exit 1 with a complete FAILED run
         if report.failures:
-            raise EvidenceError(f"{NCCL_LABEL} crashed: {report.failures[0][:300]}")
+            raise EvidenceError(f"{self.program()} crashed: {report.failures[0][:300]}")
         report_problems(report)  # "output incomplete" / "impossible evidence: ..." -> error
         collective = collective_of(out.command.argv)
         return measurements_from(report, peak_min_bytes=_peak_floor(outputs), collective=collective)
+
+    @classmethod
+    def program(cls) -> str:
+        """'all_reduce_perf': the nccl-tests program of `collective`, and its commands' label."""
+        return f"{cls.collective}_perf"
 
     def series(self, outputs: list[CommandOutput]) -> list[Series]:
         out = _test_output(outputs)
@@ -186,16 +197,19 @@ class _NcclBase(Check):
         why = launcher_error(output.stderr + "\n" + output.stdout)
         return why or super().describe_failure(output)
 
-    def judge(self, measurements: list[Measurement], t: NcclThresholds, *, where: str) -> list[Finding]:
+    def judge(
+        self, measurements: list[Measurement], t: NcclThresholds, *, where: str, floor_note: str = ""
+    ) -> list[Finding]:
         """Findings on one report: collective, correctness, peak bandwidth. `where` ends reasons
-        on a group (" across gpu01, gpu02"); '' on one node."""
+        on a group (" across gpu01, gpu02"); '' on one node. `floor_note` says how the floor was
+        derived ("35 GB/s per GPU x 2/1 for 2 nodes"); '' when it is the threshold as set."""
         facts = {m.name: m for m in measurements}
         findings: list[Finding] = []
         collective = facts.get("collective")
         names = [collective.labels.get("table", ""), collective.text] if collective else []
-        other = next((n for n in names if n and n != "all_reduce"), "")
+        other = next((n for n in names if n and n != self.collective), "")
         if other:
-            findings.append(Finding(ERROR, f"the output is from {other}_perf, not all_reduce_perf"))
+            findings.append(Finding(ERROR, f"the output is from {other}_perf, not {self.program()}"))
 
         wrong = facts.get("wrong")
         if t.max_wrong is not None:
@@ -219,15 +233,18 @@ class _NcclBase(Check):
         size = format_size(float(busbw.labels.get("size", "0")))
         if t.min_busbw_gbps is None:
             # Recorded, not judged: a bandwidth with no floor is never a bare pass.
-            reason = f"busbw {_gbps(busbw.value)} GB/s at {size}: not judged (no min_busbw_gbps floor set){where}"
+            unset = f"not judged (no {self.floor_threshold} floor set)"
+            reason = f"busbw {_gbps(busbw.value)} GB/s at {size}: {unset}{where}"
             findings.append(Finding(WARN, reason))
             return findings
         busbw.threshold, busbw.ok = f">= {t.min_busbw_gbps:g}", busbw.value >= t.min_busbw_gbps
         if busbw.ok:
-            reason = f"busbw {_gbps(busbw.value)} GB/s at {size} (floor {t.min_busbw_gbps:g} GB/s){where}"
+            how = f": {floor_note}" if floor_note else ""
+            reason = f"busbw {_gbps(busbw.value)} GB/s at {size} (floor {t.min_busbw_gbps:g} GB/s{how}){where}"
             findings.append(Finding(PASS, reason))
         else:
-            reason = f"busbw {_gbps(busbw.value)} GB/s at {size} below the {t.min_busbw_gbps:g} GB/s floor{where}"
+            how = f" ({floor_note})" if floor_note else ""
+            reason = f"busbw {_gbps(busbw.value)} GB/s at {size} below the {t.min_busbw_gbps:g} GB/s floor{how}{where}"
             findings.append(Finding(FAIL, reason))
         return findings
 
@@ -280,7 +297,7 @@ class NcclAllReduce(_NcclBase):
         gpus = p.gpus or node.expected_gpus or 8
         argv = (p.binary, *_test_args(p, gpus))
         env = {PEAK_ENV: str(parse_size(p.peak_min_bytes))}
-        return [Command(argv=argv, timeout=float(p.timeout_s), env=env, label=NCCL_LABEL)]
+        return [Command(argv=argv, timeout=float(p.timeout_s), env=env, label=self.program())]
 
     def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
         t: NcclThresholds = thresholds
@@ -312,30 +329,13 @@ def hostfile_path(tag: str) -> str:
     return f"/tmp/kiln-nccl-{_TAG_SAFE.sub('_', tag)[:80]}.hostfile"
 
 
-@register
-class NcclAllReduceMulti(GroupCheck, _NcclBase):
-    key: ClassVar[str] = "nccl_allreduce_multi"
-    name: ClassVar[str] = "NCCL all-reduce (across nodes)"
-    description: ClassVar[str] = (
-        "nccl-tests all_reduce_perf across nodes from a launcher (mpirun with a hostfile, or srun), "
-        "one GPU per rank: inter-node bus bandwidth and zero wrong results; a slow group is bisected to the node."
-    )
+class NcclGroupCheck(GroupCheck, _NcclBase):
+    """An nccl-tests program across nodes from a launcher (mpirun with a hostfile, or srun), one GPU
+    per rank; one result for the group, a slow group bisected to the node (`pairwise`). Subclasses
+    set `collective`, the registry attributes and their thresholds."""
+
     Params: ClassVar[type] = NcclMultiParams
-    Thresholds: ClassVar[type] = NcclThresholds
     pairwise: ClassVar[bool] = True
-    presentation: ClassVar[Presentation] = Presentation(chart="nccl", rank=11, key_metrics=(BUSBW_KEY_METRIC,))
-    profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
-        # Conservative default; tune per site. 2-node all_reduce busbw is bound by the nodes' NICs:
-        # the GCP A3 Mega 2x8 H100 fixture (8x 200G GPUDirect-TCPXO) peaks at 338.8 GB/s at 8 GiB,
-        # and 8x 400G NDR H100 clusters publish ~330-390 GB/s (e.g. 330.9 on 4 nodes, Voltage Park
-        # benchmark). 300 passes those and fails a node running well below its rails' rate.
-        "H100-SXM-8": {"min_busbw_gbps": 300.0},
-        # Conservative default; tune per site: H200 HGX uses the same 8x 400G NDR / ConnectX-7 rails.
-        "H200-SXM-8": {"min_busbw_gbps": 300.0},
-        # Conservative default; tune per site: the Meta GCM pairwise 2x8 A100 fixture (8x 200G HDR)
-        # peaks at 182.8 GB/s at 1 GiB.
-        "A100-SXM-8": {"min_busbw_gbps": 150.0},
-    }
 
     def group_commands(self, params: Any, group: GroupContext) -> list[Command]:
         p: NcclMultiParams = params
@@ -348,20 +348,25 @@ class NcclAllReduceMulti(GroupCheck, _NcclBase):
         test = (p.binary, *_test_args(p, 1))
         if p.launcher == "srun":
             argv = ("srun", "-N", str(len(hosts)), f"--ntasks-per-node={gpus}", "-w", ",".join(hosts), *extra, *test)
-            return [Command(argv=argv, timeout=float(p.timeout_s), env=env, label=NCCL_LABEL)]
+            return [Command(argv=argv, timeout=float(p.timeout_s), env=env, label=self.program())]
         path = hostfile_path(group.tag)
         content = "".join(f"{host} slots={gpus}\n" for host in hosts)
         write = Command(
             argv=("sh", "-c", WRITE_HOSTFILE_SCRIPT, "sh", path), timeout=30.0, stdin=content, label=HOSTFILE_LABEL
         )
         run = ("mpirun", "--hostfile", path, "-np", str(len(hosts) * gpus), "--map-by", f"ppr:{gpus}:node", *extra)
-        return [write, Command(argv=(*run, *test), timeout=float(p.timeout_s), env=env, label=NCCL_LABEL)]
+        return [write, Command(argv=(*run, *test), timeout=float(p.timeout_s), env=env, label=self.program())]
+
+    def judged_thresholds(self, thresholds: Any, group: GroupContext) -> tuple[NcclThresholds, str]:
+        """The thresholds one run over `group` is judged on, and how its floor was derived ('' when
+        it is the threshold as set): the same for any number of nodes here."""
+        return thresholds, ""
 
     def timeout(self, params: Any) -> float:
         return sum(c.timeout for c in self.stand_in_commands(params))
 
     def evaluate_group(self, measurements: list[Measurement], thresholds: Any, group: GroupContext) -> GroupVerdict:
-        t: NcclThresholds = thresholds
+        t, floor_note = self.judged_thresholds(thresholds, group)
         hosts = group.hostnames
         where = f" across {_names(hosts)}"
         findings: list[Finding] = []
@@ -381,11 +386,35 @@ class NcclAllReduceMulti(GroupCheck, _NcclBase):
                 if not ranks.ok:
                     reason = f"ran {int(ranks.value)} ranks, expected {expected} (one per GPU){where}"
                     findings.append(Finding(ERROR, reason))
-        findings += self.judge(measurements, t, where=where)
+        findings += self.judge(measurements, t, where=where, floor_note=floor_note)
         verdict = Verdict.from_findings(findings, pass_reason=_pass_reason(measurements, t) + where)
         # One run over the whole group cannot say which node is slow: node_verdicts stays empty and
         # the executor's localisation by halves (checks/localise.py) names the node.
         return GroupVerdict(status=verdict.status, reason=verdict.reason, findings=verdict.findings)
+
+
+@register
+class NcclAllReduceMulti(NcclGroupCheck):
+    key: ClassVar[str] = "nccl_allreduce_multi"
+    name: ClassVar[str] = "NCCL all-reduce (across nodes)"
+    description: ClassVar[str] = (
+        "nccl-tests all_reduce_perf across nodes from a launcher (mpirun with a hostfile, or srun), "
+        "one GPU per rank: inter-node bus bandwidth and zero wrong results; a slow group is bisected to the node."
+    )
+    Thresholds: ClassVar[type] = NcclThresholds
+    presentation: ClassVar[Presentation] = Presentation(chart="nccl", rank=11, key_metrics=(BUSBW_KEY_METRIC,))
+    profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
+        # Conservative default; tune per site. 2-node all_reduce busbw is bound by the nodes' NICs:
+        # the GCP A3 Mega 2x8 H100 fixture (8x 200G GPUDirect-TCPXO) peaks at 338.8 GB/s at 8 GiB,
+        # and 8x 400G NDR H100 clusters publish ~330-390 GB/s (e.g. 330.9 on 4 nodes, Voltage Park
+        # benchmark). 300 passes those and fails a node running well below its rails' rate.
+        "H100-SXM-8": {"min_busbw_gbps": 300.0},
+        # Conservative default; tune per site: H200 HGX uses the same 8x 400G NDR / ConnectX-7 rails.
+        "H200-SXM-8": {"min_busbw_gbps": 300.0},
+        # Conservative default; tune per site: the Meta GCM pairwise 2x8 A100 fixture (8x 200G HDR)
+        # peaks at 182.8 GB/s at 1 GiB.
+        "A100-SXM-8": {"min_busbw_gbps": 150.0},
+    }
 
 
 def _common_gpus(group: GroupContext) -> int | None:

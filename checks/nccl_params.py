@@ -101,3 +101,26 @@ class NcclMultiParams:
             shlex.split(self.launcher_args)
         except ValueError as exc:
             raise ParamsError(f"param 'launcher_args': {exc}") from None
+
+
+@dataclass
+class NcclAlltoallParams(NcclMultiParams):
+    # The same sweep, launcher and limits as all-reduce across nodes; the program is alltoall_perf.
+    binary: str = "alltoall_perf"
+
+
+@dataclass
+class NcclAlltoallThresholds:
+    # The busbw floor of an all-to-all over many nodes, i.e. the network bandwidth each GPU must
+    # get (GB/s). An N-node run is judged against this x N/(N-1): with N nodes, 1/N of each GPU's
+    # data stays on its node, so busbw = N/(N-1) x the network bandwidth per GPU (nccl-tests issue
+    # #130, NCCL maintainer). None = not judged (generic hardware); profiles set it.
+    min_gpu_net_gbps: float | None = None
+    # As all-reduce: nccl-tests validates every result (-c 1); any wrong element is a broken collective.
+    max_wrong: int | None = 0
+
+    def __post_init__(self) -> None:
+        if self.min_gpu_net_gbps is not None and self.min_gpu_net_gbps < 0:
+            raise ParamsError(f"threshold 'min_gpu_net_gbps': must be >= 0 or None, got {self.min_gpu_net_gbps}")
+        if self.max_wrong is not None and self.max_wrong < 0:
+            raise ParamsError(f"threshold 'max_wrong': must be >= 0 or None, got {self.max_wrong}")

@@ -10,7 +10,8 @@ format is read, by the column names of the table's header:
   "# Collective test concluded: NAME_perf";
 - before 2.13 the leading columns depend on the collective (all_gather / sendrecv:
   `size count type`; broadcast / scatter / gather: `+ root`; all_reduce / reduce_scatter /
-  alltoall: `+ redop`; reduce: `+ redop root`), the last column of each placement is `error`,
+  alltoall: `+ redop`, left blank by alltoall, so its rows are one token short; reduce:
+  `+ redop root`), the last column of each placement is `error`,
   rank lines have no `Group`, and the footer may lack its leading '#'.
 
 What a complete run prints last is its summary, "# Out of bounds values : N OK|FAILED" and
@@ -196,6 +197,7 @@ _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(-?nan|[-+]?inf|[-+0-9.eE]+)\s
 _VERSION = re.compile(r"NCCL version\s+(\S+)")
 _SETTING = re.compile(r"(\w+):? (\d+)")
 _NAMED = re.compile(r"^#\s*Collective test (?:starting|concluded):\s*(\S+)")
+_NUMBER = re.compile(r"^[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?$")
 
 
 def collective_name(program: str) -> str:
@@ -315,9 +317,13 @@ def _header_line(report: NcclReport, line: str) -> None:
 
 
 def _row(tokens: list[str], layout: Layout) -> Row | None:
+    lead = layout.leading
+    blank = lead.get("redop")
+    if blank is not None and "root" not in lead and len(tokens) == layout.width - 1 and _NUMBER.match(tokens[blank]):
+        # Before 2.13 alltoall prints "" in its redop column (src/alltoall.cu: TimeTest(..., "", -1)).
+        tokens = [*tokens[:blank], "", *tokens[blank:]]
     if len(tokens) < layout.width or not layout.placements:
         return None
-    lead = layout.leading
     try:
         placements = {
             name: Placement(
@@ -414,8 +420,8 @@ def infer_collective(report: NcclReport) -> str:
     is 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, alltoall, scatter and gather,
     and 1 for broadcast, reduce and sendrecv (doc/PERFORMANCE.md, src/*.cu GetBw). The `redop` and
     `root` columns (which ones the old format prints, the values the new one prints) and
-    size = count x type size x ranks tell most apart. Ties stay unnamed (''): before 2.13
-    reduce_scatter and alltoall print the same columns, from 2.13 all_gather and alltoall do, and
+    size = count x type size x ranks tell most apart; before 2.13 only alltoall leaves its redop
+    blank. Ties stay unnamed (''): from 2.13 all_gather and alltoall print the same columns, and
     scatter and gather always do."""
     n = len(report.ranks)
     layout = report.layout
@@ -429,6 +435,8 @@ def infer_collective(report: NcclReport) -> str:
     rooted = row.root is not None and row.root >= 0
     per_rank = _TYPE_BYTES.get(row.dtype, 0) * row.count * n == row.size
     columns = {"redop", "root"} & layout.leading.keys()
+    if row.redop == "" and "redop" in columns:
+        return "alltoall" if _near(ratio, (n - 1) / n) and per_rank else ""
     if row.redop not in ("", "none"):
         return _reducing_collective(ratio, n, rooted, per_rank and len(columns) == 2)
     return _plain_collective(ratio, n, rooted, per_rank and not columns)

@@ -48,6 +48,12 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "NCCL all-reduce (across nodes)",
         "all_reduce_perf across the run's nodes from a launcher; a slow run is bisected to the node at fault.",
     ),
+    "nccl-alltoall-multi": (
+        "nccl_alltoall_multi",
+        "NCCL all-to-all (across nodes)",
+        "alltoall_perf across the run's nodes (expert-parallel traffic, the fabric's bisection) against a "
+        "per-GPU network floor; a slow run is bisected to the node at fault.",
+    ),
     "fs-aggregate": (
         "fs_aggregate",
         "Filesystem (aggregate)",
@@ -132,6 +138,13 @@ BUILTIN_PLANS: dict[str, tuple[str, str, list[tuple[str, dict[str, Any]]]]] = {
 FAST_PARAMS: dict[str, dict[str, Any]] = {
     "nccl-allreduce": {"min_bytes": "1M", "max_bytes": "1G", "peak_min_bytes": "512M", "iters": 5, "warmup_iters": 1},
     "nccl-allreduce-multi": {
+        "min_bytes": "1M",
+        "max_bytes": "1G",
+        "peak_min_bytes": "512M",
+        "iters": 5,
+        "warmup_iters": 1,
+    },
+    "nccl-alltoall-multi": {
         "min_bytes": "1M",
         "max_bytes": "1G",
         "peak_min_bytes": "512M",

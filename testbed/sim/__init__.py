@@ -72,6 +72,8 @@ NVML_SOURCE = SIM_DIR / "fake_nvml.c"
 NVIDIA_SMI_SOURCE = SIM_DIR / "nvidia-smi"
 # Every file here is a simulated node-side tool, installed into bin/ under its own name.
 TOOLS_DIR = SIM_DIR / "tools"
+# Tools installed under another name too (the tool reads its argv[0]): name -> file in TOOLS_DIR.
+TOOL_ALIASES: dict[str, str] = {"alltoall_perf": "all_reduce_perf"}
 # The node power model (power.py), installed into bin/ under this name for the tools that import it.
 POWER_SOURCE = SIM_DIR / "power.py"
 POWER_MODULE = "kiln_sim_power.py"
@@ -109,8 +111,9 @@ FAULT_KEYS: frozenset[str] = frozenset(
         "flood_mb",
         "nvml_absent",
         "delay_ms",
-        # NCCL (all_reduce_perf, mpirun): slow NVLink = this node's busbw x factor; wrong results;
-        # a slow network port: any multi-node run that includes this node is slow; a long run (s).
+        # NCCL (all_reduce_perf, alltoall_perf, mpirun): slow NVLink = this node's busbw x factor; wrong
+        # results; a slow network port: any multi-node run that includes this node is slow; a long
+        # run (s). alltoall_perf across nodes also slows down with ib_port_rate / ib_port_down.
         "nccl_busbw_factor",
         "nccl_wrong",
         "net_slow_factor",
@@ -219,11 +222,13 @@ def build_simulator(dest: Path) -> SimPaths:
             raise RuntimeError(f"building {LIB_NAME} failed ({' '.join(argv)}):\n{proc.stderr}")
         os.replace(tmp_name, lib)
 
-    # nvidia-smi, then every simulated tool in tools/ (all_reduce_perf, gpu_burn, fio, ibstat, ...),
+    # nvidia-smi, then every simulated tool in tools/ (all_reduce_perf, gpu_burn, fio, ibstat, ...) and
+    # its aliases (alltoall_perf),
     # then the power model they share (ipmitool, nvidia-smi) and the text form of nvidia-smi -q, as plain
     # modules beside them.
     tools = sorted(p for p in TOOLS_DIR.iterdir() if p.is_file() and not p.name.startswith("."))
     installs = [(NVIDIA_SMI_SOURCE, NVIDIA_SMI_SOURCE.name, 0o755), *((p, p.name, 0o755) for p in tools)]
+    installs += [(TOOLS_DIR / source, alias, 0o755) for alias, source in TOOL_ALIASES.items()]
     installs.append((POWER_SOURCE, POWER_MODULE, 0o644))
     installs.append((NVSMI_TEXT_SOURCE, NVSMI_TEXT_MODULE, 0o644))
     for source, name, mode in installs:

@@ -59,6 +59,9 @@ FAST: dict[str, dict[str, Any]] = {
     "nccl_allreduce_multi": {
         "min_bytes": "1M", "max_bytes": "1G", "peak_min_bytes": "512M", "iters": 5, "warmup_iters": 1,
     },
+    "nccl_alltoall_multi": {
+        "min_bytes": "1M", "max_bytes": "1G", "peak_min_bytes": "512M", "iters": 5, "warmup_iters": 1,
+    },
     "fs_throughput": {"size": "64M", "numjobs": 2},
     "fs_aggregate": {"size": "64M", "numjobs": 2},
 }  # fmt: skip
