@@ -110,6 +110,10 @@ BUILTIN_PLANS: dict[str, tuple[str, str, list[tuple[str, dict[str, Any]]]]] = {
         [
             ("gpu-inventory", {}),
             ("sw-consistency", {}),
+            # Issue 14: how the node is set up for GPU work (fabric, ACS, IOMMU, clocks) and wired
+            # (each GPU's NIC on its own PCIe switch), before any load runs on it.
+            ("gpu-config", {}),
+            ("topology", {}),
             ("gpu-links", {}),
             ("ib-ports", {}),
             ("nccl-allreduce", {}),
@@ -119,6 +123,8 @@ BUILTIN_PLANS: dict[str, tuple[str, str, list[tuple[str, dict[str, Any]]]]] = {
             ("fs-throughput", {}),
             ("ecc-health", {}),
             ("nccl-allreduce-multi", {}),
+            # Issue 14: expert-parallel traffic, the test of the fabric's bisection.
+            ("nccl-alltoall-multi", {}),
             ("fs-aggregate", {}),
         ],
     ),

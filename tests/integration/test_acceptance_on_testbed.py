@@ -18,21 +18,27 @@ from portal.catalog.models import TestPlan
 
 pytestmark = pytest.mark.integration
 
-# node -> (simulator faults, check slug that must fail, words its reason must contain)
-FAULTS: dict[str, tuple[dict, str, list[str]]] = {
-    "gpu01": ({"nccl_wrong": 3}, "nccl-allreduce", ["wrong"]),
-    "gpu02": ({"nccl_busbw_factor": 0.4}, "nccl-allreduce", ["busbw"]),
-    "gpu03": ({"net_slow_factor": 0.3}, "nccl-allreduce-multi", ["gpu03"]),
-    "gpu04": ({"burn_errors_gpu": 2}, "burn-in", ["GPU 2"]),
-    "gpu05": ({"burn_zero_gflops": 1}, "burn-in", ["0 Gflop/s"]),
-    "gpu06": ({"hot_gpu": 5, "hot_delta": 12}, "dlc-temperature", ["GPU 5"]),
-    "gpu07": ({"throttle_gpu": 1}, "dlc-temperature", ["GPU 1", "thermal"]),
-    "gpu08": ({"fs_factor": 0.3}, "fs-throughput", ["write"]),
-    "gpu09": ({"ib_port_down": "mlx5_3", "ib_port_rate": "mlx5_2:200"}, "ib-ports", ["mlx5_3", "mlx5_2"]),
-    "gpu10": ({"xid": 79, "xid_gpu": 4}, "ecc-health", ["GPU 4", "79"]),
-    "gpu11": ({"driver": "535.104.05"}, "gpu-inventory", ["535.104.05"]),
-}
+# (node, simulator faults, check slug that must fail, words its reason must contain); a node may
+# carry several faults, each owned by its own check.
+FAULTS: list[tuple[str, dict, str, list[str]]] = [
+    ("gpu01", {"nccl_wrong": 3}, "nccl-allreduce", ["wrong"]),
+    ("gpu02", {"nccl_busbw_factor": 0.4}, "nccl-allreduce", ["busbw"]),
+    ("gpu03", {"net_slow_factor": 0.3}, "nccl-allreduce-multi", ["gpu03"]),
+    ("gpu04", {"burn_errors_gpu": 2}, "burn-in", ["GPU 2"]),
+    ("gpu05", {"burn_zero_gflops": 1}, "burn-in", ["0 Gflop/s"]),
+    ("gpu06", {"hot_gpu": 5, "hot_delta": 12}, "dlc-temperature", ["GPU 5"]),
+    ("gpu07", {"throttle_gpu": 1}, "dlc-temperature", ["GPU 1", "thermal"]),
+    ("gpu08", {"fs_factor": 0.3}, "fs-throughput", ["write"]),
+    ("gpu09", {"ib_port_down": "mlx5_3", "ib_port_rate": "mlx5_2:200"}, "ib-ports", ["mlx5_3", "mlx5_2"]),
+    ("gpu10", {"xid": 79, "xid_gpu": 4}, "ecc-health", ["GPU 4", "79"]),
+    ("gpu11", {"driver": "535.104.05"}, "gpu-inventory", ["535.104.05"]),
+    # Issue 14: a GPU whose NIC sits across the CPU socket, the fabric manager down, ACS left on.
+    ("gpu04", {"topo_nic_far_gpu": 3}, "topology", ["GPU3", "mlx5_3"]),
+    ("gpu05", {"fabric_manager_down": 1}, "gpu-config", ["fabric"]),
+    ("gpu08", {"acs_on": 1}, "gpu-config", ["ACS"]),
+]
 HEALTHY = ["gpu12"]
+EXACT_CHECKS = ("topology", "gpu-config")
 
 
 @pytest.fixture
@@ -51,7 +57,10 @@ def acceptance_testbed(testbed_factory, transactional_db):
     for node in tb.nodes:
         nodes_add(cluster=cluster, hostnames=node.hostname, addresses=node.address)
     make_acceptance_fast(TestPlan.objects.get(slug="acceptance"))
-    for hostname, (faults, _, _) in FAULTS.items():
+    planted: dict[str, dict] = {}
+    for hostname, faults, _, _ in FAULTS:
+        planted.setdefault(hostname, {}).update(faults)
+    for hostname, faults in planted.items():
         tb.set_faults(hostname, **faults)
     yield tb, cluster
     tb.down()
@@ -92,11 +101,24 @@ def test_it_fails_exactly_the_faulty_nodes_on_the_right_check(acceptance_testbed
     for hostname in HEALTHY:
         bad = {check: v for check, v in statuses[hostname].items() if v[0] != "pass"}
         assert not bad, f"healthy {hostname} did not pass: {bad}"
-    for hostname, (_, check, words) in FAULTS.items():
+    for hostname, _, check, words in FAULTS:
         status, reason = statuses[hostname][check]
         assert status == "fail", (hostname, check, status, reason)
         for word in words:
             assert word in reason, (hostname, check, reason)
+
+    # The node checks of issue 14 fail exactly their planted nodes: no other fault leaks into them.
+    for check in EXACT_CHECKS:
+        failing = {h for h, checks in statuses.items() if checks[check][0] != "pass"}
+        assert failing == {h for h, _, c, _ in FAULTS if c == check}, (check, failing)
+
+    alltoall = next(r for r in data["results"] if r["check"] == "nccl-alltoall-multi")
+    # All-to-all localises the wrong results (gpu01), the slow link (gpu03) and the degraded HCAs
+    # (gpu09: one port down, one at 200G: the slowest rail sets an all-to-all's pace).
+    assert alltoall["status"] == "fail", alltoall
+    a2a_blamed = {h for h, v in alltoall["nodes"].items() if v["status"] == "fail"}
+    assert a2a_blamed == {"gpu01", "gpu03", "gpu09"}, alltoall["nodes"]
+    assert "below the" in alltoall["nodes"]["gpu09"]["reason"], alltoall["nodes"]["gpu09"]
 
     multi = next(r for r in data["results"] if r["check"] == "nccl-allreduce-multi")
     assert "gpu03" in multi["reason"]
