@@ -230,8 +230,9 @@ def _require(report: Report, test: str, text: str) -> None:
         if report.waived:
             why = f"it printed {report.waived} 'Waived' line(s): the test is not supported here (no peer access?)"
         else:
-            first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-            why = f"its output starts {first[:60]!r}"
+            said = [line.strip() for line in text.splitlines() if line.strip()]
+            errors = [line for line in said if line.lower().startswith("error")]
+            why = f"it said {errors[0][:100]!r}" if errors else f"its output starts {(said or [''])[0][:60]!r}"
         raise EvidenceError(f"nvbandwidth printed no {test} result ({why})")
 
 
@@ -248,6 +249,22 @@ def _missing(measurements: list[Measurement], gpus: list[int]) -> list[Finding]:
     """`error` for each GPU absent from a matrix (one finding naming every matrix it is absent from),
     then for N/A cells: a GPU's host copy, a GPU N/A with every peer, the other N/A pairs."""
     absent: dict[int, list[str]] = defaultdict(list)
+    findings = _host_gaps(measurements, gpus, absent)
+    for test, pairs in _peer_matrices(measurements).items():
+        seen = {g for pair in pairs for g in pair}
+        for gpu in gpus:
+            if gpu not in seen:
+                absent[gpu].append(test)
+        findings += _unmeasured_pairs(pairs, [g for g in gpus if g in seen], test)
+    missing = [
+        Finding(ERROR, f"GPU {g}: not in the {_listed(tests)} {'matrix' if len(tests) == 1 else 'matrices'}")
+        for g, tests in absent.items()
+    ]
+    return missing + findings
+
+
+def _host_gaps(measurements: list[Measurement], gpus: list[int], absent: dict[int, list[str]]) -> list[Finding]:
+    """Host matrices: GPUs absent (added to `absent`), and `error` for each N/A cell."""
     findings = []
     for name, test in (("h2d_gbps", H2D), ("d2h_gbps", D2H)):
         rows = [m for m in measurements if m.name == name]
@@ -259,6 +276,12 @@ def _missing(measurements: list[Measurement], gpus: list[int]) -> list[Finding]:
                 absent[gpu].append(test)
             elif any(m.value is None for m in mine):
                 findings.append(Finding(ERROR, f"GPU {gpu}: {WORDS[name]} not measured (nvbandwidth printed N/A)"))
+    return findings
+
+
+def _peer_matrices(measurements: list[Measurement]) -> dict[str, dict[tuple[int, int], Measurement]]:
+    """Test name -> (src, dst) -> its d2d_gbps cell, for the peer tests present."""
+    out: dict[str, dict[tuple[int, int], Measurement]] = {}
     for test, kind in ((D2D_READ, "read"), (D2D_WRITE, "write")):
         pairs = {
             (int(m.labels["src"]), int(m.labels["dst"])): m
@@ -266,16 +289,8 @@ def _missing(measurements: list[Measurement], gpus: list[int]) -> list[Finding]:
             if m.name == "d2d_gbps" and m.labels.get("test") == kind
         }
         if pairs:
-            seen = {g for pair in pairs for g in pair}
-            for gpu in gpus:
-                if gpu not in seen:
-                    absent[gpu].append(test)
-            findings += _unmeasured_pairs(pairs, [g for g in gpus if g in seen], test)
-    missing = [
-        Finding(ERROR, f"GPU {g}: not in the {_listed(tests)} {'matrix' if len(tests) == 1 else 'matrices'}")
-        for g, tests in absent.items()
-    ]
-    return missing + findings
+            out[test] = pairs
+    return out
 
 
 def _listed(names: list[str]) -> str:
@@ -347,18 +362,27 @@ def _judge_peers(measurements: list[Measurement], floor: float | None, gpus: lis
     if len(culprits) == len(gpus):
         worst = min(slow, key=lambda m: m.value or 0.0)
         return [Finding(FAIL, f"every peer copy below the {floor:g} GB/s floor (lowest {_pair(worst)})")]
-    findings = []
-    for gpu in culprits:
-        mine = [m for m in slow if str(gpu) in (m.labels["src"], m.labels["dst"])]
-        worst = min(mine, key=lambda m: m.value or 0.0)
-        reason = f"GPU {gpu}: all {len(mine)} peer copies below the {floor:g} GB/s floor (lowest {_pair(worst)})"
-        findings.append(Finding(FAIL, reason))
-    rest = [m for m in slow if not {m.labels["src"], m.labels["dst"]} & {str(g) for g in culprits}]
-    if rest:
-        more = f" and {len(rest) - 4} more" if len(rest) > 4 else ""
-        listed = ", ".join(_pair(m) for m in sorted(rest, key=lambda m: m.value or 0.0)[:4])
-        findings.append(Finding(FAIL, f"peer copies below the {floor:g} GB/s floor: {listed}{more}"))
-    return findings
+    return [_culprit(gpu, slow, floor) for gpu in culprits] + _other_slow_pairs(slow, culprits, floor)
+
+
+def _other_slow_pairs(slow: list[Measurement], culprits: list[int], floor: float) -> list[Finding]:
+    """The slow pairs no named GPU explains, slowest first (four shown)."""
+    named = {str(g) for g in culprits}
+    rest = sorted((m for m in slow if not {m.labels["src"], m.labels["dst"]} & named), key=lambda m: m.value or 0.0)
+    if not rest:
+        return []
+    more = f" and {len(rest) - 4} more" if len(rest) > 4 else ""
+    listed = ", ".join(_pair(m) for m in rest[:4])
+    return [Finding(FAIL, f"peer copies below the {floor:g} GB/s floor: {listed}{more}")]
+
+
+def _culprit(gpu: int, slow: list[Measurement], floor: float) -> Finding:
+    """A GPU whose every peer copy, both ways, is below the floor: named once."""
+    mine = [m for m in slow if str(gpu) in (m.labels["src"], m.labels["dst"])]
+    worst = min(mine, key=lambda m: m.value or 0.0)
+    return Finding(
+        FAIL, f"GPU {gpu}: all {len(mine)} peer copies below the {floor:g} GB/s floor (lowest {_pair(worst)})"
+    )
 
 
 def _all_slow(pairs: list[Measurement], gpu: int) -> bool:
