@@ -343,8 +343,10 @@ def _slow_gpu_reason(gpu: int, bad: list[Measurement], measurements: list[Measur
     if len(peers) >= 2:
         median = statistics.median(peers)
         ratio = (worst.value or 0.0) / median if median > 0 else 1.0
-        share = "about half its peers" if 0.4 <= ratio <= 0.6 else f"{ratio:.0%} of its peers"
-        text += f", {share} (median {median:.1f})" if share.startswith("about") else f", {share}' median {median:.1f}"
+        if 0.4 <= ratio <= 0.6:
+            text += f", about half its peers (median {median:.1f})"
+        else:
+            text += f", {ratio:.0%} of its peers' median {median:.1f}"
     link = links.describe(gpu)
     return text + (f"; {link}" if link else "")
 
