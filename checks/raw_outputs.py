@@ -19,6 +19,7 @@ from checks.base import Command, CommandOutput
 from checks.dcgm import DCGMI_LABEL
 from checks.filesystem import FIO_LABEL
 from checks.gpu_config import CMDLINE_LABEL, LSPCI_LABEL, QUERY_LABEL
+from checks.host_bw import ALLOWED_TESTS, NVBW_LABEL
 from checks.links import NVLINK_LABEL
 from checks.nccl import NCCL_LABEL
 from checks.power_readings import POWER_KINDS
@@ -73,6 +74,14 @@ def _kernel_log(text: str) -> list[CommandOutput]:
     return [_output(KERNEL_LOG_LABEL, marked, argv=("sh", "-c", "kernel-log", "sh", ""))]
 
 
+def _nvbandwidth(text: str) -> list[CommandOutput]:
+    """nvbandwidth's output as host_bw's command carries it; its argv asks for the copy tests the
+    file ran (none of them: host_bw's default three, whose absence it then names)."""
+    ran = [test for test in ALLOWED_TESTS if f"Running {test}." in text]
+    argv = ("nvbandwidth", *(arg for test in ran for arg in ("-t", test)))
+    return [_output(NVBW_LABEL, text, argv=argv)]
+
+
 def _fio(text: str) -> list[CommandOutput]:
     return [_output(FIO_LABEL, text)]
 
@@ -90,6 +99,7 @@ RAW_JUDGES: dict[str, RawJudge] = {
     "dmesg": RawJudge(
         "ecc_health", _kernel_log, "ecc_health judges the probe's ECC counters with the kernel log; a log has none"
     ),
+    "nvbandwidth": RawJudge("host_bw", _nvbandwidth),
     "nvlink_status": RawJudge(
         "gpu_links", _labelled(NVLINK_LABEL), "gpu_links also needs the probe's PCIe and NVLink facts"
     ),

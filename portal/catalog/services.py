@@ -82,6 +82,12 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "Each GPU's nearest NIC on the PCIe tree (nvidia-smi topo -m) within the allowed link; "
         "the odd node out is flagged.",
     ),
+    "host-bw": (
+        "host_bw",
+        "Host and peer copy bandwidth",
+        "nvbandwidth copy-engine memcpy: host-to-device and device-to-host per GPU (a slow one is named "
+        "with its PCIe link), and GPU-to-GPU copies per pair.",
+    ),
 }
 
 # Plan slug -> (name, description, [(check slug, param overrides)]) in order. `quick` holds the

@@ -10,6 +10,8 @@ Exported (labels cluster, node; gpu where per GPU):
     kiln_gpu_memory_temp_celsius{phase}    dlc_temperature temp_memory_steady
     kiln_gpu_ecc_errors{counter}           ecc_health counters (volatile/aggregate, corrected/uncorrected)
     kiln_fs_bandwidth_bytes_per_second{direction}   fs_throughput write_bw / read_bw
+    kiln_gpu_host_to_device_gbps           host_bw h2d_gbps (nvbandwidth)
+    kiln_gpu_device_to_host_gbps           host_bw d2h_gbps (nvbandwidth)
     kiln_cluster_last_sweep_timestamp_seconds       last scheduled sweep that started a run
 "Latest" = each node's newest finished (pass/warn/fail) result of that check kind.
 

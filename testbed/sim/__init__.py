@@ -15,11 +15,12 @@ State keys (absent = the healthy default, an 8x H100 SXM node):
 Faults (GPU values are physical slots, "3" or a list "1,5"):
     missing_gpu  ecc_uncorrectable_gpu (+ ecc_uncorrectable_count=2)  ecc_corrected_gpu
     (+ ecc_corrected_count=5)  remap_pending_gpu  remap_failure_gpu  ecc_disabled_gpu
-    temp_gpu (+ temp_value=90)  pcie_degraded_gpu (gen 4 x8)  power_cap_gpu (enforced power limit
-    power_cap_w=500 instead of 700 W)  topo_nic_far_gpu (nvidia-smi topo -m: that GPU's rail NIC
+    temp_gpu (+ temp_value=90)  pcie_degraded_gpu (gen 4 x8; the simulated nvbandwidth's host copies
+    of that GPU scale with it: a quarter)  power_cap_gpu (enforced power limit power_cap_w=500
+    instead of 700 W)  topo_nic_far_gpu (nvidia-smi topo -m: that GPU's rail NIC
     mlx5_N sits on a root port of the other socket, SYS from its GPU, so no NIC is PIX/PXB to it)
-    hang=1 (nvmlInit and nvidia-smi block forever)  garbage=1 (nvmlInit fails with a
-    driver/library version mismatch and nvidia-smi prints junk)  nvml_absent=1 (nvmlInit fails
+    hang=1 (nvmlInit, nvidia-smi and nvbandwidth block forever)  garbage=1 (nvmlInit fails with a
+    driver/library version mismatch, nvidia-smi and nvbandwidth print junk)  nvml_absent=1 (nvmlInit fails
     with LIBRARY_NOT_FOUND; nvidia-smi works)  delay_ms=N (a slow, healthy node: nvmlInit and
     nvidia-smi take N ms)  flood_mb=N (nvidia-smi prints N MiB of binary junk instead of its
     answer: byte i of the stream is i % 256, NUL and non-UTF-8 included; NVML is unaffected)
@@ -133,7 +134,7 @@ FAULT_KEYS: frozenset[str] = frozenset(
         # InfiniBand: a port down, or at a lower rate ("mlx5_2:200").
         "ib_port_down",
         "ib_port_rate",
-        # NVLink: links of a GPU inactive.
+        # NVLink: links of a GPU inactive (nvidia-smi nvlink; nvbandwidth's peer copies of it over PCIe).
         "nvlink_down_gpu",
         # PCIe topology (nvidia-smi topo -m): this GPU slot's rail NIC sits on the other socket.
         "topo_nic_far_gpu",

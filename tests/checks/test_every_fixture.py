@@ -39,6 +39,7 @@ KINDS: dict[str, str] = {
     "power/redfish_pdu_*.json": "redfish_pdu",
     "power/redfish_power_*.json": "redfish_power",
     "nccl-tests/*_perf_*.txt": "nccl",
+    "nvbandwidth/*.txt": "nvbandwidth",
     "nvidia-smi/*.xml": "nvidia_smi_xml",
     "nvidia-smi-topo/*.txt": "nvidia_smi_topo",
     "nvidia-smi/nvsmi_nvlink_status_*.txt": "nvlink_status",

@@ -175,7 +175,7 @@ def test_the_quick_plan_runs_the_probe_once_per_node() -> None:
 
 
 # Tools that load the GPUs, the network or the disks, or write files: never read-only.
-CHANGING_TOOLS = ("gpu_burn", "all_reduce_perf", "fio", "dcgmi", "mpirun", "srun", "ior", "elbencho")
+CHANGING_TOOLS = ("gpu_burn", "all_reduce_perf", "fio", "dcgmi", "mpirun", "srun", "ior", "elbencho", "nvbandwidth")
 
 
 def test_no_command_that_loads_the_node_is_marked_read_only() -> None:
