@@ -44,6 +44,7 @@ FIXTURE_GLOBS: dict[str, tuple[str, ...]] = {
     "ipmitool_sdr": ("ipmitool/*.txt",),
     "ipmitool_sdr_power": ("ipmitool-dcmi/sdr-*.txt", "power/sdr_*.txt"),
     "nccl": ("nccl-tests/*_perf_*.txt",),
+    "perftest": ("perftest/*.txt",),
     "nvidia_smi_fabric": ("nvidia-smi-fabric/nvidia-smi-q-*.txt",),
     "nvidia_smi_q": ("nvidia-smi-fabric/nvidia-smi-q-h100x8-*.txt",),
     "nvidia_smi_xml": ("nvidia-smi/*.xml",),
