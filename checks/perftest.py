@@ -49,6 +49,9 @@ BW_UNITS: dict[str, float] = {"Gb/sec": 1.0, "MB/sec": MIB_PER_S_IN_GBPS, "MiB/s
 
 _BANNER = re.compile(r"^(?P<test>.+? (?P<kind>BW|Latency) Test)$")
 _DASHES = re.compile(r"^-{20,}$")
+# The line closing the table: RESULT_LINE (87 dashes) or RESULT_LINE_PER_PORT (longer); a shorter run of
+# dashes is that line cut by the end of the output.
+_CLOSING = re.compile(r"^-{87,}$")
 _PAIR = re.compile(r"(?P<key>[A-Za-z][\w*./-]*(?: [\w*./-]+)*?)\s*:\s*(?P<value>\S+)")
 _COLUMN = re.compile(r"#\w+|[\w.%]+(?: [\w.%]+)?\[[^\]]*\]")
 _INTEGER = re.compile(r"^\d+$")
@@ -253,7 +256,7 @@ def _rows(lines: list[str], index: int, columns: list[str]) -> tuple[list[dict[s
     warnings: list[str] = []
     for i in range(index, len(lines)):
         line = lines[i]
-        if _DASHES.match(line):
+        if _CLOSING.match(line):
             if not rows:
                 raise EvidenceError("perftest result table has no rows")
             return rows, warnings, i + 1

@@ -174,6 +174,12 @@ def test_it_refuses_a_table_cut_anywhere(name: str) -> None:
             parse_perftest(text[: int(len(text) * fraction)])
 
 
+def test_it_reads_a_closing_line_cut_short_as_a_cut_table() -> None:
+    text = read(NDR).rstrip()
+    with pytest.raises(EvidenceError, match="not closed"):
+        parse_perftest(text[:-40])
+
+
 @pytest.mark.parametrize("value", ["nan", "-nan", "inf", "-1.00", "abc"])
 def test_it_refuses_a_value_that_is_not_a_finite_non_negative_number(value: str) -> None:
     text = read(NDR).replace("392.34", value)
