@@ -24,6 +24,7 @@ from checks.links import NVLINK_LABEL
 from checks.nccl import NCCL_LABEL
 from checks.power_readings import POWER_KINDS
 from checks.probe_check import PROBE_LABEL
+from checks.rdma_bw import PAIRS_LABEL as PERFTEST_LABEL
 from checks.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA
 from checks.thermal import SENSORS
 from checks.topology import TOPO_LABEL
@@ -128,6 +129,11 @@ RAW_JUDGES: dict[str, RawJudge] = {
     ),
     "kernel_cmdline": RawJudge(
         "gpu_config", _labelled(CMDLINE_LABEL), "gpu_config also needs nvidia-smi -q (and lspci)"
+    ),
+    "perftest": RawJudge(
+        "rdma_bw",
+        _labelled(PERFTEST_LABEL),
+        "rdma_bw judges both ends of every pair on every rail of the run; one perftest output is parsed, not judged",
     ),
     "fabricmanager_log": RawJudge(
         "gpu_config",

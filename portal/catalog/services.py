@@ -22,6 +22,11 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
     ),
     "gpu-links": ("gpu_links", "GPU links", "PCIe generation and width, NVLink status."),
     "ib-ports": ("ib_ports", "InfiniBand ports", "Expected count of active ports at the expected rate."),
+    "rdma-bw": (
+        "rdma_bw",
+        "RDMA bandwidth per rail",
+        "perftest ib_write_bw/ib_write_lat from every HCA to the same HCA of the next node; names a slow port or pair.",
+    ),
     "nccl-allreduce": (
         "nccl_allreduce",
         "NCCL all-reduce (node)",

@@ -31,6 +31,10 @@ Node configuration (nvidia-smi -q and -q -x alike; tools/systemctl, tools/lspci,
     ReqRedir+ CmpltRedir+ on the PCIe switch port above GPU 0)  lspci_denied=1 (lspci as a user
     other than root: "Capabilities: <access denied>")  cmdline=LINE (what `cat /proc/cmdline`
     prints; default: a healthy line with intel_iommu=on iommu=pt)
+RDMA (tools/ib_write_bw, tools/ib_write_lat: perftest whose server and client really connect over
+TCP): the ibstat keys ib_port_rate / ib_port_down, plus ib_cable_fault=mlx5_k:PEER (a bad cable
+between this node's mlx5_k and PEER's: that pair at ib_cable_factor=0.25 of its rate, both ways) and
+perftest_cuda_host=1 (--use_cuda allocates host memory: GPUDirect asked, not done).
 Other tools' keys are listed in FAULT_KEYS below and in each tool's docstring (testbed/sim/tools/).
 
 Power (testbed/sim/power.py, one model for every reader): a node draws its GPUs' power as NVML
@@ -131,9 +135,15 @@ FAULT_KEYS: frozenset[str] = frozenset(
         # Kernel log: an Xid event (code, on GPU slot).
         "xid",
         "xid_gpu",
-        # InfiniBand: a port down, or at a lower rate ("mlx5_2:200").
+        # InfiniBand: a port down, or at a lower rate ("mlx5_2:200"). perftest (tools/ib_write_bw,
+        # ib_write_lat) reads these too, and: a bad cable between this node's HCA and one peer
+        # ("mlx5_1:gpu02": that pair runs at ib_cable_factor of its rate, default 0.25, both ways);
+        # --use_cuda allocating host memory instead of GPU memory.
         "ib_port_down",
         "ib_port_rate",
+        "ib_cable_fault",
+        "ib_cable_factor",
+        "perftest_cuda_host",
         # NVLink: links of a GPU inactive (nvidia-smi nvlink; nvbandwidth's peer copies of it over PCIe).
         "nvlink_down_gpu",
         # PCIe topology (nvidia-smi topo -m): this GPU slot's rail NIC sits on the other socket.

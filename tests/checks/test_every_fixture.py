@@ -40,6 +40,7 @@ KINDS: dict[str, str] = {
     "power/redfish_power_*.json": "redfish_power",
     "nccl-tests/*_perf_*.txt": "nccl",
     "nvbandwidth/*.txt": "nvbandwidth",
+    "perftest/*.txt": "perftest",
     "nvidia-smi/*.xml": "nvidia_smi_xml",
     "nvidia-smi-topo/*.txt": "nvidia_smi_topo",
     "nvidia-smi/nvsmi_nvlink_status_*.txt": "nvlink_status",
@@ -53,8 +54,14 @@ KINDS: dict[str, str] = {
     "redfish-pdu/*.json": "redfish_pdu",
     "redfish-power/*.json": "redfish_power",
 }
-# Captures of a crashed tool: there is nothing to parse, and the CLI must say so (exit 2).
-UNPARSEABLE: dict[str, str] = {"nccl-tests/mpirun_not_enough_slots_failure_gcm.txt": "nccl"}
+# Captures with nothing to trust, and the CLI must say so (exit 2): fixture -> (kind, what it says). A
+# crashed tool; two perftest captures transcribed one line short of perftest's closing dashed line (their
+# -complete twins carry it), which Kiln cannot tell from a cut table.
+UNPARSEABLE: dict[str, tuple[str, str]] = {
+    "nccl-tests/mpirun_not_enough_slots_failure_gcm.txt": ("nccl", "not enough slots"),
+    "perftest/ib_read_lat-roce-sriov-vf-cpufreq-warnings-spiderpool.txt": ("perftest", "table not closed"),
+    "perftest/ib_write_bw-a-use_cuda-dmabuf-roce100g-gpu-operator-docs.txt": ("perftest", "table not closed"),
+}
 SUPPORTED_DIRS = {pattern.split("/")[0] for pattern in KINDS}
 
 
@@ -62,8 +69,9 @@ def cases() -> list[tuple[str, str]]:
     found = []
     for pattern, kind in KINDS.items():
         for path in sorted(FIXTURES.glob(pattern)):
-            if not path.name.endswith(".source.txt"):
-                found.append((str(path.relative_to(FIXTURES)), kind))
+            relative = str(path.relative_to(FIXTURES))
+            if not path.name.endswith(".source.txt") and relative not in UNPARSEABLE:
+                found.append((relative, kind))
     return found
 
 
@@ -89,13 +97,13 @@ def test_it_parses_every_fixture_of_a_supported_kind(relative: str, kind: str) -
         assert set(m) == {"name", "value", "unit", "gpu", "labels"}
 
 
-@pytest.mark.parametrize(("relative", "kind"), sorted(UNPARSEABLE.items()))
-def test_it_exits_2_with_a_reason_on_a_crashed_run(relative: str, kind: str) -> None:
+@pytest.mark.parametrize(("relative", "kind", "reason"), sorted((r, k, why) for r, (k, why) in UNPARSEABLE.items()))
+def test_it_exits_2_with_a_reason_on_a_crashed_run(relative: str, kind: str, reason: str) -> None:
     result = parse(kind, FIXTURES / relative)
     assert result.returncode == 2
     assert result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1
-    assert "not enough slots" in result.stderr
+    assert reason in result.stderr
 
 
 def test_it_has_copied_every_shared_fixture_of_a_supported_kind_with_its_source() -> None:

@@ -45,6 +45,7 @@ FIXTURE_GLOBS: dict[str, tuple[str, ...]] = {
     "ipmitool_sdr_power": ("ipmitool-dcmi/sdr-*.txt", "power/sdr_*.txt"),
     "nccl": ("nccl-tests/*_perf_*.txt",),
     "nvbandwidth": ("nvbandwidth/*.txt",),
+    "perftest": ("perftest/*.txt",),
     "nvidia_smi_fabric": ("nvidia-smi-fabric/nvidia-smi-q-*.txt",),
     "nvidia_smi_q": ("nvidia-smi-fabric/nvidia-smi-q-h100x8-*.txt",),
     "nvidia_smi_topo": ("nvidia-smi-topo/*.txt",),
