@@ -70,6 +70,12 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "GPU node configuration",
         "Persistence, MIG, application clocks, NVSwitch fabric and fabric manager, PCIe ACS off and IOMMU mode.",
     ),
+    "slurm-container": (
+        "slurm_container",
+        "Slurm container path",
+        "srun with the site's pyxis/enroot image (param image): every GPU, its UUID and the host's driver "
+        "inside the container, and a short NCCL run there.",
+    ),
 }
 
 # Plan slug -> (name, description, [(check slug, param overrides)]) in order. `quick` holds the
