@@ -152,7 +152,9 @@ class NodeContext:
 
     `since` is the run's start (Unix seconds): log scanners (Xid) only count events after it.
     `settings` carries per-cluster configuration a check may need (e.g. sensor names).
-    `rack` (empty when unknown): localisation by halves keeps racks whole (checks/localise.py)."""
+    `rack` (empty when unknown): localisation by halves keeps racks whole (checks/localise.py).
+    `scheduler`: the cluster's scheduler integration ("slurm", "k8s", "none"; "" when unknown, as
+    in the CLI and tests), for checks that only apply under one (checks/slurm_container.py)."""
 
     hostname: str
     expected_gpus: int | None = None
@@ -160,6 +162,7 @@ class NodeContext:
     since: float | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     rack: str = ""
+    scheduler: str = ""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ from checks.power_readings import POWER_KINDS
 from checks.probe_check import PROBE_LABEL
 from checks.rdma_bw import PAIRS_LABEL as PERFTEST_LABEL
 from checks.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA
+from checks.slurm_container import STEP_LABEL
+from checks.software_stack import STACK_LABEL
 from checks.thermal import SENSORS
 from checks.topology import TOPO_LABEL
 from checks.xid import KERNEL_LOG_LABEL, KERNEL_LOG_MARK
@@ -87,6 +89,15 @@ def _fio(text: str) -> list[CommandOutput]:
     return [_output(FIO_LABEL, text)]
 
 
+def _srun_step(text: str) -> list[CommandOutput]:
+    """What srun printed for a --container-image step, on stderr where srun writes it, exit 1."""
+    step = Command(argv=("srun", "--container-image=file"), timeout=0, label=STEP_LABEL)
+    return [CommandOutput(command=step, stdout="", stderr=text, exit_code=1)]
+
+
+_STACK_NOTE = "sw_consistency reads the probe, the kernel and os-release, and every stack component together"
+
+
 RAW_JUDGES: dict[str, RawJudge] = {
     "nccl": RawJudge("nccl_allreduce", _labelled(NCCL_LABEL)),
     "gpu_burn": RawJudge(
@@ -139,6 +150,13 @@ RAW_JUDGES: dict[str, RawJudge] = {
         "gpu_config",
         _labelled("fabricmanager.log"),
         "gpu_config does not read the fabric manager log: parsed, not judged",
+    ),
+    "ofed_info": RawJudge("sw_consistency", _labelled(STACK_LABEL), _STACK_NOTE),
+    "ucx_info": RawJudge("sw_consistency", _labelled(STACK_LABEL), _STACK_NOTE),
+    "enroot_version": RawJudge("sw_consistency", _labelled(STACK_LABEL), _STACK_NOTE),
+    "slurm_version": RawJudge("sw_consistency", _labelled(STACK_LABEL), _STACK_NOTE),
+    "srun_container": RawJudge(
+        "slurm_container", _srun_step, "slurm_container also compares with the host's nvidia-smi GPU table"
     ),
 }
 

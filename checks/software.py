@@ -5,14 +5,21 @@ interpolated; the os-release path is passed as $1) printing three sections: `una
 os-release file (param `os_release_path`, default /etc/os-release), and `ibstat` for the NIC
 firmware per CA (skipped, and said so, when ibstat is not installed).
 
+A second fixed script reads the cluster software stack (checks/software_stack.py): NCCL as the
+loader resolves it, the RDMA stack (`ofed_info -s`: MLNX_OFED or DOCA-OFED), UCX (`ucx_info -v`),
+Enroot, Slurm (`srun --version`) and Pyxis (loaded in srun, and its package version).
+
 Measurements (text): driver_version, cuda_version, vbios (per GPU), kernel, os (PRETTY_NAME,
-labels id / version_id), nic_firmware (per CA, labels ca, ca_type).
+labels id / version_id), nic_firmware (per CA, labels ca, ca_type), nccl_lib_version,
+ofed_version, ucx_version, enroot_version, slurm_version, pyxis_version.
 
 A node on its own passes with its facts (or fails a pinned `expected_*` value; "" = not pinned).
 Missing facts (kernel, OS, driver, a GPU's VBIOS) are `error`. What matters most is agreement:
 `consensus(per_node)` names the odd node out per fact when a strict majority of the nodes that
 report it agree ("kernel 6.5.0-1 differs from 11 of 12 nodes (6.8.0-45)"); VBIOS and NIC firmware
-are compared as the set of versions on the node. No majority: nothing is flagged.
+are compared as the set of versions on the node. The stack components compare their version or
+"not installed" ("Enroot 3.4.0 differs from 3 of 4 nodes (3.4.1)"); each may be pinned
+(`expected_nccl`, `expected_ofed`, ...). No majority: nothing is flagged.
 """
 
 from __future__ import annotations
@@ -36,6 +43,17 @@ from checks.base import (
 )
 from checks.infiniband import parse_ibstat_text
 from checks.probe_check import Facts, Probe, ProbeCheck
+from checks.software_stack import COMPONENTS as STACK_COMPONENTS
+from checks.software_stack import SECTIONS as STACK_SECTIONS
+from checks.software_stack import (
+    STACK_LABEL,
+    STACK_NAMES,
+    STACK_SCRIPT,
+    STACK_TIMEOUT_S,
+    stack_findings,
+    stack_measurements,
+    stack_summary,
+)
 
 FACTS_LABEL = "kernel, os-release, ibstat"
 # Each section: a header, the tool's output, a blank line, then its exit status.
@@ -64,6 +82,14 @@ class SoftwareThresholds:
     expected_os: str = ""  # PRETTY_NAME, e.g. "Ubuntu 22.04.4 LTS"
     expected_vbios: str = ""  # every GPU's VBIOS
     expected_nic_firmware: str = ""  # every compute CA's firmware (ibstat "Firmware version")
+    # The cluster software stack (checks/software_stack.py): the full text or its version part,
+    # e.g. expected_ofed "23.10-1.1.9.0" or "MLNX_OFED_LINUX-23.10-1.1.9.0", expected_pyxis "0.20.0-1".
+    expected_nccl: str = ""
+    expected_ofed: str = ""
+    expected_ucx: str = ""
+    expected_enroot: str = ""
+    expected_pyxis: str = ""
+    expected_slurm: str = ""
 
 
 def split_sections(text: str) -> dict[str, tuple[str, int | None]]:
@@ -113,14 +139,25 @@ class SoftwareConsistency(ProbeCheck):
             label=FACTS_LABEL,
             read_only=True,  # uname, cat, ibstat
         )
-        return [*super().commands(params, node), facts]
+        stack = Command(
+            argv=("sh", "-c", STACK_SCRIPT, "sh"),
+            timeout=STACK_TIMEOUT_S,
+            label=STACK_LABEL,
+            # ldconfig -p, readlink, ofed_info -s, ucx_info -v, enroot version, srun --version and
+            # --help, dpkg-query -W / rpm -q: all read-only.
+            read_only=True,
+        )
+        return [*super().commands(params, node), facts, stack]
 
     def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
-        probe_outputs = [o for o in outputs if o.command.label != FACTS_LABEL]
+        probe_outputs = [o for o in outputs if o.command.label not in (FACTS_LABEL, STACK_LABEL)]
         script = [o for o in outputs if o.command.label == FACTS_LABEL]
+        stack = [o for o in outputs if o.command.label == STACK_LABEL]
         measurements = super().parse(probe_outputs)
         if not script:
             raise EvidenceError("no kernel / os-release output to judge")
+        if not stack:
+            raise EvidenceError(f"no {STACK_LABEL} output to judge")
         sections = split_sections(script[0].stdout)
         # FACTS_SCRIPT closes every section with "@@kiln-rc N": one missing or unclosed means
         # the output was cut short, and a fact read from half a section is no evidence.
@@ -130,7 +167,7 @@ class SoftwareConsistency(ProbeCheck):
                 f"{FACTS_LABEL} output incomplete: section {', '.join(cut)} cut short (no '@@kiln-rc' line)"
             )
         errors = [s.strip() for s in script[0].stderr.splitlines() if s.strip()]
-        return measurements + self._host_facts(sections, errors)
+        return measurements + self._host_facts(sections, errors) + _stack(stack[0])
 
     def _host_facts(self, sections: dict[str, tuple[str, int | None]], errors: list[str]) -> list[Measurement]:
         def why(tool: str, rc: int | None) -> str:
@@ -179,15 +216,16 @@ class SoftwareConsistency(ProbeCheck):
         facts = Facts(measurements)
         findings = _node_fact_findings(facts, t) + _vbios_findings(facts, t)
         findings += _nic_findings([m for m in measurements if m.name == "nic_firmware"], t)
+        findings += stack_findings(measurements, _pins(t))
         summary = _summary(measurements)
         pass_reason = ", ".join(f"{k} {v}" for k, v in summary.items() if v)
         if not findings:
             findings.append(Finding(PASS, pass_reason))
         return Verdict.from_findings(findings, pass_reason=pass_reason)
 
-    consensus_names: ClassVar[frozenset[str] | None] = frozenset(
-        {"kernel", "os", "driver_version", "cuda_version", "vbios", "nic_firmware"}  # what _summary reads
-    )
+    consensus_names: ClassVar[frozenset[str] | None] = (
+        frozenset({"kernel", "os", "driver_version", "cuda_version", "vbios", "nic_firmware"}) | STACK_NAMES
+    )  # what _summary reads
 
     @classmethod
     def consensus(cls, per_node: dict[str, list[Measurement]]) -> dict[str, str]:
@@ -261,7 +299,28 @@ def _nic_findings(nics: list[Measurement], t: SoftwareThresholds) -> list[Findin
     return findings
 
 
-_FACT_NAMES = ("kernel", "OS", "driver", "CUDA", "VBIOS", "NIC firmware")
+_FACT_NAMES = ("kernel", "OS", "driver", "CUDA", "VBIOS", "NIC firmware", *(c[3] for c in STACK_COMPONENTS))
+
+
+def _stack(output: CommandOutput) -> list[Measurement]:
+    sections = split_sections(output.stdout)
+    cut = [name for name in STACK_SECTIONS if sections.get(name, ("", None))[1] is None]
+    if cut:
+        raise EvidenceError(
+            f"{STACK_LABEL} output incomplete: section {', '.join(cut)} cut short (no '@@kiln-rc' line)"
+        )
+    return stack_measurements(sections, output.stderr)
+
+
+def _pins(t: SoftwareThresholds) -> dict[str, str]:
+    return {
+        "nccl_lib_version": t.expected_nccl,
+        "ofed_version": t.expected_ofed,
+        "ucx_version": t.expected_ucx,
+        "enroot_version": t.expected_enroot,
+        "pyxis_version": t.expected_pyxis,
+        "slurm_version": t.expected_slurm,
+    }
 
 
 def _summary(measurements: list[Measurement]) -> dict[str, str]:
@@ -285,4 +344,5 @@ def _summary(measurements: list[Measurement]) -> dict[str, str]:
         "CUDA": first("cuda_version"),
         "VBIOS": ", ".join(vbios),
         "NIC firmware": ", ".join(nics),
+        **stack_summary(measurements),
     }

@@ -93,6 +93,12 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "nvbandwidth copy-engine memcpy: host-to-device and device-to-host per GPU (a slow one is named "
         "with its PCIe link), and GPU-to-GPU copies per pair.",
     ),
+    "slurm-container": (
+        "slurm_container",
+        "Slurm container path",
+        "srun with the site's pyxis/enroot image (param image): every GPU, its UUID and the host's driver "
+        "inside the container, and a short NCCL run there.",
+    ),
 }
 
 # Plan slug -> (name, description, [(check slug, param overrides)]) in order. `quick` holds the

@@ -167,6 +167,7 @@ def node_context(run: Run, node: Node) -> NodeContext:
         since=started.timestamp() if started else None,
         settings=dict(node.cluster.check_settings or {}),
         rack=node.rack,
+        scheduler=node.cluster.scheduler,
     )
 
 

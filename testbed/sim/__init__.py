@@ -37,6 +37,17 @@ between this node's mlx5_k and PEER's: that pair at ib_cable_factor=0.25 of its 
 perftest_cuda_host=1 (--use_cuda allocates host memory: GPUDirect asked, not done).
 Other tools' keys are listed in FAULT_KEYS below and in each tool's docstring (testbed/sim/tools/).
 
+Slurm containers and the cluster software stack (tools/srun, nvidia-smi, all_reduce_perf, ofed_info,
+ucx_info, enroot, ldconfig, dpkg-query): `srun --container-image=IMAGE` runs its program "inside"
+IMAGE on the node named (nvidia-smi --query-gpu and all_reduce_perf answer as there).
+    container_pull_fail=1 (or an HTTP status: 401, 404, 503; 1 = 404) on the node named: pyxis'
+    and enroot's own import-failure lines, exit 1  container_gpus=N (only N GPUs visible inside
+    the container)  container_driver=VERSION (the driver the container reports)  pyxis_absent=1
+    (srun on this node has no pyxis: "srun: unrecognized option '--container-image=...'")
+    stack_version_skew=COMPONENT:VERSION[,COMPONENT:VERSION] (this node's version of nccl,
+    ofed, ucx, enroot, pyxis or slurm; defaults NCCL 2.21.5, MLNX_OFED_LINUX-23.10-1.1.9.0, UCX
+    1.16.0, Enroot 3.4.1, pyxis 0.19.0-1, Slurm 23.11.4)
+
 Power (testbed/sim/power.py, one model for every reader): a node draws its GPUs' power as NVML
 reports it (idle ~70 W each; under the simulated gpu_burn 650-685 W, 480 W when throttling, never
 above the enforced limit, so a power_cap_gpu draws its cap) plus a platform overhead of 900 W idle
@@ -179,6 +190,14 @@ FAULT_KEYS: frozenset[str] = frozenset(
         "acs_on",
         "lspci_denied",
         "cmdline",
+        # Slurm container path and the cluster software stack (slurm_container, sw_consistency):
+        # the image import fails (1 or an HTTP status); GPUs and driver seen inside the container;
+        # srun without pyxis; this node's version of a stack component ("enroot:3.4.0").
+        "container_pull_fail",
+        "container_gpus",
+        "container_driver",
+        "pyxis_absent",
+        "stack_version_skew",
     }
 )
 KNOWN_KEYS: frozenset[str] = frozenset(DEFAULTS) | FAULT_KEYS | {"node", "uuid_seed"}

@@ -64,6 +64,8 @@ FAST: dict[str, dict[str, Any]] = {
     },
     "fs_throughput": {"size": "64M", "numjobs": 2},
     "fs_aggregate": {"size": "64M", "numjobs": 2},
+    # A site param with no default (checks/slurm_container.py): the simulated srun runs any image.
+    "slurm_container": {"image": "nvcr.io#nvidia/pytorch:24.05-py3"},
 }  # fmt: skip
 TEXT_BAD = ("nan", "inf", "-inf", "1e308", "-1e308", "-1")
 JSON_BAD = ("NaN", "Infinity", "-Infinity", "1e999", "-1e308", "-1")

@@ -25,6 +25,7 @@ KINDS: dict[str, str] = {
     "dcgmi/*.txt": "dcgmi_diag",
     "dmesg-xid/*.txt": "dmesg",
     "elbencho/*.txt": "elbencho",
+    "enroot/*.txt": "enroot_version",
     "fio/*.json": "fio",
     "gpu-burn/*.txt": "gpu_burn",
     "ibstat/*.txt": "ibstat",
@@ -48,11 +49,15 @@ KINDS: dict[str, str] = {
     "nvidia-smi-fabric/nvidia-smi-q-*.txt": "nvidia_smi_fabric",
     "nvidia-smi-fabric/nvidia-smi-q-h100x8-*.txt": "nvidia_smi_q",
     "nvidia-smi-fabric/fabricmanager-log-*.log": "fabricmanager_log",
+    "ofed_info/*.txt": "ofed_info",
     "proc-cmdline/*.txt": "kernel_cmdline",
+    "pyxis/*.txt": "srun_container",
     "redfish/*.json": "redfish_thermal",
     "redfish-cdu/*.json": "redfish_cdu",
     "redfish-pdu/*.json": "redfish_pdu",
     "redfish-power/*.json": "redfish_power",
+    "slurm-version/*.txt": "slurm_version",
+    "ucx_info/*.txt": "ucx_info",
 }
 # Captures with nothing to trust, and the CLI must say so (exit 2): fixture -> (kind, what it says). A
 # crashed tool; two perftest captures transcribed one line short of perftest's closing dashed line (their

@@ -33,6 +33,7 @@ FIXTURE_GLOBS: dict[str, tuple[str, ...]] = {
     "dcgmi_diag": ("dcgmi/*.json", "dcgmi/*.txt"),
     "dmesg": ("dmesg-xid/*.txt",),
     "elbencho": ("elbencho/*.txt",),
+    "enroot_version": ("enroot/*.txt",),
     "fabricmanager_log": ("nvidia-smi-fabric/fabricmanager-log-*.log",),
     "kernel_cmdline": ("proc-cmdline/*.txt",),
     "lspci_acs": ("lspci/*.txt",),
@@ -52,10 +53,14 @@ FIXTURE_GLOBS: dict[str, tuple[str, ...]] = {
     "nvidia_smi_xml": ("nvidia-smi/*.xml",),
     "nvlink_status": ("nvidia-smi/nvsmi_nvlink_status_*.txt",),
     "nvsmi_page_retirement": ("nvidia-smi/nvsmi_q_page_retirement_*.txt",),
+    "ofed_info": ("ofed_info/*.txt",),
     "redfish_cdu": ("redfish-cdu/*.json", "power/redfish_cdu_*.json"),
     "redfish_pdu": ("redfish-pdu/*.json", "power/redfish_pdu_*.json"),
     "redfish_power": ("redfish-power/*.json", "power/redfish_power_*.json"),
     "redfish_thermal": ("redfish/*.json",),
+    "slurm_version": ("slurm-version/*.txt",),
+    "srun_container": ("pyxis/*.txt",),
+    "ucx_info": ("ucx_info/*.txt",),
 }
 KINDS = sorted(PARSERS)
 SUBSTITUTES = ("nan", "-nan", "inf", "-inf", "-1.0", "1e308")

@@ -10,6 +10,7 @@ from checks import get_check, run_check
 from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, Measurement, NodeContext
 from checks.profiles import resolve_thresholds
 from checks.software import FACTS_LABEL, SoftwareConsistency, split_sections
+from checks.software_stack import STACK_LABEL
 from tests.checks.probe_docs import REPO, gpu_doc, output, probe_doc
 
 NODE = NodeContext(hostname="gpu001")
@@ -24,10 +25,29 @@ def facts_stdout(kernel: str = "5.15.0-122-generic", os_release: str = OS_RELEAS
     return text
 
 
-def judge(doc: dict | None = None, stdout: str | None = None, stderr: str = "", **overrides):
+STACK = {
+    "nccl": ("/usr/lib/x86_64-linux-gnu/libnccl.so.2 -> /usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5\n", 0),
+    "ofed": ("MLNX_OFED_LINUX-23.10-1.1.9.0:\n", 0),
+    "ucx": ("# Library version: 1.16.0\n# Library path: /usr/lib/libucs.so.0\n# API headers version: 1.16.0\n", 0),
+    "enroot": ("3.4.1\n", 0),
+    "slurm": ("slurm 23.11.4\n", 0),
+    "pyxis": ("      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH\npackage: 0.20.0-1\n", 0),
+}
+
+
+def stack_stdout(**sections: tuple[str, int]) -> str:
+    """The stack script's output: STACK with some sections replaced by (text, exit status)."""
+    merged = {**STACK, **sections}
+    return "".join(f"@@kiln-section {name}\n{text}\n@@kiln-rc {rc}\n" for name, (text, rc) in merged.items())
+
+
+def judge(doc: dict | None = None, stdout: str | None = None, stderr: str = "", stack: str | None = None, **overrides):
     facts = CommandOutput(Command(("sh", "-c", "..."), 30, label=FACTS_LABEL), stdout or facts_stdout(), stderr, 0)
+    versions = CommandOutput(Command(("sh", "-c", "..."), 60, label=STACK_LABEL), stack or stack_stdout(), "", 0)
     thresholds = resolve_thresholds("sw_consistency", None, overrides)
-    return run_check(get_check("sw_consistency"), None, thresholds, [*output(doc or probe_doc()), facts], NODE)
+    return run_check(
+        get_check("sw_consistency"), None, thresholds, [*output(doc or probe_doc()), facts, versions], NODE
+    )
 
 
 def by(measurements: list[Measurement], name: str) -> list[Measurement]:
@@ -39,7 +59,8 @@ def test_it_records_every_fact_and_passes_with_them() -> None:
     assert verdict.status == PASS
     assert verdict.reason == (
         "kernel 5.15.0-122-generic, OS Ubuntu 22.04.4 LTS, driver 550.54.15, CUDA 12.4, VBIOS 96.00.89.00.01, "
-        "NIC firmware MT4125 22.38.1002, MT4129 28.39.1002"
+        "NIC firmware MT4125 22.38.1002, MT4129 28.39.1002, NCCL 2.21.5, RDMA stack MLNX_OFED_LINUX-23.10-1.1.9.0, "
+        "UCX 1.16.0, Enroot 3.4.1, Slurm 23.11.4, Pyxis 0.20.0-1"
     )
     assert by(measurements, "os")[0].labels == {"id": "ubuntu", "version_id": "22.04"}
     assert len(by(measurements, "vbios")) == 8
