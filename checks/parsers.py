@@ -52,7 +52,8 @@ PARSERS: dict[str, Parser] = {}
 # finished. nccl-tests prints "# Avg bus bandwidth" after its last size (nccl-tests
 # src/common.cu); gpu_burn prints "Tested N GPUs:" and the per-GPU verdicts after the run
 # (gpu-burn gpu_burn-drv.cpp); IOR prints its "Summary of all tests" (or, before 3.3, the
-# "Max Write/Read" lines) once every test is done (hpc/ior src/ior-output.c).
+# "Max Write/Read" lines) once every test is done (hpc/ior src/ior-output.c); mdtest prints
+# "-- finished at DATE --" as its last line, after the summary (hpc/ior src/mdtest.c mdtest_run).
 COMPLETION_MARKERS: dict[str, tuple[re.Pattern[str], str]] = {
     "nccl": (re.compile(r"^#\s*Avg bus bandwidth", re.MULTILINE), "the closing '# Avg bus bandwidth' summary"),
     "gpu_burn": (re.compile(r"^\s*Tested \d+ GPUs", re.MULTILINE), "the closing 'Tested N GPUs' list"),
@@ -60,6 +61,7 @@ COMPLETION_MARKERS: dict[str, tuple[re.Pattern[str], str]] = {
         re.compile(r"^(Summary of all tests:|Max (Write|Read):)", re.MULTILINE),
         "the 'Summary of all tests' table or a 'Max Write/Read' line",
     ),
+    "mdtest": (re.compile(r"^\s*-- finished at .*--\s*$", re.MULTILINE), "the closing '-- finished at ... --' line"),
 }
 
 

@@ -37,6 +37,7 @@ FIXTURE_GLOBS: dict[str, tuple[str, ...]] = {
     "fabricmanager_log": ("nvidia-smi-fabric/fabricmanager-log-*.log",),
     "kernel_cmdline": ("proc-cmdline/*.txt",),
     "lspci_acs": ("lspci/*.txt",),
+    "mdtest": ("mdtest/mdtest-*.txt", "mdtest/io500-*.txt"),
     "fio": ("fio/*.json",),
     "gpu_burn": ("gpu-burn/*.txt",),
     "ibstat": ("ibstat/*.txt",),
