@@ -35,6 +35,10 @@ RDMA (tools/ib_write_bw, tools/ib_write_lat: perftest whose server and client re
 TCP): the ibstat keys ib_port_rate / ib_port_down, plus ib_cable_fault=mlx5_k:PEER (a bad cable
 between this node's mlx5_k and PEER's: that pair at ib_cable_factor=0.25 of its rate, both ways) and
 perftest_cuda_host=1 (--use_cuda allocates host memory: GPUDirect asked, not done).
+Filesystem (tools/fio, tools/mdtest): fs_factor=F (fio's bandwidth x F)  mds_slow=F (mdtest's
+    metadata rates / F, e.g. 20)  mds_hang=1 (mdtest blocks after its header)  mdtest_garbage=1
+    (mdtest prints junk instead of its summary, exit 0). mdtest really creates, stats, reads and
+    removes a few files in its -d directory; the rates it prints are a model.
 Other tools' keys are listed in FAULT_KEYS below and in each tool's docstring (testbed/sim/tools/).
 
 Slurm containers and the cluster software stack (tools/srun, nvidia-smi, all_reduce_perf, ofed_info,
@@ -159,8 +163,12 @@ FAULT_KEYS: frozenset[str] = frozenset(
         "nvlink_down_gpu",
         # PCIe topology (nvidia-smi topo -m): this GPU slot's rail NIC sits on the other socket.
         "topo_nic_far_gpu",
-        # Filesystem: this node's fio throughput x factor.
+        # Filesystem: this node's fio throughput x factor; mdtest's metadata rates / factor, mdtest
+        # blocking forever (a metadata server that stopped answering), mdtest printing junk.
         "fs_factor",
+        "mds_slow",
+        "mds_hang",
+        "mdtest_garbage",
         # Software and firmware identity.
         "kernel",
         "os_release",
