@@ -166,8 +166,13 @@ def _fio_common(params: FsParams, prefix: str) -> list[str]:
 _RUN_AND_CLEAN = 'dir=$1 prefix=$2; shift 2; "$@"; rc=$?; rm -f -- "$dir/$prefix".*; exit $rc'
 
 
+def safe_name(hostname: str) -> str:
+    """A host name as one file name component: anything but [A-Za-z0-9._-] becomes '_'."""
+    return _SAFE_NAME.sub("_", hostname) or "node"
+
+
 def fio_file_prefix(hostname: str) -> str:
-    return "kiln-fio." + (_SAFE_NAME.sub("_", hostname) or "node")
+    return "kiln-fio." + safe_name(hostname)
 
 
 def _fio_failure(output: CommandOutput) -> str:

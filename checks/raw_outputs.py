@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from checks.base import Command, CommandOutput
 from checks.dcgm import DCGMI_LABEL
 from checks.filesystem import FIO_LABEL
+from checks.fs_metadata import MDTEST_LABEL
 from checks.gpu_config import CMDLINE_LABEL, LSPCI_LABEL, QUERY_LABEL
 from checks.host_bw import ALLOWED_TESTS, NVBW_LABEL
 from checks.links import NVLINK_LABEL
@@ -108,6 +109,7 @@ RAW_JUDGES: dict[str, RawJudge] = {
     "fio": RawJudge("fs_throughput", _fio),
     "ior": RawJudge("fs_throughput", _fio, "fs_throughput judges fio JSON; IOR output is parsed, not judged"),
     "elbencho": RawJudge("fs_throughput", _fio, "fs_throughput judges fio JSON; elbencho output is parsed, not judged"),
+    "mdtest": RawJudge("fs_metadata", _labelled(MDTEST_LABEL)),
     "dmesg": RawJudge(
         "ecc_health", _kernel_log, "ecc_health judges the probe's ECC counters with the kernel log; a log has none"
     ),

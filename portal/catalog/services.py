@@ -64,6 +64,11 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "Filesystem (aggregate)",
         "fio on every node at once (client/server); aggregate bandwidth and the slow node.",
     ),
+    "fs-metadata": (
+        "fs_metadata",
+        "Filesystem metadata (node)",
+        "mdtest per node: small-file create, stat, read and remove rates against the filesystem class's floors.",
+    ),
     "dcgm-diag": ("dcgm_diag", "DCGM diagnostics", "dcgmi diag; Skip and Not Run are never a pass."),
     "power-soak": (
         "power_soak",
