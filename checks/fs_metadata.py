@@ -21,8 +21,9 @@ what history, outliers and /metrics follow), against the floors of the filesyste
 judged when min_small_read_mbps is set. A phase mdtest did not run, a missing row, NaN/inf or a
 negative rate is `error`; a rate without a floor is `warn` "not judged", never a bare pass.
 
-Per node only: mdtest prints one summary for all its ranks, so a run across nodes cannot say which
-node is slow; the run's fleet outliers (lowest file creation/stat/read rate) compare the nodes.
+Across nodes: fs_metadata_aggregate (checks/fs_metadata_aggregate.py) runs one mdtest over every
+node at once. mdtest prints one summary for all its ranks, so that run cannot say which node is
+slow; this per-node check and the run's fleet outliers (lowest file creation/stat/read rate) do.
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ class FsMetadataParams:
     # (tests/fixtures/mdtest); IO500's mdtest-hard uses 3,901 bytes.
     file_size: int = 4096
     tasks: int = 1  # mdtest processes on the node; > 1 runs them with mpirun -np
-    launcher_args: str = ""  # extra mpirun arguments when tasks > 1 (e.g. --allow-run-as-root)
+    # Extra mpirun arguments when mpirun runs (tasks > 1), split like a shell would (no shell runs
+    # them). Open MPI refuses to start as root without --allow-run-as-root, and Kiln's default SSH
+    # user is root (as checks/nccl_params.py).
+    launcher_args: str = "--allow-run-as-root"
     # 10 min: 3 iterations of ~9 phases x 1,000 items at the lowest floor (300 ops/s) take ~90 s.
     timeout_s: int = 600
 
@@ -148,7 +152,7 @@ def run_directory(params: FsMetadataParams, hostname: str) -> str:
     return posixpath.join(posixpath.normpath(params.path), DIR_PREFIX + safe_name(hostname))
 
 
-def _words(op: str) -> str:
+def words(op: str) -> str:
     return op.replace("_", " ")
 
 
@@ -162,6 +166,25 @@ def mdtest_failure(output: CommandOutput) -> str:
     said = [ln for ln in lines if "error" in ln.lower() or "unable" in ln.lower()]
     picked = said[-1] if said else (lines[-1] if lines else "no output")
     return picked[:300]
+
+
+def asked_tasks(command: Command) -> int | None:
+    """How many mdtest tasks the command launched (mpirun's -np, else 1); None for a captured file."""
+    argv = command.argv
+    if "mdtest" not in argv:
+        return None
+    head = argv[: argv.index("mdtest")]
+    if "-np" in head and head.index("-np") + 1 < len(head) and head[head.index("-np") + 1].isdigit():
+        return int(head[head.index("-np") + 1])
+    return 1
+
+
+def check_tasks(measurements: list[Measurement], command: Command) -> None:
+    """mdtest's own count of its tasks must be what was launched: fewer ranks is another test."""
+    asked = asked_tasks(command)
+    ran = next((m.value for m in measurements if m.name == "tasks"), None)
+    if asked is not None and ran is not None and int(ran) != asked:
+        raise EvidenceError(f"mdtest ran {int(ran)} task(s), {asked} were launched")
 
 
 def judged_rates(measurements: list[Measurement]) -> list[Measurement]:
@@ -178,11 +201,14 @@ def judged_rates(measurements: list[Measurement]) -> list[Measurement]:
     return out
 
 
-def judge_rate(m: Measurement, op: str, thresholds: Any, host: str) -> Finding:
-    floor, source = floor_for(thresholds, op)
-    said = f"{_words(op)} {ops(m.value or 0.0)} ops/s on {host}"
+def judge_rate(m: Measurement, op: str, thresholds: Any, where: str, field: str = "min_{}_ops") -> Finding:
+    """One operation's mean against its floor; `where` ("on gpu03") places it, `field` names the
+    threshold that replaces the class floor."""
+    name = field.format(op)
+    floor, source = floor_for(thresholds, op, name)
+    said = f"{words(op)} {ops(m.value or 0.0)} ops/s {where}"
     if floor is None:
-        return Finding(WARN, f"{said}: not judged (no floor for fs_class {thresholds.fs_class!r}; set min_{op}_ops)")
+        return Finding(WARN, f"{said}: not judged (no floor for fs_class {thresholds.fs_class!r}; set {name})")
     m.threshold = f">= {floor:g} ops/s"
     m.ok = (m.value or 0.0) >= floor
     if m.ok:
@@ -227,7 +253,7 @@ class FsMetadata(Check):
             PromMetric(f"{op}_rate", _PROM, "mdtest mean rate of one node", "operation", op) for op in JUDGED
         ),
         outliers=tuple(
-            OutlierMetric(f"md_{op}", _words(op), (f"{op}_rate",), "ops/s", True, lowest(f"{op}_rate"))
+            OutlierMetric(f"md_{op}", words(op), (f"{op}_rate",), "ops/s", True, lowest(f"{op}_rate"))
             for op, _ in _SHOWN
         ),
     )
@@ -256,6 +282,7 @@ class FsMetadata(Check):
         runs = {m.labels["run"] for m in measurements if "run" in m.labels}
         if runs:
             raise EvidenceError(f"expected one mdtest summary, found {len(runs)}")
+        check_tasks(measurements, outputs[0].command)
         return measurements + judged_rates(measurements)
 
     def evaluate(self, measurements: list[Measurement], thresholds: Any, node: NodeContext) -> Verdict:
@@ -267,11 +294,11 @@ class FsMetadata(Check):
             m = next((x for x in measurements if x.name == f"{op}_rate"), None)
             if m is None or m.value is None:
                 why = m.labels.get("missing", "") if m is not None else "not parsed"
-                findings.append(Finding(ERROR, f"mdtest reported no {_words(op)} rate on {host} ({why})"))
+                findings.append(Finding(ERROR, f"mdtest reported no {words(op)} rate on {host} ({why})"))
                 continue
             judged[op] = m.value
-            findings.append(judge_rate(m, op, t, host))
+            findings.append(judge_rate(m, op, t, f"on {host}"))
         small = judge_small_read(measurements, t.min_small_read_mbps, host)
         findings += [small] if small is not None else []
-        said = ", ".join(f"{_words(op).split()[1]} {ops(v)}" for op, v in judged.items())
+        said = ", ".join(f"{words(op).split()[1]} {ops(v)}" for op, v in judged.items())
         return Verdict.from_findings(findings, pass_reason=f"file {said} ops/s on {host} ({t.fs_class} floors)")

@@ -59,12 +59,13 @@ def _lowest(op: str) -> float | None:
 ANY_FLOORS: dict[str, float | None] = {op: _lowest(op) for op in JUDGED}
 
 
-def floor_for(thresholds: Any, op: str) -> tuple[float | None, str]:
-    """(floor, where it comes from) for one judged operation: the site's min_<op>_ops when set,
-    else the class's floor; the second item completes "below the N ops/s floor..."."""
-    explicit = getattr(thresholds, f"min_{op}_ops")
+def floor_for(thresholds: Any, op: str, field: str) -> tuple[float | None, str]:
+    """(floor, where it comes from) for one judged operation: the site's own `field`
+    (min_<op>_ops, min_aggregate_<op>_ops) when set, else the class's floor; the second item
+    completes "below the N ops/s floor..."."""
+    explicit = getattr(thresholds, field)
     if explicit is not None:
-        return float(explicit), f" (min_{op}_ops)"
+        return float(explicit), f" ({field})"
     fs_class = thresholds.fs_class
     if fs_class == NONE:
         return None, ""

@@ -69,6 +69,11 @@ BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
         "Filesystem metadata (node)",
         "mdtest per node: small-file create, stat, read and remove rates against the filesystem class's floors.",
     ),
+    "fs-metadata-aggregate": (
+        "fs_metadata_aggregate",
+        "Filesystem metadata (aggregate)",
+        "One mdtest across every node at once (mpirun): the metadata service's rates under the whole load.",
+    ),
     "dcgm-diag": ("dcgm_diag", "DCGM diagnostics", "dcgmi diag; Skip and Not Run are never a pass."),
     "power-soak": (
         "power_soak",

@@ -18,11 +18,14 @@ from checks.base import (
     Command,
     CommandOutput,
     EvidenceError,
+    GroupContext,
     NodeContext,
     ParamsError,
     run_check,
+    run_group_check,
 )
 from checks.fs_metadata import FsMetadata
+from checks.fs_metadata_aggregate import FsMetadataAggregate
 from checks.fs_metadata_floors import ANY_FLOORS, CLASS_FLOORS
 from checks.parsers import PARSERS, parse_output
 from testbed.sim import TOOLS_DIR, SimPaths, build_simulator, node_env, write_state
@@ -43,7 +46,7 @@ def one(measurements, name: str, **labels: str):
 
 
 def output(text: str, exit_code: int = 0) -> list[CommandOutput]:
-    return [CommandOutput(Command(argv=("mdtest",), timeout=10, label="mdtest"), text, "", exit_code)]
+    return [CommandOutput(Command(argv=("file",), timeout=10, label="mdtest"), text, "", exit_code)]  # captured
 
 
 def judge(text: str, thresholds=None, host: str = "gpu03"):
@@ -146,6 +149,10 @@ def test_it_errors_when_mdtest_skipped_a_judged_phase() -> None:
     _, verdict = judge(DAOS.read_text(), LUSTRE)
     assert verdict.status == ERROR
     assert verdict.reason.startswith("mdtest reported no file stat rate on gpu03 (mdtest printed 0 for every statistic")
+    # Run by the check itself (one task launched), the 10-task output is another test: error.
+    [cmd] = FsMetadata().commands(FsMetadata.make_params({}), NodeContext(hostname="gpu03"))
+    _, other = run_check(FsMetadata, None, None, [CommandOutput(cmd, DAOS.read_text(), "", 0)], NodeContext("gpu03"))
+    assert (other.status, other.reason) == (ERROR, "mdtest ran 10 task(s), 1 were launched")
 
 
 def test_it_errors_on_a_truncated_output_and_on_garbage() -> None:
@@ -312,3 +319,65 @@ def test_it_declares_history_outliers_and_metrics_without_a_chart() -> None:
     }
     rows = [{"name": "file_creation_rate", "value": v, "labels": {}} for v in (900.0, 400.0)]
     assert shown.outliers[0].read(rows) == 400.0
+
+
+# --- fs_metadata_aggregate ------------------------------------------------------------------------
+
+
+def run_group(sim: SimPaths, root: Path, nodes: list[str], params=None, thresholds=None, absent=(), **faults_by_node):
+    for host in [h for h in [*nodes, "launcher"] if h not in absent]:
+        write_state(root / "states" / host / "state", node=host, **faults_by_node.get(host, {}))
+    env = node_env(sim, root / "states" / "launcher" / "state")
+    launcher = LocalTransport(NodeTarget(hostname="launcher", transport="local", local_env=env))
+    (root / "fs").mkdir(exist_ok=True)
+    group = GroupContext(
+        nodes=tuple(NodeContext(hostname=h) for h in nodes), launcher=NodeContext(hostname="launcher"), tag=root.name
+    )
+    p = FsMetadataAggregate.make_params({**FAST, "path": str(root / "fs"), **(params or {})})
+    outputs = [launcher.run(c) for c in FsMetadataAggregate().group_commands(p, group)]
+    ms, verdict = run_group_check(FsMetadataAggregate, p, thresholds, outputs, group)
+    return ms, verdict, outputs
+
+
+def test_the_aggregate_runs_one_mdtest_over_every_node(sim: SimPaths, tmp_path: Path) -> None:
+    ms, verdict, outputs = run_group(sim, tmp_path, ["gpu01", "gpu02", "gpu03"], {"tasks": 2}, LUSTRE)
+    assert verdict.status == PASS, (verdict.reason, outputs[-1].stderr)
+    assert verdict.reason == (
+        "file creation 48,000, stat 1,020,000, read 270,000, removal 66,000 ops/s over 3 nodes (lustre floors)"
+    )
+    assert (one(ms, "tasks").value, one(ms, "nodes").value, one(ms, "nodes").ok) == (6, 3, True)
+    hostfile, run = outputs[0].command, outputs[1].command
+    assert hostfile.stdin == "gpu01 slots=2\ngpu02 slots=2\ngpu03 slots=2\n"
+    launch = ("mpirun", "--hostfile", hostfile.argv[4], "-np", "6", "--map-by", "ppr:2:node", "--allow-run-as-root")
+    assert run.argv[6:14] == launch and run.argv[14] == "mdtest"
+    assert list((tmp_path / "fs").iterdir()) == [] and not Path(hostfile.argv[4]).exists()
+
+
+def test_the_aggregate_fails_below_its_own_floor_naming_no_node(sim: SimPaths, tmp_path: Path) -> None:
+    thresholds = {"fs_class": "lustre", "min_aggregate_file_creation_ops": 10000}
+    _, verdict, _ = run_group(sim, tmp_path, ["gpu04", "gpu05"], None, thresholds, gpu05={"mds_slow": 20})
+    assert verdict.status == FAIL
+    assert verdict.reason == (
+        "file creation 800 ops/s over 2 nodes, below the 10,000 ops/s floor (min_aggregate_file_creation_ops)"
+    )
+    assert verdict.node_verdicts == {}
+
+
+def test_the_aggregate_errors_when_mdtest_did_not_span_the_group() -> None:
+    a1, a2 = NodeContext(hostname="a1"), NodeContext(hostname="a2")
+    group = GroupContext(nodes=(a1, a2), launcher=a1)
+    [_, run] = FsMetadataAggregate().group_commands(FsMetadataAggregate.make_params({}), group)
+    text = SJTU.read_text().replace("with 1 total task(s) on 1 node(s)", "with 2 total task(s) on 1 node(s)")
+    _, verdict = run_group_check(FsMetadataAggregate, None, None, [CommandOutput(run, text, "", 0)], group)
+    assert (verdict.status, verdict.reason) == (ERROR, "mdtest ran on 1 node(s), expected 2")
+    _, fewer = run_group_check(FsMetadataAggregate, None, None, [CommandOutput(run, SJTU.read_text(), "", 0)], group)
+    assert (fewer.status, fewer.reason) == (ERROR, "mdtest ran 1 task(s), 2 were launched")
+    with pytest.raises(ParamsError, match="cannot be passed to an MPI hostfile"):
+        bad = GroupContext(nodes=(NodeContext(hostname="a1 slots=99"), a2), launcher=a1)
+        FsMetadataAggregate().group_commands(FsMetadataAggregate.make_params({}), bad)
+
+
+def test_the_aggregate_errors_for_a_node_mpirun_cannot_reach(sim: SimPaths, tmp_path: Path) -> None:
+    _, verdict, _ = run_group(sim, tmp_path, ["gpu06", "gpu07"], absent=("gpu07",))
+    assert verdict.status == ERROR
+    assert verdict.reason == "mdtest exited 1: ORTE was unable to reliably start one or more daemons."
