@@ -39,6 +39,7 @@ KINDS: dict[str, str] = {
     "power/redfish_cdu_*.json": "redfish_cdu",
     "power/redfish_pdu_*.json": "redfish_pdu",
     "power/redfish_power_*.json": "redfish_power",
+    "mdtest/*.txt": "mdtest",
     "nccl-tests/*_perf_*.txt": "nccl",
     "nvbandwidth/*.txt": "nvbandwidth",
     "perftest/*.txt": "perftest",
@@ -61,8 +62,10 @@ KINDS: dict[str, str] = {
 }
 # Captures with nothing to trust, and the CLI must say so (exit 2): fixture -> (kind, what it says). A
 # crashed tool; two perftest captures transcribed one line short of perftest's closing dashed line (their
-# -complete twins carry it), which Kiln cannot tell from a cut table.
+# -complete twins carry it), which Kiln cannot tell from a cut table; an IO500 summary, whose mdtest
+# phases are whole-phase kIOPS totals, not mdtest's per-operation table.
 UNPARSEABLE: dict[str, tuple[str, str]] = {
+    "mdtest/io500-sc20_v3-exascaler-cloud-azure-64tasks.txt": ("mdtest", "an IO500 summary, not mdtest output"),
     "nccl-tests/mpirun_not_enough_slots_failure_gcm.txt": ("nccl", "not enough slots"),
     "perftest/ib_read_lat-roce-sriov-vf-cpufreq-warnings-spiderpool.txt": ("perftest", "table not closed"),
     "perftest/ib_write_bw-a-use_cuda-dmabuf-roce100g-gpu-operator-docs.txt": ("perftest", "table not closed"),
