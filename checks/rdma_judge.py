@@ -11,7 +11,8 @@ bandwidth at the largest size below `min_bw_gbps`, its typical latency above
 Localisation, per rail, on the ring (each port is measured twice, as client of its successor and as
 server of its predecessor, against two partners):
 - a port bad both ways is to blame: `fail` when both of its pairs failed ("verification pair"),
-  `error` when they could not be measured;
+  `error` when they could not be measured (a port whose HCAs could not bring the RDMA connection
+  up, perftest's "Unable to Connect the HCA's through the link", was measured: it is down);
 - a bad pair neither of whose ports is bad with its other partner is the link between them (cable,
   transceiver, switch path): both ends are named with the pair;
 - with two nodes the ring is one pair in both directions: a bad pair names both ends, as no third
@@ -21,6 +22,7 @@ server of its predecessor, against two partners):
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +39,11 @@ from checks.base import (
 )
 from checks.perftest import PerftestRun, failure_line, parse_perftest
 from checks.rdma_plan import BW, LAT, RUNNER_SCHEMA, Pair, RdmaBwParams
+
+# perftest reached its partner over the out-of-band TCP exchange, then the HCAs could not bring the
+# RDMA connection up (perftest's ctx_connect: the QP refused to move to RTR on a port without a
+# usable link): evidence that the port or its link is down, so `fail`, not "could not tell".
+LINK_REFUSED = re.compile(r"Unable to Connect the HCA's through the link|Failed to modify QP(?: \d+)? to RTR")
 
 Processes = dict[tuple[str, str], dict[str, Any]]  # (role, rail) -> the runner's record of that process
 
@@ -144,7 +151,7 @@ def judge_pair(
                 continue
             run = read_process(doc.get((f"{test}_{end}", pair.hca)), f"{test} {end} on {host}")
             if isinstance(run, str):
-                result.add(ERROR, run)
+                result.add(FAIL if LINK_REFUSED.search(run) else ERROR, run)
             else:
                 runs[f"{test}_{end}"] = run
                 _check_run(result, run, f"{test} {end} on {host}", params, t)
@@ -227,7 +234,7 @@ def _blame_ports(hca: str, rail: list[PairResult], findings: dict[str, list[tupl
             continue
         blamed.add(host)
         status = FAIL if sent.status == FAIL and received.status == FAIL else ERROR
-        how = "slow" if status == FAIL else "not measured"
+        how = "failing" if status == FAIL else "not measured"
         findings[host].append(
             (
                 status,

@@ -142,12 +142,17 @@ BUILTIN_PLANS: dict[str, tuple[str, str, list[tuple[str, dict[str, Any]]]]] = {
             ("gpu-config", {}),
             ("topology", {}),
             ("gpu-links", {}),
+            ("host-bw", {}),
             ("ib-ports", {}),
+            # Issue 14: every rail's RDMA bandwidth and latency, each HCA to its peer on the next node.
+            ("rdma-bw", {}),
             ("nccl-allreduce", {}),
             # 12 h at full tensor-core load: infant-mortality burn-in before handover.
             ("burn-in", {"duration_s": 43200, "use_tensor_cores": True}),
             ("dlc-temperature", {}),
             ("fs-throughput", {}),
+            # Issue 14: data loading is small files: metadata rates per node.
+            ("fs-metadata", {}),
             ("ecc-health", {}),
             ("nccl-allreduce-multi", {}),
             # Issue 14: expert-parallel traffic, the test of the fabric's bisection.

@@ -1,5 +1,5 @@
 """rdma_bw: the ring plan covers every HCA port, commands are validated, and the judge names the slow
-port (slow both ways), the slow pair (a cable), or says `error` when evidence is missing."""
+port (failing both ways), the slow pair (a cable), or says `error` when evidence is missing."""
 
 from __future__ import annotations
 
@@ -194,13 +194,42 @@ def test_it_blames_a_degraded_hca_slow_both_ways() -> None:
     _, verdict, _ = judge(outputs(params, rates=rates), params)
     assert verdict.status == FAIL
     bad = verdict.node_verdicts["gpu03"]
-    assert bad.status == FAIL and "mlx5_2 of gpu03 slow both ways" in bad.reason
+    assert bad.status == FAIL and "mlx5_2 of gpu03 failing both ways" in bad.reason
     assert "as client of gpu04" in bad.reason and "as server of gpu02" in bad.reason
     # Its partners are fine with their other partners: not blamed.
     assert {h: v.status for h, v in verdict.node_verdicts.items() if h != "gpu03"} == dict.fromkeys(
         ["gpu01", "gpu02", "gpu04"], PASS
     )
     assert "gpu03" in verdict.reason
+
+
+def test_a_port_whose_link_refuses_both_ways_fails_named_not_errors() -> None:
+    """Both ends reached each other over TCP, then the HCAs could not bring the RDMA connection up
+    (perftest on a port that is down): evidence of a dead port, so `fail` naming it."""
+    params = RdmaBwParams()
+    refused = {
+        "exit_code": 1,
+        "stdout": "",
+        "stderr": " Failed to modify QP to RTR\n Unable to Connect the HCA's through the link\n",
+    }
+
+    def port_down(host: str, proc: dict) -> None:
+        on_gpu03 = (
+            (host == "gpu03")
+            or (host == "gpu02" and proc["role"].endswith("client"))
+            or (host == "gpu04" and proc["role"].endswith("server"))
+        )
+        if on_gpu03 and proc["rail"] == "mlx5_3":
+            proc.update(refused)
+
+    _, verdict, _ = judge(outputs(params, edit=port_down), params)
+    assert verdict.status == FAIL
+    bad = verdict.node_verdicts["gpu03"]
+    assert bad.status == FAIL and "mlx5_3 of gpu03 failing both ways" in bad.reason, bad.reason
+    assert "Unable to Connect the HCA's through the link" in bad.reason or "RTR" in bad.reason
+    assert {h: v.status for h, v in verdict.node_verdicts.items() if h != "gpu03"} == dict.fromkeys(
+        ["gpu01", "gpu02", "gpu04"], PASS
+    )
 
 
 def test_it_blames_the_link_of_one_slow_pair_on_both_ends() -> None:

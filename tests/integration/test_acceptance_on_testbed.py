@@ -14,7 +14,7 @@ import pytest
 from ClusterShell.NodeSet import NodeSet
 from django.core.management import call_command
 
-from portal.catalog.models import TestPlan
+from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 
 pytestmark = pytest.mark.integration
 
@@ -36,9 +36,22 @@ FAULTS: list[tuple[str, dict, str, list[str]]] = [
     ("gpu04", {"topo_nic_far_gpu": 3}, "topology", ["GPU3", "mlx5_3"]),
     ("gpu05", {"fabric_manager_down": 1}, "gpu-config", ["fabric"]),
     ("gpu08", {"acs_on": 1}, "gpu-config", ["ACS"]),
+    # A GPU's PCIe link trained down: host bandwidth names the GPU and its link (gpu-links sees it too).
+    ("gpu06", {"pcie_degraded_gpu": 2}, "host-bw", ["GPU 2", "x8"]),
+    # The degraded HCAs of gpu09 (one down, one at half rate) and a bad cable between gpu10 and
+    # gpu11 on rail mlx5_1: RDMA bandwidth names the port, or the pair.
+    ("gpu09", {}, "rdma-bw", ["mlx5_2", "mlx5_3"]),
+    ("gpu10", {"ib_cable_fault": "mlx5_1:gpu11"}, "rdma-bw", ["mlx5_1", "gpu11"]),
+    ("gpu11", {}, "rdma-bw", ["mlx5_1", "gpu10"]),
+    # A slow metadata server as gpu07 sees it.
+    ("gpu07", {"mds_slow": 20}, "fs-metadata", ["gpu07", "ops/s", "below"]),
+    # A container image that cannot be pulled on one node: the pyxis error is quoted.
+    ("gpu02", {"container_pull_fail": 1}, "slurm-container", ["pyxis", "cannot be pulled"]),
+    # The NCCL run inside the container catches gpu01's wrong results too.
+    ("gpu01", {}, "slurm-container", ["NCCL inside the container", "#wrong"]),
 ]
 HEALTHY = ["gpu12"]
-EXACT_CHECKS = ("topology", "gpu-config")
+EXACT_CHECKS = ("topology", "gpu-config", "host-bw", "rdma-bw", "fs-metadata", "slurm-container")
 
 
 @pytest.fixture
@@ -56,7 +69,18 @@ def acceptance_testbed(testbed_factory, transactional_db):
     )
     for node in tb.nodes:
         nodes_add(cluster=cluster, hostnames=node.hostname, addresses=node.address)
-    make_acceptance_fast(TestPlan.objects.get(slug="acceptance"))
+    # A Slurm site adds the container path to its acceptance plan with its own image (no built-in
+    # plan can name one): pyxis/enroot under srun on every node.
+    cluster.scheduler = "slurm"
+    cluster.save(update_fields=["scheduler"])
+    plan = TestPlan.objects.get(slug="acceptance")
+    TestPlanItem.objects.create(
+        plan=plan,
+        check_definition=CheckDefinition.objects.get(slug="slurm-container"),
+        order=plan.items.count() + 1,
+        param_overrides={"image": "nvcr.io#nvidia/pytorch:24.05-py3"},
+    )
+    make_acceptance_fast(plan)
     planted: dict[str, dict] = {}
     for hostname, faults, _, _ in FAULTS:
         planted.setdefault(hostname, {}).update(faults)
