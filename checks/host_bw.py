@@ -61,7 +61,7 @@ from checks.nvbandwidth import (
     parse_pcie_query,
     parse_report,
 )
-from checks.presentation import KeyMetric, OutlierMetric, Presentation, PromMetric, lowest
+from checks.presentation import KeyMetric, MatrixChart, OutlierMetric, Presentation, PromMetric, lowest
 
 NVBW_LABEL = "nvbandwidth"
 PCIE_LABEL = "nvidia-smi pcie"
@@ -161,7 +161,18 @@ class HostBandwidth(Check):
         "A100-SXM-8": {"min_h2d_gbps": 21.0, "min_d2h_gbps": 21.0, "min_d2d_gbps": 238.0},
     }
     presentation: ClassVar[Presentation] = Presentation(
+        chart="matrix",
         rank=15,
+        matrices=(
+            MatrixChart(
+                "Host copy bandwidth per GPU", ("h2d_gbps", "d2h_gbps"), "gpu", unit="GB/s", text_field=False,
+                rows_title="GPU", column_titles=("host to device", "device to host"),
+            ),
+            MatrixChart(
+                "GPU peer copy bandwidth", ("d2d_gbps",), "src", "dst", unit="GB/s", text_field=False,
+                rows_title="source GPU", cols_title="destination GPU",
+            ),
+        ),
         key_metrics=(
             KeyMetric("h2d", "Host-to-device bandwidth (slowest GPU)", "h2d_gbps", "GB/s", per_gpu=True),
             KeyMetric("d2h", "Device-to-host bandwidth (slowest GPU)", "d2h_gbps", "GB/s", per_gpu=True),

@@ -18,8 +18,12 @@ Row = Mapping[str, Any]
 
 # Chart families the portal can draw for one result (portal/charts); "" = no chart. "capacity": a
 # whole-cluster power and cooling result, drawn on the cluster's capacity page (its measurement and
-# series names: portal/charts/selectors/capacity.py).
-CHART_FAMILIES = ("", "nccl", "burn_in", "dlc", "filesystem", "ecc", "capacity")
+# series names: portal/charts/selectors/capacity.py). "matrix": one heatmap per `MatrixChart` the kind
+# declares in `Presentation.matrices` (portal/charts/selectors/matrix.py).
+CHART_FAMILIES = ("", "nccl", "burn_in", "dlc", "filesystem", "ecc", "capacity", "matrix")
+# How a matrix colours its cells: "value" on a continuous scale from 0 (bandwidth, latency), "rank" one
+# colour per rank of an ordinal scale, nearest first (a link distance), named by `MatrixChart.ranks`.
+MATRIX_COLOURS = ("value", "rank")
 
 # A group check that judges subjects of its own besides its nodes (a rack, a PDU phase, a cooling
 # loop) records one measurement of this name per subject: value None, `text` the subject's reason,
@@ -133,6 +137,43 @@ class CertificateSection:
 
 
 @dataclass(frozen=True)
+class MatrixChart:
+    """A heatmap of one result's measurements (chart family "matrix"): a row per value of the label
+    `rows_label` ("gpu": the measurement's GPU index), a column per value of `cols_label`, or, when
+    `cols_label` is "", a column per name of `measurements` (titled by `column_titles`, else the name);
+    the cell is the measurement's value, its `text` shown in the cell when `text_field`, its threshold
+    and any other labels in the hover. A cell whose measurement is out of spec (`ok` False) is marked,
+    and so are the cells a not-ok measurement named `marks` points at (same row label; its
+    `cols_label` may list several columns, comma separated: a GPU's nearest NICs). Large matrices are
+    cut to the first rows and columns in natural order, with a note (portal/charts/selectors/matrix.py)."""
+
+    title: str
+    measurements: tuple[str, ...]
+    rows_label: str
+    cols_label: str = ""
+    unit: str = ""
+    colour_by: str = "value"
+    text_field: bool = True
+    marks: str = ""
+    rows_title: str = ""  # the axis titles; the label's name when empty
+    cols_title: str = ""
+    column_titles: tuple[str, ...] = ()
+    ranks: tuple[str, ...] = ()  # colour_by "rank": the name of each rank, 0 first
+
+    def __post_init__(self) -> None:
+        if not self.measurements or not self.rows_label:
+            raise ValueError(f"matrix {self.title!r}: measurements and rows_label are required")
+        if self.colour_by not in MATRIX_COLOURS:
+            raise ValueError(f"matrix {self.title!r}: unknown colour_by {self.colour_by!r}")
+        if self.colour_by == "rank" and not self.ranks:
+            raise ValueError(f"matrix {self.title!r}: colour_by 'rank' names its ranks")
+        if self.cols_label and len(self.measurements) > 1:
+            raise ValueError(f"matrix {self.title!r}: several measurements are the columns (cols_label '')")
+        if self.column_titles and len(self.column_titles) != len(self.measurements):
+            raise ValueError(f"matrix {self.title!r}: one column title per measurement")
+
+
+@dataclass(frozen=True)
 class Presentation:
     """Everything the portal shows of one check kind. `rank` orders kinds on pages that list several
     (history charts, certificate charts): lower first."""
@@ -148,10 +189,14 @@ class Presentation:
     gpu_identity: tuple[tuple[str, str], ...] = ()
     # A group check whose subjects (racks, PDUs, loops) get a certificate section of their own.
     certificate_section: CertificateSection | None = None
+    # Chart family "matrix": the heatmaps of a result, in order (declared with that family only).
+    matrices: tuple[MatrixChart, ...] = ()
 
     def __post_init__(self) -> None:
         if self.chart not in CHART_FAMILIES:
             raise ValueError(f"unknown chart family {self.chart!r}; known: {', '.join(CHART_FAMILIES[1:])}")
+        if bool(self.matrices) != (self.chart == "matrix"):
+            raise ValueError("chart family 'matrix' and `matrices` go together: declare both or neither")
         for chart in self.certificate_charts:
             if chart.style not in ("curves", "bars"):
                 raise ValueError(f"certificate chart {chart.title!r}: unknown style {chart.style!r}")

@@ -41,7 +41,7 @@ from checks.base import (
 )
 from checks.evidence import FLAG, Rule
 from checks.fanout import FanOutCheck
-from checks.presentation import Presentation
+from checks.presentation import MatrixChart, Presentation
 from checks.rdma_judge import (
     PairResult,
     Processes,
@@ -95,7 +95,25 @@ class RdmaBandwidth(FanOutCheck):
     min_nodes: ClassVar[int] = 2
     # The runner's exit status is judged per node (a node whose runner failed is its ports' error).
     ok_exit_codes: ClassVar[tuple[int, ...]] = tuple(range(256))
-    presentation: ClassVar[Presentation] = Presentation(rank=12)
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="matrix",
+        rank=12,
+        matrices=(
+            # One cell per pair: a node's HCA writing to the same HCA of the next node (hover: the server).
+            MatrixChart(
+                "RDMA write bandwidth per port, as client", ("pair_bw_gbps",), "client", "rail", unit="Gb/s",
+                text_field=False, rows_title="client node", cols_title="HCA (rail)",
+            ),
+            MatrixChart(
+                "RDMA write latency per port (typical), as client", ("pair_lat_typical_us",), "client", "rail",
+                unit="us", text_field=False, rows_title="client node", cols_title="HCA (rail)",
+            ),
+            MatrixChart(
+                "RDMA bandwidth per GPU over all rails, as client", ("node_bw_per_gpu_gbps",), "node", unit="Gb/s",
+                text_field=False, rows_title="node", column_titles=("per GPU",),
+            ),
+        ),
+    )  # fmt: skip
 
     def node_commands(self, params: Any, group: GroupContext, node: NodeContext) -> list[Command]:
         from checks.probe import rdma_pairs_source  # lazy: reading the script is I/O, not needed to judge

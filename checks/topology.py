@@ -48,7 +48,7 @@ from checks.base import (
 )
 from checks.evidence import COUNT, Rule
 from checks.inventory import inventory_consensus
-from checks.presentation import KeyMetric, Presentation, PromMetric
+from checks.presentation import KeyMetric, MatrixChart, Presentation, PromMetric
 from checks.topology_matrix import (
     LINK_RANKS,
     MAX_RANK,
@@ -61,6 +61,8 @@ from checks.topology_matrix import (
 
 TOPO_LABEL = "nvidia-smi topo"
 RANK_LEGEND = "0 self, 1 NVLink, 2 PIX, 3 PXB, 4 PHB, 5 NODE, 6 SYS"
+# The link types by rank, as the matrix chart's colour bar names them (NV# for every NVLink bond).
+RANK_NAMES = tuple(("NV#" if t == "NV" else t) for t, _ in sorted(LINK_RANKS.items(), key=lambda tr: tr[1]))
 LINK_RANK = Rule("a link distance rank", low=0, high=MAX_RANK, integer=True)
 # Linux numbers NUMA nodes below MAX_NUMNODES = 1 << CONFIG_NODES_SHIFT, and NODES_SHIFT is at most 10
 # on x86-64 and arm64 (arch/x86/Kconfig, arch/arm64/Kconfig: "range 1 10").
@@ -142,7 +144,15 @@ class GpuNicTopology(Check):
         "A100-SXM-8": {"max_gpu_nic_link": "PXB", "expect_nic_per_gpu": True},
     }
     presentation: ClassVar[Presentation] = Presentation(
+        chart="matrix",
         rank=55,
+        matrices=(
+            # Every GPU x NIC link; a GPU's nearest NIC(s) beyond max_gpu_nic_link are marked.
+            MatrixChart(
+                "Link from each GPU to each NIC", ("gpu_nic_link",), "gpu", "nic", colour_by="rank",
+                ranks=RANK_NAMES, marks="gpu_nearest_nic_link", rows_title="GPU", cols_title="NIC",
+            ),
+        ),
         key_metrics=(
             KeyMetric(
                 "nearest_nic_link", f"Farthest GPU-to-nearest-NIC link ({RANK_LEGEND})", "gpu_nearest_nic_link",

@@ -45,6 +45,7 @@ RESULT_FIGURES: dict[str, Callable[[CheckResult], dict[str, Any]]] = {
     "nccl": lambda result: figures.nccl_figure(selectors.nccl_result(result=result)),
     "burn_in": _burn_in_figure,
     "dlc": lambda result: figures.dlc_figure(selectors.dlc_result(result=result)),
+    "matrix": lambda result: figures.matrix_figure(selectors.matrix_result(result=result)),
 }
 
 

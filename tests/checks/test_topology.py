@@ -242,7 +242,10 @@ def test_it_declares_what_the_portal_shows() -> None:
     assert [(p.measurement, p.metric, p.label) for p in shown.prometheus] == [
         ("gpu_nearest_nic_link", "kiln_gpu_nearest_nic_link_rank", "nic")
     ]
-    assert shown.chart == ""
+    assert shown.chart == "matrix"
+    assert [(m.measurements, m.rows_label, m.cols_label, m.marks) for m in shown.matrices] == [
+        (("gpu_nic_link",), "gpu", "nic", "gpu_nearest_nic_link")
+    ]
 
 
 # --- the simulator --------------------------------------------------------------------------------

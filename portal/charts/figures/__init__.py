@@ -20,6 +20,7 @@ from portal.charts.figures.common import (
 from portal.charts.figures.dlc import dlc_figure
 from portal.charts.figures.filesystem import fs_figure
 from portal.charts.figures.fleet import distribution_figure, threshold_value
+from portal.charts.figures.matrix import matrix_figure
 from portal.charts.figures.nccl import nccl_figure
 from portal.charts.figures.rack import rack_figure, rack_layout
 
@@ -27,5 +28,5 @@ __all__ = [
     "BADGE_HEX", "GPU_COLOURS", "MAX_LEGEND", "MAX_THROTTLE_SHAPES", "STATUS_ORDER", "THRESHOLD_COLOUR",
     "binary_size", "burn_in_figure", "capacity_figures", "cluster_power_figure", "phase_figure",
     "distribution_figure", "dlc_figure", "fs_figure", "gpu_colour",
-    "nccl_figure", "rack_figure", "rack_layout", "size_ticks", "threshold_value",
+    "nccl_figure", "rack_figure", "rack_layout", "size_ticks", "threshold_value", "matrix_figure",
 ]  # fmt: skip

@@ -39,6 +39,7 @@ from portal.charts.selectors.fleet import (
     worst_aggregate,
 )
 from portal.charts.selectors.links import RunChartLink, result_series, run_chart_links, series_csv_lines
+from portal.charts.selectors.matrix import MAX_SIDE, MatrixData, MatrixResult, matrix_result
 from portal.charts.selectors.nccl import Curve, NcclData, nccl_result, nccl_run
 from portal.charts.selectors.rack import UNRACKED, RackCell, RackData, node_results_url, node_statuses, run_rack
 
@@ -51,4 +52,5 @@ __all__ = [
     "item_thresholds", "nccl_result", "nccl_run", "node_results_url", "node_statuses", "result_series",
     "robust_z", "run_chart_links", "run_distribution", "run_filesystem", "run_metric_choices", "run_metric_values",
     "run_rack", "series_csv_lines", "slowdown_threshold", "worst_aggregate",
+    "MAX_SIDE", "MatrixData", "MatrixResult", "matrix_result",
 ]  # fmt: skip

@@ -1,0 +1,59 @@
+"""A topology result in Chromium: its GPU x NIC heatmap drawn by the app's own plotly.js under the
+Content-Security-Policy, the far NICs outlined in red, a hostile NIC name shown as text (no script
+runs), and a cell's hover naming its link and why it is out of spec.
+
+The result is judged by the real topology check from a real `nvidia-smi topo -m` capture and recorded
+through the run services (tests/portal/matrix_helpers.py): no worker or testbed is needed to draw it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.conftest import assert_plotly_rendered, log_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+# Where plotly drew a cell: the centre of (row, column) of the first heatmap, in page pixels.
+CELL_CENTRE_JS = """([row, col]) => {
+  const plot = document.querySelector('#result-chart');
+  const box = plot.querySelector('.nsewdrag').getBoundingClientRect();
+  const xa = plot._fullLayout.xaxis, ya = plot._fullLayout.yaxis;
+  return [box.left + xa.c2p(col), box.top + ya.c2p(row)];
+}"""
+
+
+def test_it_draws_the_topology_heatmap_with_the_far_nics_marked(live_server, page, shot, make_user) -> None:
+    from portal.inventory.models import Cluster, Node
+    from tests.portal.matrix_helpers import HOSTILE, far_nic, matrix_run, record_topology
+
+    cluster = Cluster.objects.create(name="c1", profile="H100-SXM-8", transport="local")
+    Node.objects.bulk_create(Node(cluster=cluster, hostname=f"n{i:02d}") for i in range(1, 5))
+    result = record_topology(matrix_run(cluster), far_nic().replace("NIC0: mlx5_0", f"NIC0: {HOSTILE}"))
+    make_user("vic", "viewer")
+    dialogs: list[str] = []
+    console: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.on("console", lambda m: console.append(f"{m.text} at {m.location['url']}") if m.type == "error" else None)
+    log_in(page, live_server.url, "vic")
+
+    page.goto(f"{live_server.url}/results/{result.pk}/")
+    drawn = assert_plotly_rendered(page, "#result-charts")
+    shot("topology-matrix")
+    assert [t["type"] for t in drawn["data"][0]] == ["heatmap"], drawn["data"]
+    assert page.locator("#result-chart .hm image").count() == 1, "the heatmap is drawn"
+    outlines = page.locator("#result-chart .layer-above .shapelayer path")
+    assert outlines.count() == 4, "GPU3's four nearest NICs are outlined"
+    assert HOSTILE in drawn["text"], "the NIC name is a tick label, as text"
+    assert page.locator("#result-charts img").count() == 0, "no element was made from the name"
+    assert "Link from each GPU to each NIC" in drawn["text"] and "SYS" in drawn["text"]
+
+    x, y = page.evaluate(CELL_CENTRE_JS, [3, 3])
+    page.mouse.move(x, y)
+    hover = page.wait_for_selector("#result-chart .hoverlayer .hovertext").text_content()
+    shot("topology-matrix-hover")
+    assert "GPU 3" in hover and "mlx5_3" in hover and "NODE" in hover, hover
+    assert "out of spec: gpu_nearest_nic_link NODE (<= PXB)" in hover, hover
+    assert dialogs == [], f"a script ran: {dialogs}"
+    # The app serves no favicon; Chromium asks for one anyway (a 404 on every page, not this chart's).
+    errors = [m for m in console if not m.endswith("/favicon.ico")]
+    assert errors == [], f"console errors: {errors}"
