@@ -208,7 +208,9 @@ FAULT_KEYS: frozenset[str] = frozenset(
         "stack_version_skew",
     }
 )
-KNOWN_KEYS: frozenset[str] = frozenset(DEFAULTS) | FAULT_KEYS | {"node", "uuid_seed"}
+# listen_address: the address the simulated perftest server binds (tools/ib_write_bw), for nodes
+# that share one host's network (the demo's local transport gives each a loopback address).
+KNOWN_KEYS: frozenset[str] = frozenset(DEFAULTS) | FAULT_KEYS | {"node", "uuid_seed", "listen_address"}
 
 
 @dataclass(frozen=True)

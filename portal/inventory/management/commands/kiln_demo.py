@@ -83,7 +83,10 @@ class Command(BaseCommand):
                 state_file = base / "nodes" / hostname / "state"
                 state_file.parent.mkdir(parents=True, exist_ok=True)
                 faults = {} if options["healthy"] else DEMO_FAULTS.get(hostname, {})
-                write_state(state_file, node=hostname, **faults)
+                # Every demo node runs on this host: each gets its own loopback address, so the node
+                # pairs of rdma-bw (a perftest server on every node, same ports) do not collide.
+                address = f"127.0.0.{position + 1}"
+                write_state(state_file, node=hostname, listen_address=address, **faults)
                 Node.objects.update_or_create(
                     cluster=cluster,
                     hostname=hostname,
@@ -91,6 +94,7 @@ class Command(BaseCommand):
                         "rack": next(r for r, members in DEMO_RACKS.items() if hostname in members),
                         "position": str(position),
                         "local_env": node_env(paths, state_file),
+                        "address": address,
                     },
                 )
             demo_facility_ensure(cluster=cluster, racks=DEMO_RACKS)
