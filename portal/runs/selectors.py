@@ -407,8 +407,18 @@ class MeasurementTable:
 
 def measurement_table(*, result: CheckResult) -> MeasurementTable:
     measurements = list(result.measurements.all())
-    node_level = [m for m in measurements if m.gpu is None]
-    per_gpu = [m for m in measurements if m.gpu is not None]
+    # A name measured several times on one GPU (a GPU's link to each NIC, one row per label) has
+    # no single cell in the GPU pivot: it is listed with its labels instead of showing one of them.
+    seen: set[tuple[int, str]] = set()
+    listed: set[str] = set()
+    for m in measurements:
+        if m.gpu is None:
+            continue
+        if (m.gpu, m.name) in seen:
+            listed.add(m.name)
+        seen.add((m.gpu, m.name))
+    node_level = [m for m in measurements if m.gpu is None or m.name in listed]
+    per_gpu = [m for m in measurements if m.gpu is not None and m.name not in listed]
     columns: list[str] = []
     for m in per_gpu:
         if m.name not in columns:

@@ -188,6 +188,22 @@ def test_it_shows_a_results_evidence_escaped(viewer_client, cluster, make_run) -
     assert "exit code 0" in html
 
 
+def test_a_measurement_taken_per_gpu_and_per_label_is_listed_with_its_labels(viewer_client, cluster, make_run) -> None:
+    """A GPU's link to each NIC: several values of one name on one GPU have no single pivot cell."""
+    run = make_run(cluster)
+    result = set_result(run, "n02", "ecc-health", "pass", "8 GPUs")
+    add_measurement(result, "gpu_nic_link", value=2, text="PIX", gpu=0, labels={"nic": "mlx5_0"})
+    add_measurement(result, "gpu_nic_link", value=6, text="SYS", gpu=0, labels={"nic": "<b>mlx5_1</b>"})
+    add_measurement(result, "gpu_numa_affinity", value=0, gpu=0)
+
+    html = viewer_client.get(reverse("runs:result_detail", args=[result.pk])).content.decode()
+
+    node_table = html[html.index('id="node-measurements"') : html.index('id="gpu-measurements"')]
+    assert "GPU 0 nic=mlx5_0" in node_table and "GPU 0 nic=&lt;b&gt;mlx5_1&lt;/b&gt;" in node_table
+    gpu_table = html[html.index('id="gpu-measurements"') : html.index("<h2>Command</h2>")]
+    assert "<th>gpu_numa_affinity</th>" in gpu_table and "gpu_nic_link" not in gpu_table
+
+
 def test_it_answers_404_for_missing_objects(viewer_client, cluster) -> None:
     assert viewer_client.get(reverse("inventory:cluster_detail", args=["nope"])).status_code == 404
     assert viewer_client.get(reverse("runs:run_detail", args=[999999])).status_code == 404
