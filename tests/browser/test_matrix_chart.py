@@ -7,9 +7,14 @@ through the run services (tests/portal/matrix_helpers.py): no worker or testbed 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from tests.browser.conftest import assert_plotly_rendered, log_in
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -47,9 +52,9 @@ def test_it_draws_the_topology_heatmap_with_the_far_nics_marked(live_server, pag
     assert page.locator("#result-charts img").count() == 0, "no element was made from the name"
     assert "Link from each GPU to each NIC" in drawn["text"] and "SYS" in drawn["text"]
 
+    page.locator("#result-chart").scroll_into_view_if_needed()  # the mouse reaches only what is in view
     x, y = page.evaluate(CELL_CENTRE_JS, [3, 3])
-    page.mouse.move(x, y)
-    hover = page.wait_for_selector("#result-chart .hoverlayer .hovertext").text_content()
+    hover = _hover(page, x, y)
     shot("topology-matrix-hover")
     assert "GPU 3" in hover and "mlx5_3" in hover and "NODE" in hover, hover
     assert "out of spec: gpu_nearest_nic_link NODE (<= PXB)" in hover, hover
@@ -57,3 +62,20 @@ def test_it_draws_the_topology_heatmap_with_the_far_nics_marked(live_server, pag
     # The app serves no favicon; Chromium asks for one anyway (a 404 on every page, not this chart's).
     errors = [m for m in console if not m.endswith("/favicon.ico")]
     assert errors == [], f"console errors: {errors}"
+
+
+def _hover(page: Page, x: float, y: float, tries: int = 6) -> str:
+    """The hover text of the cell at (x, y). plotly answers mouse moves, and a busy machine can draw
+    the figure after the first one: move off and back onto the cell until the text shows."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for _ in range(tries):
+        page.mouse.move(x - 3, y - 3)
+        page.mouse.move(x, y, steps=3)
+        try:
+            found = page.wait_for_selector("#result-chart .hoverlayer .hovertext", timeout=5_000)
+        except PlaywrightTimeout:
+            continue
+        if found is not None:
+            return found.text_content() or ""
+    raise AssertionError(f"no hover text at ({x:.0f}, {y:.0f}) after {tries} moves")
