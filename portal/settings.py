@@ -141,6 +141,11 @@ else:
         "polling_interval": 0.05,
     }
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+# Where tasks go unless routed to a cluster's queue (Cluster.queue, portal/runs/queues.py), and
+# what a plain `celery -A worker worker` (no -Q) consumes. Named "default" rather than Celery's
+# "celery" so that a cluster's queue field can name it. A message left in "celery" by an older
+# Kiln is not lost work: the reaper sends any queued check it cannot find in the broker again.
+CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # The worker's pool, read by a plain `celery -A worker worker` (Celery takes worker_pool and
 # worker_concurrency from here when no --pool / --concurrency is given; an explicit --pool=prefork

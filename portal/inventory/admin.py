@@ -37,8 +37,9 @@ class ClusterAdmin(SuperuserFieldsAdmin, admin.ModelAdmin):
     """A cluster has up to thousands of nodes: they are not inlined here (one form of 1,250 rows),
     but linked, as NetBox links a site's devices, to the Node changelist filtered to the cluster."""
 
-    list_display = ["name", "customer", "site", "profile", "transport", "scheduler", "node_count"]
-    search_fields = ["name", "customer", "site"]
+    list_display = ["name", "customer", "site", "queue", "profile", "transport", "scheduler", "node_count"]
+    list_filter = ["queue"]
+    search_fields = ["name", "customer", "site", "queue"]
     readonly_fields = ["nodes"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Cluster]:

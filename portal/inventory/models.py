@@ -20,6 +20,15 @@ username_validator = RegexValidator(
     r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$", "a user name: letters, digits, '_', '.' and '-', not starting with '-'"
 )
 port_validators = [MinValueValidator(1), MaxValueValidator(65535)]
+# A Celery queue name: what a worker's `-Q` lists (comma-separated) and Redis keys carry, so no
+# comma, space or colon; 63 characters like a cluster's name.
+queue_validator = RegexValidator(
+    r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$",
+    "a queue name: letters, digits, '_', '.' and '-', not starting with '.' or '-'",
+)
+# The queue of clusters that name none: the one a plain `celery -A worker worker` serves
+# (CELERY_TASK_DEFAULT_QUEUE in portal/settings.py says the same name).
+DEFAULT_QUEUE = "default"
 
 
 def validate_address(value: str) -> None:
@@ -99,6 +108,15 @@ class Cluster(models.Model):
     )
     known_hosts = models.TextField(blank=True, help_text="known_hosts lines for every node (and the jump host).")
     scheduler = models.CharField(max_length=10, choices=Scheduler.choices, default=Scheduler.NONE)
+    queue = models.CharField(
+        max_length=63,
+        default=DEFAULT_QUEUE,
+        validators=[queue_validator],
+        help_text=(
+            "Celery queue of the workers that reach this cluster's nodes (`celery -A worker worker -Q NAME` at its "
+            "site); 'default' is served by a worker started without -Q."
+        ),
+    )
     threshold_overrides = models.JSONField(
         default=dict, blank=True, help_text='Per check kind, e.g. {"gpu_inventory": {"expected_driver": "550.54.15"}}'
     )

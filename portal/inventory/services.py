@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from portal.inventory import nodesets
-from portal.inventory.models import Cluster, Node
+from portal.inventory.models import DEFAULT_QUEUE, Cluster, Node
 
 
 class InventoryError(ValueError):
@@ -31,6 +31,7 @@ def cluster_create(
     ssh_port: int = 22,
     customer: str = "",
     site: str = "",
+    queue: str = DEFAULT_QUEUE,
 ) -> Cluster:
     known_hosts = ""
     if known_hosts_path:
@@ -51,10 +52,32 @@ def cluster_create(
         ssh_port=ssh_port,
         customer=customer,
         site=site,
+        queue=queue,
     )
     _validate(cluster)
     cluster.save()
     return cluster
+
+
+# What `kiln_cluster update` may change: where the cluster is and which workers reach it. The
+# fields that choose what runs on a Kiln host (transport, key path) stay with the admin's
+# superusers (portal/roles.py SUPERUSER_FIELDS).
+UPDATABLE_FIELDS = ("queue", "site", "customer")
+
+
+def cluster_update(*, cluster: Cluster, changes: dict[str, str]) -> list[str]:
+    """Change some of UPDATABLE_FIELDS; returns the fields that changed. Runs already started keep
+    the queue they froze (portal/runs/queues.py); new runs use the new one."""
+    unknown = sorted(set(changes) - set(UPDATABLE_FIELDS))
+    if unknown:
+        raise InventoryError(f"cannot change {', '.join(unknown)} here")
+    changed = [field for field, value in changes.items() if getattr(cluster, field) != value]
+    for field in changed:
+        setattr(cluster, field, changes[field])
+    if changed:
+        _validate(cluster)
+        cluster.save(update_fields=changed)
+    return changed
 
 
 def _validate(obj: Cluster | Node) -> None:

@@ -10,11 +10,11 @@ delivered long ago whose results are still `queued` went to a consumer that died
 them, so only deliveries younger than the allowance count as pending.
 
 The scan reads the list once (LRANGE; ~1 KB per message: 10,000 waiting nodes are ~10 MB) and
-only runs when some result is overdue. Kombu's filesystem transport (the embedded default) keeps
-each waiting message as a file in its queue folder and deletes it on delivery: the files are the
-pending messages. Other brokers cannot be inspected here: the answer is None, and the reaper
-re-enqueues on time alone (a duplicate delivery is harmless: the claim takes nothing a live lease
-holds).
+only runs when some result is overdue, over the default queue and the overdue runs' own queues.
+Kombu's filesystem transport (the embedded default) keeps each waiting message of every queue as
+a file in one folder and deletes it on delivery: the files are the pending messages. Other
+brokers cannot be inspected here: the answer is None, and the reaper re-enqueues on time alone (a
+duplicate delivery is harmless: the claim takes nothing a live lease holds).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import base64
 import json
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,9 @@ TaskKey = tuple[str, tuple[Any, ...]]
 RUN_TASKS = (RUN_NODE, RUN_GROUP)
 
 
-def pending_tasks(*, max_age_s: float) -> set[TaskKey] | None:
-    """(task name, args) of the run tasks waiting in the broker, or delivered to a worker less than
+def pending_tasks(*, max_age_s: float, queues: Iterable[str] = ()) -> set[TaskKey] | None:
+    """(task name, args) of the run tasks waiting in the broker (in the default queue and in
+    `queues`: the clusters' own, portal/runs/queues.py), or delivered to a worker less than
     `max_age_s` ago and not acknowledged. None when the broker cannot be inspected."""
     from worker.celery import app
 
@@ -50,8 +52,8 @@ def pending_tasks(*, max_age_s: float) -> set[TaskKey] | None:
         with app.connection_for_read() as conn:
             channel: Any = conn.default_channel
             client = channel.client
-            queue = app.conf.task_default_queue or "celery"
-            names = sorted({channel._q_for_pri(queue, step) for step in channel.priority_steps})
+            wanted = {app.conf.task_default_queue or "celery", *queues}
+            names = sorted({channel._q_for_pri(queue, step) for queue in wanted for step in channel.priority_steps})
             found: set[TaskKey] = set()
             for name in names:
                 for raw in client.lrange(name, 0, -1):

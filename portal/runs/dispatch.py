@@ -14,6 +14,7 @@ from django.conf import settings
 
 from portal.runs.models import CheckResult, Run
 from portal.runs.pairs import group_item_limits
+from portal.runs.queues import run_queue
 from worker.celery import app
 from worker.timeouts import node_task_limits
 
@@ -22,13 +23,16 @@ RUN_GROUP = "kiln.run_group"
 
 
 def enqueue_node(*, run_id: int, node_id: int) -> None:
-    """Send one node's task with time limits derived from the run's snapshot (nested timeouts)."""
+    """Send one node's task with time limits derived from the run's snapshot (nested timeouts), to
+    the queue the snapshot names (the workers that reach the cluster's nodes)."""
     run = Run.objects.only("plan_snapshot").get(pk=run_id)
     soft, hard = node_task_limits(
         command_budgets=[item["timeout_s"] for item in run.plan_snapshot["items"]],
         connect_timeout=settings.KILN_SSH_CONNECT_TIMEOUT,
     )
-    app.signature(RUN_NODE).apply_async(args=(run_id, node_id), soft_time_limit=soft, time_limit=hard)
+    app.signature(RUN_NODE).apply_async(
+        args=(run_id, node_id), soft_time_limit=soft, time_limit=hard, queue=run_queue(run.plan_snapshot)
+    )
 
 
 def enqueue_group(*, run_id: int, result_id: int) -> None:
@@ -43,4 +47,5 @@ def enqueue_group(*, run_id: int, result_id: int) -> None:
         kwargs={"time_budget_s": soft - settings.KILN_TASK_SLACK_S},
         soft_time_limit=soft,
         time_limit=hard,
+        queue=run_queue(run.plan_snapshot),
     )

@@ -12,6 +12,7 @@ WORKER_LOST = "worker lost"
 CANCELLED = "cancelled"
 PROCESSES_STOPPED = "processes stopped"
 STOP_FAILED = "stop failed"
+NO_WORKER = "no worker"
 
 
 def run_event_add(*, run_id: int, kind: str, message: str) -> RunEvent:

@@ -6,10 +6,14 @@ them every KILN_REAPER_INTERVAL_S, before its deadline backstop).
    if it had, it is `error` ("worker lost: WORKER, last heartbeat T", portal_fault: the node is not
    to blame), never run twice behind anyone's back.
 2. A queued result whose message is overdue (KILN_LOST_MESSAGE_S after it was sent) and that the
-   broker no longer holds is sent again (portal/runs/broker.py).
+   broker no longer holds is sent again (portal/runs/broker.py), to the run's queue. When no live
+   worker consumes that queue (a site's worker is down, or the cluster names a queue nobody
+   serves), the run's log says so once: the checks wait for one, nothing else runs them.
 3. A result whose lease has lapsed with a process group still recorded (its worker died, or its
    connection broke mid-command) has that group stopped over a new connection, until its own
-   remote timeout would have ended it anyway.
+   remote timeout would have ended it anyway. Only a worker that reaches the node can: the
+   reaper (on the default queue) stops those of its own queue and sends `kiln.stop_orphans` to
+   each other queue that has some (portal/runs/queues.py).
 Each action is a line in the run's log (RunEvent).
 """
 
@@ -22,13 +26,15 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from portal.runs import broker, dispatch, events, leases
+from portal.runs import broker, dispatch, events, leases, queues
 from portal.runs.execution import node_target
 from portal.runs.groups import group_members
-from portal.runs.models import CheckResult, RunEvent, Scope, Status
+from portal.runs.models import CheckResult, Run, RunEvent, Scope, Status
+from worker.celery import app
 from worker.procgroup import stop_group, tag_for
 from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, TransportError, open_transport
 
@@ -37,6 +43,8 @@ logger = logging.getLogger(__name__)
 # Claims of one result after which a lost worker's check is `error` instead of queued again
 # (leases.MAX_CLAIMS: a check that kills its worker must not take down worker after worker).
 MAX_ATTEMPTS = leases.MAX_CLAIMS
+# The task that stops orphaned process groups on a cluster's own queue (portal/runs/tasks.py).
+STOP_ORPHANS = "kiln.stop_orphans"
 # Nodes stopped at once: each stop is one SSH connect (~60 ms) and a few seconds at most.
 STOP_PARALLELISM = 16
 
@@ -51,6 +59,7 @@ def reap_liveness(*, now: datetime | None = None) -> set[int]:
     touched = reap_lapsed(now=now)
     touched |= requeue_lost(now=now)
     stop_orphans(now=now)
+    orphans_elsewhere(now=now)
     return touched
 
 
@@ -134,7 +143,9 @@ def requeue_lost(*, now: datetime) -> set[int]:
     if not overdue:
         return set()
     allowance = leases.lost_message_s()
-    pending = broker.pending_tasks(max_age_s=allowance)
+    run_queues = _run_queues({row[1] for row in overdue})
+    pending = broker.pending_tasks(max_age_s=allowance, queues=set(run_queues.values()))
+    _report_unserved(overdue, run_queues)
     tasks: dict[broker.TaskKey, list[tuple[Any, ...]]] = defaultdict(list)
     for row in overdue:
         pk, run_id, node_id, _, scope, _ = row
@@ -169,13 +180,60 @@ def requeue_lost(*, now: datetime) -> set[int]:
     return touched
 
 
-def stop_orphans(*, now: datetime) -> int:
-    """Stop the process groups left on nodes by results whose lease lapsed. Returns how many."""
-    rows = list(
-        CheckResult.objects.filter(remote_pgid__isnull=False, lease_expires_at__lt=now).select_related(
+def _run_queues(run_ids: set[int]) -> dict[int, str]:
+    snapshots = Run.objects.filter(pk__in=run_ids).values_list("pk", "plan_snapshot")
+    return {pk: queues.run_queue(snapshot) for pk, snapshot in snapshots}
+
+
+def _report_unserved(overdue: list[tuple[Any, ...]], run_queues: dict[int, str]) -> None:
+    """Say once in each run's log when the queue its overdue checks wait in has no live worker."""
+    served = queues.served_queues()
+    if served is None:
+        return  # could not ask: say nothing rather than something false
+    waiting: dict[int, int] = defaultdict(int)
+    for row in overdue:
+        waiting[row[1]] += 1
+    for run_id, count in waiting.items():
+        queue = run_queues.get(run_id, queues.default_queue())
+        if queue in served:
+            continue
+        marker = f"no worker is serving queue {queue}"
+        if RunEvent.objects.filter(run_id=run_id, kind=events.NO_WORKER, message__startswith=marker).exists():
+            continue
+        events.run_event_add(
+            run_id=run_id,
+            kind=events.NO_WORKER,
+            message=f"{marker}: {count} check(s) wait for one (start `celery -A worker worker -Q {queue}` "
+            "where the cluster's nodes can be reached, or cancel the run); nothing else runs them",
+        )
+
+
+def orphans_elsewhere(*, now: datetime) -> set[str]:
+    """Send `kiln.stop_orphans` to each other queue whose runs left process groups to stop. Each
+    message expires after one reaper interval: a queue with no worker does not pile them up."""
+    mine = queues.default_queue()
+    run_ids = set(
+        CheckResult.objects.filter(remote_pgid__isnull=False, lease_expires_at__lt=now).values_list("run_id", flat=True)
+    )
+    elsewhere = {queue for queue in _run_queues(run_ids).values() if queue != mine}
+    for queue in sorted(elsewhere):
+        app.signature(STOP_ORPHANS).apply_async(
+            kwargs={"queue": queue}, queue=queue, expires=float(settings.KILN_REAPER_INTERVAL_S)
+        )
+    return elsewhere
+
+
+def stop_orphans(*, now: datetime, queue: str | None = None) -> int:
+    """Stop the process groups left on nodes by results whose lease lapsed, of the runs on `queue`
+    (those this worker reaches; the default queue when None). Returns how many."""
+    queue = queue or queues.default_queue()
+    rows = [
+        row
+        for row in CheckResult.objects.filter(remote_pgid__isnull=False, lease_expires_at__lt=now).select_related(
             "node__cluster", "run"
         )
-    )
+        if queues.run_queue(row.run.plan_snapshot) == queue
+    ]
     if not rows:
         return 0
     live: list[CheckResult] = []

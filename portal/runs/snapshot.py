@@ -1,5 +1,6 @@
 """Freezing a plan for one cluster: the snapshot a run keeps of its checks (kinds, resolved params
-and thresholds, time budgets), so later edits to the plan never change a run already made."""
+and thresholds, time budgets) and of the queue its tasks go to, so later edits to the plan or the
+cluster never change a run already made."""
 
 from __future__ import annotations
 
@@ -72,5 +73,7 @@ def plan_snapshot_build(*, plan: TestPlan, cluster: Cluster) -> dict[str, Any]:
         "name": plan.name,
         "profile": profile.key,
         "items": items,
+        # The Celery queue of the cluster's workers (portal/runs/queues.py): re-sends use this one.
+        "queue": cluster.queue,
         "taken_at": timezone.now().isoformat(),
     }

@@ -12,6 +12,7 @@ from portal.runs.dispatch import RUN_GROUP, RUN_NODE
 from portal.runs.execution import execute_node
 from portal.runs.groups import execute_group
 from portal.runs.models import Status
+from portal.runs.reaper import STOP_ORPHANS
 from worker.db import db_phase
 from worker.decorators import kiln_task
 
@@ -59,6 +60,17 @@ def run_group(self, run_id: int, result_id: int, time_budget_s: float | None = N
     finally:
         with db_phase("finalise"):
             services.run_finalize(run_id=run_id)
+
+
+@kiln_task(name=STOP_ORPHANS)
+def stop_orphans(self, queue: str) -> int:
+    """Sent by the reaper to a cluster's queue: stop the process groups its runs left on nodes that
+    only this queue's workers reach (portal/runs/reaper.py, rule 3)."""
+    from django.utils import timezone
+
+    from portal.runs.reaper import stop_orphans as stop
+
+    return stop(now=timezone.now(), queue=queue)
 
 
 @kiln_task(name="kiln.retention")

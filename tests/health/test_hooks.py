@@ -204,3 +204,17 @@ def test_it_does_nothing_for_a_degraded_node(
 ) -> None:
     finish(make_run(cluster), {"n02": ("warn", "hot")}, django_capture_on_commit_callbacks)
     assert controller.calls() == []
+
+
+def test_it_sends_a_hook_to_the_clusters_queue(
+    cluster, make_run, hooked, controller, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    """The controller is reached by the cluster's own workers (Cluster.queue), not the portal's."""
+    from portal.health.services import state
+
+    cluster.queue = "site-a"
+    cluster.save(update_fields=["queue"])
+    sent: list[tuple[tuple[int, ...], str]] = []
+    monkeypatch.setattr(state.scheduler_action_run, "apply_async", lambda args, queue: sent.append((args, queue)))
+    finish(make_run(cluster), {"n02": ("fail", "ECC")}, django_capture_on_commit_callbacks)
+    assert sent == [((SchedulerAction.objects.get().pk,), "site-a")]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster, Node
-from portal.runs import services
+from portal.runs import broker, queues, services
 from portal.runs.models import Run
 
 
@@ -39,3 +40,24 @@ def make_run(quick_plan: TestPlan) -> Callable[..., Run]:
         return services.run_start(cluster=cluster, plan=plan or quick_plan, nodes=nodes, enqueue=False)
 
     return make
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, int]]]:
+    """The tasks the reaper sends (on commit), instead of a broker."""
+    from portal.runs import dispatch
+
+    calls: list[tuple[str, dict[str, int]]] = []
+    monkeypatch.setattr(dispatch, "enqueue_node", lambda **kw: calls.append(("node", kw)))
+    monkeypatch.setattr(dispatch, "enqueue_group", lambda **kw: calls.append(("group", kw)))
+    return calls
+
+
+@pytest.fixture
+def no_broker(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The broker's answer to "what do you still hold?" (None: it cannot be asked), and the
+    workers' to "which queues do you serve?" (one worker on the default queue)."""
+    answer: dict[str, Any] = {"pending": set(), "served": {"default"}, "asked": []}
+    monkeypatch.setattr(broker, "pending_tasks", lambda **kw: answer["asked"].append(kw) or answer["pending"])
+    monkeypatch.setattr(queues, "served_queues", lambda **kw: answer["served"])
+    return answer

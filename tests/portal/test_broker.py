@@ -31,6 +31,15 @@ def test_it_finds_a_waiting_run_task_and_nothing_after_a_flush(redis_broker: Non
     assert pending_tasks(max_age_s=120) == set()
 
 
+def test_it_finds_a_run_task_waiting_in_a_clusters_own_queue(redis_broker: None) -> None:
+    from portal.runs.tasks import run_node
+
+    run_node.apply_async(args=(5, 6), queue="site-b")
+
+    assert pending_tasks(max_age_s=120) == set()  # not in the default queue
+    assert pending_tasks(max_age_s=120, queues={"site-a", "site-b"}) == {("kiln.run_node", (5, 6))}
+
+
 def test_it_counts_an_unacknowledged_delivery_as_pending_only_while_it_is_recent(redis_broker: None) -> None:
     from portal.runs.tasks import run_node
     from worker.celery import app

@@ -59,6 +59,25 @@ def test_it_creates_a_cluster(key_file: Path, tmp_path: Path) -> None:
     assert "prod\tH200-SXM-8\tssh\t0 nodes" in run("kiln_cluster", "list")
 
 
+def test_it_puts_a_cluster_on_a_queue_and_moves_it(key_file: Path) -> None:
+    assert "on queue site-a" in run("kiln_cluster", "create", "prod", "--ssh-key", str(key_file), "--queue", "site-a")
+    assert "prod\tH100-SXM-8\tssh\t0 nodes\tqueue site-a" in run("kiln_cluster", "list")
+
+    assert run("kiln_cluster", "update", "prod", "--queue", "site-b", "--site", "DC2") == (
+        "updated cluster prod: queue 'site-b', site 'DC2'\n"
+    )
+    assert (Cluster.objects.get(name="prod").queue, Cluster.objects.get(name="prod").site) == ("site-b", "DC2")
+    with pytest.raises(CommandError, match="queue: a queue name"):
+        run("kiln_cluster", "update", "prod", "--queue", "site b")
+    with pytest.raises(CommandError, match="queue: a queue name"):
+        run("kiln_cluster", "create", "other", "--queue", "a,b")
+    with pytest.raises(CommandError, match="no cluster 'absent'"):
+        run("kiln_cluster", "update", "absent", "--queue", "x")
+    with pytest.raises(CommandError, match="nothing to change"):
+        run("kiln_cluster", "update", "prod")
+    assert Cluster.objects.get(name="prod").queue == "site-b" and Cluster.objects.count() == 1
+
+
 def test_it_refuses_a_duplicate_cluster_name(key_file: Path) -> None:
     run("kiln_cluster", "create", "prod", "--ssh-key", str(key_file))
     with pytest.raises(CommandError, match="cluster 'prod' already exists"):

@@ -9,38 +9,18 @@ import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.utils import timezone
 
 from portal.health.services import reap
 from portal.inventory.models import Cluster, Node
-from portal.runs import broker, services
+from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent
 from portal.runs.reaper import MAX_ATTEMPTS
 from tests.worker.test_ssh import live_members
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, int]]]:
-    """The tasks the reaper sends (on commit), instead of a broker."""
-    from portal.runs import dispatch
-
-    calls: list[tuple[str, dict[str, int]]] = []
-    monkeypatch.setattr(dispatch, "enqueue_node", lambda **kw: calls.append(("node", kw)))
-    monkeypatch.setattr(dispatch, "enqueue_group", lambda **kw: calls.append(("group", kw)))
-    return calls
-
-
-@pytest.fixture
-def no_broker(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """The broker's answer to "what do you still hold?" (None: it cannot be asked)."""
-    answer: dict[str, Any] = {"pending": set()}
-    monkeypatch.setattr(broker, "pending_tasks", lambda **kw: answer["pending"])
-    return answer
 
 
 def node(cluster: Cluster, hostname: str) -> Node:

@@ -188,13 +188,14 @@ def test_a_staff_operator_posting_the_cluster_admin_cannot_change_its_transport_
         "transport": "ssh",
         "ssh_key_path": "/etc/kiln/signing_key.pem",
         "customer": "renamed by the operator",
+        "queue": "site-b",  # which workers take its tasks: an operator's (docs/security.md)
         "nodes-TOTAL_FORMS": 0,
         "nodes-INITIAL_FORMS": 0,
     }
     response = client.post(url, data)
     assert response.status_code == 302, response.content.decode()[:2000]
     cluster = Cluster.objects.get(pk=admin_world.pk)
-    assert cluster.customer == "renamed by the operator", "the edit went through"
+    assert (cluster.customer, cluster.queue) == ("renamed by the operator", "site-b"), "the edit went through"
     assert (cluster.transport, cluster.ssh_key_path) == ("local", ""), "but not the superuser's fields"
 
 

@@ -16,6 +16,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from portal.health import conf
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run, Scope, Status
 from portal.runs.pairs import group_item_limits
+from portal.runs.queues import run_queue
 from portal.runs.reaper import reap_liveness
 from portal.runs.services import run_finalize
 from worker.timeouts import node_task_limits
@@ -96,7 +97,8 @@ def reap(*, now: datetime | None = None) -> list[int]:
                 status=Status.ERROR,
                 reason=(
                     f"reaped: still queued {int((now - run.created_at).total_seconds())}s after the run was created "
-                    f"(allowance {int(queue_allowance)}s + the run's limits); no worker took it"
+                    f"(allowance {int(queue_allowance)}s + the run's limits); no worker took it from queue "
+                    f"{run_queue(run.plan_snapshot)}"
                 ),
                 finished_at=now,
             )

@@ -167,12 +167,13 @@ def _react(*, cluster: Cluster, transitions: list[HealthTransition], healths: di
     actions = hooks_plan(cfg=cfg, cluster=cluster, transitions=transitions, healths=healths)
     delivery_ids = [d.pk for d in deliveries]
     action_ids = [a.pk for a in actions if a.status == ActionStatus.PENDING]
-    transaction.on_commit(lambda: _enqueue(delivery_ids, action_ids))
+    transaction.on_commit(lambda: _enqueue(delivery_ids, action_ids, queue=cluster.queue))
 
 
-def _enqueue(delivery_ids: list[int], action_ids: list[int]) -> None:
-
+def _enqueue(delivery_ids: list[int], action_ids: list[int], *, queue: str) -> None:
+    """Alerts leave from the portal (default queue); a scheduler action SSHes to the cluster's
+    controller, which only the workers of the cluster's queue reach (its retries stay there)."""
     for pk in delivery_ids:
         alert_deliver.delay(pk)
     for pk in action_ids:
-        scheduler_action_run.delay(pk)
+        scheduler_action_run.apply_async(args=(pk,), queue=queue)

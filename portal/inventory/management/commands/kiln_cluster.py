@@ -1,4 +1,6 @@
-"""kiln_cluster create NAME --ssh-user U --ssh-key PATH [--known-hosts PATH] [--jump HOST] [--profile P]"""
+"""kiln_cluster create NAME --ssh-user U --ssh-key PATH [--known-hosts PATH] [--jump HOST] [--profile P] [--queue Q]
+kiln_cluster update NAME [--queue Q] [--site S] [--customer C]
+kiln_cluster list"""
 
 from __future__ import annotations
 
@@ -8,12 +10,17 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checks.profiles import PROFILES
-from portal.inventory.models import Cluster, Transport
-from portal.inventory.services import InventoryError, cluster_create
+from portal.inventory.models import DEFAULT_QUEUE, Cluster, Transport
+from portal.inventory.services import InventoryError, cluster_create, cluster_update
+
+QUEUE_HELP = (
+    "Celery queue of the workers that reach its nodes (a worker at its site: celery -A worker worker -Q NAME); "
+    f"'{DEFAULT_QUEUE}' is served by a worker started without -Q"
+)
 
 
 class Command(BaseCommand):
-    help = "Create or list clusters."
+    help = "Create, update or list clusters."
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
@@ -33,6 +40,12 @@ class Command(BaseCommand):
         )
         create.add_argument("--customer", default="")
         create.add_argument("--site", default="")
+        create.add_argument("--queue", default=DEFAULT_QUEUE, help=QUEUE_HELP)
+        update = sub.add_parser("update", help="change a cluster's queue, site or customer")
+        update.add_argument("name")
+        update.add_argument("--queue", help=QUEUE_HELP + "; runs already started keep theirs")
+        update.add_argument("--site")
+        update.add_argument("--customer")
         sub.add_parser("list", help="list clusters")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -40,7 +53,11 @@ class Command(BaseCommand):
             for cluster in Cluster.objects.all():
                 self.stdout.write(
                     f"{cluster.name}\t{cluster.profile}\t{cluster.transport}\t{cluster.nodes.count()} nodes"
+                    f"\tqueue {cluster.queue}"
                 )
+            return
+        if options["action"] == "update":
+            self._update(options)
             return
         if Cluster.objects.filter(name=options["name"]).exists():
             raise CommandError(f"cluster {options['name']!r} already exists")
@@ -57,6 +74,7 @@ class Command(BaseCommand):
                 transport=options["transport"],
                 customer=options["customer"],
                 site=options["site"],
+                queue=options["queue"],
             )
         except InventoryError as exc:
             raise CommandError(str(exc)) from None
@@ -65,4 +83,18 @@ class Command(BaseCommand):
                 "warning: no known_hosts given: every connection will be refused until host keys are added "
                 "(--known-hosts, the admin, or pinned fingerprints)"
             )
-        self.stdout.write(f"created cluster {cluster.name} (profile {cluster.profile})")
+        self.stdout.write(f"created cluster {cluster.name} (profile {cluster.profile}) on queue {cluster.queue}")
+
+    def _update(self, options: dict[str, Any]) -> None:
+        cluster = Cluster.objects.filter(name=options["name"]).first()
+        if cluster is None:
+            raise CommandError(f"no cluster {options['name']!r}")
+        changes = {field: options[field] for field in ("queue", "site", "customer") if options[field] is not None}
+        if not changes:
+            raise CommandError("nothing to change: give --queue, --site or --customer")
+        try:
+            changed = cluster_update(cluster=cluster, changes=changes)
+        except InventoryError as exc:
+            raise CommandError(str(exc)) from None
+        what = ", ".join(f"{field} {getattr(cluster, field)!r}" for field in changed) or "nothing changed"
+        self.stdout.write(f"updated cluster {cluster.name}: {what}")
