@@ -113,12 +113,24 @@ class WorkerProcess:
 
     With no `pool` and no `concurrency` it runs exactly what the README tells users to run: the
     settings' defaults (a threads pool of KILN_WORKER_CONCURRENCY). `pool="prefork"` sets
-    KILN_WORKER_POOL for it (Celery overrides a bare --pool=prefork with the configured pool)."""
+    KILN_WORKER_POOL for it (Celery overrides a bare --pool=prefork with the configured pool).
+    `queues` are its `-Q` (a site's worker; none: the default queue), `name` its `-n` node name
+    (`site-a@%h`; none: a unique one)."""
 
-    def __init__(self, log_path: Path, *, concurrency: int | None = None, pool: str | None = None) -> None:
+    def __init__(
+        self,
+        log_path: Path,
+        *,
+        concurrency: int | None = None,
+        pool: str | None = None,
+        queues: list[str] | None = None,
+        name: str | None = None,
+    ) -> None:
         self.log_path = log_path
         self.concurrency = concurrency
         self.pool = pool
+        self.queues = queues
+        self.name = name
         self.process: subprocess.Popen[bytes] | None = None
 
     def env(self) -> dict[str, str]:
@@ -144,7 +156,10 @@ class WorkerProcess:
             argv.append(f"--concurrency={self.concurrency}")
         if self.pool:
             argv.append(f"--pool={self.pool}")
-        return [*argv, "--without-gossip", "--without-mingle", "-n", f"itest-{os.getpid()}-{time.monotonic_ns()}@%h"]
+        if self.queues:
+            argv += ["-Q", ",".join(self.queues)]
+        name = self.name or f"itest-{os.getpid()}-{time.monotonic_ns()}@%h"
+        return [*argv, "--without-gossip", "--without-mingle", "-n", name]
 
     def start(self) -> None:
         log = self.log_path.open("ab")
