@@ -26,6 +26,18 @@ queue_validator = RegexValidator(
     r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$",
     "a queue name: letters, digits, '_', '.' and '-', not starting with '.' or '-'",
 )
+# Names Kombu and Celery keep for themselves in the same Redis database (the `unacked` hash and its
+# index, `_kombu.binding.*`, `celeryev`/`*.celery.pidbox` for events and control replies, Celery's
+# old default `celery`): a queue list under one of them would break every worker's broker.
+RESERVED_QUEUE_PREFIXES = ("celery", "unacked", "_kombu")
+
+
+def validate_queue(value: str) -> None:
+    queue_validator(value)
+    if value.lower().startswith(RESERVED_QUEUE_PREFIXES) or "pidbox" in value.lower():
+        raise ValidationError(f"{value!r} is reserved for Celery's and Kombu's own use in the broker")
+
+
 # The queue of clusters that name none: the one a plain `celery -A worker worker` serves
 # (CELERY_TASK_DEFAULT_QUEUE in portal/settings.py says the same name).
 DEFAULT_QUEUE = "default"
@@ -111,7 +123,7 @@ class Cluster(models.Model):
     queue = models.CharField(
         max_length=63,
         default=DEFAULT_QUEUE,
-        validators=[queue_validator],
+        validators=[validate_queue],
         help_text=(
             "Celery queue of the workers that reach this cluster's nodes (`celery -A worker worker -Q NAME` at its "
             "site); 'default' is served by a worker started without -Q."

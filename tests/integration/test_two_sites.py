@@ -1,10 +1,11 @@
 """Workers at each site: two real Celery workers, one per queue (`-Q site-a -n site-a@%h`, the same
-for site-b), and three clusters on the sshd testbed, one per queue plus one on a queue nobody
-serves. Each site's cluster runs the quick plan, and every SSH session to its nodes comes from its
-own worker: the results name the worker that ran them, and the connections to the nodes, sampled
-with `ss` while the runs go, belong to that worker's process, as do the sessions the nodes' sshd
-logs accept. The third cluster's checks stay queued: nothing else runs them, no sshd of its nodes
-accepts a session, and the reaper says that no worker is serving its queue."""
+for site-b), a plain worker with no -Q (the portal's own: the default queue), and three clusters on
+the sshd testbed, one per site queue plus one on a queue nobody serves. Each site's cluster runs
+the quick plan, and every SSH session to its nodes comes from its own worker: the results name the
+worker that ran them, and the connections to the nodes, sampled with `ss` while the runs go,
+belong to that worker's process, as do the sessions the nodes' sshd logs accept. The third
+cluster's checks stay queued: nothing else runs them, no sshd of its nodes accepts a session (not
+even the default worker takes it), and the reaper says that no worker is serving its queue."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from django.utils import timezone
 from portal.catalog.services import fast_plan_ensure
 from portal.inventory.models import Cluster
 from portal.inventory.services import cluster_create, nodes_add
-from portal.runs import leases, reaper, services
+from portal.runs import leases, queues, reaper, services
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run, RunEvent
 from tests.conftest import WorkerProcess, _flush_broker
 
@@ -43,6 +44,7 @@ ACCEPTED = re.compile(r"Accepted publickey for \S+ from (\S+) port (\d+)")
 def site_workers(real_services, transactional_db, tmp_path: Path) -> Iterator[dict[str, WorkerProcess]]:
     _flush_broker()
     workers = {q: WorkerProcess(tmp_path / f"{q}.log", queues=[q], name=f"{q}@%h") for q in SERVED}
+    workers["default"] = WorkerProcess(tmp_path / "default.log")  # `celery -A worker worker`, as the README has it
     try:
         for worker in workers.values():
             worker.start()
@@ -156,6 +158,9 @@ def test_each_sites_worker_alone_reaches_its_clusters_nodes(clean_testbed, site_
     for host in SITES["site-c"]:
         assert accepted_since(nodes[host].log_path, log_offsets[host]) == [], host
     assert not any(address_site[a] == "site-c" for _, a in conns.seen)
+
+    # The plain worker consumes the default queue, and only that; the sites' workers only theirs.
+    assert queues.served_queues(timeout=3) == {"default", *SERVED}
 
     # Once its checks are overdue, the reaper finds their messages waiting in site-c's queue (not
     # lost: nothing is sent again) and, asking the live workers, says no worker is serving it.
