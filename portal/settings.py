@@ -14,10 +14,17 @@ import dj_database_url
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.datadir import broker_dirs, credential_key_read, secret_key_read
+from portal.datadir import broker_dirs, credential_key_read, env_file, secret_key_read
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
+# `make up`, `kiln web`, `kiln worker` and manage.py all start here: .env's values fill in what the
+# environment leaves unset (never override it). A named file that is missing is an error, not a default.
+_ENV_FILE = env_file(BASE_DIR, os.environ)
+if _ENV_FILE is not None:
+    if not _ENV_FILE.is_file():
+        raise ImproperlyConfigured(f"KILN_ENV_FILE={_ENV_FILE} does not exist")
+    environ.Env.read_env(str(_ENV_FILE), overwrite=False)
 
 DATA_DIR = Path(env.str("KILN_DATA_DIR", default=str(BASE_DIR / "data"))).resolve()
 
