@@ -19,7 +19,7 @@ from portal.inventory.importers.records import FieldValue, ImportFormatError, No
 # Export column title -> Node field; the first address column with a value wins.
 COLUMNS = {"Rack": "rack", "Position": "position", "Position (U)": "position", "Serial number": "serial"}
 ADDRESS_COLUMNS = ("IPv4 Address", "IP Address", "IPv6 Address")
-KNOWN = {"Name", "Status", *COLUMNS, *ADDRESS_COLUMNS}
+READ = {*COLUMNS, *ADDRESS_COLUMNS}
 # NetBox's CSV_DELIMITERS (utilities/constants.py): comma, semicolon, tab.
 DELIMITERS = (",", ";", "\t")
 
@@ -44,7 +44,7 @@ def _position(value: str) -> str:
 def parse(text: str) -> list[NodeRecord]:
     reader = _reader(text)
     headers = [h.strip() for h in reader.fieldnames or []]
-    if not KNOWN.intersection(headers) - {"Name"}:
+    if not READ.intersection(headers):
         raise ImportFormatError(
             "line 1: none of the columns Kiln reads (Rack, Position, Serial number, IPv4 Address, IP Address) "
             "is present"
