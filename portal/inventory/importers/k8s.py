@@ -64,6 +64,19 @@ def _state(name: str, status: dict[str, Any], spec: dict[str, Any]) -> tuple[str
     return ",".join(words), warnings
 
 
+def _internal_ip(status: dict[str, Any]) -> str:
+    addresses = status.get("addresses") or []
+    internal = [a.get("address") for a in addresses if isinstance(a, dict) and a.get("type") == "InternalIP"]
+    return internal[0] if internal and isinstance(internal[0], str) else ""
+
+
+def _capacity(status: dict[str, Any], *, where: str) -> int | None:
+    capacity = object_at(status.get("capacity") or {}, where=f"{where}.status.capacity").get(GPU_RESOURCE)
+    if capacity is not None and not str(capacity).isdigit():
+        raise ImportFormatError(f"{where}: status.capacity[{GPU_RESOURCE!r}] {capacity!r} is not a whole number")
+    return None if capacity is None else int(capacity)
+
+
 def _node(item: Any, *, where: str) -> NodeRecord:
     node = object_at(item, where=where)
     meta = object_at(node.get("metadata") or {}, where=f"{where}.metadata")
@@ -74,15 +87,13 @@ def _node(item: Any, *, where: str) -> NodeRecord:
     status = object_at(node.get("status") or {}, where=f"{where}.status")
     spec = object_at(node.get("spec") or {}, where=f"{where}.spec")
     fields: dict[str, FieldValue] = {}
-    addresses = status.get("addresses") or []
-    internal = [a.get("address") for a in addresses if isinstance(a, dict) and a.get("type") == "InternalIP"]
-    if internal and isinstance(internal[0], str):
-        fields["address"] = internal[0]
+    address = _internal_ip(status)
+    if address:
+        fields["address"] = address
     product, driver, label_count = gpu_labels(labels)
-    capacity = object_at(status.get("capacity") or {}, where=f"{where}.status.capacity").get(GPU_RESOURCE)
-    if capacity is not None and not str(capacity).isdigit():
-        raise ImportFormatError(f"{where}: status.capacity[{GPU_RESOURCE!r}] {capacity!r} is not a whole number")
-    gpus = int(capacity) if capacity is not None else label_count
+    gpus = _capacity(status, where=where)
+    if gpus is None:
+        gpus = label_count
     if gpus:
         fields["expected_gpus"] = gpus
     group = next((labels[k] for k in GROUP_LABELS if isinstance(labels.get(k), str) and labels[k]), "")
