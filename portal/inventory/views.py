@@ -58,9 +58,10 @@ def node_import(request: HttpRequest, name: str) -> HttpResponse:
             fmt = upload.cleaned_data["format"]
             data = upload.cleaned_data["file"].read(importers.MAX_IMPORT_BYTES + 1)
             plan = _plan(request, cluster, fmt, data, dry_run=True)
-            # The apply step posts the text back: only when Django accepts a form that large.
+            # The apply step posts the text back (multipart, so it is counted unencoded): only when
+            # Django accepts a form field that large; 64 KiB is room for the other fields.
             limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-            if plan is not None and (limit is None or len(data) < limit):
+            if plan is not None and (limit is None or len(data) + 65536 < limit):
                 apply_form = ApplyForm(initial={"format": fmt, "text": data.decode("utf-8-sig")})
             elif plan is not None:
                 messages.warning(request, "This file is too large to apply from the browser: use `kiln nodes import`.")
