@@ -4,6 +4,7 @@ non-zero with the reason."""
 
 from __future__ import annotations
 
+import io
 import json
 from io import StringIO
 from pathlib import Path
@@ -162,3 +163,20 @@ def test_the_page_refuses_a_file_of_the_wrong_format(client, make_user, c1: Clus
     page = upload(client, c1, "k8s", NETBOX_GPUS).content.decode()
     assert "Import refused, nothing was imported: not Kubernetes JSON" in page and 'name="apply"' not in page
     assert not c1.nodes.exists()
+
+
+def test_the_page_sends_large_files_to_the_command(client, make_user, c1: Cluster, settings) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 70_000  # the fixture (21 KB) + 64 KiB is over it
+    client.force_login(make_user("otto", "operator"))
+    page = upload(client, c1, "slurm-json", SLURM_JSON).content.decode()
+    assert "Preview: 4 to create" in page and "too large to apply from the browser" in page
+    assert 'name="apply"' not in page
+
+
+def test_the_command_reads_standard_input(c1: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Stdin:
+        buffer = io.BytesIO(SCONTROL.read_bytes())
+
+    monkeypatch.setattr("sys.stdin", Stdin)
+    assert "c1: 1 to create" in run("c1", "-", "--format", "slurm")
+    assert c1.nodes.get().expected_gpus == 8
