@@ -143,9 +143,7 @@ def user_add(
     return user, True
 
 
-def _same_or_refuse(
-    user: User, roles: tuple[str, ...], side: str | None, email: str, password: str | None
-) -> None:
+def _same_or_refuse(user: User, roles: tuple[str, ...], side: str | None, email: str, password: str | None) -> None:
     have = user_summary(user=user)
     differs = have.roles != roles or (side is not None and have.side != side) or bool(email and have.email != email)
     if differs or password is not None:

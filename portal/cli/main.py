@@ -197,7 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=text, add_help=False)
     _server_parsers(sub)
     init_parser = sub.add_parser("init", help="set up the data folder, database, static files and signing keys")
-    init_parser.add_argument("--site", default="", help="organisation/site name in the certificates (default: hostname)")
+    init_parser.add_argument(
+        "--site", default="", help="organisation/site name in the certificates (default: hostname)"
+    )
     init_parser.add_argument(
         "--no-keys", dest="keys", action="store_false", help="skip `kiln keys init` (hosts that share KILN_KEY_DIR)"
     )

@@ -115,8 +115,7 @@ def test_it_shows_a_command_error_on_one_line(capsys: pytest.CaptureFixture[str]
         cli.main(["user", "--skip-checks", "add", "bob", "--role", "operator", "--side", "vendor"])
     assert exited.value.code == 1
     assert capsys.readouterr().err.strip() == (
-        "CommandError: --side only applies to approvers: the side is the organisation whose signature an approver "
-        "gives"
+        "CommandError: --side only applies to approvers: the side is the organisation whose signature an approver gives"
     )
 
 

@@ -97,8 +97,12 @@ def test_it_sets_a_password_from_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
     assert User.objects.get(username="dora").check_password("correct horse battery")
 
 
-@pytest.mark.parametrize(("typed", "message"), [("\n", "empty"), ("short\n", "password refused: This password is too short")])
-def test_it_refuses_a_bad_password_and_creates_nobody(monkeypatch: pytest.MonkeyPatch, typed: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("typed", "message"), [("\n", "empty"), ("short\n", "password refused: This password is too short")]
+)
+def test_it_refuses_a_bad_password_and_creates_nobody(
+    monkeypatch: pytest.MonkeyPatch, typed: str, message: str
+) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO(typed))
     with pytest.raises(CommandError, match=message):
         kiln_user("add", "dora", "--role", "viewer", "--password-stdin")

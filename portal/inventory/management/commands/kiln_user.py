@@ -30,9 +30,7 @@ class Command(BaseCommand):
         add.add_argument("name")
         self._role_arguments(add)
         add.add_argument("--email", default="")
-        add.add_argument(
-            "--password-stdin", action="store_true", help="read the password from the first line of stdin"
-        )
+        add.add_argument("--password-stdin", action="store_true", help="read the password from the first line of stdin")
         lst = sub.add_parser("list", help="every user: roles, side, active or disabled, e-mail")
         lst.add_argument("--json", action="store_true", help="print a JSON list")
         setrole = sub.add_parser("set-role", help="give a user exactly these roles (and side)")
