@@ -157,10 +157,10 @@ def exec_server(argv: list[str]) -> int:
 def init(args: argparse.Namespace) -> int:
     # Each step in a process of its own, as `make up` runs them: the settings this process would have
     # read before kiln_init made the secret key would lack it.
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", SETTINGS)}
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", SETTINGS)
     for step in init_steps(site=args.site, keys=args.keys):
         sys.stderr.write(f"{PROG} init: {' '.join(step)}\n")
-        done = subprocess.run([sys.executable, "-m", "portal.cli", "manage", *step], env=env, check=False)
+        done = subprocess.run([sys.executable, "-m", "portal.cli", "manage", *step], check=False)
         if done.returncode:
             sys.stderr.write(f"{PROG} init: `{' '.join(step)}` failed (exit {done.returncode}); stopped there\n")
             return done.returncode
