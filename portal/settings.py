@@ -149,6 +149,9 @@ else:
     }
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Tasks go to the queue "default" unless they name one (Celery's own default is "celery"); `kiln worker`
+# serves it unless given --queue, and `celery -A worker worker` without -Q serves it too.
+CELERY_TASK_DEFAULT_QUEUE = "default"
 # The worker's pool, read by a plain `celery -A worker worker` (Celery takes worker_pool and
 # worker_concurrency from here when no --pool / --concurrency is given; an explicit --pool=prefork
 # is overridden by this setting, a Celery quirk: use KILN_WORKER_POOL=prefork instead).
