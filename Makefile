@@ -3,7 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-export KILN_DATA_DIR ?= $(CURDIR)/data
+# The data directory comes from the environment, else .env, else ./data (portal/settings.py reads .env:
+# make sets nothing here, so .env's KILN_DATA_DIR is honoured).
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -46,6 +47,8 @@ up: install
 	KILN_ALLOW_LOCAL_TRANSPORT=$${KILN_ALLOW_LOCAL_TRANSPORT:-1} $(BIN)/python manage.py kiln_demo
 	@bash scripts/up.sh "$(HOST)" "$(PORT)"
 
+# KILN_ENV_FILE empty: the tests never read a developer's .env.
+test: export KILN_ENV_FILE =
 test: install
 	KILN_DATA_DIR=$(CURDIR)/data/test $(BIN)/python manage.py kiln_init -v0
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) KILN_DATA_DIR=$(CURDIR)/data/test \

@@ -11,6 +11,7 @@ import base64
 import os
 import secrets
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 SECRET_KEY_FILE = "secret_key"
@@ -18,6 +19,19 @@ SECRET_KEY_FILE = "secret_key"
 SECRET_KEY_BYTES = 50
 # The Fernet key that seals facility endpoint credentials (portal/facility/credentials.py).
 CREDENTIAL_KEY_FILE = "credential_key"
+
+
+def env_file(base_dir: Path, environ: Mapping[str, str]) -> Path | None:
+    """The `.env` file settings read, or None. KILN_ENV_FILE names it (set but empty: none); else
+    `.env` in the working directory, as docker-compose and dotenv tools look for it; else the
+    checkout's. Its values never override a variable the environment already sets."""
+    if "KILN_ENV_FILE" in environ:
+        named = environ["KILN_ENV_FILE"].strip()
+        return Path(named) if named else None
+    for candidate in (Path.cwd() / ".env", base_dir / ".env"):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def broker_dirs(data_dir: Path) -> tuple[Path, Path]:

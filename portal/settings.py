@@ -14,10 +14,17 @@ import dj_database_url
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.datadir import broker_dirs, credential_key_read, secret_key_read
+from portal.datadir import broker_dirs, credential_key_read, env_file, secret_key_read
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
+# `make up`, `kiln web`, `kiln worker` and manage.py all start here: .env's values fill in what the
+# environment leaves unset (never override it). A named file that is missing is an error, not a default.
+_ENV_FILE = env_file(BASE_DIR, os.environ)
+if _ENV_FILE is not None:
+    if not _ENV_FILE.is_file():
+        raise ImproperlyConfigured(f"KILN_ENV_FILE={_ENV_FILE} does not exist")
+    environ.Env.read_env(str(_ENV_FILE), overwrite=False)
 
 DATA_DIR = Path(env.str("KILN_DATA_DIR", default=str(BASE_DIR / "data"))).resolve()
 
@@ -142,9 +149,10 @@ else:
     }
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 # Where tasks go unless routed to a cluster's queue (Cluster.queue, portal/runs/queues.py), and
-# what a plain `celery -A worker worker` (no -Q) consumes. Named "default" rather than Celery's
-# "celery" so that a cluster's queue field can name it. A message left in "celery" by an older
-# Kiln is not lost work: the reaper sends any queued check it cannot find in the broker again.
+# what a plain `celery -A worker worker` (no -Q) or `kiln worker` without --queue consumes. Named
+# "default" rather than Celery's "celery" so that a cluster's queue field can name it. A message
+# left in "celery" by an older Kiln is not lost work: the reaper sends any queued check it cannot
+# find in the broker again.
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # The worker's pool, read by a plain `celery -A worker worker` (Celery takes worker_pool and

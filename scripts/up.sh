@@ -8,7 +8,10 @@ BIN=".venv/bin"
 # The demo's simulated nodes run on the local transport (commands on this host), which Kiln refuses
 # unless the server allows it (docs/security.md). `make up` is the single-host demo: allow it here.
 export KILN_ALLOW_LOCAL_TRANSPORT="${KILN_ALLOW_LOCAL_TRANSPORT:-1}"
-LOG_DIR="${KILN_DATA_DIR:-data}/logs"
+# The data directory as the settings see it (environment, else .env, else ./data).
+DATA_DIR="$("$BIN/python" -c 'import os; os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+from django.conf import settings; print(settings.DATA_DIR)')"
+LOG_DIR="$DATA_DIR/logs"
 mkdir -p "$LOG_DIR"
 
 pids=()
@@ -21,7 +24,7 @@ trap cleanup INT TERM EXIT
 
 # The demo's PDUs and CDU (Redfish, readings that follow the simulated nodes' load), for the heat soak
 # and the capacity page: kiln_demo wrote its config (portal/facility/demo.py).
-DEMO_DIR="${KILN_DATA_DIR:-data}/demo"
+DEMO_DIR="$DATA_DIR/demo"
 "$BIN/python" -m testbed.sim.redfish_facility --config "$DEMO_DIR/facility.json" --state-dir "$DEMO_DIR/nodes" \
   --port "${KILN_DEMO_FACILITY_PORT:-8470}" >"$LOG_DIR/facility.log" 2>&1 &
 pids+=($!)

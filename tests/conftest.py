@@ -48,6 +48,7 @@ SERVICE_MODULES = frozenset(
         "tests.certificates.test_issue_worker",
         "tests.portal.test_broker",
         "tests.portal.test_commands",
+        "tests.portal.test_cli_demo",
         "tests.portal.test_reaper_liveness",
     }
 )

@@ -30,8 +30,8 @@ def credential_key_check(app_configs: Any = None, **kwargs: Any) -> list[checks.
 def _error(problem: str) -> checks.CheckMessage:
     return checks.Error(
         f"Facility credentials cannot be opened: {problem}.",
-        hint="Run `manage.py kiln_init` (it makes KILN_DATA_DIR/credential_key) or set KILN_CREDENTIAL_KEY to the "
-        "key that sealed them.",
+        hint="Run `kiln init` (`manage.py kiln_init`: it makes KILN_DATA_DIR/credential_key) or set "
+        "KILN_CREDENTIAL_KEY to the key that sealed them.",
         id="kiln.E101",
     )
 

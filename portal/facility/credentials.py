@@ -59,7 +59,7 @@ def key_problem() -> str:
 def _fernet() -> MultiFernet:
     problem = key_problem()
     if problem:
-        raise CredentialError(f"{problem}; run `manage.py kiln_init` or set KILN_CREDENTIAL_KEY")
+        raise CredentialError(f"{problem}; run `kiln init` (`manage.py kiln_init`) or set KILN_CREDENTIAL_KEY")
     return MultiFernet([Fernet(k) for k in _keys()])
 
 

@@ -19,7 +19,7 @@ def secret_key_check(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
     return [
         checks.Error(
             "No secret key: KILN_SECRET_KEY is empty and KILN_DATA_DIR has no generated key.",
-            hint="Run `manage.py kiln_init` (`make up` does) or set KILN_SECRET_KEY.",
+            hint="Run `kiln init` (or `manage.py kiln_init`; `make up` does) or set KILN_SECRET_KEY.",
             id="kiln.E001",
         )
     ]

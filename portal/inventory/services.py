@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +9,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from portal.inventory import nodesets
+from portal.inventory import importers, nodesets
+from portal.inventory.importers.plan import Action, ImportPlan, make_plan
+from portal.inventory.importers.records import NODE_FIELDS, ImportFormatError, NodeRecord
 from portal.inventory.models import DEFAULT_QUEUE, Cluster, Node
 
 
@@ -131,55 +131,50 @@ def nodes_add(
     return report
 
 
-CSV_FIELDS = ("hostname", "address", "ssh_port", "rack", "position", "group", "serial", "expected_gpus")
+CSV_FIELDS = importers.kiln_csv.CSV_FIELDS
+
+
+def nodes_import_csv(*, cluster: Cluster, text: str) -> AddReport:
+    """Import nodes from Kiln's CSV (importers/kiln_csv.py); `hostname` is required. All rows or none."""
+    try:
+        records = importers.parse_text("csv", text)
+    except ImportFormatError as exc:
+        raise InventoryError(str(exc)) from None
+    plan = nodes_import(cluster=cluster, records=records)
+    unchanged = plan.of(Action.UPDATE) + plan.of(Action.UNCHANGED)
+    return AddReport(created=[c.hostname for c in plan.of(Action.CREATE)], updated=[c.hostname for c in unchanged])
+
+
+def nodes_import_file(*, cluster: Cluster, fmt: str, data: bytes, dry_run: bool = False) -> ImportPlan:
+    """Import a file in one of importers.FORMATS; a dry run plans and validates, and writes nothing."""
+    try:
+        records = importers.parse(fmt, data)
+    except ImportFormatError as exc:
+        raise InventoryError(str(exc)) from None
+    return nodes_import(cluster=cluster, records=records, dry_run=dry_run)
 
 
 @transaction.atomic
-def nodes_import_csv(*, cluster: Cluster, text: str) -> AddReport:
-    """Import nodes from CSV with a header row; `hostname` is required. All rows or none."""
-    reader = csv.DictReader(io.StringIO(text))
-    if not reader.fieldnames or "hostname" not in [f.strip() for f in reader.fieldnames]:
-        raise InventoryError(
-            f"CSV needs a header row with a 'hostname' column; columns allowed: {', '.join(CSV_FIELDS)}"
-        )
-    unknown = sorted({f.strip() for f in reader.fieldnames} - set(CSV_FIELDS))
-    if unknown:
-        raise InventoryError(f"unknown CSV column(s): {', '.join(unknown)}; allowed: {', '.join(CSV_FIELDS)}")
-    report = AddReport(created=[], updated=[])
-    seen: set[str] = set()
-    for line_number, row in enumerate(reader, start=2):
-        row = {k.strip(): (v or "").strip() for k, v in row.items() if k}
-        hostname = row.pop("hostname", "")
-        if not hostname:
-            raise InventoryError(f"line {line_number}: empty hostname")
-        if hostname in seen:
-            raise InventoryError(f"line {line_number}: {hostname} appears twice")
-        seen.add(hostname)
-        values: dict[str, Any] = {}
-        for key, value in row.items():
-            if key in ("ssh_port", "expected_gpus"):
-                if value:
-                    try:
-                        values[key] = int(value)
-                    except ValueError:
-                        raise InventoryError(f"line {line_number}: {key} {value!r} is not a whole number") from None
-                else:
-                    values[key] = None
-            else:
-                values[key] = value
-        node = Node.objects.filter(cluster=cluster, hostname=hostname).first()
-        if node is None:
-            node = Node(cluster=cluster, hostname=hostname)
-            report.created.append(hostname)
-        else:
-            report.updated.append(hostname)
-        for key, value in values.items():
+def nodes_import(*, cluster: Cluster, records: list[NodeRecord], dry_run: bool = False) -> ImportPlan:
+    """Plan the records against the cluster's nodes, validate every node they create or change,
+    then (unless a dry run) save them all, or none when one is invalid."""
+    nodes = Node.objects.filter(cluster=cluster)
+    by_name = {n.hostname: n for n in (nodes if dry_run else nodes.select_for_update())}
+    existing = {name: {f: getattr(node, f) for f in NODE_FIELDS} for name, node in by_name.items()}
+    plan = make_plan(records, existing)
+    pending = []
+    for change in plan.changes:
+        if change.action not in (Action.CREATE, Action.UPDATE):
+            continue
+        node = by_name.get(change.hostname) or Node(cluster=cluster, hostname=change.hostname)
+        for key, value in change.record.fields.items():
             setattr(node, key, value)
         try:
             _validate(node)
         except InventoryError as exc:
-            raise InventoryError(f"line {line_number} ({hostname}): {exc}") from None
-        node.save()
-    if not seen:
-        raise InventoryError("CSV has no rows")
-    return report
+            raise InventoryError(f"{change.record.where} ({change.hostname}): {exc}") from None
+        pending.append(node)
+    if not dry_run:
+        for node in pending:
+            node.save()
+    return plan

@@ -40,6 +40,7 @@ def page_urls(objects: dict) -> dict[str, str]:
     return {
         "inventory:cluster_list": reverse("inventory:cluster_list"),
         "inventory:cluster_detail": reverse("inventory:cluster_detail", args=[cluster.name]),
+        "inventory:node_import": reverse("inventory:node_import", args=[cluster.name]),
         "runs:run_start": reverse("runs:run_start", args=[cluster.name]),
         "runs:run_detail": reverse("runs:run_detail", args=[run.pk]),
         "runs:run_cancel": reverse("runs:run_cancel", args=[run.pk]),

@@ -100,7 +100,7 @@ def test_it_says_how_to_run_a_soak_when_there_is_none(dc1, viewer):
     words = text_of(body)
     assert "No power and cooling soak has finished on this cluster yet" in words
     assert "<b>Power and cooling</b> (<code>power-cooling</code>)" in body
-    assert "manage.py kiln_run dc1 power-cooling --wait" in words
+    assert "kiln run dc1 power-cooling --wait" in words
     assert "history-charts" not in body
 
 

@@ -74,6 +74,7 @@ def test_apps_read_django_settings_not_the_environment() -> None:
     allowed = {
         "portal/settings.py",
         "portal/wsgi.py",  # DJANGO_SETTINGS_MODULE, before Django
+        "portal/cli/main.py",  # the `kiln` command: DJANGO_SETTINGS_MODULE, before Django
         "portal/certificates/sandbox.py",  # the child's limits, set before Django loads
         "portal/certificates/charts.py",  # kaleido finds Chromium through the environment
         "worker/celery.py",  # DJANGO_SETTINGS_MODULE, before Django
@@ -89,3 +90,40 @@ def test_apps_read_django_settings_not_the_environment() -> None:
             if "/management/commands/" not in rel and re.search(r"os\.environ|os\.getenv", path.read_text()):
                 found.add(rel)
     assert found <= allowed, sorted(found - allowed)
+
+
+_PRINT_SETTINGS = (
+    "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'portal.settings'; django.setup(); "
+    "from django.conf import settings; print(settings.TIME_ZONE, settings.KILN_MAX_NODESET, settings.DATA_DIR)"
+)
+
+
+def _settings_in(cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    code = f"import sys; sys.path.insert(0, {str(REPO)!r}); {_PRINT_SETTINGS}"
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_settings_read_dot_env_in_the_working_directory_without_overriding_the_environment(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text(
+        "# a comment\nKILN_TIME_ZONE=Europe/Paris\nKILN_MAX_NODESET=123\nKILN_DATA_DIR=/tmp/from-dot-env\n"
+    )
+    env = {k: v for k, v in _env(tmp_path / "data").items() if k != "KILN_DATA_DIR"}
+    read = _settings_in(tmp_path, env)
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.split() == ["Europe/Paris", "123", "/tmp/from-dot-env"]
+    # The environment wins over .env.
+    overridden = _settings_in(tmp_path, {**env, "KILN_TIME_ZONE": "UTC"})
+    assert overridden.stdout.split()[0] == "UTC", overridden.stderr
+
+
+def test_an_empty_kiln_env_file_reads_no_dot_env_and_a_missing_named_one_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("KILN_TIME_ZONE=Europe/Paris\n")
+    env = _env(tmp_path / "data")
+    ignored = _settings_in(tmp_path, {**env, "KILN_ENV_FILE": ""})
+    assert ignored.stdout.split()[0] == "UTC", ignored.stderr
+    named = tmp_path / "site.env"
+    named.write_text("KILN_TIME_ZONE=Asia/Tokyo\n")
+    chosen = _settings_in(REPO, {**env, "KILN_ENV_FILE": str(named)})
+    assert chosen.stdout.split()[0] == "Asia/Tokyo", chosen.stderr
+    missing = _settings_in(tmp_path, {**env, "KILN_ENV_FILE": str(tmp_path / "nope.env")})
+    assert missing.returncode != 0 and "nope.env does not exist" in missing.stderr
