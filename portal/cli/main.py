@@ -24,7 +24,7 @@ SETTINGS = "portal.settings"
 FORWARDED: dict[str, tuple[str, str]] = {
     "run": ("kiln_run", "start a run of a plan on a cluster; --wait exits 0 pass, 1 fail, 2 error"),
     "cancel": ("kiln_cancel", "cancel a run (its running checks are stopped on their nodes)"),
-    "cluster": ("kiln_cluster", "create or list clusters"),
+    "cluster": ("kiln_cluster", "create, update (--queue) or list clusters"),
     "nodes": ("kiln_nodes", "add, import or list a cluster's nodes"),
     "verify": ("kiln_verify", "verify a certificate PDF offline"),
     "demo": ("kiln_demo", "seed or refresh the demo cluster (simulated nodes, no root)"),
