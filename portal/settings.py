@@ -14,7 +14,7 @@ import dj_database_url
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.datadir import broker_dirs, credential_key_read, env_file, secret_key_read
+from portal.datadir import broker_dirs, credential_key_read, env_file, metrics_token_read, secret_key_read
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
@@ -266,8 +266,9 @@ KILN_RETENTION_PARTITIONS_AHEAD = env.int("KILN_RETENTION_PARTITIONS_AHEAD", def
 KILN_RETENTION_CRON = env.str("KILN_RETENTION_CRON", default="30 3 * * *")
 
 # --- Health, alerts, metrics (portal/health/conf.py reads these) --------------------------------
-# Bearer token for /metrics (Prometheus); empty: /metrics answers 403.
-KILN_METRICS_TOKEN = env.str("KILN_METRICS_TOKEN", default="")
+# Bearer token for /metrics (Prometheus). The environment wins; else the token `manage.py kiln_init`
+# generated into the data folder (`make up` prints it); neither: /metrics answers 403.
+KILN_METRICS_TOKEN = env.str("KILN_METRICS_TOKEN", default="").strip() or metrics_token_read(DATA_DIR)
 # Sender of alert e-mails; empty: DEFAULT_FROM_EMAIL.
 KILN_ALERT_FROM_EMAIL = env.str("KILN_ALERT_FROM_EMAIL", default="")
 # Delivery attempts per alert before it is `failed`, and the first retry delay (doubling, capped at
