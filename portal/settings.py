@@ -221,6 +221,10 @@ KILN_HEARTBEAT_S = env.float("KILN_HEARTBEAT_S", default=3)
 # beats stall for up to ~25 s (a database restart or failover, a long pause) keeps its work. A dead
 # worker's checks are acted on within TTL + one reaper interval: 60 s (the issue asks < 2 min).
 KILN_LEASE_TTL_S = env.float("KILN_LEASE_TTL_S", default=30)
+# Each worker writes "alive" (health.WorkerBeat, exported by /metrics) every 30 s even when idle: half
+# of Prometheus' default 1 m scrape interval, so every scrape sees a fresh beat, and the example
+# alert (deploy/prometheus/kiln-rules.yml, 2 min silent) waits out three missed beats.
+KILN_WORKER_BEAT_S = env.float("KILN_WORKER_BEAT_S", default=30)
 if KILN_LEASE_TTL_S < 3 * KILN_HEARTBEAT_S:
     raise ImproperlyConfigured("KILN_LEASE_TTL_S must be at least 3 x KILN_HEARTBEAT_S (a few missed beats)")
 # How often the reaper runs (django-celery-beat, PeriodicTask kiln-reaper): with the 30 s lease,

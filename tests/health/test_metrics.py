@@ -113,9 +113,13 @@ def test_values_are_rendered_when_a_run_finishes_and_backfilled_after_migrate(
     assert [s.value for s in scrape(client, token)["kiln_gpu_ecc_errors"].samples] == [5.0]
 
     NodeMetrics.objects.all().delete()  # a database whose runs finished before rows were stored
-    assert node_metrics_backfill() == 1
+    assert node_metrics_backfill() == 5  # n03's ECC family and every judged node's failing-checks family
     assert node_metrics_backfill() == 0  # once: rows exist now
     assert [s.value for s in scrape(client, token)["kiln_gpu_ecc_errors"].samples] == [5.0]
+
+    NodeMetrics.objects.filter(family="kiln_node_check_failing").delete()  # stored before that family existed
+    assert node_metrics_backfill() == 5 and node_metrics_backfill() == 0
+    assert len(scrape(client, token)["kiln_node_check_failing"].samples) == 8  # 4 nodes x 2 check kinds
 
 
 def test_a_label_value_is_escaped(client, token, cluster, make_run, django_capture_on_commit_callbacks) -> None:
