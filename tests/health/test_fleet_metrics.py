@@ -14,7 +14,7 @@ from portal.health.models import Schedule, ScheduledFire, WorkerBeat
 from portal.health.services import worker_beat_forget, worker_beat_record
 from portal.inventory.models import Cluster
 from tests.health.helpers import finish
-from tests.health.test_metrics import scrape, token  # noqa: F401 (fixture)
+from tests.health.test_metrics import scrape
 
 pytestmark = pytest.mark.django_db
 UTC = dt.UTC

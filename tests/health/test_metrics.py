@@ -27,12 +27,6 @@ def scrape(client: Client, token: str, query: str = "") -> dict[str, Any]:
     return {f.name: f for f in families}
 
 
-@pytest.fixture
-def token(settings) -> str:
-    settings.KILN_METRICS_TOKEN = "s3cret-token"
-    return "s3cret-token"
-
-
 def test_it_needs_a_bearer_token_and_never_redirects_to_login(client, token) -> None:
     response = client.get(reverse("health:metrics"))
     assert response.status_code == 401 and response["WWW-Authenticate"].startswith("Bearer")

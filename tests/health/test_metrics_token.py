@@ -20,7 +20,9 @@ from tests.portal.test_settings_layer import _env
 def _settings_token(env: dict[str, str]) -> str:
     code = "import django; django.setup(); from django.conf import settings; print(settings.KILN_METRICS_TOKEN)"
     env = {**env, "DJANGO_SETTINGS_MODULE": "portal.settings"}
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 

@@ -4,19 +4,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('health', '0006_node_metrics'),
+        ("health", "0006_node_metrics"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='WorkerBeat',
+            name="WorkerBeat",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='The Celery node name, e.g. celery@host.', max_length=200, unique=True)),
-                ('started_at', models.DateTimeField(help_text='When this worker process started beating.')),
-                ('seen_at', models.DateTimeField(help_text='Its last beat.')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(help_text="The Celery node name, e.g. celery@host.", max_length=200, unique=True),
+                ),
+                ("started_at", models.DateTimeField(help_text="When this worker process started beating.")),
+                ("seen_at", models.DateTimeField(help_text="Its last beat.")),
             ],
         ),
     ]

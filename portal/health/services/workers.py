@@ -14,7 +14,9 @@ def worker_beat_record(*, name: str, now: datetime | None = None) -> None:
     now = now or timezone.now()
     name = name[:200]
     if not WorkerBeat.objects.filter(name=name).update(seen_at=now):
-        WorkerBeat.objects.update_or_create(name=name, defaults={"seen_at": now}, create_defaults={"started_at": now, "seen_at": now})
+        WorkerBeat.objects.update_or_create(
+            name=name, defaults={"seen_at": now}, create_defaults={"started_at": now, "seen_at": now}
+        )
 
 
 def worker_beat_forget(*, name: str) -> None:

@@ -1,6 +1,6 @@
 """`manage.py kiln_init`: makes the data folder (KILN_DATA_DIR), the generated secret key, the
-credential key and the /metrics bearer token. Settings never write at import; `make up` runs this first, and so does any fresh
-deployment."""
+credential key and the /metrics bearer token. Settings never write at import; `make up` runs this
+first, and so does any fresh deployment."""
 
 from __future__ import annotations
 
