@@ -226,3 +226,21 @@ def test_promtool_accepts_the_example_scrape_config(tmp_path: Path) -> None:
     [job] = [j for j in config["scrape_configs"] if j["job_name"] == "kiln"]  # the job KilnMetricsDown names
     assert job["metrics_path"] == "/metrics" and job["authorization"]["type"] == "Bearer"
     assert job["authorization"]["credentials_file"]
+
+
+def test_promtool_parses_every_dashboard_expression(tmp_path: Path) -> None:
+    """Grafana sends these to Prometheus with its variables filled in: as recording rules, promtool
+    parses each (a typo in a panel's PromQL fails here, not on someone's screen)."""
+    promtool = _promtool()
+    fill = {"$__rate_interval": "5m", "$__interval": "1m", "$cluster": ".*", "$node": ".*"}
+    rules = []
+    for i, (_, expr) in enumerate(dashboard_expressions()):
+        for variable, value in fill.items():
+            expr = expr.replace(variable, value)
+        assert "$" not in expr, expr
+        rules.append({"record": f"kiln:dashboard_expression_{i}", "expr": expr})
+    (tmp_path / "dashboard-rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    checked = _run([promtool, "check", "rules", "dashboard-rules.yml"], tmp_path)
+    assert checked.returncode == 0 and f"SUCCESS: {len(rules)} rules found" in checked.stdout, (
+        checked.stdout + checked.stderr
+    )
