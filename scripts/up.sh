@@ -53,30 +53,7 @@ echo "Kiln is running at http://$HOST:$PORT/"
 echo "The demo cluster is at http://$HOST:$PORT/clusters/demo/ (start a run with 'Start a run')."
 echo "Capacity (power and cooling): http://$HOST:$PORT/clusters/demo/capacity/ once the demo heat soak is done."
 
-# /metrics for Prometheus: KILN_METRICS_TOKEN when set (the settings prefer it), else the token
-# kiln_init generated into the data folder, which the scrape config below reads.
-TOKEN_FILE="${KILN_DATA_DIR:-data}/metrics_token"
-if [ -n "${KILN_METRICS_TOKEN:-}" ]; then
-  TOKEN="$KILN_METRICS_TOKEN"
-  CREDENTIALS="credentials: '<your KILN_METRICS_TOKEN>'"
-else
-  TOKEN="$(cat "$TOKEN_FILE")"
-  CREDENTIALS="credentials_file: $(realpath "$TOKEN_FILE")"
-fi
-cat <<EOF
-
-Prometheus: /metrics takes the bearer token $TOKEN
-  curl -H 'Authorization: Bearer $TOKEN' http://$HOST:$PORT/metrics
-Scrape config for prometheus.yml (deploy/prometheus/ has a full example and the alert rules,
-deploy/grafana/kiln-dashboard.json the dashboard):
-  scrape_configs:
-    - job_name: kiln
-      metrics_path: /metrics
-      authorization:
-        type: Bearer
-        $CREDENTIALS
-      static_configs:
-        - targets: ['$HOST:$PORT']
-EOF
+# How Prometheus scrapes this Kiln: the token, a curl line, a scrape config.
+bash scripts/metrics_hint.sh "$HOST" "$PORT"
 echo "Logs: $LOG_DIR/{web,worker,beat,facility}.log. Press Ctrl-C to stop."
 wait -n "${pids[@]}"
