@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
 # Print how Prometheus scrapes this Kiln: the /metrics bearer token, a curl line and a scrape config
-# to paste. Called by scripts/up.sh (`make up`) after kiln_init; tests/health/test_metrics_token.py runs it.
-# The token: KILN_METRICS_TOKEN when set (the settings prefer it), else the one kiln_init generated
-# into the data folder, which the scrape config then reads from its file.
+# to paste. scripts/up.sh (`make up`) runs it after kiln_init; tests/health/test_metrics_token.py too.
+# The token is the settings' (KILN_METRICS_TOKEN from the environment or .env, else the one kiln_init
+# generated into the data folder, which the scrape config then reads from its file).
 set -euo pipefail
 HOST="${1:-127.0.0.1}"
 PORT="${2:-8000}"
-TOKEN_FILE="${KILN_DATA_DIR:-data}/metrics_token"
-if [ -n "${KILN_METRICS_TOKEN:-}" ]; then
-  TOKEN="$KILN_METRICS_TOKEN"
-  CREDENTIALS="credentials: '<your KILN_METRICS_TOKEN>'"
-else
-  TOKEN="$(cat "$TOKEN_FILE")"
-  CREDENTIALS="credentials_file: $(realpath "$TOKEN_FILE")"
+BIN="${BIN:-.venv/bin}"
+mapfile -t found < <("$BIN/python" - <<'PY'
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+from django.conf import settings
+
+from portal.datadir import METRICS_TOKEN_FILE, metrics_token_read
+
+token = settings.KILN_METRICS_TOKEN
+print(token)
+print(settings.DATA_DIR / METRICS_TOKEN_FILE if token and token == metrics_token_read(settings.DATA_DIR) else "")
+PY
+)
+TOKEN="${found[0]:-}"
+TOKEN_FILE="${found[1]:-}"
+if [ -z "$TOKEN" ]; then
+  echo "Prometheus: /metrics is off (no token): run 'manage.py kiln_init' or set KILN_METRICS_TOKEN."
+  exit 0
 fi
-cat <<EOF
+if [ -n "$TOKEN_FILE" ]; then
+  CREDENTIALS="credentials_file: $TOKEN_FILE"
+else
+  CREDENTIALS="credentials: '<your KILN_METRICS_TOKEN>'"
+fi
+cat <<HINT
 
 Prometheus: /metrics takes the bearer token $TOKEN
   curl -H 'Authorization: Bearer $TOKEN' http://$HOST:$PORT/metrics
@@ -28,4 +45,4 @@ deploy/grafana/kiln-dashboard.json the dashboard):
         $CREDENTIALS
       static_configs:
         - targets: ['$HOST:$PORT']
-EOF
+HINT

@@ -10,11 +10,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from django.urls import reverse
 
 from portal import datadir
 from tests.conftest import REPO
-from tests.portal.test_settings_layer import _env
+from tests.portal.test_settings_layer import _env as _layer_env
+
+
+def _env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """A clean environment with this data folder and no .env file read."""
+    return _layer_env(data_dir, KILN_ENV_FILE="", **extra)
 
 
 def _settings_token(env: dict[str, str]) -> str:
@@ -78,3 +84,27 @@ def test_the_view_compares_the_token_in_constant_time(client, settings, monkeypa
     assert client.get(reverse("health:metrics"), HTTP_AUTHORIZATION="Bearer wrong-token").status_code == 403
     assert client.get(reverse("health:metrics"), HTTP_AUTHORIZATION="Bearer right-token").status_code == 200
     assert compared == [(b"wrong-token", b"right-token"), (b"right-token", b"right-token")]
+
+
+def _hint(env: dict[str, str]) -> str:
+    result = subprocess.run(
+        ["bash", "scripts/metrics_hint.sh", "kiln.test", "8123"],
+        cwd=REPO, env={**env, "BIN": str(Path(sys.executable).parent)}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_make_up_prints_the_token_a_curl_line_and_a_scrape_config_that_reads_its_file(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    assert "/metrics is off" in _hint(_env(data_dir))  # before kiln_init
+    assert _kiln_init(_env(data_dir)).returncode == 0
+    token_file = data_dir / datadir.METRICS_TOKEN_FILE
+    out = _hint(_env(data_dir))
+    assert f"curl -H 'Authorization: Bearer {token_file.read_text()}' http://kiln.test:8123/metrics" in out
+    config = yaml.safe_load(out[out.index("  scrape_configs:") :])
+    [job] = config["scrape_configs"]
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": str(token_file.resolve())}
+    assert job["metrics_path"] == "/metrics" and job["static_configs"] == [{"targets": ["kiln.test:8123"]}]
+    from_env = _hint(_env(data_dir, KILN_METRICS_TOKEN="from-the-environment"))
+    assert "Bearer from-the-environment" in from_env and "credentials_file" not in from_env
