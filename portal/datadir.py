@@ -1,8 +1,9 @@
 """The data folder's layout, made by `manage.py kiln_init` (and `make up`), never at import.
 
 settings.py only reads from here (it must import nothing of Django's apps); kiln_init writes. The
-secret key and the credential key are created atomically and never replaced: two kiln_init runs at
-once (web and worker containers starting together) end with one key that both read.
+secret key, the credential key and the /metrics bearer token are created atomically and never
+replaced: two kiln_init runs at once (web and worker containers starting together) end with one
+key that both read.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ SECRET_KEY_FILE = "secret_key"
 SECRET_KEY_BYTES = 50
 # The Fernet key that seals facility endpoint credentials (portal/facility/credentials.py).
 CREDENTIAL_KEY_FILE = "credential_key"
+# The bearer token Prometheus sends to /metrics (portal/health/views.py), unless KILN_METRICS_TOKEN is set.
+METRICS_TOKEN_FILE = "metrics_token"
+# 32 random bytes (256 bits), URL-safe: the size Python's `secrets` docs recommend for tokens.
+METRICS_TOKEN_BYTES = 32
 
 
 def env_file(base_dir: Path, environ: Mapping[str, str]) -> Path | None:
@@ -54,6 +59,11 @@ def credential_key_read(data_dir: Path) -> str:
     return _read(data_dir / CREDENTIAL_KEY_FILE)
 
 
+def metrics_token_read(data_dir: Path) -> str:
+    """The generated /metrics bearer token, or "" when kiln_init has not made one."""
+    return _read(data_dir / METRICS_TOKEN_FILE)
+
+
 def _read(path: Path) -> str:
     try:
         return path.read_text().strip()
@@ -70,6 +80,11 @@ def credential_key_create(data_dir: Path) -> bool:
     """Writes a new Fernet key (32 random bytes, URL-safe base64) unless one exists; True if made."""
     key = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
     return _create_private(data_dir / CREDENTIAL_KEY_FILE, key)
+
+
+def metrics_token_create(data_dir: Path) -> bool:
+    """Writes a new random /metrics bearer token unless one exists; True if this call made it."""
+    return _create_private(data_dir / METRICS_TOKEN_FILE, secrets.token_urlsafe(METRICS_TOKEN_BYTES))
 
 
 def _create_private(target: Path, content: str) -> bool:
@@ -91,9 +106,11 @@ def _create_private(target: Path, content: str) -> bool:
     return True
 
 
-def init_data_dir(data_dir: Path, *, secret_key: bool = True, credential_key: bool = True) -> list[Path]:
-    """Makes the folders and, unless they come from the environment, the secret key and the
-    credential key. Returns what it created (empty when everything was there)."""
+def init_data_dir(
+    data_dir: Path, *, secret_key: bool = True, credential_key: bool = True, metrics_token: bool = True
+) -> list[Path]:
+    """Makes the folders and, unless they come from the environment, the secret key, the credential
+    key and the /metrics token. Returns what it created (empty when everything was there)."""
     made = []
     for folder in layout(data_dir):
         if not folder.is_dir():
@@ -103,4 +120,6 @@ def init_data_dir(data_dir: Path, *, secret_key: bool = True, credential_key: bo
         made.append(data_dir / SECRET_KEY_FILE)
     if credential_key and credential_key_create(data_dir):
         made.append(data_dir / CREDENTIAL_KEY_FILE)
+    if metrics_token and metrics_token_create(data_dir):
+        made.append(data_dir / METRICS_TOKEN_FILE)
     return made

@@ -14,7 +14,7 @@ import dj_database_url
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.datadir import broker_dirs, credential_key_read, env_file, secret_key_read
+from portal.datadir import broker_dirs, credential_key_read, env_file, metrics_token_read, secret_key_read
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
@@ -224,6 +224,10 @@ KILN_HEARTBEAT_S = env.float("KILN_HEARTBEAT_S", default=3)
 # beats stall for up to ~25 s (a database restart or failover, a long pause) keeps its work. A dead
 # worker's checks are acted on within TTL + one reaper interval: 60 s (the issue asks < 2 min).
 KILN_LEASE_TTL_S = env.float("KILN_LEASE_TTL_S", default=30)
+# Each worker writes "alive" (health.WorkerBeat, exported by /metrics) every 30 s even when idle: half
+# of Prometheus' default 1 m scrape interval, so every scrape sees a fresh beat, and the example
+# alert (deploy/prometheus/kiln-rules.yml, 2 min silent) waits out three missed beats.
+KILN_WORKER_BEAT_S = env.float("KILN_WORKER_BEAT_S", default=30)
 if KILN_LEASE_TTL_S < 3 * KILN_HEARTBEAT_S:
     raise ImproperlyConfigured("KILN_LEASE_TTL_S must be at least 3 x KILN_HEARTBEAT_S (a few missed beats)")
 # How often the reaper runs (django-celery-beat, PeriodicTask kiln-reaper): with the 30 s lease,
@@ -269,8 +273,9 @@ KILN_RETENTION_PARTITIONS_AHEAD = env.int("KILN_RETENTION_PARTITIONS_AHEAD", def
 KILN_RETENTION_CRON = env.str("KILN_RETENTION_CRON", default="30 3 * * *")
 
 # --- Health, alerts, metrics (portal/health/conf.py reads these) --------------------------------
-# Bearer token for /metrics (Prometheus); empty: /metrics answers 403.
-KILN_METRICS_TOKEN = env.str("KILN_METRICS_TOKEN", default="")
+# Bearer token for /metrics (Prometheus). The environment wins; else the token `manage.py kiln_init`
+# generated into the data folder (`make up` prints it); neither: /metrics answers 403.
+KILN_METRICS_TOKEN = env.str("KILN_METRICS_TOKEN", default="").strip() or metrics_token_read(DATA_DIR)
 # Sender of alert e-mails; empty: DEFAULT_FROM_EMAIL.
 KILN_ALERT_FROM_EMAIL = env.str("KILN_ALERT_FROM_EMAIL", default="")
 # Delivery attempts per alert before it is `failed`, and the first retry delay (doubling, capped at

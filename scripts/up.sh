@@ -52,5 +52,8 @@ echo "Kiln is running at http://$HOST:$PORT/"
 "$BIN/python" manage.py kiln_admin
 echo "The demo cluster is at http://$HOST:$PORT/clusters/demo/ (start a run with 'Start a run')."
 echo "Capacity (power and cooling): http://$HOST:$PORT/clusters/demo/capacity/ once the demo heat soak is done."
+
+# How Prometheus scrapes this Kiln: the token, a curl line, a scrape config.
+bash scripts/metrics_hint.sh "$HOST" "$PORT"
 echo "Logs: $LOG_DIR/{web,worker,beat,facility}.log. Press Ctrl-C to stop."
 wait -n "${pids[@]}"

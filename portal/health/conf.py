@@ -1,7 +1,8 @@
 """Settings of the health app, read from django.conf.settings (portal/settings.py reads each from
 the environment and documents its default):
 
-    KILN_METRICS_TOKEN               bearer token for /metrics (empty: /metrics answers 403)
+    KILN_METRICS_TOKEN               bearer token for /metrics (default: the data folder's metrics_token;
+                                     neither: /metrics answers 403)
     KILN_ALERT_FROM_EMAIL            sender of alert emails (default: DEFAULT_FROM_EMAIL)
     KILN_ALERT_MAX_ATTEMPTS          delivery attempts per alert before it is `failed` (5)
     KILN_ALERT_RETRY_BASE_S          first retry delay; doubles each attempt (30)

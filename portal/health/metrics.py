@@ -12,8 +12,15 @@ Exported (labels cluster, node; gpu where per GPU):
     kiln_fs_bandwidth_bytes_per_second{direction}   fs_throughput write_bw / read_bw
     kiln_gpu_host_to_device_gbps           host_bw h2d_gbps (nvbandwidth)
     kiln_gpu_device_to_host_gbps           host_bw d2h_gbps (nvbandwidth)
+    kiln_node_check_failing{kind}          1 when the node's latest result of that check kind is `fail`, else 0
     kiln_cluster_last_sweep_timestamp_seconds       last scheduled sweep that started a run
-"Latest" = each node's newest finished (pass/warn/fail) result of that check kind.
+and the fleet families of portal/health/fleet_metrics.py (nodes per state, sweep duration and due
+time, worker beats).
+"Latest" = each node's newest finished (pass/warn/fail) result of that check kind; `error` (could
+not tell) neither fails nor clears a check here, as in the node's health.
+
+Cardinality: per node, 5 states, one failing series per check kind it ran, and per GPU index the
+measurement families above: all bounded by the inventory (nodes x GPUs x kinds), none by history.
 
 The measurement families are rendered when a run that judged a node finishes (node_samples, stored
 as NodeMetrics rows by portal/health/services/exported.py); a scrape streams those rows, in family
@@ -48,6 +55,9 @@ FAMILIES: dict[str, tuple[str, list[str]]] = {
     metric: (help_text, ["cluster", "node", "gpu"] + ([extra] if extra else []))
     for metric, help_text, extra, _ in MEASUREMENTS.values()
 }
+FAILING = "kiln_node_check_failing"
+FAMILIES[FAILING] = ("Latest finished result of this check kind failed (1) or not (0)", ["cluster", "node", "kind"])
+JUDGED = [Status.PASS, Status.WARN, Status.FAIL]  # finished with a verdict on the hardware
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ROWS_PER_FETCH = 2000  # NodeMetrics rows per database round trip while streaming a scrape
 
@@ -78,18 +88,16 @@ def _sample_lines(family: Metric) -> str:
 
 
 def node_samples(node_ids: list[int]) -> dict[tuple[int, str], str]:
-    """(node id, metric) -> sample lines of those nodes' latest measurements. Two queries."""
-    kinds = {kind for kind, _ in MEASUREMENTS}
-    latest = (
-        CheckResult.objects.filter(
-            node_id__in=node_ids, scope=Scope.NODE, kind__in=kinds, status__in=[Status.PASS, Status.WARN, Status.FAIL]
-        )
+    """(node id, metric) -> sample lines of those nodes' latest measurements and failing checks. Three queries."""
+    latest = list(
+        CheckResult.objects.filter(node_id__in=node_ids, scope=Scope.NODE, status__in=JUDGED)
         .values("node_id", "kind")
         .annotate(last=Max("id"))
         .values_list("last", flat=True)
     )
+    families = _failing(latest)
     rows = Measurement.objects.filter(
-        result_id__in=list(latest), name__in={name for _, name in MEASUREMENTS}, value__isnull=False
+        result_id__in=latest, name__in={name for _, name in MEASUREMENTS}, value__isnull=False
     ).values_list(
         "result__node_id",
         "result__node__cluster__name",
@@ -100,7 +108,6 @@ def node_samples(node_ids: list[int]) -> dict[tuple[int, str], str]:
         "labels",
         "value",
     )  # fmt: skip
-    families: dict[tuple[int, str], GaugeMetricFamily] = {}
     for node_id, cluster, host, kind, name, gpu, labels, value in rows.order_by("result__node_id", "gpu", "id"):
         spec = MEASUREMENTS.get((kind, name))
         if spec is None or value is None:  # value is never None (filtered above); the row type cannot say so
@@ -114,6 +121,21 @@ def node_samples(node_ids: list[int]) -> dict[tuple[int, str], str]:
             values.append(extra_value if extra_value is not None else str((labels or {}).get(extra, "")))
         family.add_metric(values, float(value))
     return {key: _sample_lines(family) for key, family in families.items()}
+
+
+def _failing(latest: list[int]) -> dict[tuple[int, str], GaugeMetricFamily]:
+    """One kiln_node_check_failing family per node: a 0/1 sample per check kind it has a verdict of."""
+    families: dict[tuple[int, str], GaugeMetricFamily] = {}
+    help_text, labels = FAMILIES[FAILING]
+    rows = CheckResult.objects.filter(id__in=latest).values_list(
+        "node_id", "node__cluster__name", "node__hostname", "kind", "status"
+    )
+    for node_id, cluster, host, kind, status in rows.order_by("node_id", "kind"):
+        family = families.get((node_id, FAILING))
+        if family is None:
+            family = families[(node_id, FAILING)] = GaugeMetricFamily(FAILING, help_text, labels=labels)
+        family.add_metric([cluster, host, kind], 1.0 if status == Status.FAIL else 0.0)
+    return families
 
 
 STATE_FAMILY = ("kiln_node_health_state", "Node health state (1 = current)")
@@ -195,7 +217,9 @@ def exposition_chunks(*, cluster: str | None = None) -> Iterator[bytes]:
         if size >= 1 << 20:  # hand the server ~1 MB at a time, not one row
             yield "".join(buffer).encode()
             buffer, size = [], 0
-    buffer.append(render([_sweeps(cluster)]))
+    from portal.health.fleet_metrics import fleet_families  # it imports the services, which import this module
+
+    buffer.append(render([_sweeps(cluster), *fleet_families(cluster)]))
     yield "".join(buffer).encode()
 
 

@@ -330,3 +330,16 @@ class NodeMetrics(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.family}"
+
+
+class WorkerBeat(models.Model):
+    """A Celery worker's last sign of life, written by a thread in the worker every KILN_WORKER_BEAT_S
+    (portal/health/beats.py) whether or not it holds work, and deleted when the worker stops cleanly:
+    /metrics exports it, so "worker down" needs no scrape target on the worker hosts."""
+
+    name = models.CharField(max_length=200, unique=True, help_text="The Celery node name, e.g. celery@host.")
+    started_at = models.DateTimeField(help_text="When this worker process started beating.")
+    seen_at = models.DateTimeField(help_text="Its last beat.")
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.seen_at}"

@@ -27,6 +27,13 @@ def eager_celery() -> Iterator[None]:
     app.conf.task_always_eager, app.conf.task_eager_propagates = saved
 
 
+@pytest.fixture
+def token(settings: Any) -> str:
+    """The /metrics bearer token, configured."""
+    settings.KILN_METRICS_TOKEN = "s3cret-token"
+    return "s3cret-token"
+
+
 @dataclass
 class Receiver:
     """A webhook endpoint on 127.0.0.1: records JSON bodies, answers with `statuses` in turn."""

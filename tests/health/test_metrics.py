@@ -27,12 +27,6 @@ def scrape(client: Client, token: str, query: str = "") -> dict[str, Any]:
     return {f.name: f for f in families}
 
 
-@pytest.fixture
-def token(settings) -> str:
-    settings.KILN_METRICS_TOKEN = "s3cret-token"
-    return "s3cret-token"
-
-
 def test_it_needs_a_bearer_token_and_never_redirects_to_login(client, token) -> None:
     response = client.get(reverse("health:metrics"))
     assert response.status_code == 401 and response["WWW-Authenticate"].startswith("Bearer")
@@ -113,9 +107,13 @@ def test_values_are_rendered_when_a_run_finishes_and_backfilled_after_migrate(
     assert [s.value for s in scrape(client, token)["kiln_gpu_ecc_errors"].samples] == [5.0]
 
     NodeMetrics.objects.all().delete()  # a database whose runs finished before rows were stored
-    assert node_metrics_backfill() == 1
+    assert node_metrics_backfill() == 5  # n03's ECC family and every judged node's failing-checks family
     assert node_metrics_backfill() == 0  # once: rows exist now
     assert [s.value for s in scrape(client, token)["kiln_gpu_ecc_errors"].samples] == [5.0]
+
+    NodeMetrics.objects.filter(family="kiln_node_check_failing").delete()  # stored before that family existed
+    assert node_metrics_backfill() == 5 and node_metrics_backfill() == 0
+    assert len(scrape(client, token)["kiln_node_check_failing"].samples) == 8  # 4 nodes x 2 check kinds
 
 
 def test_a_label_value_is_escaped(client, token, cluster, make_run, django_capture_on_commit_callbacks) -> None:

@@ -32,6 +32,7 @@ from portal.health.services.schedules import (
     scheduled_run_fire,
 )
 from portal.health.services.state import Judged, health_evaluate_run, state_from_results
+from portal.health.services.workers import worker_beat_forget, worker_beat_record
 
 __all__ = [
     "GIVE_ACTIONS",
@@ -61,4 +62,6 @@ __all__ = [
     "scheduler_action_retry_delay_s",
     "slack_body",
     "state_from_results",
+    "worker_beat_forget",
+    "worker_beat_record",
 ]

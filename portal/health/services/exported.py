@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from portal.health.metrics import node_samples
+from portal.health.metrics import FAILING, JUDGED, node_samples
 from portal.health.models import NodeMetrics
 from portal.inventory.models import Node
-from portal.runs.models import CheckResult
+from portal.runs.models import CheckResult, Scope
 
 NODES_PER_STEP = 250  # nodes whose latest measurements are read at once: memory stays flat at any fleet size
 
@@ -34,9 +34,10 @@ def run_metrics_refresh(*, run_id: int) -> int:
 
 
 def node_metrics_backfill() -> int:
-    """Once, for a database whose runs finished before /metrics was stored (after migrate): every
-    node that has finished results. Does nothing when some node's rows are stored already."""
-    if NodeMetrics.objects.exists():
-        return 0
-    with_results = CheckResult.objects.filter(node__isnull=False).values("node_id")
-    return node_metrics_refresh(node_ids=list(Node.objects.filter(id__in=with_results).values_list("id", flat=True)))
+    """After migrate: render every node that has a verdict of some check but no stored
+    kiln_node_check_failing family, which every such node gets: a database whose runs finished
+    before /metrics was stored, or before that family existed. Nothing to do otherwise."""
+    judged = CheckResult.objects.filter(node__isnull=False, scope=Scope.NODE, status__in=JUDGED).values("node_id")
+    rendered = NodeMetrics.objects.filter(family=FAILING).values("node_id")
+    missing = Node.objects.filter(id__in=judged).exclude(id__in=rendered).values_list("id", flat=True)
+    return node_metrics_refresh(node_ids=list(missing))

@@ -1,6 +1,6 @@
-"""`manage.py kiln_init`: makes the data folder (KILN_DATA_DIR), the generated secret key and the
-credential key. Settings never write at import; `make up` runs this first, and so does any fresh
-deployment."""
+"""`manage.py kiln_init`: makes the data folder (KILN_DATA_DIR), the generated secret key, the
+credential key and the /metrics bearer token. Settings never write at import; `make up` runs this
+first, and so does any fresh deployment."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand
 
-from portal.datadir import credential_key_read, init_data_dir, secret_key_read
+from portal.datadir import credential_key_read, init_data_dir, metrics_token_read, secret_key_read
 
 
 class Command(BaseCommand):
     help = (
-        "Create KILN_DATA_DIR's folders and, unless KILN_SECRET_KEY / KILN_CREDENTIAL_KEY are set, the "
-        "generated secret key and credential key."
+        "Create KILN_DATA_DIR's folders and, unless KILN_SECRET_KEY / KILN_CREDENTIAL_KEY / KILN_METRICS_TOKEN "
+        "are set, the generated secret key, credential key and /metrics bearer token."
     )
     # Runs before the secret key exists, which the system checks would refuse (kiln.E001).
     requires_system_checks: list[str] = []
@@ -31,7 +31,11 @@ class Command(BaseCommand):
         from_env = bool(key) and key != secret_key_read(data_dir)
         credential = settings.KILN_CREDENTIAL_KEY
         credential_from_env = bool(credential) and credential != credential_key_read(data_dir)
-        made = init_data_dir(data_dir, secret_key=not from_env, credential_key=not credential_from_env)
+        token = settings.KILN_METRICS_TOKEN
+        token_from_env = bool(token) and token != metrics_token_read(data_dir)
+        made = init_data_dir(
+            data_dir, secret_key=not from_env, credential_key=not credential_from_env, metrics_token=not token_from_env
+        )
         for path in made:
             self.stdout.write(f"created {path}")
         if not made:
