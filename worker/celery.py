@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_init, worker_ready, worker_shutdown
+from celery.signals import task_postrun, task_prerun, worker_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -89,27 +89,6 @@ def _say_pool(sender: Any = None, **_: Any) -> None:
             pool=pool_name(pool), concurrency=int(concurrency), db_connections=settings.KILN_WORKER_DB_CONNECTIONS
         )
     )
-
-
-# This worker's liveness beat (portal/health/beats.py), started once it is ready.
-_beater: Any = None
-
-
-@worker_ready.connect
-def _start_beat(sender: Any = None, **_: Any) -> None:
-    from portal.health.beats import Beater
-
-    global _beater
-    _beater = Beater(str(getattr(sender, "hostname", "") or "celery@unknown"))
-    _beater.start()
-
-
-@worker_shutdown.connect
-def _stop_beat(**_: Any) -> None:
-    global _beater
-    if _beater is not None:
-        _beater.stop()
-        _beater = None
 
 
 @task_prerun.connect

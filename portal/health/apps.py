@@ -12,7 +12,12 @@ class HealthConfig(AppConfig):
     verbose_name = "Health"
 
     def ready(self) -> None:
-        from portal.health import signals
+        from celery.signals import worker_ready, worker_shutdown
+
+        from portal.health import beats, signals
+
+        worker_ready.connect(beats.worker_ready, dispatch_uid="health_worker_beat_start")
+        worker_shutdown.connect(beats.worker_shutdown, dispatch_uid="health_worker_beat_stop")
 
         post_save.connect(signals.run_saved, sender="runs.Run", dispatch_uid="health_run_saved")
         post_migrate.connect(signals.migrated, sender=self, dispatch_uid="health_reaper_schedule")

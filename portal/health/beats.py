@@ -1,12 +1,14 @@
 """Worker liveness for /metrics: a thread in each Celery worker writes its WorkerBeat row every
 KILN_WORKER_BEAT_S, idle or busy, and the row is deleted when the worker stops cleanly. A result's
 lease heartbeat (portal/runs/leases.py) only beats while a worker holds work, so an idle worker
-would look dead by it; this one beats always. worker/celery.py starts and stops it."""
+would look dead by it; this one beats always. The worker's ready and shutdown signals start and stop it
+(connected in HealthConfig.ready(): worker/ imports no app)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -61,3 +63,20 @@ class Beater:
             logger.warning("worker beat of %s not removed: %s", self.name, exc)
         finally:
             release_connection()
+
+
+# This worker process's beater, started once the worker is ready.
+_beater: Beater | None = None
+
+
+def worker_ready(sender: Any = None, **_: Any) -> None:
+    global _beater
+    _beater = Beater(str(getattr(sender, "hostname", "") or "celery@unknown"))
+    _beater.start()
+
+
+def worker_shutdown(**_: Any) -> None:
+    global _beater
+    if _beater is not None:
+        _beater.stop()
+        _beater = None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from types import SimpleNamespace
 
 import pytest
 from django.db import DatabaseError
@@ -125,10 +124,14 @@ def test_a_beat_survives_a_database_that_is_away(monkeypatch) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_worker_beats_from_ready_until_it_shuts_down(settings) -> None:
-    from worker import celery as worker_app
+    from celery.signals import worker_ready, worker_shutdown
+
+    import worker.celery  # noqa: F401  (the worker's own handlers of the same signals)
 
     settings.KILN_WORKER_BEAT_S = 0.05
-    worker_app._start_beat(sender=SimpleNamespace(hostname="celery@beater"))
+    # The signals a real worker sends: the health app connected the beat to them.
+    consumer = type("Consumer", (), {"hostname": "celery@beater"})()  # hashable, as Celery's signals need
+    worker_ready.send(sender=consumer)
     try:
         deadline = time.monotonic() + 10
         seen: set[dt.datetime] = set()
@@ -137,5 +140,5 @@ def test_the_worker_beats_from_ready_until_it_shuts_down(settings) -> None:
             time.sleep(0.02)
         assert len(seen) >= 2
     finally:
-        worker_app._stop_beat()
+        worker_shutdown.send(sender=None)
     assert not WorkerBeat.objects.filter(name="celery@beater").exists()  # a clean stop is not "down"
