@@ -39,7 +39,7 @@ def _translate(exc: Exception) -> Exception:
     if isinstance(exc, DjangoValidationError):
         return exceptions.ValidationError(exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
     if isinstance(exc, ProtectedError):
-        names = ", ".join(sorted({type(o)._meta.verbose_name for o in exc.protected_objects}))
+        names = ", ".join(sorted({str(type(o)._meta.verbose_name) for o in exc.protected_objects}))
         conflict = exceptions.APIException(f"Cannot delete it: {names} refer to it (kept as evidence).")
         conflict.status_code = status.HTTP_409_CONFLICT
         return conflict

@@ -20,9 +20,9 @@ class RolePermission(BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
         if not request.user or not request.user.is_authenticated:
             return False
-        role = getattr(view, "action_roles", {}).get(getattr(view, "action", None))
+        role: str | None = getattr(view, "action_roles", {}).get(getattr(view, "action", None))
         if role is None:
             safe = request.method in SAFE_METHODS
-            role = getattr(view, "read_role", VIEWER) if safe else getattr(view, "write_role", OPERATOR)
+            role = str(getattr(view, "read_role", VIEWER) if safe else getattr(view, "write_role", OPERATOR))
         self.message = f"This needs the {role} role."
         return has_role(request.user, role)

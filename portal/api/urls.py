@@ -7,9 +7,9 @@ redirect to the login page."""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.decorators import login_not_required, login_required
 from django.urls import URLPattern, URLResolver, include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from portal.api.exceptions import not_found
@@ -47,11 +47,12 @@ def _exempt(patterns: list[URLPattern | URLResolver]) -> list[URLPattern | URLRe
 
 api_v1 = [
     # The documentation pages are for browsers: the login page first, like every other page.
-    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
-    path("redoc/", docs.RedocView.as_view(url_name="api:schema"), name="redoc"),
+    # (DRF marks its views login_not_required; these two get the login redirect back.)
+    path("docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="api:schema")), name="docs"),
+    path("redoc/", login_required(docs.RedocView.as_view(url_name="api:schema")), name="redoc"),
     *_exempt(
         [
-            path("schema/", SpectacularAPIView.as_view(), name="schema"),
+            path("schema/", docs.SchemaView.as_view(), name="schema"),
             path("", include(router.urls)),
             re_path(r"^.*$", not_found),
         ]

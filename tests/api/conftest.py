@@ -90,8 +90,9 @@ def world(people: dict[str, Person]) -> World:
     series = Series(result=result, name="power", unit="W", gpu=0, x=[0, 1, 2], y=[300.0, None, 310.5])
     series.save()
     Run.objects.filter(pk=run.pk).update(status="fail", finished_at=datetime.now(UTC))
-    certificate = Certificate.objects.create(
-        campaign=campaign,
+    issued = cert_services.campaign_create(cluster=cluster, plan=plan, name="handed over", user=operator)
+    certificate = Certificate.objects.create(  # of another campaign: a certificate closes its campaign
+        campaign=issued,
         number="KILN-TEST-0001",
         issued_at=datetime.now(UTC),
         verdict="PASS",

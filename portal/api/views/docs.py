@@ -12,7 +12,8 @@ from typing import Any
 
 from django.conf import settings
 from drf_spectacular.utils import extend_schema
-from drf_spectacular.views import SpectacularRedocView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -26,3 +27,14 @@ class RedocView(SpectacularRedocView):
         policy = {**settings.KILN_CSP, "worker-src": ["'self'", "blob:"]}
         response["Content-Security-Policy"] = "; ".join(f"{k} {' '.join(v)}".strip() for k, v in policy.items())
         return response
+
+
+class SchemaView(SpectacularAPIView):
+    """The OpenAPI schema (YAML; `?format=json` for JSON). Its errors (401 without credentials) are
+    JSON like every other API answer, not YAML."""
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(response, Response) and response.status_code >= 400:
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = "application/json"
+        return super().finalize_response(request, response, *args, **kwargs)
