@@ -12,6 +12,7 @@ from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 
 # C0 controls and DEL. Tab, line feed and carriage return are ordinary in form fields (text areas,
 # pasted lists); in a path nothing below 0x20 is. A lone surrogate cannot be encoded as UTF-8 and so
@@ -109,7 +110,11 @@ class RejectUnreadableInputMiddleware:
             content_type = request.META.get("CONTENT_TYPE", "")
             if content_type.startswith(_URLENCODED) and _encoded_not_utf8(request.body):
                 return ("the form data", "bytes that are not UTF-8")
-            if bad := self._bad_field(request.POST.lists()):
+            try:
+                fields = request.POST.lists()
+            except MultiPartParserError:  # a multipart type without its boundary: a 500 otherwise
+                return ("the form data", "a malformed multipart body")
+            if bad := self._bad_field(fields):
                 return (f"the form field {bad[0]!r}", bad[1])
             for name in request.FILES:
                 if match := _BAD_IN_FIELD.search(name):

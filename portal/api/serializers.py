@@ -22,7 +22,7 @@ MAX_GPUS = 1024
 
 
 class ClusterSerializer(serializers.ModelSerializer[Cluster]):
-    node_count = serializers.IntegerField(read_only=True, required=False)
+    node_count = serializers.IntegerField(read_only=True)
 
     class Meta:
         model = Cluster

@@ -7,7 +7,9 @@ redirect to the login page."""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_not_required, login_required
+from typing import Any
+
+from django.contrib.auth.decorators import login_not_required
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
@@ -17,7 +19,14 @@ from portal.api.views import docs, evidence, inventory, runs, tokens
 
 
 class Router(DefaultRouter):
+    """Django path converters, not regexes: ids are `<int:pk>` (a viewset with slugs says
+    `lookup_value_converter = "slug"`)."""
+
     include_format_suffixes = False  # one URL per resource: no `.json` twins in the schema
+
+    def __init__(self) -> None:
+        super().__init__(use_regex_path=False)
+        self._default_value_pattern = "int"
 
 
 router = Router()
@@ -36,6 +45,12 @@ router.register("schedules", evidence.ScheduleViewSet, basename="schedule")
 router.register("tokens", tokens.TokenViewSet, basename="token")
 
 
+def _page(view: Any) -> Any:
+    """DRF marks its views login_not_required; a documentation page is a page: login first."""
+    view.login_required = True
+    return view
+
+
 def _exempt(patterns: list[URLPattern | URLResolver]) -> list[URLPattern | URLResolver]:
     for pattern in patterns:
         if isinstance(pattern, URLResolver):
@@ -47,9 +62,8 @@ def _exempt(patterns: list[URLPattern | URLResolver]) -> list[URLPattern | URLRe
 
 api_v1 = [
     # The documentation pages are for browsers: the login page first, like every other page.
-    # (DRF marks its views login_not_required; these two get the login redirect back.)
-    path("docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="api:schema")), name="docs"),
-    path("redoc/", login_required(docs.RedocView.as_view(url_name="api:schema")), name="redoc"),
+    path("docs/", _page(SpectacularSwaggerSplitView.as_view(url_name="api:schema")), name="docs"),
+    path("redoc/", _page(docs.RedocView.as_view(url_name="api:schema")), name="redoc"),
     *_exempt(
         [
             path("schema/", docs.SchemaView.as_view(), name="schema"),

@@ -29,11 +29,13 @@ class ClusterViewSet(viewsets.ModelViewSet[Cluster]):
         return run_selectors.cluster_list().order_by("name")
 
     def perform_create(self, serializer: BaseSerializer[Cluster]) -> None:
-        serializer.instance = services.cluster_save(cluster=Cluster(), fields=dict(serializer.validated_data))
+        cluster = services.cluster_save(cluster=Cluster(), fields=dict(serializer.validated_data))
+        serializer.instance = self.get_queryset().get(pk=cluster.pk)  # with its node count
 
     def perform_update(self, serializer: BaseSerializer[Cluster]) -> None:
         assert serializer.instance is not None
-        services.cluster_save(cluster=serializer.instance, fields=dict(serializer.validated_data))
+        cluster = services.cluster_save(cluster=serializer.instance, fields=dict(serializer.validated_data))
+        serializer.instance = self.get_queryset().get(pk=cluster.pk)
 
 
 class NodeViewSet(

@@ -26,6 +26,7 @@ class PlanViewSet(viewsets.ReadOnlyModelViewSet[TestPlan]):
     ).order_by("slug")
     serializer_class = api.PlanSerializer
     lookup_field = "slug"
+    lookup_value_converter = "slug"
     ordering_fields = ["slug", "name"]
 
 
@@ -33,6 +34,7 @@ class CheckDefinitionViewSet(viewsets.ReadOnlyModelViewSet[CheckDefinition]):
     queryset = CheckDefinition.objects.order_by("slug")
     serializer_class = api.CheckDefinitionSerializer
     lookup_field = "slug"
+    lookup_value_converter = "slug"
     filterset_fields = ["kind", "builtin"]
     ordering_fields = ["slug", "name", "kind"]
 
