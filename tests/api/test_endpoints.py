@@ -199,6 +199,16 @@ def test_errors_are_json_and_never_500(world, people, api_client) -> None:
         (_send(client, "post", "/api/v1/runs/", {"cluster": 2**70, "plan": "unit"}), 400),
         (_send(client, "delete", f"/api/v1/clusters/{world.cluster.pk}/", {}), 409),
         (client.post("/api/v1/clusters/", "{not json", content_type="application/json"), 400),
+        (client.post("/api/v1/clusters/", "[" * 100_000, content_type="application/json"), 400),
+        (
+            client.post(
+                "/api/v1/clusters/",
+                '{"name": "c8", "threshold_overrides": {"ecc": {"max": 1e400}}}',
+                content_type="application/json",
+            ),
+            400,
+        ),
+        (_send(client, "post", "/api/v1/clusters/", {"name": "c7", "known_hosts": "\ud800"}), 400),
     ]
     for response, code in cases:
         assert response.status_code == code, response.content
