@@ -11,7 +11,8 @@ from collections.abc import Callable
 from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 
 # C0 controls and DEL. Tab, line feed and carriage return are ordinary in form fields (text areas,
 # pasted lists); in a path nothing below 0x20 is. A lone surrogate cannot be encoded as UTF-8 and so
@@ -25,6 +26,7 @@ _BAD_IN_PATH = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 _REPERCENTED = re.compile(r"%[89A-F][0-9A-F]")
 _NAMES = {0: "NUL", 9: "TAB", 10: "LF", 13: "CR", 0x7F: "DEL"}
 _URLENCODED = "application/x-www-form-urlencoded"
+API_PREFIX = "/api/"
 
 
 def _describe(char: str) -> str:
@@ -34,7 +36,16 @@ def _describe(char: str) -> str:
     return f"the control character {_NAMES.get(code, f'0x{code:02X}')}"
 
 
-def _bad_request(where: str, what: str) -> HttpResponse:
+def unreadable(text: str) -> str | None:
+    """What makes a text field unacceptable (a NUL, another control character, a lone surrogate),
+    or None. The REST API's JSON parser checks every string of a body with it (portal/api/parsers.py)."""
+    match = _BAD_IN_FIELD.search(text)
+    return _describe(match.group()) if match else None
+
+
+def _bad_request(where: str, what: str, path: str = "") -> HttpResponse:
+    if path.startswith(API_PREFIX):  # the REST API answers every error in JSON (portal/api/exceptions.py)
+        return JsonResponse({"detail": f"Bad request: {where} holds {what}, which Kiln does not accept."}, status=400)
     return HttpResponseBadRequest(
         f"Bad request: {where} holds {what}, which Kiln does not accept.\n", content_type="text/plain; charset=utf-8"
     )
@@ -81,25 +92,33 @@ class RejectUnreadableInputMiddleware:
         return self.check(request) or self.get_response(request)
 
     def check(self, request: HttpRequest) -> HttpResponse | None:
+        bad = self._find(request)
+        return _bad_request(*bad, path=request.path_info) if bad else None
+
+    def _find(self, request: HttpRequest) -> tuple[str, str] | None:
         if _REPERCENTED.search(request.path_info):
-            return _bad_request("the URL path", "bytes that are not UTF-8")
+            return ("the URL path", "bytes that are not UTF-8")
         if match := _BAD_IN_PATH.search(request.path_info):
-            return _bad_request("the URL path", _describe(match.group()))
+            return ("the URL path", _describe(match.group()))
         query = request.META.get("QUERY_STRING", "")
         if query:
             if _encoded_not_utf8(query):
-                return _bad_request("the query string", "bytes that are not UTF-8")
+                return ("the query string", "bytes that are not UTF-8")
             if bad := self._bad_field(request.GET.lists()):
-                return _bad_request(f"the query parameter {bad[0]!r}", bad[1])
+                return (f"the query parameter {bad[0]!r}", bad[1])
         if request.method in ("POST", "PUT", "PATCH", "DELETE"):
             content_type = request.META.get("CONTENT_TYPE", "")
             if content_type.startswith(_URLENCODED) and _encoded_not_utf8(request.body):
-                return _bad_request("the form data", "bytes that are not UTF-8")
-            if bad := self._bad_field(request.POST.lists()):
-                return _bad_request(f"the form field {bad[0]!r}", bad[1])
+                return ("the form data", "bytes that are not UTF-8")
+            try:
+                fields = request.POST.lists()
+            except MultiPartParserError:  # a multipart type without its boundary: a 500 otherwise
+                return ("the form data", "a malformed multipart body")
+            if bad := self._bad_field(fields):
+                return (f"the form field {bad[0]!r}", bad[1])
             for name in request.FILES:
                 if match := _BAD_IN_FIELD.search(name):
-                    return _bad_request("a file field's name", _describe(match.group()))
+                    return ("a file field's name", _describe(match.group()))
         return None
 
     @staticmethod

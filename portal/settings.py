@@ -53,6 +53,12 @@ INSTALLED_APPS = [
     "portal.runs",
     "portal.certificates",
     "portal.health",
+    # The REST API (portal/api) and its OpenAPI schema, docs pages and filters.
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and Redoc served from the app itself: no CDN
+    "django_filters",
+    "portal.api",
 ]
 
 MIDDLEWARE = [
@@ -378,6 +384,54 @@ KILN_CSP: dict[str, list[str]] = {
 }
 if KILN_HTTPS:
     KILN_CSP["upgrade-insecure-requests"] = []
+
+# --- REST API (portal/api) -------------------------------------------------------------------------
+# Token or session authentication, the pages' roles, JSON only (no browsable API: its pages would
+# need inline script), NetBox-style limit/offset pages, django-filter and ?ordering=.
+REST_FRAMEWORK: dict[str, Any] = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.api.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",  # the browser; enforces CSRF on writes
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["portal.api.permissions.RolePermission"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["portal.api.parsers.StrictJSONParser"],
+    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "portal.api.exceptions.api_exception_handler",
+    "DEFAULT_THROTTLE_RATES": {
+        # Token endpoints, per user: 30 a minute. Creating and revoking tokens is a rare human act;
+        # a client at this rate is a script gone wrong or someone probing.
+        "tokens": env.str("KILN_API_TOKEN_RATE", default="30/minute"),
+    },
+}
+SPECTACULAR_SETTINGS: dict[str, Any] = {
+    "TITLE": "Kiln REST API",
+    "DESCRIPTION": (
+        "Clusters, nodes, plans, runs and their results, campaigns, certificates, health and schedules.\n\n"
+        "Authenticate with `Authorization: Token <secret>` (or `Bearer <secret>`): create a token on the "
+        "API tokens page or with `manage.py kiln_token USERNAME`. Roles are the pages': viewer reads, "
+        "operator writes inventory and runs, approver waives.\n\n"
+        "**There is no signing endpoint.** Signing off a certificate stays a human action of an approver "
+        "in the browser, so a leaked API token can never sign a certificate."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",  # served by the app itself: air-gapped sites load nothing from a CDN
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "HealthStateEnum": "portal.health.models.HealthState",
+        "ResultStatusEnum": "portal.runs.models.Status",
+    },
+}
 
 # Login throttling (django-axes): failures are counted per (username, client address); after
 # KILN_LOGIN_FAILURE_LIMIT in a row that pair is locked out for KILN_LOGIN_COOLOFF_MINUTES, and a

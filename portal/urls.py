@@ -18,4 +18,5 @@ urlpatterns = [
     path("", include("portal.certificates.urls")),
     path("", include("portal.health.urls")),
     path("", include("portal.facility.urls")),
+    path("", include("portal.api.urls")),
 ]

@@ -80,6 +80,18 @@ def cluster_update(*, cluster: Cluster, changes: dict[str, str]) -> list[str]:
     return changed
 
 
+def cluster_save(*, cluster: Cluster, fields: dict[str, Any]) -> Cluster:
+    """Create (an unsaved `cluster`) or change a cluster from field values, validated as the model
+    says (full_clean) and with the key path checked as cluster_create does. The REST API calls it."""
+    for key, value in fields.items():
+        setattr(cluster, key, value)
+    if fields.get("ssh_key_path") and not Path(fields["ssh_key_path"]).is_file():
+        raise InventoryError(f"SSH key {fields['ssh_key_path']} does not exist (the path is read by the workers)")
+    _validate(cluster)
+    cluster.save()
+    return cluster
+
+
 def _validate(obj: Cluster | Node) -> None:
     try:
         obj.full_clean()

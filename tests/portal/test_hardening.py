@@ -76,7 +76,11 @@ def clients(make_user) -> dict[str, Client]:
 
 
 def _refused(response) -> bool:
-    return response.status_code == 400 and response.content.startswith(b"Bad request: ")
+    if response.status_code != 400:
+        return False
+    if response.get("Content-Type") == "application/json":  # the REST API's errors (portal/api)
+        return response.json()["detail"].startswith("Bad request: ")
+    return response.content.startswith(b"Bad request: ")
 
 
 BAD_IN_PATH = ["%00", "%01", "%1B", "%7F", "%FF", "%C0%80", "%ED%A0%80"]  # C0, DEL, not UTF-8, surrogate
