@@ -7,9 +7,11 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.catalog.models import TestPlan
 from portal.certificates import selectors as cert_selectors
 from portal.certificates.models import Campaign, Certificate
 from portal.health.models import HealthTransition, NodeHealth, Schedule
+from portal.inventory.models import Cluster
 
 MAX_REASON = 4000  # what the evidence tables keep of a reason elsewhere (portal/runs/services.py)
 
@@ -65,6 +67,14 @@ class CampaignDetailSerializer(CampaignSerializer):
             "excluded": [{"hostname": e.node.hostname, "reason": e.reason} for e in state.excluded],
             "open": CellSerializer(state.open_cells, many=True).data,
         }
+
+
+class CampaignCreateSerializer(serializers.Serializer[Any]):
+    """Open a campaign: the plan is snapshotted now (later plan edits do not move the goal)."""
+
+    cluster = serializers.PrimaryKeyRelatedField(queryset=Cluster.objects.all())
+    plan = serializers.SlugRelatedField(slug_field="slug", queryset=TestPlan.objects.all())
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")  # Campaign.name
 
 
 class CampaignRunAddSerializer(serializers.Serializer[Any]):

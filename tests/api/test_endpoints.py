@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from portal.certificates.models import Campaign
 from portal.inventory.models import Cluster, Node
 from portal.runs.models import Run
 
@@ -73,6 +74,7 @@ def _writes(world: Any) -> list[tuple[str, str, dict[str, Any], str, int]]:
         ("delete", f"/api/v1/nodes/{spare.pk}/", {}, "operator", 204),
         ("post", "/api/v1/runs/", {"cluster": c, "plan": "unit", "nodes": "gpu[001-002]"}, "operator", 201),
         ("post", f"/api/v1/runs/{r}/cancel/", {}, "operator", 200),
+        ("post", "/api/v1/campaigns/", {"cluster": c, "plan": "unit", "name": "second handover"}, "operator", 201),
         ("post", f"/api/v1/campaigns/{k}/add-run/", {"run": other_run.pk}, "operator", 200),
         ("post", f"/api/v1/campaigns/{k}/scope/", {"hostname": "gpu004", "reason": "sent for RMA"}, "operator", 200),
         (
@@ -240,3 +242,16 @@ def test_the_docs_pages_are_served_from_the_app(people) -> None:
     redoc = browser.get("/api/v1/redoc/")
     assert redoc.status_code == 200 and b"googleapis" not in redoc.content and b"http" not in redoc.content.lower()
     assert "worker-src 'self' blob:" in redoc["Content-Security-Policy"]
+
+
+def test_an_operator_opens_a_campaign_with_the_plan_snapshotted(world, people, api_client) -> None:
+    client = api_client(people["operator"].secret)
+    body = {"cluster": world.cluster.pk, "plan": "unit", "name": "rack 2 handover"}
+    response = _send(client, "post", "/api/v1/campaigns/", body)
+    assert response.status_code == 201, response.content
+    opened = response.json()
+    campaign = Campaign.objects.get(pk=opened["id"])
+    assert (opened["name"], opened["plan"], opened["runs"]) == ("rack 2 handover", "unit", [])
+    assert campaign.plan_snapshot and campaign.created_by == people["operator"].user
+    unknown = _send(client, "post", "/api/v1/campaigns/", {**body, "plan": "no-such-plan"})
+    assert unknown.status_code == 400 and "plan" in unknown.json()["errors"]

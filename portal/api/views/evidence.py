@@ -42,7 +42,8 @@ class PDFRenderer(BaseRenderer):
 
 
 class CampaignViewSet(viewsets.ReadOnlyModelViewSet[Campaign]):
-    """Acceptance campaigns. Operators add runs and take nodes out of scope; approvers waive."""
+    """Acceptance campaigns. Operators open them, add runs and take nodes out of scope; approvers
+    waive. Signing stays in the browser."""
 
     queryset = Campaign.objects.select_related("cluster", "plan").order_by("-created_at", "-id")
     filterset_class = filters.CampaignFilter
@@ -54,6 +55,18 @@ class CampaignViewSet(viewsets.ReadOnlyModelViewSet[Campaign]):
 
     def _done(self, text: str) -> Response:
         return Response({"detail": text})
+
+    @extend_schema(
+        request=api.CampaignCreateSerializer, responses={201: api.CampaignDetailSerializer}, summary="Open a campaign"
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        form = api.CampaignCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        campaign = services.campaign_create(
+            cluster=data["cluster"], plan=data["plan"], name=data["name"], user=request.user
+        )
+        return Response(api.CampaignDetailSerializer(campaign).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=api.CampaignRunAddSerializer, responses={200: api.DoneSerializer}, summary="Count a run")
     @action(detail=True, methods=["post"], url_path="add-run")
