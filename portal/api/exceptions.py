@@ -10,6 +10,7 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import ProtectedError
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -57,6 +58,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     return response
 
 
+@csrf_exempt  # it changes nothing; without this a POST got Django's HTML CSRF page (403), not a JSON 404
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
     """Any /api/ path no endpoint matches: JSON, like every other API answer."""
     return JsonResponse({"detail": "Not found: no such API endpoint (see /api/v1/docs/)."}, status=404)

@@ -228,6 +228,10 @@ def test_there_is_no_signing_endpoint(people, api_client, db) -> None:
     schema = api_client(people["viewer"].secret).get("/api/v1/schema/?format=json").json()
     assert not [p for p in schema["paths"] if "sign" in p]
     assert "no signing endpoint" in schema["info"]["description"].lower()
+    # A token that tries anyway gets a JSON 404, whatever the method (not Django's HTML CSRF page).
+    for method in ("get", "post", "put"):
+        tried = getattr(api_client(people["approver"].secret), method)("/api/v1/campaigns/1/sign/")
+        assert tried.status_code == 404 and tried["Content-Type"] == "application/json", tried.content[:200]
 
 
 def test_the_docs_pages_are_served_from_the_app(people) -> None:
