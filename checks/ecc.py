@@ -55,7 +55,7 @@ from checks.base import (
     register,
 )
 from checks.evidence import COUNT, FLAG, Rule
-from checks.presentation import KeyMetric, Presentation, PromMetric, TrendRule
+from checks.presentation import ENABLE_ECC, RESET_GPU, RMA, KeyMetric, Presentation, PromMetric, Remedy, TrendRule
 from checks.probe_check import (
     PROBE_EVIDENCE,
     Facts,
@@ -73,6 +73,7 @@ from checks.xid import (
     kernel_log_command,
     normalise_pci,
     read_kernel_log,
+    xid_action,
     xid_measurements,
 )
 from checks.xid import WARN as XID_WARN
@@ -201,6 +202,15 @@ class EccHealth(ProbeCheck):
         prometheus=tuple(
             PromMetric(f"ecc_{c}", "kiln_gpu_ecc_errors", "ECC error counters", "counter", c)
             for c in ("volatile_uncorrected", "volatile_corrected", "aggregate_uncorrected", "aggregate_corrected")
+        ),
+        remedies=(
+            Remedy("ecc", RMA, (
+                "ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", "remap_failure",
+                "remapped_rows_uncorrectable", "retired_pages_double_bit",
+            )),
+            Remedy("ecc-remap", RESET_GPU, ("remap_pending", "retired_pages_pending")),
+            Remedy("ecc-mode", ENABLE_ECC, ("ecc_enabled", "ecc_pending_enabled")),
+            Remedy("xid", "see the Xid catalogue", ("xid",), action_of=xid_action),
         ),
     )  # fmt: skip
     # NVML's ECC counters, remapped rows and retired pages are counts; the mode and repair states

@@ -40,6 +40,7 @@ from checks.base import (
 )
 from checks.evidence import COUNT, EXIT_STATUS, Rule
 from checks.parsers import Parsed, register_parser
+from checks.presentation import RESEAT_LINK, Presentation, Remedy
 
 _CA = re.compile(r"^CA '(?P<name>[^']+)'\s*$")
 _PORT = re.compile(r"^Port (?P<port>\d+):\s*$")
@@ -197,6 +198,7 @@ class IbPorts(Check):
     description: ClassVar[str] = "Compute-fabric HCA ports: state, rate and count (ibstat)."
     Params: ClassVar[type] = IbParams
     Thresholds: ClassVar[type] = IbThresholds
+    presentation: ClassVar[Presentation] = Presentation(remedies=(Remedy("link", RESEAT_LINK),))
     # 255: ibstat could not query some CA but printed the rest (kept; see the module docstring).
     ok_exit_codes: ClassVar[tuple[int, ...]] = (0, 255)
     evidence: ClassVar[dict[str, Rule]] = {"ibstat_exit_code": EXIT_STATUS, "ports_active": COUNT}

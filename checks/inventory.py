@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from checks.base import ERROR, FAIL, PASS, Finding, Measurement, NodeContext, ParamsError, Verdict, register
-from checks.presentation import Presentation
+from checks.presentation import GPU_MISSING, REINSTALL_DRIVER, Presentation, Remedy
 from checks.probe_check import Facts, Probe, ProbeCheck, ProbeParams, gpu_list
 
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
@@ -62,7 +62,14 @@ class GpuInventory(ProbeCheck):
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = InventoryThresholds
     # The GPU identities a certificate names for each node.
-    presentation: ClassVar[Presentation] = Presentation(gpu_identity=(("gpu_uuid", "uuid"), ("gpu_serial", "serial")))
+    presentation: ClassVar[Presentation] = Presentation(
+        gpu_identity=(("gpu_uuid", "uuid"), ("gpu_serial", "serial")),
+        gpu_bus_id="gpu_pci_bus_id",
+        remedies=(
+            Remedy("software", REINSTALL_DRIVER, ("driver_version", "cuda_version")),
+            Remedy("gpu-missing", GPU_MISSING, ("gpu_count", "gpu_model", "gpu_present")),
+        ),
+    )
     consensus_names: ClassVar[frozenset[str] | None] = frozenset(
         {"gpu_count", "driver_version", "cuda_version", "gpu_model"}  # what inventory_facts reads
     )

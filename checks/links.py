@@ -44,6 +44,7 @@ from checks.base import (
 )
 from checks.evidence import FLAG, Rule
 from checks.parsers import Parsed, register_parser
+from checks.presentation import RESEAT_LINK, Presentation, Remedy
 from checks.probe_check import PROBE_EVIDENCE, Facts, Probe, ProbeCheck, ProbeParams
 
 NVLINK_LABEL = "nvidia-smi nvlink"
@@ -121,6 +122,7 @@ class GpuLinks(ProbeCheck):
     description: ClassVar[str] = "PCIe generation/width per GPU and NVLinks active per GPU, at full speed."
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = LinksThresholds
+    presentation: ClassVar[Presentation] = Presentation(remedies=(Remedy("link", RESEAT_LINK),))
     evidence: ClassVar[dict[str, Rule]] = {
         **PROBE_EVIDENCE,
         # PCIe 1.0 to 7.0 (PCI-SIG released PCIe 7.0 in June 2025): NVML reports the generation number.

@@ -173,6 +173,41 @@ class MatrixChart:
             raise ValueError(f"matrix {self.title!r}: one column title per measurement")
 
 
+# What to do about a fault, one wording per idea (the triage view, its CSV and RMA text). A check
+# names the remedy of its out-of-spec measurements with these; the Xid catalogue (checks/xid.py)
+# words its own actions per code.
+RMA = "RMA: replace the GPU (uncorrectable memory errors do not heal)"
+RESEAT_LINK = "reseat or replace the cable or HCA (PCIe: reseat the card), then re-run"
+COLD_PLATE = "check the cold plate and the coolant loop (flow, inlet temperature, leaks)"
+REINSTALL_DRIVER = "reinstall the pinned driver (re-image the node to the cluster's pinned software)"
+RESET_GPU = "reset the GPU (nvidia-smi -r) to apply the pending remap, then re-run"
+ENABLE_ECC = "enable ECC (nvidia-smi -e 1) and reboot"
+GPU_MISSING = "reseat the GPU that is missing or not the profile's model; RMA if it stays missing"
+LOOK_AT_RESULT = "read the result's evidence, fix the node, then re-run"
+# An `error` result: Kiln could not tell. Every kind shares it (the check never ran to a verdict).
+COULD_NOT_TELL = "could not tell: check SSH to the node (sshd running, network and route, credentials), then re-run"
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """What to do when the kind's measurement `names` (none: any, the kind's fallback) is out of spec.
+    `cause` names the fault across kinds ("ecc", "software", "link"): one node's lines of the same
+    cause and action merge (a wrong driver fails the inventory and the software check). `action_of`
+    words the action from the measurement row itself (the Xid catalogue's per-code action)."""
+
+    cause: str
+    action: str
+    names: tuple[str, ...] = ()
+    action_of: Callable[[Row], str] | None = None
+
+    def action_for(self, row: Row | None) -> str:
+        return self.action_of(row) if self.action_of is not None and row is not None else self.action
+
+
+FALLBACK_REMEDY = Remedy("other", LOOK_AT_RESULT)
+ERROR_REMEDY = Remedy("could not tell", COULD_NOT_TELL)
+
+
 @dataclass(frozen=True)
 class Presentation:
     """Everything the portal shows of one check kind. `rank` orders kinds on pages that list several
@@ -187,6 +222,11 @@ class Presentation:
     certificate_charts: tuple[CertificateChart, ...] = ()
     # Per-GPU text measurement -> field of the certificate's GPU identity ({"gpu_uuid": "uuid"}).
     gpu_identity: tuple[tuple[str, str], ...] = ()
+    # Per-GPU text measurement holding the GPU's PCI bus id (triage view, RMA text).
+    gpu_bus_id: str = ""
+    # What to do when the kind fails (the triage view): the first remedy naming the measurement, else
+    # the first one naming none, else FALLBACK_REMEDY.
+    remedies: tuple[Remedy, ...] = ()
     # A group check whose subjects (racks, PDUs, loops) get a certificate section of their own.
     certificate_section: CertificateSection | None = None
     # Chart family "matrix": the heatmaps of a result, in order (declared with that family only).
@@ -200,6 +240,12 @@ class Presentation:
         for chart in self.certificate_charts:
             if chart.style not in ("curves", "bars"):
                 raise ValueError(f"certificate chart {chart.title!r}: unknown style {chart.style!r}")
+
+    def remedy_for(self, name: str | None) -> Remedy:
+        """The remedy of an out-of-spec measurement `name` (None: a failed result with none)."""
+        named = [r for r in self.remedies if name is not None and name in r.names]
+        general = [r for r in self.remedies if not r.names]
+        return (named or general or [FALLBACK_REMEDY])[0]
 
 
 NOTHING = Presentation()

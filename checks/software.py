@@ -42,6 +42,7 @@ from checks.base import (
     register,
 )
 from checks.infiniband import parse_ibstat_text
+from checks.presentation import REINSTALL_DRIVER, Presentation, Remedy
 from checks.probe_check import Facts, Probe, ProbeCheck
 from checks.software_stack import COMPONENTS as STACK_COMPONENTS
 from checks.software_stack import SECTIONS as STACK_SECTIONS
@@ -131,6 +132,8 @@ class SoftwareConsistency(ProbeCheck):
     )
     Params: ClassVar[type] = SoftwareParams
     Thresholds: ClassVar[type] = SoftwareThresholds
+    # The odd node out is judged against its peers (no per-measurement threshold): one remedy.
+    presentation: ClassVar[Presentation] = Presentation(remedies=(Remedy("software", REINSTALL_DRIVER),))
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
         facts = Command(

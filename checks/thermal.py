@@ -46,7 +46,16 @@ from checks.base import (
 )
 from checks.bmc_sensors import parse_ipmitool_sdr, parse_redfish_thermal
 from checks.evidence import COUNT, Rule
-from checks.presentation import KeyMetric, OutlierMetric, Presentation, PromMetric, TrendRule, highest
+from checks.presentation import (
+    COLD_PLATE,
+    KeyMetric,
+    OutlierMetric,
+    Presentation,
+    PromMetric,
+    Remedy,
+    TrendRule,
+    highest,
+)
 from checks.sampling import SamplingDoc, load_sampling, probe_gpu
 from checks.thermal_judge import (
     coolant_findings,
@@ -165,6 +174,7 @@ class DlcTemperature(Check):
     Thresholds: ClassVar[type] = DlcThresholds
     presentation: ClassVar[Presentation] = Presentation(
         chart="dlc",
+        remedies=(Remedy("thermal", COLD_PLATE),),
         rank=30,
         key_metrics=(
             KeyMetric(

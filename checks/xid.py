@@ -31,7 +31,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from checks.base import Command, CommandOutput, EvidenceError, Measurement
 from checks.parsers import Parsed, register_parser
@@ -233,6 +235,14 @@ def catalogue_entry(kind: str, code: int, message: str = "") -> XidInfo:
         severity = CRITICAL if decoded.fatal else _BUCKET_SEVERITY[decoded.bucket]
         return XidInfo(known.meaning, severity, action, known.source)
     return known
+
+
+def xid_action(row: Mapping[str, Any]) -> str:
+    """The catalogue's action for a stored `xid` measurement row (the triage view's "what to do")."""
+    labels = row.get("labels") or {}
+    if row.get("value") is None:
+        return "look the code up in NVIDIA's Xid catalog"
+    return catalogue_entry(labels.get("kind", "xid"), int(row["value"]), row.get("text") or "").action
 
 
 def _parse_iso(stamp: str) -> tuple[str, float | None]:

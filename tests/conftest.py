@@ -46,6 +46,7 @@ SERVICE_MODULES = frozenset(
         "tests.certificates.test_acceptance_path",
         "tests.certificates.test_demo_certificate",
         "tests.certificates.test_issue_worker",
+        "tests.certificates.test_triage_demo",
         "tests.portal.test_broker",
         "tests.portal.test_commands",
         "tests.portal.test_cli_demo",

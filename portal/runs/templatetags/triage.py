@@ -1,0 +1,32 @@
+"""The triage partial (templates/runs/_triage.html) for the run and campaign pages: an inclusion tag,
+so those pages' views and templates change by one line each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.urls import reverse
+
+from portal.runs.triage import campaign_triage, run_triage
+
+register = template.Library()
+
+
+@register.inclusion_tag("runs/_triage.html")
+def run_triage_view(run: Any) -> dict[str, Any]:
+    return {
+        "lines": run_triage(run_id=run.pk),
+        "csv_url": reverse("runs:run_triage_csv", args=[run.pk]),
+        "rma_url": reverse("runs:run_triage_rma", args=[run.pk]),
+    }
+
+
+@register.inclusion_tag("runs/_triage.html")
+def campaign_triage_view(state: Any) -> dict[str, Any]:
+    pk = state.campaign.pk
+    return {
+        "lines": campaign_triage(state=state),
+        "csv_url": reverse("runs:campaign_triage_csv", args=[pk]),
+        "rma_url": reverse("runs:campaign_triage_rma", args=[pk]),
+    }

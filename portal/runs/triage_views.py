@@ -1,0 +1,53 @@
+"""The triage exports (the lines themselves are shown on the run and campaign pages)."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+
+from portal.certificates.models import Campaign
+from portal.certificates.selectors import campaign_state
+from portal.roles import VIEWER
+from portal.runs.models import Run
+from portal.runs.triage import Line, campaign_triage, run_triage
+from portal.runs.triage_export import csv_text, rma_text
+from portal.views import role_required
+
+
+def _download(text: str, *, content_type: str, filename: str) -> HttpResponse:
+    response = HttpResponse(text, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _run_lines(run_id: int) -> list[Line]:
+    run = get_object_or_404(Run, pk=run_id)
+    return run_triage(run_id=run.pk)
+
+
+def _campaign_lines(campaign_id: int) -> list[Line]:
+    campaign = get_object_or_404(Campaign.objects.select_related("cluster"), pk=campaign_id)
+    return campaign_triage(state=campaign_state(campaign=campaign))
+
+
+@role_required(VIEWER)
+def run_triage_csv(request: HttpRequest, run_id: int) -> HttpResponse:
+    return _download(csv_text(_run_lines(run_id)), content_type="text/csv", filename=f"run-{run_id}-triage.csv")
+
+
+@role_required(VIEWER)
+def run_triage_rma(request: HttpRequest, run_id: int) -> HttpResponse:
+    text = rma_text(_run_lines(run_id))
+    return _download(text, content_type="text/plain; charset=utf-8", filename=f"run-{run_id}-rma.txt")
+
+
+@role_required(VIEWER)
+def campaign_triage_csv(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    text = csv_text(_campaign_lines(campaign_id))
+    return _download(text, content_type="text/csv", filename=f"campaign-{campaign_id}-triage.csv")
+
+
+@role_required(VIEWER)
+def campaign_triage_rma(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    text = rma_text(_campaign_lines(campaign_id))
+    return _download(text, content_type="text/plain; charset=utf-8", filename=f"campaign-{campaign_id}-rma.txt")
