@@ -173,11 +173,12 @@ def _measured(row: dict[str, Any]) -> str:
 
 
 def _check_names(results: Iterable[CheckResult]) -> dict[tuple[int, str], str]:
-    names: dict[tuple[int, str], str] = {}
-    for r in results:
-        for item in r.run.plan_snapshot.get("items", []):
-            names[(r.run_id, item.get("key", ""))] = item.get("name") or item.get("key", "")
-    return names
+    runs = {r.run_id: r.run for r in results}  # a run's snapshot read once, not once per result
+    return {
+        (run_id, item.get("key", "")): item.get("name") or item.get("key", "")
+        for run_id, run in runs.items()
+        for item in run.plan_snapshot.get("items", [])
+    }
 
 
 def _targets(result: CheckResult, nodes_by_host: dict[str, Node]) -> list[tuple[Node, str, str]]:
