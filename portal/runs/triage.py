@@ -106,6 +106,11 @@ class Member:
         return reverse("history:node_detail", args=[self.node.cluster.name, self.node.hostname])
 
     @property
+    def runs(self) -> list[tuple[int, str]]:
+        """(run id, its path) of the results cited, each run once."""
+        return list(dict.fromkeys((c.run_id, c.run_path) for c in self.results))
+
+    @property
     def reason(self) -> str:
         # Checks that judge the same fact repeat each other's sentences (the inventory cites the
         # software check's peer comparison): each sentence once.
@@ -150,6 +155,21 @@ class Line:
         """Each rule once: "driver_version == 550.54.15"; a line without a measured rule has none."""
         seen = dict.fromkeys(f"{e.rule} {e.threshold}".strip() for m in self.members for e in m.evidence)
         return list(seen)
+
+    @property
+    def cited(self) -> list[tuple[Cited, str]]:
+        """Each result once, with the node it is that node's own result for when the line spans several
+        nodes ("" for a group result the nodes share, or a one-node line)."""
+        counts: dict[int, int] = {}
+        for m in self.members:
+            for c in m.results:
+                counts[c.result_id] = counts.get(c.result_id, 0) + 1
+        out: dict[int, tuple[Cited, str]] = {}
+        for m in self.members:
+            for c in m.results:
+                own = m.hostname if self.count > 1 and counts[c.result_id] == 1 else ""
+                out.setdefault(c.result_id, (c, own))
+        return list(out.values())
 
     @property
     def gpus(self) -> list[tuple[str, Gpu]]:

@@ -42,7 +42,7 @@ def csv_text(lines: list[Line]) -> str:
                 "; ".join(t for m in line.members for t in _gpu_text(m)),
                 line.action,
                 line.reason,
-                " ".join(c.result_path for m in line.members for c in m.results),
+                " ".join(c.result_path for c, _ in line.cited),
             ]
         )
     return out.getvalue()

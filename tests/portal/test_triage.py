@@ -157,3 +157,17 @@ def test_a_run_without_faults_says_so(cluster, make_run, client, make_user):
     client.force_login(make_user("vic", "viewer"))
     page = client.get(reverse("runs:run_detail", args=[run.pk])).content.decode()
     assert "Nothing to triage" in page and 'class="triage-line"' not in page
+
+
+def test_a_group_result_speaks_for_the_nodes_it_names(cluster, make_run):
+    run = make_run(cluster)
+    attribution = {
+        "n02": {"status": "error", "reason": "node power: readings at 39 of 45 time points"},
+        "n03": {"status": "error", "reason": "node power: readings at 38 of 45 time points"},
+        "n04": {"status": "pass", "reason": "within the circuit"},
+    }
+    set_result(run, "n01", "ecc-health", "error", "2 nodes short of readings", scope="group",
+               node_set="n[01-04]", attribution=attribution)  # fmt: skip
+    (line,) = run_triage(run_id=run.pk)
+    assert (line.status, line.node_set, line.count, line.action) == ("error", "n[02-03]", 2, COULD_NOT_TELL)
+    assert [(c.check, own) for c, own in line.cited] == [("ECC and Xid", "")]  # one shared result, cited once
