@@ -74,13 +74,15 @@ def _member_block(member: Member) -> list[str]:
     return out
 
 
-def rma_text(lines: list[Line]) -> str:
-    """Per node (by name): its hostname and serial, then each of its faults with the GPU's serial and
-    PCI bus id and the evidence (measured value, threshold, check, result path, ISO 8601 UTC times)."""
+def rma_text(lines: list[Line], *, hostname: str = "") -> str:
+    """Per node (by name; only `hostname` when given): its hostname and serial, then each of its faults
+    with the GPU's serial and PCI bus id and the evidence (measured value, threshold, check, result
+    path, ISO 8601 UTC times)."""
     by_node: dict[str, list[Member]] = {}
     for line in lines:
         for member in line.members:
-            by_node.setdefault(member.hostname, []).append(member)
+            if not hostname or member.hostname == hostname:
+                by_node.setdefault(member.hostname, []).append(member)
     blocks = []
     for hostname in sorted(by_node):
         members = by_node[hostname]

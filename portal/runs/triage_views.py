@@ -37,7 +37,8 @@ def run_triage_csv(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @role_required(VIEWER)
 def run_triage_rma(request: HttpRequest, run_id: int) -> HttpResponse:
-    text = rma_text(_run_lines(run_id))
+    """All failing nodes' RMA text, or one node's with ?node=HOSTNAME."""
+    text = rma_text(_run_lines(run_id), hostname=request.GET.get("node", ""))
     return _download(text, content_type="text/plain; charset=utf-8", filename=f"run-{run_id}-rma.txt")
 
 
@@ -49,5 +50,5 @@ def campaign_triage_csv(request: HttpRequest, campaign_id: int) -> HttpResponse:
 
 @role_required(VIEWER)
 def campaign_triage_rma(request: HttpRequest, campaign_id: int) -> HttpResponse:
-    text = rma_text(_campaign_lines(campaign_id))
+    text = rma_text(_campaign_lines(campaign_id), hostname=request.GET.get("node", ""))
     return _download(text, content_type="text/plain; charset=utf-8", filename=f"campaign-{campaign_id}-rma.txt")

@@ -61,5 +61,5 @@ def test_it_fits_the_triage_table_in_the_window(live_server, page, shot, make_us
     )
     assert fits["right"] <= fits["view"] and fits["scroll"] <= fits["client"], fits
     assert "gpu[003,017]" in triage.inner_text() and "RMA" in triage.inner_text()
-    triage.get_by_role("link", name="gpu003").click()
+    triage.get_by_role("link", name="gpu003", exact=True).click()
     page.wait_for_url(re.compile(r"/clusters/tri/nodes/gpu003/$"))

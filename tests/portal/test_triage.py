@@ -145,6 +145,9 @@ def test_a_viewer_sees_the_triage_lines_with_links(run, client, make_user):
     assert "n[01,03]" in csv_response.content.decode()
     rma = client.get(reverse("runs:run_triage_rma", args=[run.pk]))
     assert rma.status_code == 200 and "Node: n01" in rma.content.decode()
+    one = client.get(reverse("runs:run_triage_rma", args=[run.pk]), {"node": "n03"}).content.decode()
+    assert one.startswith("Node: n03\n") and "Node: n01" not in one and "SN-n03-2" in one
+    assert f'href="{reverse("runs:run_triage_rma", args=[run.pk])}?node=n03"' in page
 
 
 def test_the_exports_need_a_login(run, client):
