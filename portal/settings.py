@@ -146,7 +146,10 @@ else:
     # No-server default: kombu's filesystem transport. In and out must be the same folder; kiln_init
     # makes both folders.
     _queue, _control = broker_dirs(DATA_DIR)
-    CELERY_BROKER_URL = "filesystem://"
+    # A host in the URL, though the transport ignores it: without one kombu logs "No hostname was
+    # supplied. Reverting to default 'localhost'" on every connection (kombu/connection.py _info),
+    # which every `kiln_run` printed (issue 16).
+    CELERY_BROKER_URL = "filesystem://localhost/"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue),
         "data_folder_out": str(_queue),
