@@ -9,7 +9,9 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-SOURCE_PATH = re.compile(r"\b(?:portal|checks|worker|testbed|scripts|bench|tests|templates)/[\w/.-]*\.(?:py|sh|c|html)\b")
+SOURCE_PATH = re.compile(
+    r"\b(?:portal|checks|worker|testbed|scripts|bench|tests|templates)/[\w/.-]*\.(?:py|sh|c|html)\b"
+)
 # What Django never sends: one-line {# #} comments and {% comment %} blocks (a {# #} spanning lines
 # is printed as is, so it is not removed here).
 TEMPLATE_COMMENTS = re.compile(r"\{#[^\n]*?#\}|\{%\s*comment\s*%\}.*?\{%\s*endcomment\s*%\}", re.DOTALL)
@@ -70,4 +72,3 @@ def test_the_scan_finds_a_path_where_there_is_one(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text('"""Docstring: portal/a.py."""\nMESSAGE = "see worker/ssh.py"\n')
     assert literal_paths(module) == ["2: worker/ssh.py"]
-
