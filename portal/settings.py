@@ -130,6 +130,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = env.str("KILN_TIME_ZONE", default="UTC")
 USE_I18N = False
 USE_TZ = True
+# ISO 8601 dates with the zone on every page, not Django's English "Dec. 1, 2026, 12:56 p.m."
+FORMAT_MODULE_PATH = ["portal.formats"]
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
