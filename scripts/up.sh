@@ -21,7 +21,8 @@ cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
-# Ctrl-C (or make passing on a TERM) is how the demo stops: a clean exit, not make's "Error 130/143".
+# Ctrl-C (a SIGINT to the whole group) or a TERM is how the demo stops: exit 0 once the children are
+# stopped, so make reports no "Error 130/143" (the Makefile execs this script: no shell in between).
 trap 'cleanup; exit 0' INT TERM
 trap cleanup EXIT
 
