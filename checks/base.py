@@ -250,6 +250,17 @@ class Check:
         """Total remote time budget of this check's commands, in seconds."""
         return sum(c.timeout for c in self.commands(params, NodeContext(hostname="-")))
 
+    # How long a check without a duration param usually takes on a node: a few reads (the probe's
+    # NVML queries, nvidia-smi, ibstat; about 1-2 s each on an 8-GPU node) over one SSH connection
+    # (~60 ms a connect, 80-125 ms an exec: DESIGN.md "Proven on these machines"), rounded up.
+    SHORT_CHECK_S: ClassVar[float] = 20.0
+
+    def expected_s(self, params: Any) -> float:
+        """How long the check usually takes with these (typed) params, in seconds: what a plan's
+        estimate adds up (its time budget, `timeout`, is the worst case). Checks whose params set a
+        duration (a burn-in's, a soak's, a sampling window) say so."""
+        return self.SHORT_CHECK_S
+
     def series(self, outputs: list[CommandOutput]) -> list[Series]:
         """Time series / curves to store beside the measurements (telemetry, busbw by size).
         Pure; called only when run_check found the outputs usable."""

@@ -171,6 +171,12 @@ class BurnIn(Check):
         "and the node's other GPUs, thermal/power throttling, new ECC errors and row remaps."
     )
     Params: ClassVar[type] = BurnInParams
+
+    def expected_s(self, params: Any) -> float:
+        # The burn itself, plus the before/after probes and gpu_burn's start-up and 30 s SIGTERM
+        # grace (the timeout allows 120 s for those: BurnInParams.timeout_s).
+        return float(params.duration_s) + 60.0
+
     Thresholds: ClassVar[type] = BurnInThresholds
     presentation: ClassVar[Presentation] = Presentation(
         chart="burn_in",

@@ -250,6 +250,9 @@ def parse_dcgmi_diag(text: str) -> Parsed:
 # NVIDIA DCGM diagnostics docs, run levels: r1 quick (seconds), r2 medium (~2 min), r3 long
 # (~30 min), r4 extended (1-2 h). Limits leave room over those.
 DEFAULT_TIMEOUTS_S = {1: 300, 2: 900, 3: 3600, 4: 10800}
+# How long each run level usually takes, from the DCGM user guide's run levels: r1 "quick"
+# (seconds), r2 "medium" (~2 min), r3 "long" (~30 min), r4 "extra long" (1-2 h: 90 min here).
+EXPECTED_S = {1: 30, 2: 120, 3: 1800, 4: 5400}
 
 
 @dataclass
@@ -282,6 +285,10 @@ class DcgmDiag(Check):
         "dcgmi diag -r LEVEL -j: every DCGM test must pass on every GPU; skipped is not passed."
     )
     Params: ClassVar[type] = DcgmDiagParams
+
+    def expected_s(self, params: Any) -> float:
+        return float(EXPECTED_S[params.level])
+
     Thresholds: ClassVar[type] = DcgmDiagThresholds
     # dcgmi diag exits non-zero when a test fails, yet still prints its full JSON. Exit codes are
     # therefore not judged here: parse() demands the results and says what is missing if absent.

@@ -197,6 +197,11 @@ class FsThroughput(Check):
     name: ClassVar[str] = "Filesystem throughput (per node)"
     description: ClassVar[str] = "Sequential write then read with fio on the parallel filesystem mount, per node."
     Params: ClassVar[type] = FsParams
+
+    def expected_s(self, params: Any) -> float:
+        # A time-based run writes then reads for runtime_s each; a size-based one is a short check.
+        return 2.0 * params.runtime_s + self.SHORT_CHECK_S if params.runtime_s else self.SHORT_CHECK_S
+
     Thresholds: ClassVar[type] = FsThresholds
     presentation: ClassVar[Presentation] = Presentation(
         chart="filesystem",

@@ -97,6 +97,11 @@ class PowerSoak(FanOutCheck):
         "against the facility model."
     )
     Params: ClassVar[type] = PowerSoakParams
+
+    def expected_s(self, params: Any) -> float:
+        # Every node burns for duration_s from a common start, start_slack_s after the commands go out.
+        return float(params.duration_s) + params.start_slack_s + self.SHORT_CHECK_S
+
     Thresholds: ClassVar[type] = SoakThresholds
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = PROFILE_THRESHOLDS
     evidence: ClassVar[dict[str, Rule]] = SOAK_EVIDENCE

@@ -171,6 +171,11 @@ class DlcTemperature(Check):
         "throttling, coolant inlet/outlet delta-T and leak sensor."
     )
     Params: ClassVar[type] = DlcParams
+
+    def expected_s(self, params: Any) -> float:
+        # The idle and load sampling windows, plus the sensor reads and the load's start-up.
+        return float(params.idle_s + params.load_s) + self.SHORT_CHECK_S
+
     Thresholds: ClassVar[type] = DlcThresholds
     presentation: ClassVar[Presentation] = Presentation(
         chart="dlc",

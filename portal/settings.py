@@ -130,6 +130,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = env.str("KILN_TIME_ZONE", default="UTC")
 USE_I18N = False
 USE_TZ = True
+# ISO 8601 dates with the zone on every page, not Django's English "Dec. 1, 2026, 12:56 p.m."
+FORMAT_MODULE_PATH = ["portal.formats"]
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
@@ -146,7 +148,10 @@ else:
     # No-server default: kombu's filesystem transport. In and out must be the same folder; kiln_init
     # makes both folders.
     _queue, _control = broker_dirs(DATA_DIR)
-    CELERY_BROKER_URL = "filesystem://"
+    # A host in the URL, though the transport ignores it: without one kombu logs "No hostname was
+    # supplied. Reverting to default 'localhost'" on every connection (kombu/connection.py _info),
+    # which every `kiln_run` printed (issue 16).
+    CELERY_BROKER_URL = "filesystem://localhost/"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue),
         "data_folder_out": str(_queue),

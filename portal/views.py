@@ -25,7 +25,7 @@ from django.views.decorators.http import require_POST
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster
 from portal.roles import OPERATOR, VIEWER, has_role
-from portal.runs import selectors, services
+from portal.runs import estimates, selectors, services
 from portal.runs.models import STATUS_COLOURS, Run
 
 View = Callable[..., HttpResponseBase]
@@ -81,11 +81,17 @@ class RunStartForm(forms.Form):
         widget=forms.TextInput(attrs={"placeholder": "all nodes", "size": 40}),
     )
 
+    def __init__(self, *args: Any, cluster: Cluster, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plan = self.fields["plan"]
+        assert isinstance(plan, forms.ModelChoiceField)
+        plan.choices = estimates.plan_choices(cluster=cluster)  # quick first, with durations
+
 
 @role_required(OPERATOR)
 def run_start(request: HttpRequest, name: str) -> HttpResponse:
     cluster = get_object_or_404(Cluster, name=name)
-    form = RunStartForm(request.POST or None, initial={"plan": "quick"})
+    form = RunStartForm(request.POST or None, initial={"plan": estimates.QUICK_PLAN}, cluster=cluster)
     if request.method == "POST" and form.is_valid():
         try:
             nodes = services.nodes_select(cluster=cluster, node_set=form.cleaned_data["node_set"])

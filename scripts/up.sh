@@ -16,11 +16,15 @@ mkdir -p "$LOG_DIR"
 
 pids=()
 cleanup() {
-  trap - INT TERM EXIT
+  trap '' INT TERM  # a second Ctrl-C does not cut the stopping short
+  trap - EXIT
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
-trap cleanup INT TERM EXIT
+# Ctrl-C (a SIGINT to the whole group) or a TERM is how the demo stops: exit 0 once the children are
+# stopped, so make reports no "Error 130/143" (the Makefile execs this script: no shell in between).
+trap 'cleanup; exit 0' INT TERM
+trap cleanup EXIT
 
 # The demo's PDUs and CDU (Redfish, readings that follow the simulated nodes' load), for the heat soak
 # and the capacity page: kiln_demo wrote its config (portal/facility/demo.py).

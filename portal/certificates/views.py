@@ -24,6 +24,7 @@ from portal.certificates.models import Campaign, Certificate
 from portal.certificates.seal import NOT_A_CERTIFICATE, REVOKED, TAMPERED, UNKNOWN_KEY, VALID
 from portal.inventory.models import Cluster, Node
 from portal.roles import APPROVER, OPERATOR, VIEWER, has_role
+from portal.runs.estimates import plan_choices
 from portal.runs.models import STATUS_COLOURS, Run
 from portal.views import role_required
 
@@ -38,6 +39,12 @@ class CampaignForm(forms.Form):
     name = forms.CharField(max_length=200, required=False, help_text="Empty: named after the plan and cluster.")
     cluster = forms.ModelChoiceField(queryset=Cluster.objects.all(), to_field_name="name", empty_label=None)
     plan = forms.ModelChoiceField(queryset=TestPlan.objects.all(), to_field_name="slug", empty_label=None)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plan = self.fields["plan"]
+        assert isinstance(plan, forms.ModelChoiceField)
+        plan.choices = plan_choices()  # quick first, with durations
 
 
 class RunStartForm(forms.Form):

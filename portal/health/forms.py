@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
 from portal.catalog.models import TestPlan
 from portal.health.models import ClusterHealthSettings
 from portal.inventory.models import Cluster
+from portal.runs.estimates import plan_choices
 
 
 class ScheduleForm(forms.Form):
@@ -24,6 +27,12 @@ class ScheduleForm(forms.Form):
         initial="0 2 * * *",
         help_text="minute hour day-of-month month day-of-week, in UTC; e.g. 0 2 * * * (nightly), 0 * * * * (hourly).",
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plan = self.fields["plan"]
+        assert isinstance(plan, forms.ModelChoiceField)
+        plan.choices = plan_choices()  # quick first, with durations
 
 
 class HealthSettingsForm(forms.ModelForm):

@@ -50,6 +50,7 @@ def cluster_health(request: HttpRequest, name: str) -> HttpResponse:
             "states": selectors.STATE_ORDER,
             "colours": HEALTH_COLOURS,
             "can_operate": has_role(request.user, OPERATOR),
+            "trend_sweeps": conf.trend_sweeps(),
         },
     )
 

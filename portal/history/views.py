@@ -13,6 +13,7 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 
 from portal.health import selectors as health_selectors
 from portal.history import exports, figures, selectors
@@ -124,9 +125,48 @@ def run_compare(request: HttpRequest) -> HttpResponse:
             context["form"] = form
     if form.is_bound and form.errors:
         status = 400
-    cluster = context["comparison"].a.cluster if context["comparison"] else None
-    context["recent"] = selectors.runs_recent(cluster=cluster)
+    cluster = context["comparison"].a.cluster if context["comparison"] else _cluster(request.GET.get("cluster"))
+    chosen = {"a": _run_id(form, "a"), "b": _run_id(form, "b"), "cluster": request.GET.get("cluster", "")}
+    recent = selectors.runs_recent(cluster=cluster, limit=RECENT_RUNS)
+    context.update(cluster=cluster, recent=_recent_picks(recent, chosen))
     return render(request, "history/compare.html", context, status=status)
+
+
+# The runs offered to pick on the compare page: the last 20 of the cluster (a month of nightly sweeps
+# is 30; older runs are one click away on the cluster's runs page, or typed by number).
+RECENT_RUNS = 20
+
+
+def _cluster(name: str | None) -> Cluster | None:
+    return Cluster.objects.filter(name=name).first() if name else None
+
+
+def _run_id(form: forms.Form, field: str) -> int | None:
+    value = form.cleaned_data.get(field) if hasattr(form, "cleaned_data") else None
+    return value if isinstance(value, int) else None
+
+
+def _recent_picks(runs: list[Run], chosen: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each recent run with the links that make it run A (compared with the run before it, or
+    with the B already chosen) or run B (against the A already chosen)."""
+    base = reverse("history:run_compare")
+    keep = {"cluster": chosen["cluster"]} if chosen["cluster"] else {}
+    picks = []
+    for run in runs:
+        keeps_b = bool(chosen["b"]) and chosen["b"] != run.pk
+        as_a = {"a": run.pk, **({"b": chosen["b"]} if keeps_b else {}), **keep}
+        as_b = {"a": chosen["a"], "b": run.pk, **keep} if chosen["a"] and chosen["a"] != run.pk else None
+        picks.append(
+            {
+                "run": run,
+                "a_url": f"{base}?{urlencode(as_a)}",
+                "b_url": f"{base}?{urlencode(as_b)}" if as_b else "",
+                "keeps_b": keeps_b,
+                "is_a": run.pk == chosen["a"],
+                "is_b": run.pk == chosen["b"],
+            }
+        )
+    return picks
 
 
 class ResultSearchForm(forms.Form):

@@ -63,8 +63,10 @@ def test_it_shows_counts_failing_nodes_and_transitions(
     assert "GPU 3: &lt;b&gt;uncorrectable&lt;/b&gt; ECC" in page and "<b>uncorrectable" not in page
     assert "n02: unknown → failed" in page
     assert "n03</b>: correctable ECC climbing on GPU 1: 1 → 4 → 8 errors" in page
+    assert "last 5 results of that check that passed or warned" in page  # the rule, not where it is coded
     overview = client.get(reverse("health:overview")).content.decode()
     assert 'href="/health/clusters/c1/"' in overview
+    assert "(1 failed or unreachable)" in overview and " out)" not in overview  # issue 16: "(1 out)" said nothing
 
 
 def test_a_node_page_shows_its_health_transitions_and_scheduler_actions(

@@ -127,3 +127,22 @@ def test_an_empty_kiln_env_file_reads_no_dot_env_and_a_missing_named_one_is_an_e
     assert chosen.stdout.split()[0] == "Asia/Tokyo", chosen.stderr
     missing = _settings_in(tmp_path, {**env, "KILN_ENV_FILE": str(tmp_path / "nope.env")})
     assert missing.returncode != 0 and "nope.env does not exist" in missing.stderr
+
+
+def test_the_embedded_broker_sends_a_task_without_kombus_no_hostname_warning(tmp_path: Path) -> None:
+    """Issue 16: every `kiln_run` on the embedded default printed kombu's "No hostname was supplied.
+    Reverting to default 'localhost'" when it sent the run's tasks (kombu logs it for a broker URL
+    without a host). This sends a run task as run_start does, in a process of its own."""
+    from portal.runs.broker import pending_in_folder
+
+    data_dir = tmp_path / "data"
+    assert _run(["manage.py", "kiln_init"], _env(data_dir)).returncode == 0
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'portal.settings'; django.setup()\n"
+        "from worker.celery import app; app.send_task('kiln.run_node', args=(1, 2))"
+    )
+    sent = _run(["-c", code], _env(data_dir))
+    assert sent.returncode == 0, sent.stderr
+    assert "hostname" not in sent.stderr, sent.stderr
+    queue, _ = datadir.broker_dirs(data_dir)
+    assert pending_in_folder(queue) == {("kiln.run_node", (1, 2))}  # it was sent, to the embedded broker

@@ -44,7 +44,7 @@ def runs_recent(*, cluster: Cluster | None = None, limit: int = 50) -> list[Run]
         runs = runs.filter(cluster=cluster)
     # The plan's name read out of the snapshot in SQL: not every recent run's whole snapshot decoded.
     runs = runs.annotate(plan_name=KT("plan_snapshot__name"))
-    return list(runs.only("id", "created_at", "status", "cluster__name")[:limit])
+    return list(runs.only("id", "created_at", "status", "node_set", "cluster__name")[:limit])
 
 
 Folded = tuple[float, int | None, int]  # (the subject's value, the GPU it came from, result id)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from datetime import date, datetime
 from typing import Any
 
 from django import template
+from django.utils import formats, timezone
+from django.utils.dateparse import parse_datetime
 
 from checks.presentation import presentation_of
 
@@ -20,6 +23,22 @@ def num(value: float | None) -> str:
     if float(value).is_integer():
         return str(int(value))
     return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
+
+
+@register.filter
+def when(value: Any, precision: str = "") -> str:
+    """A date and time as every page shows it: ISO 8601 in the server's zone, with the zone's name
+    ('2026-12-01 12:56 UTC'; `when:"s"` adds the seconds). Accepts an ISO string (a certificate
+    payload's); '' for no value, so `|when|default:"never"` works."""
+    if isinstance(value, str) and value:
+        value = parse_datetime(value) or value
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return formats.date_format(value, "DATE_FORMAT")
+    if not isinstance(value, datetime):
+        return value if isinstance(value, str) else ""
+    if timezone.is_aware(value):
+        value = timezone.localtime(value)
+    return formats.date_format(value, "DATETIME_FORMAT" if precision == "s" else "SHORT_DATETIME_FORMAT")
 
 
 @register.filter
