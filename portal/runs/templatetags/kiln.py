@@ -8,6 +8,7 @@ from typing import Any
 from django import template
 
 from checks.presentation import presentation_of
+from portal import formatting
 
 register = template.Library()
 
@@ -20,6 +21,18 @@ def num(value: float | None) -> str:
     if float(value).is_integer():
         return str(int(value))
     return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
+
+
+@register.filter
+def quantity(value: Any, unit: str = "") -> str:
+    """A value with its unit for people (portal/formatting.py): 6e9|quantity:"B/s" -> '6.0 GB/s'."""
+    return formatting.quantity(value, unit)
+
+
+@register.filter
+def limit(text: Any, unit: str = "") -> str:
+    """A threshold written like the values it judges: '>= 6e+09'|limit:"B/s" -> '≥ 6.0 GB/s'."""
+    return formatting.threshold(text, unit)
 
 
 @register.filter
