@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 MISSING = "—"
@@ -114,3 +115,22 @@ def threshold(text: Any, unit: str = "") -> str:
 def header(name: str, unit: str) -> str:
     """An export column name with its unit: ("value", "B/s") -> "value [B/s]"; no unit, no brackets."""
     return f"{name} [{unit}]" if unit else name
+
+
+def unit_shown(unit: str) -> str:
+    """How a unit is spelled for people ("C" -> "°C"); scaled units are chosen per value."""
+    return SPELLING.get(unit, unit)
+
+
+def iso_utc(when: Any) -> str:
+    """An ISO 8601 timestamp (text or datetime) in UTC to the second: "2026-12-03T15:44:27Z"; "—"
+    for none; text that is not a timestamp is returned as it is."""
+    if when is None or when == "":
+        return MISSING
+    try:
+        moment = when if isinstance(when, datetime) else datetime.fromisoformat(str(when))
+    except ValueError:
+        return str(when)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

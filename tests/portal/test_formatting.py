@@ -99,3 +99,16 @@ def test_the_template_filters_use_the_same_layer() -> None:
         Context({"v": 6e9, "t": ">= 4 GB/s", "n": None})
     )
     assert html == "6.0 GB/s / ≥ 4 GB/s / —"
+
+
+@pytest.mark.parametrize(
+    ("when", "shown"),
+    [
+        ("2026-12-03T15:44:27.123456+00:00", "2026-12-03T15:44:27Z"),
+        ("2026-12-03T16:44:27+01:00", "2026-12-03T15:44:27Z"),
+        (None, "—"),
+        ("not a date", "not a date"),
+    ],
+)
+def test_timestamps_are_iso_8601_utc(when: object, shown: str) -> None:
+    assert formatting.iso_utc(when) == shown

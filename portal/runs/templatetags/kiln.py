@@ -36,6 +36,12 @@ def limit(text: Any, unit: str = "") -> str:
 
 
 @register.filter
+def iso_utc(when: Any) -> str:
+    """A timestamp as ISO 8601 UTC to the second (the certificate's dates): '2026-12-03T15:44:27Z'."""
+    return formatting.iso_utc(when)
+
+
+@register.filter
 def pretty_json(text: str) -> str:
     """Indent raw output that is one JSON document (the probe's); anything else is shown as is."""
     stripped = text.strip()
