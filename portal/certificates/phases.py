@@ -33,7 +33,7 @@ def phase_ranges(result_ids: Iterable[int]) -> PhaseRanges:
             .values_list("result__item_key", "name", "unit", "threshold", "labels__phase", "value")
         )
         for item_key, name, unit, threshold, phase, value in rows.iterator(chunk_size=2000):
-            if math.isfinite(value):
+            if value is not None and math.isfinite(value):
                 values.setdefault((item_key, name, unit, threshold), {}).setdefault(str(phase), []).append(value)
     return {
         key: [

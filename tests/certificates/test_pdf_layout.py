@@ -135,7 +135,8 @@ def test_signed_at_and_the_hash_are_each_whole_in_their_own_column(certificate, 
     lines = lines[next(i for i, line in enumerate(lines) if "Body SHA-256 signed" in line) :]
     for signature in certificate.signatures.all():
         digest = signature.body_sha256
-        row = next(i for i, line in enumerate(lines) if signature.user.get_username() in line and TIMESTAMP.search(line))
+        name = signature.user.get_username()
+        row = next(i for i, line in enumerate(lines) if name in line and TIMESTAMP.search(line))
         stamp = TIMESTAMP.search(lines[row])
         assert stamp is not None
         # The timestamp ends before the hash column starts: space between them, no characters mixed in.
