@@ -1,5 +1,5 @@
 """Numbers for people: a measured value with its unit, and a threshold in the same form as the value
-it judges. One place for pages, the certificate PDF and export headers. Pure Python, no Django.
+it judges. One place for pages and the certificate PDF. Pure Python, no Django.
 
 The stored value stays as the check recorded it (B/s, C, W); only what people read is scaled:
 bytes in decimal SI prefixes (1 GB = 10^9 B, as storage and network vendors quote them), GiB-style
@@ -110,11 +110,6 @@ def threshold(text: Any, unit: str = "") -> str:
     if rest:  # "% of the median node"
         return f"{OPERATORS[op]} {number(float(raw))}{rest}"
     return f"{OPERATORS[op]} {quantity(float(raw), unit)}"
-
-
-def header(name: str, unit: str) -> str:
-    """An export column name with its unit: ("value", "B/s") -> "value [B/s]"; no unit, no brackets."""
-    return f"{name} [{unit}]" if unit else name
 
 
 def unit_shown(unit: str) -> str:

@@ -89,11 +89,6 @@ def test_the_value_and_its_floor_read_alike() -> None:
     assert f"{quantity(6e9, 'B/s')} {threshold('>= 4e+09', 'B/s')}" == "6.0 GB/s ≥ 4.0 GB/s"
 
 
-def test_export_headers_carry_the_unit() -> None:
-    assert formatting.header("value", "B/s") == "value [B/s]"
-    assert formatting.header("node", "") == "node"
-
-
 def test_the_template_filters_use_the_same_layer() -> None:
     html = Template('{% load kiln %}{{ v|quantity:"B/s" }} / {{ t|limit:"B/s" }} / {{ n|quantity:"C" }}').render(
         Context({"v": 6e9, "t": ">= 4 GB/s", "n": None})
@@ -112,3 +107,11 @@ def test_the_template_filters_use_the_same_layer() -> None:
 )
 def test_timestamps_are_iso_8601_utc(when: object, shown: str) -> None:
     assert formatting.iso_utc(when) == shown
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(8.0, "8"), (81.25, "81.25"), (1.5e7 + 0.5, "15,000,000"), (1.2e-5, "0.0000120"), (math.nan, "invalid")],
+)
+def test_the_num_filter_never_writes_e_notation(value: float, shown: str) -> None:
+    assert Template("{% load kiln %}{{ v|num }}").render(Context({"v": value})) == shown

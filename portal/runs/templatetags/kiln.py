@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django import template
@@ -18,9 +19,12 @@ def num(value: float | None) -> str:
     """Whole numbers without '.0'; others with up to 3 significant decimals."""
     if value is None:
         return ""
+    if not math.isfinite(value):
+        return formatting.INVALID
     if float(value).is_integer():
         return str(int(value))
-    return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
+    text = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
+    return formatting.number(value) if "e" in text else text  # never e-notation (issue 16)
 
 
 @register.filter
