@@ -58,8 +58,8 @@ def number(x: float, *, whole: bool = False) -> str:
         return f"{round(x):,}"
     if abs(x) >= 1:
         return f"{x:,.1f}"
-    decimals = 2 - math.floor(math.log10(abs(x)))  # three significant digits
-    return f"{x:.{decimals}f}"
+    decimals = 2 - math.floor(math.log10(abs(x)))  # three significant digits, no trailing zeros
+    return f"{x:.{decimals}f}".rstrip("0")
 
 
 def _scaled(x: float, unit: str) -> tuple[float, str, bool]:
@@ -105,11 +105,9 @@ def threshold(text: Any, unit: str = "") -> str:
     if match is None:
         return text
     op, raw, rest = match.groups()
-    if rest and not rest.startswith("%"):
-        return f"{OPERATORS[op]} {number(float(raw)) if math.isfinite(float(raw)) else INVALID} {rest}"
-    if rest:  # "% of the median node"
-        return f"{OPERATORS[op]} {number(float(raw))}{rest}"
-    return f"{OPERATORS[op]} {quantity(float(raw), unit)}"
+    if rest.startswith("%") or " " in rest:  # "% of the median node": a phrase, not a unit
+        return f"{OPERATORS[op]} {quantity(float(raw))}{'' if rest.startswith('%') else ' '}{rest}"
+    return f"{OPERATORS[op]} {quantity(float(raw), rest or unit)}"  # its own unit ("GB/s", "W") or the value's
 
 
 def unit_shown(unit: str) -> str:

@@ -34,6 +34,7 @@ E_NOTATION = re.compile(r"\d[eE][-+]?\d")
         (8.0, "GPUs", "8 GPUs"),
         (1234567.0, "", "1,234,567"),
         (0.00123, "", "0.00123"),
+        (0.88, "", "0.88"),
     ],
 )
 def test_a_value_is_shown_in_the_unit_people_read(value: float, unit: str, shown: str) -> None:
@@ -75,6 +76,9 @@ def test_edge_cases_never_print_a_fake_number_or_e_notation(value: object, unit:
         ("== 0", "errors", "= 0 errors"),
         (">= 1e+05", "Gflop/s", "≥ 100,000 Gflop/s"),
         (">= 95% of the median node", "B/s", "≥ 95% of the median node"),
+        (">= 27715 W", "W", "≥ 27.7 kW"),
+        ("<= 0.1", "", "≤ 0.1"),
+        (">= 2 of 3 ports", "", "≥ 2 of 3 ports"),
         ("== Completed", "", "== Completed"),
         ("in a,b", "", "in a,b"),
         ("", "C", "—"),
@@ -111,7 +115,7 @@ def test_timestamps_are_iso_8601_utc(when: object, shown: str) -> None:
 
 @pytest.mark.parametrize(
     ("value", "shown"),
-    [(8.0, "8"), (81.25, "81.25"), (1.5e7 + 0.5, "15,000,000"), (1.2e-5, "0.0000120"), (math.nan, "invalid")],
+    [(8.0, "8"), (81.25, "81.25"), (1.5e7 + 0.5, "15,000,000"), (1.2e-5, "0.000012"), (math.nan, "invalid")],
 )
 def test_the_num_filter_never_writes_e_notation(value: float, shown: str) -> None:
     assert Template("{% load kiln %}{{ v|num }}").render(Context({"v": value})) == shown
