@@ -12,14 +12,16 @@ import io
 import json
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.template.loader import render_to_string
 
 from portal import formatting
 from portal.certificates import pdf_tables
 from portal.certificates.charts import Chart
-from portal.certificates.phases import PhaseRanges
+
+if TYPE_CHECKING:  # phases.py reads the database; the document itself needs only its output
+    from portal.certificates.phases import PhaseRanges
 
 # WeasyPrint logs every layout step at INFO; the portal's root logger is at INFO.
 for _name in ("weasyprint", "fontTools"):
