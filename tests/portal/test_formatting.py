@@ -8,9 +8,11 @@ import re
 
 import pytest
 from django.template import Context, Template
+from django.urls import reverse
 
 from portal import formatting
 from portal.formatting import quantity, threshold
+from tests.portal.helpers import add_measurement, set_result
 
 E_NOTATION = re.compile(r"\d[eE][-+]?\d")
 
@@ -119,3 +121,12 @@ def test_timestamps_are_iso_8601_utc(when: object, shown: str) -> None:
 )
 def test_the_num_filter_never_writes_e_notation(value: float, shown: str) -> None:
     assert Template("{% load kiln %}{{ v|num }}").render(Context({"v": value})) == shown
+
+
+def test_the_result_page_shows_values_and_floors_alike(client, make_user, cluster, make_run) -> None:
+    client.force_login(make_user("vic", "viewer"))
+    result = set_result(make_run(cluster), "n01", "ecc-health", "pass", "ok")
+    add_measurement(result, "write_bw_sum", value=6e9, unit="B/s", threshold=">= 4 GB/s", ok=True)
+    html = client.get(reverse("runs:result_detail", args=[result.pk])).content.decode()
+    table = html[html.index('id="node-measurements"') :]
+    assert "<td>6.0 GB/s</td>" in table and "<td>≥ 4 GB/s</td>" in table and "6e+09" not in table
