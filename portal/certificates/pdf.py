@@ -12,12 +12,16 @@ import io
 import json
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.template.loader import render_to_string
 
+from portal import formatting
 from portal.certificates import pdf_tables
 from portal.certificates.charts import Chart
+
+if TYPE_CHECKING:  # phases.py reads the database; the document itself needs only its output
+    from portal.certificates.phases import PhaseRanges
 
 # WeasyPrint logs every layout step at INFO; the portal's root logger is at INFO.
 for _name in ("weasyprint", "fontTools"):
@@ -33,14 +37,15 @@ class NotACertificate(ValueError):
 
 
 def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict[str, Any], charts: list[Chart],
-               charts_note: str, signer: str = "") -> bytes:  # fmt: skip
+               charts_note: str, signer: str = "", phases: PhaseRanges | None = None) -> bytes:  # fmt: skip
     """The document, rendered in parts (the front matter, NODES_PER_PART nodes per part of each
     per-node table, the rest) whose page numbers carry on, joined into one PDF with the attachments.
-    WeasyPrint lays out one part at a time: its memory is bounded by a part, not by the cluster."""
+    WeasyPrint lays out one part at a time: its memory is bounded by a part, not by the cluster.
+    `phases` (phases.py) splits a range recorded in several phases into one row per phase."""
     drawn = [(c.section, {"title": c.title, "src": "data:image/svg+xml;base64," + base64.b64encode(c.svg).decode()})
              for c in charts]  # fmt: skip
     context = {
-        **pdf_context(payload),
+        **pdf_context(payload, phases=phases),
         "p": payload,
         "seal": seal_data,
         "charts": [chart for section, chart in drawn if section is None],
@@ -65,18 +70,22 @@ def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict
 
 def _parts(node_rows: list[dict[str, Any]], check_count: int) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "certificates/pdf/front.html", {}
-    widths = {"states": pdf_tables.states_widths(node_rows, check_count), "gpus": pdf_tables.gpus_widths(node_rows)}
+    serials = pdf_tables.has_serials(node_rows)
+    widths = {
+        "states": pdf_tables.states_widths(node_rows, check_count, serials=serials),
+        "gpus": pdf_tables.gpus_widths(node_rows),
+    }
     for table in ("states", "gpus"):
         for start in range(0, len(node_rows), NODES_PER_PART):
             rows = node_rows[start : start + NODES_PER_PART]
             text = (
-                pdf_tables.states_table(rows, check_count, widths=widths["states"])
+                pdf_tables.states_table(rows, check_count, widths=widths["states"], serials=serials)
                 if table == "states"
                 else pdf_tables.gpus_table(rows, widths=widths["gpus"])
             )
             yield "certificates/pdf/nodes.html", {
                 "table": table, "text": text, "first_row": start + 1, "last_row": start + len(rows),
-                "total_rows": len(node_rows),
+                "total_rows": len(node_rows), "serials": serials,
             }  # fmt: skip
     yield "certificates/pdf/tail.html", {}
 
@@ -136,37 +145,54 @@ def pdf_extract(data: bytes) -> tuple[bytes, dict[str, Any]]:
     return payload_bytes, seal_data
 
 
-def _number(text: Any) -> float | None:
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return None
+def _range_rows(item_key: str, ranges: list[dict[str, Any]], phases: PhaseRanges) -> list[dict[str, Any]]:
+    """The check's ranges for people: values and threshold in the measurement's unit, a range
+    recorded in several phases shown as one row per phase."""
+    rows = []
+    for r in ranges:
+        split = phases.get((item_key, r["name"], r["unit"], r["threshold"]))
+        for part in split or [{**r, "phase": ""}]:
+            rows.append(
+                {"name": r["name"], "phase": part["phase"], "unit": formatting.unit_shown(r["unit"]), "n": part["n"],
+                 "threshold": formatting.threshold(r["threshold"], r["unit"]),
+                 **{k: formatting.quantity(part[k], r["unit"]) for k in ("min", "median", "max")}}
+            )  # fmt: skip
+    return rows
 
 
-def _show(value: float) -> str:
-    return f"{value:.4g}"
+def _node_counts(node_rows: list[dict[str, Any]]) -> dict[str, int]:
+    """In-scope nodes by outcome: every check passed (or warned), passed with a waiver, or neither."""
+    counts = {"passed": 0, "waived": 0, "not_passed": 0}
+    for node in node_rows:
+        states = set(node["states"])
+        if states <= {"pass", "warn"}:
+            counts["passed"] += 1
+        elif states <= {"pass", "warn", "waived"}:
+            counts["waived"] += 1
+        else:
+            counts["not_passed"] += 1
+    return counts
 
 
-def pdf_context(payload: dict[str, Any]) -> dict[str, Any]:
+def pdf_context(payload: dict[str, Any], phases: PhaseRanges | None = None) -> dict[str, Any]:
     """Condensed views of a format-3 payload for the document: one row per node, measurement ranges
     per check (gathered over the nodes when the body was built), and the out-of-spec measurements the
-    node summaries list. Everything else is in the attached payload and the exported evidence."""
+    node summaries list. Everything else is in the attached payload and the exported evidence.
+    Numbers are written for people (portal/formatting.py); the payload keeps them raw."""
     items = payload["campaign_plan"]["items"]
     out_of_spec = []
 
     def collect(key: str, where: str, check: dict[str, Any]) -> None:
         for m in check.get("out_of_spec", ()):
-            value = _number(m["value"])
             name = m["name"] + (f"[GPU {m['gpu']}]" if m["gpu"] is not None else "")
             out_of_spec.append(
-                {"where": where, "check": key, "name": name,
-                 "value": _show(value) if value is not None else m["value"], "unit": m["unit"],
-                 "threshold": m["threshold"]}
+                {"where": where, "check": key, "name": name, "value": formatting.quantity(m["value"], m["unit"]),
+                 "threshold": formatting.threshold(m["threshold"], m["unit"])}
             )  # fmt: skip
         hidden = check.get("out_of_spec_count", 0) - len(check.get("out_of_spec", ()))
         if hidden > 0:
             out_of_spec.append({"where": where, "check": key, "name": f"… {hidden} more (see the evidence)",
-                                "value": "", "unit": "", "threshold": ""})  # fmt: skip
+                                "value": "", "threshold": ""})  # fmt: skip
 
     node_rows = []
     for node in payload["nodes"]:
@@ -177,6 +203,7 @@ def pdf_context(payload: dict[str, Any]) -> dict[str, Any]:
         collect(group["item_key"], group["node_set"], group)
     checks = []
     for index, (item, summary) in enumerate(zip(items, payload["summary"], strict=True), start=1):
-        rows = [{**r, **{k: _show(float(r[k])) for k in ("min", "median", "max")}} for r in summary.get("ranges", ())]
+        rows = _range_rows(item["key"], summary.get("ranges", ()), phases or {})
         checks.append({"index": index, "item": item, "summary": summary, "ranges": rows})
-    return {"checks": checks, "node_rows": node_rows, "out_of_spec": out_of_spec}
+    counts = _node_counts(node_rows)
+    return {"checks": checks, "node_rows": node_rows, "out_of_spec": out_of_spec, "node_counts": counts}

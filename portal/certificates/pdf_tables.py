@@ -60,27 +60,40 @@ def _line(cells: list[str], widths: list[int], marked: dict[int, str] | None = N
     return mark_safe("".join(out).rstrip())  # every cell and class is escaped above
 
 
-def _state_row(node: dict[str, Any]) -> list[str]:
+def has_serials(node_rows: list[dict[str, Any]]) -> bool:
+    """Whether any node has a chassis serial in the inventory. Without one the column is left out (a
+    column of "—" says nothing); the GPU serials the inventory check read are in the GPU table."""
+    return any(node.get("serial") for node in node_rows)
+
+
+def _state_header(check_count: int, serials: bool) -> list[str]:
+    return ["Node", *(["Serial"] if serials else []), "Rack/pos", *(f"C{i}" for i in range(1, check_count + 1))]
+
+
+def _state_row(node: dict[str, Any], serials: bool) -> list[str]:
     position = f"/{node['position']}" if node.get("position") not in (None, "") else ""
     rack = f"{node.get('rack') or ''}{position}" or "—"
-    return [node["hostname"], node.get("serial") or "—", rack, *(s or "—" for s in node["states"])]
+    serial = [node.get("serial") or "—"] if serials else []
+    return [node["hostname"], *serial, rack, *(s or "—" for s in node["states"])]
 
 
-def states_table(node_rows: list[dict[str, Any]], check_count: int, *, widths: list[int]) -> TextTable:
+def states_table(
+    node_rows: list[dict[str, Any]], check_count: int, *, widths: list[int], serials: bool = True
+) -> TextTable:
     """The state of each node per check (C1… as in the summary); a non-pass state is coloured."""
-    header = ["Node", "Serial", "Rack/pos", *(f"C{i}" for i in range(1, check_count + 1))]
+    header = _state_header(check_count, serials)
+    first_state = len(header) - check_count
     lines = []
     for node in node_rows:
-        cells = _state_row(node)
-        marked = {i: f"st-{cells[i]}" for i in range(3, len(cells)) if cells[i] != "pass"}
+        cells = _state_row(node, serials)
+        marked = {i: f"st-{cells[i]}" for i in range(first_state, len(cells)) if cells[i] != "pass"}
         lines.append(_line(cells, widths, marked))
     return TextTable(_line(header, widths), _blocks([[line] for line in lines]), font_size(sum(widths) + GAP * 2))
 
 
-def states_widths(node_rows: list[dict[str, Any]], check_count: int) -> list[int]:
+def states_widths(node_rows: list[dict[str, Any]], check_count: int, *, serials: bool = True) -> list[int]:
     """Column widths over every node, so that the parts of a long table line up."""
-    header = ["Node", "Serial", "Rack/pos", *(f"C{i}" for i in range(1, check_count + 1))]
-    return _widths(header, (_state_row(node) for node in node_rows))
+    return _widths(_state_header(check_count, serials), (_state_row(node, serials) for node in node_rows))
 
 
 GPU_HEADER = ["Node", "GPU", "UUID", "Serial"]

@@ -19,9 +19,11 @@ from portal.certificates.models import (
     Signature,
 )
 from portal.certificates.payload import body_build, body_digest
+from portal.certificates.phases import phase_ranges
 from portal.certificates.selectors import campaign_state, signer_side
 from portal.certificates.services.campaigns import CampaignError, _require_approver, _require_open, audit_record
 from portal.inventory.models import Cluster
+from portal.runs.models import Scope
 
 
 def certificate_sign(*, campaign: Campaign, user: User | AnonymousUser) -> Signature:
@@ -243,6 +245,7 @@ def _render(
     document = pdf.pdf_render(
         payload=json.loads(payload_bytes), payload_bytes=payload_bytes, seal_data=seal_data, charts=chart_list,
         charts_note=note, signer=keys.cert_fingerprint(identity.pdf_cert),
+        phases=phase_ranges(c.result_id for c in state.cells if c.result_id is not None and c.scope != Scope.GROUP),
     )  # fmt: skip
     signed = signing.pdf_sign(
         document, identity, reason=f"Kiln acceptance certificate {number}: {body['verdict']}",

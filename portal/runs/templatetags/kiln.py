@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import date, datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ from django.utils import formats, timezone
 from django.utils.dateparse import parse_datetime
 
 from checks.presentation import presentation_of
+from portal import formatting
 
 register = template.Library()
 
@@ -20,9 +22,30 @@ def num(value: float | None) -> str:
     """Whole numbers without '.0'; others with up to 3 significant decimals."""
     if value is None:
         return ""
+    if not math.isfinite(value):
+        return formatting.INVALID
     if float(value).is_integer():
         return str(int(value))
-    return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
+    text = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
+    return formatting.number(value) if "e" in text else text  # never e-notation (issue 16)
+
+
+@register.filter
+def quantity(value: Any, unit: str = "") -> str:
+    """A value with its unit for people (portal/formatting.py): 6e9|quantity:"B/s" -> '6.0 GB/s'."""
+    return formatting.quantity(value, unit)
+
+
+@register.filter
+def limit(text: Any, unit: str = "") -> str:
+    """A threshold written like the values it judges: '>= 6e+09'|limit:"B/s" -> '≥ 6.0 GB/s'."""
+    return formatting.threshold(text, unit)
+
+
+@register.filter
+def iso_utc(when: Any) -> str:
+    """A timestamp as ISO 8601 UTC to the second (the certificate's dates): '2026-12-03T15:44:27Z'."""
+    return formatting.iso_utc(when)
 
 
 @register.filter
