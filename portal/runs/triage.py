@@ -18,13 +18,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 from django.urls import reverse
 
 from checks.presentation import ERROR_REMEDY, Remedy, presentation_of, presented
+from portal import formatting
 from portal.inventory.models import Node
 from portal.runs.models import CheckResult, Measurement, Scope, Status
 
@@ -35,10 +36,8 @@ _MEASURED = (Status.PASS, Status.WARN, Status.FAIL)
 
 
 def iso_utc(value: datetime | None) -> str:
-    """ISO 8601 in UTC with its zone ("2026-12-03T15:45:57Z"); "" when unknown."""
-    if value is None:
-        return ""
-    return value.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    """ISO 8601 in UTC with its zone ("2026-12-03T15:45:57Z", portal/formatting.py); "" when unknown."""
+    return formatting.iso_utc(value) if value is not None else ""
 
 
 @dataclass(frozen=True)
