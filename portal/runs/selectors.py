@@ -13,6 +13,7 @@ from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
 
 from checks.base import worst_status
 from portal.inventory.models import Cluster, Node
+from portal.runs import cells
 from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Measurement, Run, RunEvent, Scope, Status
 
 
@@ -25,6 +26,11 @@ class GridCell:
     status: str
     reason: str
     item_key: str
+    started: bool = True  # its commands have started (cells.py: a claimed check waits its turn)
+
+    @property
+    def shown(self) -> str:
+        return cells.shown(self.status, self.started)
 
 
 @dataclass(slots=True)
@@ -80,6 +86,9 @@ class RunGrid:
     problems_only: bool = False
     partial: bool = False  # only the rows that changed (the live poll)
     colours: dict[str, str] = field(default_factory=lambda: STATUS_COLOURS)
+    # The whole run's cells by the state they show: the badges count what the grid shows (a
+    # multi-node result fills a cell in each member's row; progress counts it once).
+    cells: dict[str, int] = field(default_factory=dict)
 
     # The summary reads through to the progress (templates and older callers use grid.counts...).
     @property
@@ -100,7 +109,7 @@ class RunGrid:
 
     @property
     def count_items(self) -> list[tuple[str, int, str]]:
-        return self.progress.count_items
+        return cells.count_items(self.cells)
 
 
 _PROBLEMS = {Status.FAIL, Status.ERROR, Status.WARN, Status.CANCELLED}
@@ -213,6 +222,10 @@ def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime |
     row_list = list(rows.values())
     for row in row_list:
         row.worst = worst_status([c.status for c in row.cells if c is not None])
+    if changed_since is None:
+        shown = cells.count_cells(c.shown for row in row_list for c in row.cells if c is not None)
+    else:
+        shown = cells.run_cell_counts(run=run)
     if problems_only:
         row_list = [r for r in row_list if any(c is not None and c.status in _PROBLEMS for c in r.cells)]
     if changed_since is None:
@@ -226,6 +239,7 @@ def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime |
         progress=progress,
         problems_only=problems_only,
         partial=changed_since is not None,
+        cells=shown,
     )
 
 
@@ -237,15 +251,15 @@ def _grid_rows(
     yields the progress: one query less than run_progress)."""
     # Tuples, not instances, and no JSON columns: this loop sees every result of the run.
     values = node_results.order_by("node__hostname", "position").values_list(
-        "id", "node_id", "node__hostname", "item_key", "status", "reason", "duration_s"
+        "id", "node_id", "node__hostname", "item_key", "status", "reason", "duration_s", "command_started_at"
     )
     rows: dict[int, GridRow] = {}
     tally: Tally = {}
-    for pk, node_id, hostname, item_key, status, reason, duration in values:
+    for pk, node_id, hostname, item_key, status, reason, duration, command_started in values:
         row = rows.get(node_id)
         if row is None:
             row = rows[node_id] = GridRow(node=NodeRef(node_id, hostname), cells=[None] * width)
-        row.cells[positions.get(item_key, 0)] = GridCell(pk, status, reason, item_key)
+        row.cells[positions.get(item_key, 0)] = GridCell(pk, status, reason, item_key, command_started is not None)
         counter = tally.get((item_key, status))
         if counter is None:
             counter = tally[(item_key, status)] = [0, 0.0, 0]
