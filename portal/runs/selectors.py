@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -417,10 +417,14 @@ class MeasurementTable:
     gpu_columns: list[str]
     gpu_rows: list[tuple[int, list[Any]]]
     column_thresholds: list[str] = field(default_factory=list)
+    left_out: int = 0  # shown by the chart family's own table instead
 
 
-def measurement_table(*, result: CheckResult) -> MeasurementTable:
-    measurements = list(result.measurements.all())
+def measurement_table(*, result: CheckResult, shown_elsewhere: Callable[[Any], bool] | None = None) -> MeasurementTable:
+    """`shown_elsewhere`: measurements a table of the result's chart family shows (the ECC table)."""
+    every = list(result.measurements.all())
+    measurements = [m for m in every if shown_elsewhere is None or not shown_elsewhere(m)]
+    left_out = len(every) - len(measurements)
     # A name measured several times on one GPU (a GPU's link to each NIC, one row per label) has
     # no single cell in the GPU pivot: it is listed with its labels instead of showing one of them.
     seen: set[tuple[int, str]] = set()
@@ -444,7 +448,13 @@ def measurement_table(*, result: CheckResult) -> MeasurementTable:
         cells.setdefault(m.gpu, {})[m.name] = m
     rows = [(gpu, [cells[gpu].get(name) for name in columns]) for gpu in sorted(cells)]
     thresholds = [next((m.threshold for m in per_gpu if m.name == name and m.threshold), "") for name in columns]
-    return MeasurementTable(node_level=node_level, gpu_columns=columns, gpu_rows=rows, column_thresholds=thresholds)
+    return MeasurementTable(
+        node_level=node_level,
+        gpu_columns=columns,
+        gpu_rows=rows,
+        column_thresholds=thresholds,
+        left_out=left_out,
+    )
 
 
 def _result_json(r: CheckResult) -> dict[str, Any]:
