@@ -425,16 +425,7 @@ def measurement_table(*, result: CheckResult, shown_elsewhere: Callable[[Any], b
     every = list(result.measurements.all())
     measurements = [m for m in every if shown_elsewhere is None or not shown_elsewhere(m)]
     left_out = len(every) - len(measurements)
-    # A name measured several times on one GPU (a GPU's link to each NIC, one row per label) has
-    # no single cell in the GPU pivot: it is listed with its labels instead of showing one of them.
-    seen: set[tuple[int, str]] = set()
-    listed: set[str] = set()
-    for m in measurements:
-        if m.gpu is None:
-            continue
-        if (m.gpu, m.name) in seen:
-            listed.add(m.name)
-        seen.add((m.gpu, m.name))
+    listed = _listed_names(measurements)
     node_level = [m for m in measurements if m.gpu is None or m.name in listed]
     per_gpu = [m for m in measurements if m.gpu is not None and m.name not in listed]
     columns: list[str] = []
@@ -455,6 +446,20 @@ def measurement_table(*, result: CheckResult, shown_elsewhere: Callable[[Any], b
         column_thresholds=thresholds,
         left_out=left_out,
     )
+
+
+def _listed_names(measurements: list[Any]) -> set[str]:
+    """A name measured several times on one GPU (a GPU's link to each NIC, one row per label) has
+    no single cell in the GPU pivot: it is listed with its labels instead of showing one of them."""
+    seen: set[tuple[int, str]] = set()
+    listed: set[str] = set()
+    for m in measurements:
+        if m.gpu is None:
+            continue
+        if (m.gpu, m.name) in seen:
+            listed.add(m.name)
+        seen.add((m.gpu, m.name))
+    return listed
 
 
 def _result_json(r: CheckResult) -> dict[str, Any]:
