@@ -85,7 +85,7 @@ def test_it_accepts_a_cluster_from_the_browser(
     # 1. Start the acceptance run from the cluster page and watch it live.
     run_id = start_run_from_cluster_page(page, live_server.url, "tb", "acceptance-fast", shot)
     page.evaluate(COUNT_SWAPS_JS)
-    assert {s for cells in page.evaluate(GRID_CELLS_JS).values() for s in cells} & {"queued", "running"}
+    assert {s for cells in page.evaluate(GRID_CELLS_JS).values() for s in cells} & {"queued", "waiting", "running"}
     page.wait_for_function(PROGRESS_SEEN_JS, timeout=30_000)
     shot("run-live")
     # 150 s: the plan's RDMA pairs, all-to-all and metadata checks (issue 14) add half a minute.
