@@ -56,10 +56,11 @@ def run_cell_counts(*, run: Run) -> dict[str, int]:
         waiting = row["waiting"] if row["status"] == Status.RUNNING else 0
         _add(counts, WAITING, waiting)
         _add(counts, row["status"], row["n"] - waiting)
+    groups = list(results.filter(scope=Scope.GROUP).values_list("status", "node_set", "attribution"))
+    if not groups:
+        return counts
     hostnames = set(results.filter(scope=Scope.NODE).values_list("node__hostname", flat=True).distinct())
-    for status, node_set, attribution in results.filter(scope=Scope.GROUP).values_list(
-        "status", "node_set", "attribution"
-    ):
+    for status, node_set, attribution in groups:
         for state in group_cells(hostnames, status, node_set, attribution):
             _add(counts, state, 1)
     return counts
