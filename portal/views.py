@@ -172,7 +172,9 @@ def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeSt
 
     open_row, close_row = ("<template>", "</template>") if oob else ("", "")
     swap = ' hx-swap-oob="true"' if oob else ""
-    around: dict[tuple[str, str], tuple[str, str]] = {}  # (state, reason) -> the cell's markup around its pk
+    # (status, started, reason) -> the cell's markup around its pk
+    around: dict[tuple[str, bool, str], tuple[str, str]] = {}
+    whys: dict[tuple[tuple[str, str], ...], str] = {}  # rows failing alike share their "Why"
     rows = []
     for row in grid.rows:
         host = esc(row.node.hostname)
@@ -182,7 +184,7 @@ def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeSt
             if cell is None:
                 parts.append("<td></td>")
                 continue
-            key = (cell.shown, cell.reason)
+            key = (cell.status, cell.started, cell.reason)
             head_tail = around.get(key)
             if head_tail is None:
                 state = esc(cell.shown)
@@ -193,7 +195,12 @@ def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeSt
                     f'/{suffix}" title="{title}">{state}</a></td>',
                 )
             parts.append(f"{head_tail[0]}{cell.pk}{head_tail[1]}")
-        parts.append(f'<td class="reason">{_why_html(row.problems, esc)}</td></tr>{close_row}')
+        problems = row.problems
+        signature = tuple((c.item_key, c.reason) for c in problems)
+        why = whys.get(signature)
+        if why is None:
+            why = whys[signature] = _why_html(problems, esc)
+        parts.append(f'<td class="reason">{why}</td></tr>{close_row}')
         rows.append(mark_safe("".join(parts)))  # every value above went through escape()
     return rows
 
