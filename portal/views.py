@@ -189,7 +189,7 @@ def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeSt
             if head_tail is None:
                 state = esc(cell.shown)
                 waiting = cell.shown == cells.WAITING and not cell.reason
-                title = WAITING_TITLE if waiting else esc(cell.reason)
+                title = esc(WAITING_TITLE) if waiting else esc(cell.reason)
                 head_tail = around[key] = (
                     f'<td><a class="cell {state}" href="{prefix}/',
                     f'/{suffix}" title="{title}">{state}</a></td>',

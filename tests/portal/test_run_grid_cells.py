@@ -86,7 +86,7 @@ def test_only_the_check_whose_commands_started_shows_running(viewer_client, clus
 
     assert cells_of(html, "n01") == ["running", "waiting"]
     assert badges(html) == {"queued": 6, "waiting": 1, "running": 1}
-    assert 'title="claimed by a worker; runs after' in html  # the waiting cell says why
+    assert 'title="claimed by a worker; runs after this node&#x27;s earlier checks"' in html  # says why
 
 
 def test_the_badges_count_the_cells_the_grid_shows(viewer_client, cluster, quick_plan) -> None:
