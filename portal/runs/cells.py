@@ -22,6 +22,7 @@ WAITING = "waiting"
 # The order the count badges come in: the result statuses, with "waiting" beside "running".
 SHOWN_ORDER = [Status.QUEUED.value, WAITING, *(s.value for s in Status if s != Status.QUEUED)]
 SHOWN_COLOURS = {**STATUS_COLOURS, WAITING: "grey"}
+ACTIVE_SHOWN = (Status.QUEUED.value, WAITING, Status.RUNNING.value)  # not done yet
 
 
 def shown(status: str, started: bool) -> str:

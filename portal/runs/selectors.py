@@ -95,17 +95,20 @@ class RunGrid:
     def counts(self) -> dict[str, int]:
         return self.progress.counts
 
+    # done/total count cells too, as the badges do (the ETA and the API count results).
     @property
     def total(self) -> int:
-        return self.progress.total
+        return sum(self.cells.values()) if self.cells else self.progress.total
 
     @property
     def done(self) -> int:
-        return self.progress.done
+        if not self.cells:
+            return self.progress.done
+        return self.total - sum(self.cells.get(s, 0) for s in cells.ACTIVE_SHOWN)
 
     @property
     def percent(self) -> int:
-        return self.progress.percent
+        return int(100 * self.done / self.total) if self.total else 100
 
     @property
     def count_items(self) -> list[tuple[str, int, str]]:

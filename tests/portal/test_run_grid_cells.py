@@ -101,6 +101,8 @@ def test_the_badges_count_the_cells_the_grid_shows(viewer_client, cluster, quick
     shown = [state for host in ("n01", "n02", "n03", "n04") for state in cells_of(html, host)]
     assert len(shown) == 12 and shown.count("queued") == 11
     assert badges(html) == {"queued": 11, "pass": 1}
+    assert "1/12 checks (8%)" in html  # the progress counts the same cells
     # The live poll (only the changed rows) counts the same cells from the database.
     poll = viewer_client.get(url, {"since": f"{time.time() - 60:.3f}"}, headers={"HX-Request": "true"})
     assert badges(poll.content.decode()) == {"queued": 11, "pass": 1}
+    assert "1/12 checks (8%)" in poll.content.decode()
