@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import wraps
 from typing import Any
+from urllib.parse import quote
 
 from django import forms
 from django.contrib import messages
@@ -23,9 +24,10 @@ from django.utils.text import Truncator
 from django.views.decorators.http import require_POST
 
 from portal.catalog.models import TestPlan
+from portal.charts import selectors as charts
 from portal.inventory.models import Cluster
 from portal.roles import OPERATOR, VIEWER, has_role
-from portal.runs import estimates, selectors, services
+from portal.runs import cells, estimates, selectors, services
 from portal.runs.models import STATUS_COLOURS, Run
 
 View = Callable[..., HttpResponseBase]
@@ -160,9 +162,12 @@ def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeSt
     """The grid's rows as HTML, every value escaped. Written here rather than in the template on
     purpose: 1,250 nodes × 8 checks is 10,000 cells, and Django's template engine spends about
     0.5 s on them where this takes a few tens of ms (bench/bench_pages.py). `oob`: each row is
-    swapped out of band by the live poll, wrapped in <template> so a lone <tr> survives parsing."""
+    swapped out of band by the live poll, wrapped in <template> so a lone <tr> survives parsing.
+    Node names link to the node's page, cells to their result."""
     prefix, _, suffix = reverse("runs:result_detail", args=[0]).rpartition("/0/")
     prefix, suffix = escape(prefix), escape(suffix)
+    node_prefix, _, node_suffix = reverse("history:node_detail", args=[grid.run.cluster.name, "0"]).rpartition("/0/")
+    node_prefix, node_suffix = escape(node_prefix), escape(node_suffix)
     escaped: dict[str, str] = {}  # most reasons repeat ("all within spec"): escape each once
 
     def esc(text: str) -> str:
@@ -173,27 +178,47 @@ def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeSt
 
     open_row, close_row = ("<template>", "</template>") if oob else ("", "")
     swap = ' hx-swap-oob="true"' if oob else ""
-    around: dict[tuple[str, str], tuple[str, str]] = {}  # (status, reason) -> the cell's markup around its pk
+    # (status, started, reason) -> the cell's markup around its pk
+    around: dict[tuple[str, bool, str], tuple[str, str]] = {}
+    whys: dict[tuple[tuple[str, str], ...], str] = {}  # rows failing alike share their "Why"
     rows = []
     for row in grid.rows:
-        parts = [f'{open_row}<tr id="node-{row.node.id}"{swap}><td>{esc(row.node.hostname)}</td>']
+        host = esc(row.node.hostname)
+        node_url = f"{node_prefix}/{escape(quote(row.node.hostname, safe=''))}/{node_suffix}"
+        parts = [f'{open_row}<tr id="node-{row.node.id}"{swap}><td><a href="{node_url}">{host}</a></td>']
         for cell in row.cells:
             if cell is None:
                 parts.append("<td></td>")
                 continue
-            key = (cell.status, cell.reason)
+            key = (cell.status, cell.started, cell.reason)
             head_tail = around.get(key)
             if head_tail is None:
-                status = esc(cell.status)
+                state = esc(cell.shown)
+                waiting = cell.shown == cells.WAITING and not cell.reason
+                title = esc(WAITING_TITLE) if waiting else esc(cell.reason)
                 head_tail = around[key] = (
-                    f'<td><a class="cell {status}" href="{prefix}/',
-                    f'/{suffix}" title="{esc(cell.reason)}">{status}</a></td>',
+                    f'<td><a class="cell {state}" href="{prefix}/',
+                    f'/{suffix}" title="{title}">{state}</a></td>',
                 )
             parts.append(f"{head_tail[0]}{cell.pk}{head_tail[1]}")
-        why = " · ".join(esc(Truncator(c.reason).chars(160)) for c in row.problems)
+        problems = row.problems
+        signature = tuple((c.item_key, c.reason) for c in problems)
+        why = whys.get(signature)
+        if why is None:
+            why = whys[signature] = _why_html(problems, esc)
         parts.append(f'<td class="reason">{why}</td></tr>{close_row}')
         rows.append(mark_safe("".join(parts)))  # every value above went through escape()
     return rows
+
+
+WAITING_TITLE = "claimed by a worker; runs after this node's earlier checks"
+
+
+def _why_html(problems: list[selectors.GridCell], esc: Callable[[str], str]) -> str:
+    """Each distinct reason once, after the checks that gave it (cells.why)."""
+    return " · ".join(
+        f"<b>{esc(', '.join(keys))}</b>: {esc(Truncator(reason).chars(160))}" for keys, reason in cells.why(problems)
+    )
 
 
 def _timestamp(value: str | None) -> datetime | None:
@@ -241,7 +266,7 @@ def result_detail(request: HttpRequest, result_id: int) -> HttpResponse:
         "runs/result_detail.html",
         {
             "result": result,
-            "table": selectors.measurement_table(result=result),
+            "table": selectors.measurement_table(result=result, shown_elsewhere=charts.in_ecc_table(result.kind)),
             # Names only: a 24 h burn-in holds millions of points; the charts fetch them downsampled.
             "series": list(result.series.defer("x_packed", "y_packed", "view_packed")),
             "colours": STATUS_COLOURS,

@@ -323,6 +323,19 @@ class Measurement(models.Model):
     def __str__(self) -> str:
         return f"{self.name}={self.value if self.value is not None else self.text}"
 
+    @property
+    def where(self) -> str:
+        """Which of several same-named measurements this is, for people: "GPU 3 ca=mlx5_1". The
+        labels that name the thing measured come first (the database keeps no key order); a
+        `unit` label that repeats the unit is left out."""
+        labels = {k: v for k, v in (self.labels or {}).items() if not (k == "unit" and v == self.unit)}
+        keys = sorted(labels, key=lambda k: (NAMING_LABELS.index(k) if k in NAMING_LABELS else len(NAMING_LABELS), k))
+        return " ".join(([f"GPU {self.gpu}"] if self.gpu is not None else []) + [f"{k}={labels[k]}" for k in keys])
+
+
+# Labels that say what a measurement is of (a sensor, a NIC's CA or port, a phase): shown first.
+NAMING_LABELS = ("sensor", "ca", "port", "nic", "phase")
+
 
 class RunMetric(models.Model):
     """A numeric metric some result of the run recorded: (plan item, name, phase, unit). Written

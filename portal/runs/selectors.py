@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -13,6 +13,7 @@ from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
 
 from checks.base import worst_status
 from portal.inventory.models import Cluster, Node
+from portal.runs import cells
 from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Measurement, Run, RunEvent, Scope, Status
 
 
@@ -25,6 +26,11 @@ class GridCell:
     status: str
     reason: str
     item_key: str
+    started: bool = True  # its commands have started (cells.py: a claimed check waits its turn)
+
+    @property
+    def shown(self) -> str:
+        return cells.shown(self.status, self.started)
 
 
 @dataclass(slots=True)
@@ -80,27 +86,33 @@ class RunGrid:
     problems_only: bool = False
     partial: bool = False  # only the rows that changed (the live poll)
     colours: dict[str, str] = field(default_factory=lambda: STATUS_COLOURS)
+    # The whole run's cells by the state they show: the badges count what the grid shows (a
+    # multi-node result fills a cell in each member's row; progress counts it once).
+    cells: dict[str, int] = field(default_factory=dict)
 
     # The summary reads through to the progress (templates and older callers use grid.counts...).
     @property
     def counts(self) -> dict[str, int]:
         return self.progress.counts
 
+    # done/total count cells too, as the badges do (the ETA and the API count results).
     @property
     def total(self) -> int:
-        return self.progress.total
+        return sum(self.cells.values()) if self.cells else self.progress.total
 
     @property
     def done(self) -> int:
-        return self.progress.done
+        if not self.cells:
+            return self.progress.done
+        return self.total - sum(self.cells.get(s, 0) for s in cells.ACTIVE_SHOWN)
 
     @property
     def percent(self) -> int:
-        return self.progress.percent
+        return int(100 * self.done / self.total) if self.total else 100
 
     @property
     def count_items(self) -> list[tuple[str, int, str]]:
-        return self.progress.count_items
+        return cells.count_items(self.cells)
 
 
 _PROBLEMS = {Status.FAIL, Status.ERROR, Status.WARN, Status.CANCELLED}
@@ -213,6 +225,10 @@ def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime |
     row_list = list(rows.values())
     for row in row_list:
         row.worst = worst_status([c.status for c in row.cells if c is not None])
+    if changed_since is None:
+        shown = cells.count_cells(c.shown for row in row_list for c in row.cells if c is not None)
+    else:
+        shown = cells.run_cell_counts(run=run)
     if problems_only:
         row_list = [r for r in row_list if any(c is not None and c.status in _PROBLEMS for c in r.cells)]
     if changed_since is None:
@@ -226,6 +242,7 @@ def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime |
         progress=progress,
         problems_only=problems_only,
         partial=changed_since is not None,
+        cells=shown,
     )
 
 
@@ -237,15 +254,15 @@ def _grid_rows(
     yields the progress: one query less than run_progress)."""
     # Tuples, not instances, and no JSON columns: this loop sees every result of the run.
     values = node_results.order_by("node__hostname", "position").values_list(
-        "id", "node_id", "node__hostname", "item_key", "status", "reason", "duration_s"
+        "id", "node_id", "node__hostname", "item_key", "status", "reason", "duration_s", "command_started_at"
     )
     rows: dict[int, GridRow] = {}
     tally: Tally = {}
-    for pk, node_id, hostname, item_key, status, reason, duration in values:
+    for pk, node_id, hostname, item_key, status, reason, duration, command_started in values:
         row = rows.get(node_id)
         if row is None:
             row = rows[node_id] = GridRow(node=NodeRef(node_id, hostname), cells=[None] * width)
-        row.cells[positions.get(item_key, 0)] = GridCell(pk, status, reason, item_key)
+        row.cells[positions.get(item_key, 0)] = GridCell(pk, status, reason, item_key, command_started is not None)
         counter = tally.get((item_key, status))
         if counter is None:
             counter = tally[(item_key, status)] = [0, 0.0, 0]
@@ -403,20 +420,15 @@ class MeasurementTable:
     gpu_columns: list[str]
     gpu_rows: list[tuple[int, list[Any]]]
     column_thresholds: list[str] = field(default_factory=list)
+    left_out: int = 0  # shown by the chart family's own table instead
 
 
-def measurement_table(*, result: CheckResult) -> MeasurementTable:
-    measurements = list(result.measurements.all())
-    # A name measured several times on one GPU (a GPU's link to each NIC, one row per label) has
-    # no single cell in the GPU pivot: it is listed with its labels instead of showing one of them.
-    seen: set[tuple[int, str]] = set()
-    listed: set[str] = set()
-    for m in measurements:
-        if m.gpu is None:
-            continue
-        if (m.gpu, m.name) in seen:
-            listed.add(m.name)
-        seen.add((m.gpu, m.name))
+def measurement_table(*, result: CheckResult, shown_elsewhere: Callable[[Any], bool] | None = None) -> MeasurementTable:
+    """`shown_elsewhere`: measurements a table of the result's chart family shows (the ECC table)."""
+    every = list(result.measurements.all())
+    measurements = [m for m in every if shown_elsewhere is None or not shown_elsewhere(m)]
+    left_out = len(every) - len(measurements)
+    listed = _listed_names(measurements)
     node_level = [m for m in measurements if m.gpu is None or m.name in listed]
     per_gpu = [m for m in measurements if m.gpu is not None and m.name not in listed]
     columns: list[str] = []
@@ -430,7 +442,27 @@ def measurement_table(*, result: CheckResult) -> MeasurementTable:
         cells.setdefault(m.gpu, {})[m.name] = m
     rows = [(gpu, [cells[gpu].get(name) for name in columns]) for gpu in sorted(cells)]
     thresholds = [next((m.threshold for m in per_gpu if m.name == name and m.threshold), "") for name in columns]
-    return MeasurementTable(node_level=node_level, gpu_columns=columns, gpu_rows=rows, column_thresholds=thresholds)
+    return MeasurementTable(
+        node_level=node_level,
+        gpu_columns=columns,
+        gpu_rows=rows,
+        column_thresholds=thresholds,
+        left_out=left_out,
+    )
+
+
+def _listed_names(measurements: list[Any]) -> set[str]:
+    """A name measured several times on one GPU (a GPU's link to each NIC, one row per label) has
+    no single cell in the GPU pivot: it is listed with its labels instead of showing one of them."""
+    seen: set[tuple[int, str]] = set()
+    listed: set[str] = set()
+    for m in measurements:
+        if m.gpu is None:
+            continue
+        if (m.gpu, m.name) in seen:
+            listed.add(m.name)
+        seen.add((m.gpu, m.name))
+    return listed
 
 
 def _result_json(r: CheckResult) -> dict[str, Any]:

@@ -85,7 +85,7 @@ def test_it_accepts_a_cluster_from_the_browser(
     # 1. Start the acceptance run from the cluster page and watch it live.
     run_id = start_run_from_cluster_page(page, live_server.url, "tb", "acceptance-fast", shot)
     page.evaluate(COUNT_SWAPS_JS)
-    assert {s for cells in page.evaluate(GRID_CELLS_JS).values() for s in cells} & {"queued", "running"}
+    assert {s for cells in page.evaluate(GRID_CELLS_JS).values() for s in cells} & {"queued", "waiting", "running"}
     page.wait_for_function(PROGRESS_SEEN_JS, timeout=30_000)
     shot("run-live")
     # 150 s: the plan's RDMA pairs, all-to-all and metadata checks (issue 14) add half a minute.
@@ -102,7 +102,7 @@ def test_it_accepts_a_cluster_from_the_browser(
     others = [h for h in grid if h not in (SLOW_NODE, XID_NODE)]
     assert all(set(grid[h].values()) == {"pass"} for h in others), grid
     result_links = {
-        (host, col): page.locator(f"#run-grid tr:has(td:text-is('{host}')) a.cell").nth(i).get_attribute("href")
+        (host, col): page.locator(f"#run-grid tr:has(td > a:text-is('{host}')) a.cell").nth(i).get_attribute("href")
         for host in ("gpu01", XID_NODE)
         for i, col in enumerate(columns)
     }
@@ -112,7 +112,7 @@ def test_it_accepts_a_cluster_from_the_browser(
     page.wait_for_url(re.compile(r"problems=1"))
     shot("only-problems")
     assert set(page.evaluate(GRID_CELLS_JS)) == {SLOW_NODE, XID_NODE}
-    reason = page.locator(f"#run-grid tr:has(td:text-is('{SLOW_NODE}')) a.cell.warn").get_attribute("title")
+    reason = page.locator(f"#run-grid tr:has(td > a:text-is('{SLOW_NODE}')) a.cell.warn").get_attribute("title")
     assert re.search(r"outlier: busbw [\d.]+ GB/s is 1\d% below the fleet median", reason), reason
 
     # 3. Each run-level chart kind, following the chart links (the run page's, then each chart page's).

@@ -59,4 +59,6 @@ def test_it_fills_the_grid_live_until_the_run_fails(
     page.wait_for_url("**/results/*/")
     shot("failing-result")
     assert "gpu03" in page.locator("main").inner_text()
-    assert "ecc_volatile_uncorrected" in page.locator("main").inner_text()
+    page.wait_for_selector("#ecc-counts")  # the ECC and Xid table, loaded after the page
+    assert "volatile uncorr." in page.locator("#ecc-counts").inner_text()
+    assert "ecc_volatile_uncorrected" not in page.locator("main").inner_text(), "the counters are shown once"

@@ -159,6 +159,7 @@ def test_it_fills_the_grid_live_for_a_run_started_from_the_web_page(
 
     result = CheckResult.objects.get(run__cluster=testbed_cluster, node__hostname="gpu06", item_key="ecc-health")
     detail = client.get(f"/results/{result.pk}/").content.decode()
-    assert "ecc_volatile_uncorrected" in detail
+    ecc_table = client.get(f"/results/{result.pk}/charts/ecc/").content.decode()  # loaded after the page
+    assert "volatile uncorr." in ecc_table and "ecc_volatile_uncorrected" not in detail  # shown once
     assert "python3 - &lt; probe.py" in detail
     assert '"schema": 1' in detail or "&quot;schema&quot;: 1" in detail, "the raw probe output is shown"

@@ -6,6 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from portal.inventory.models import Cluster, Node
 from tests.portal.helpers import add_measurement, set_result
@@ -76,7 +77,7 @@ def test_it_shows_the_run_grid_with_counts_and_progress(viewer_client, cluster, 
     set_result(run, "n01", "ecc-health", "pass")
     set_result(run, "n02", "gpu-inventory", "pass")
     set_result(run, "n02", "ecc-health", "fail", "GPU 5: 3 uncorrectable ECC errors")
-    set_result(run, "n03", "gpu-inventory", "running")
+    set_result(run, "n03", "gpu-inventory", "running", command_started_at=timezone.now())
 
     response = viewer_client.get(reverse("runs:run_detail", args=[run.pk]))
 
@@ -136,9 +137,9 @@ def test_it_filters_the_grid_to_problem_nodes(viewer_client, cluster, make_run) 
 
     assert [row.node.hostname for row in response.context["grid"].rows] == ["n02", "n04"]
     html = response.content.decode()
-    assert "<td>n02</td>" in html and "<td>n04</td>" in html
-    assert "<td>n01</td>" not in html and "<td>n03</td>" not in html
-    assert "<td>n01</td>" not in fragment and "<td>n02</td>" in fragment
+    assert ">n02</a></td>" in html and ">n04</a></td>" in html
+    assert ">n01</a></td>" not in html and ">n03</a></td>" not in html
+    assert ">n01</a></td>" not in fragment and ">n02</a></td>" in fragment
     # counts still cover the whole run
     assert '<span class="badge green">6 pass</span>' in html
     all_rows = viewer_client.get(reverse("runs:run_detail", args=[run.pk])).context["grid"].rows

@@ -164,7 +164,10 @@ def test_it_polls_the_summary_for_the_rows_changed_since_the_last_answer(viewer_
     assert html.lstrip().startswith('<div id="run-summary"')
     assert 'id="grid"' not in html and 'id="run-grid"' not in html
     node = Node.objects.get(cluster=cluster, hostname="n03")
-    assert f'<template><tr id="node-{node.pk}" hx-swap-oob="true"><td>n03</td>' in html
+    assert (
+        f'<template><tr id="node-{node.pk}" hx-swap-oob="true"><td><a href="/clusters/c1/nodes/n03/">n03</a></td>'
+        in html
+    )
     assert html.count("<tr ") == 1  # n01 finished long before the poll: not sent again
     assert 'class="cell fail"' in html and 'class="cell queued"' in html  # the whole row of n03
     assert "GPU 2: &lt;b&gt;ECC&lt;/b&gt;" in html and "<b>ECC" not in html
@@ -216,7 +219,7 @@ def test_it_keeps_the_problem_filter_while_polling(viewer_client, cluster, make_
     set_result(run, "n04", "gpu-inventory", "error", "unreachable")
     fragment = viewer_client.get(url, {"problems": "1"}, headers={"HX-Request": "true"}).content.decode()
     assert fragment.lstrip().startswith('<div id="run-grid"')
-    assert "<td>n02</td>" in fragment and "<td>n04</td>" in fragment and "<td>n01</td>" not in fragment
+    assert ">n02</a></td>" in fragment and ">n04</a></td>" in fragment and ">n01</a></td>" not in fragment
     assert f'hx-get="{url}?problems=1"' in fragment
 
 

@@ -27,7 +27,7 @@ from portal.charts.selectors.capacity import (
 )
 from portal.charts.selectors.common import MAX_POINTS, MIN_DEVIATION, OUTLIER_Z, chart_kind, item_thresholds, robust_z
 from portal.charts.selectors.dlc import DlcData, dlc_result
-from portal.charts.selectors.ecc import ECC_COLUMNS, EccData, ecc_result
+from portal.charts.selectors.ecc import ECC_COLUMNS, EccData, ecc_result, in_ecc_table
 from portal.charts.selectors.filesystem import FsData, run_filesystem
 from portal.charts.selectors.fleet import (
     Distribution,
@@ -52,5 +52,5 @@ __all__ = [
     "item_thresholds", "nccl_result", "nccl_run", "node_results_url", "node_statuses", "result_series",
     "robust_z", "run_chart_links", "run_distribution", "run_filesystem", "run_metric_choices", "run_metric_values",
     "run_rack", "series_csv_lines", "slowdown_threshold", "worst_aggregate",
-    "MAX_SIDE", "MatrixData", "MatrixResult", "matrix_result",
+    "MAX_SIDE", "MatrixData", "MatrixResult", "matrix_result", "in_ecc_table",
 ]  # fmt: skip

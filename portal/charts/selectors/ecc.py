@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from portal.charts.selectors.common import chart_kind
 from portal.runs.models import CheckResult, Measurement
 
 ECC_COLUMNS = (
@@ -19,6 +21,18 @@ ECC_COLUMNS = (
     ("retired_pages_double_bit", "retired pages DBE"),
     ("retired_pages_pending", "retired pending"),
 )
+
+
+_COUNTERS = frozenset(name for name, _ in ECC_COLUMNS)
+
+
+def in_ecc_table(kind: str) -> Callable[[Measurement], bool] | None:
+    """For a result of the ECC chart family: which of its measurements the ECC table shows (the
+    per-GPU counters and every Xid event), so the result page's own measurement table leaves them
+    out instead of showing them twice. None for the other families."""
+    if chart_kind(kind) != "ecc":
+        return None
+    return lambda m: m.name == "xid" or (m.name in _COUNTERS and m.gpu is not None)
 
 
 @dataclass
