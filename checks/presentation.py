@@ -184,8 +184,14 @@ RESET_GPU = "reset the GPU (nvidia-smi -r) to apply the pending remap, then re-r
 ENABLE_ECC = "enable ECC (nvidia-smi -e 1) and reboot"
 GPU_MISSING = "reseat the GPU that is missing or not the profile's model; RMA if it stays missing"
 LOOK_AT_RESULT = "read the result's evidence, fix the node, then re-run"
-# An `error` result: Kiln could not tell. Every kind shares it (the check never ran to a verdict).
+# An `error` result: Kiln could not tell (the check never ran to a verdict). Every kind shares these:
+# one for a node that gave nothing back (unreachable, no answer), one for a node whose answer could
+# not be judged (a tool missing or failing, output unparseable, readings incomplete).
 COULD_NOT_TELL = "could not tell: check SSH to the node (sshd running, network and route, credentials), then re-run"
+COULD_NOT_JUDGE = (
+    "could not tell from what the node returned: fix what the reason names (the tool, its output, the readings "
+    "it lacked), then re-run"
+)
 
 
 @dataclass(frozen=True)
@@ -206,6 +212,7 @@ class Remedy:
 
 FALLBACK_REMEDY = Remedy("other", LOOK_AT_RESULT)
 ERROR_REMEDY = Remedy("could not tell", COULD_NOT_TELL)
+UNJUDGED_REMEDY = Remedy("could not tell", COULD_NOT_JUDGE)
 
 
 @dataclass(frozen=True)
