@@ -16,12 +16,15 @@ from portal.runs.models import STATUS_COLOURS, Status
 
 _COLOUR = {"green": "#1a7f37", "red": "#cf222e", "orange": "#bc4c00", "purple": "#8250df", "grey": "#6e7781"}
 # No plotly template: a named template is inlined into every figure's JSON (~10 KB each).
-_AXIS = {"gridcolor": "#eaeef2", "zerolinecolor": "#d0d7de", "linecolor": "#d0d7de"}
+# automargin: tick labels and titles get the room they need (two-line date ticks, "109,400" Gflop/s).
+_AXIS = {"gridcolor": "#eaeef2", "zerolinecolor": "#d0d7de", "linecolor": "#d0d7de", "automargin": True}
 _LAYOUT: dict[str, Any] = {
-    "margin": {"l": 60, "r": 20, "t": 36, "b": 40},
-    "height": 300,
+    "margin": {"l": 60, "r": 20, "t": 36, "b": 30},
+    "height": 340,
     "hovermode": "closest",
-    "legend": {"orientation": "v", "font": {"size": 11}},
+    # Below the plot, across its width: on the right, a long line name ("nccl-allreduce-multi (group
+    # hgx-h100-r01-n[01-16])") squeezed the plot to a third of a half-width chart.
+    "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top", "font": {"size": 11}},
     "plot_bgcolor": "#fff",
     "paper_bgcolor": "#fff",
 }
@@ -123,6 +126,7 @@ def trend_figure(*, trend: Trend, result_url: Callable[[int], str], node: str = 
         "yaxis": {
             **_AXIS,
             "title": {"text": metric.unit},
+            "tickformat": ",~g",  # "109,398", not "109.398k"
             "rangemode": "tozero" if metric.gpu_agg == "sum" else "normal",
         },
         "xaxis": {**_AXIS, **time_axis(moments)},
@@ -149,7 +153,7 @@ def run_counts_figure(*, rows: list[dict[str, Any]], run_url: Callable[[int], st
             )
         )
     layout = go.Layout(
-        **{**_LAYOUT, "height": 240},
+        **{**_LAYOUT, "height": 280},
         title={"text": "Results by status per run", "font": {"size": 14}},
         yaxis={**_AXIS, "title": "results", "rangemode": "tozero"},
         xaxis={**_AXIS, **time_axis([r["at"] for r in rows])},

@@ -118,7 +118,7 @@ def utc_text(moment: dt.datetime) -> str:
 
 def time_axis(moments: list[dt.datetime]) -> dict[str, Any]:
     """A date x axis in UTC with minute-or-coarser ticks, widened to MIN_TIME_SPAN around its points."""
-    axis: dict[str, Any] = {"type": "date", "tickformatstops": TIME_TICKS, "title": {"text": "run start (UTC)"}}
+    axis: dict[str, Any] = {"type": "date", "tickformatstops": TIME_TICKS, "title": {"text": "UTC", "standoff": 2}}
     if moments:
         first, last = min(moments), max(moments)
         if last - first < MIN_TIME_SPAN:
