@@ -41,15 +41,15 @@ def _floors(curves: list[Curve]) -> list[tuple[float, float, float]]:
 
 
 def _floor_line(floor: float, first: float, last: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The dashed floor over the judged sizes, and its label above its left end. A log axis places
-    shapes and annotations by the log10 of the value (plotly's range coordinates)."""
-    x0, x1 = math.log10(first), math.log10(last)
+    """The dashed floor over the judged sizes, and its label above its left end. On a log axis a
+    shape is placed by data values, an annotation by their log10 (plotly.js: shapes.json and
+    annotations-autorange mocks, plotly.js PR #6194)."""
     line = {
-        "type": "line", "xref": "x", "yref": "y", "x0": x0, "x1": x1, "y0": floor, "y1": floor,
+        "type": "line", "xref": "x", "yref": "y", "x0": first, "x1": last, "y0": floor, "y1": floor,
         "line": {"color": THRESHOLD_COLOUR, "dash": "dash", "width": 2},
     }  # fmt: skip
     label = {
-        "xref": "x", "yref": "y", "x": x0, "y": floor, "xanchor": "left", "yanchor": "bottom",
+        "xref": "x", "yref": "y", "x": math.log10(first), "y": floor, "xanchor": "left", "yanchor": "bottom",
         "text": f"floor {floor:g} GB/s (judged from {binary_size(first)})", "showarrow": False,
         "font": {"color": THRESHOLD_COLOUR}, "bgcolor": "rgba(255,255,255,0.8)",
     }  # fmt: skip
