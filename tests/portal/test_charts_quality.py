@@ -196,3 +196,28 @@ def test_a_varying_rack_field_is_scaled_from_its_lowest_to_its_highest_value() -
     assert heat["colorbar"]["title"]["text"] == "°C"
     assert "all" not in figure["layout"]["title"]["text"]
     assert "n03<br>45.5 °C" in json.dumps(heat["text"], ensure_ascii=False)
+
+
+def test_burn_in_and_dlc_hovers_name_the_node_and_the_gpu() -> None:
+    from portal.charts.selectors import BurnInData, DlcData, Trace
+
+    panel = [Trace(3, [0.0, 1.0], [61.0, 62.0], 2)]
+    burn = figures.burn_in_figure(BurnInData("b", [("temp_gpu", "temp", "C", panel)], [], None, 1500, node="n07"))
+    assert burn["data"][0]["hovertemplate"].startswith("n07 · GPU 3: ") and "°C" in burn["data"][0]["hovertemplate"]
+
+    dlc = figures.dlc_figure(
+        DlcData("d", [0, 1], [30.0, 31.0], [60.0, 61.0], [87.0, 87.0], 5.0, [-0.5, 0.5], 3.0, "n07")
+    )
+    bars = [t for t in dlc["data"] if t["type"] == "bar"]
+    assert bars and all(t["hovertemplate"].startswith("n07 · %{x}") and "°C" in t["hovertemplate"] for t in bars)
+
+
+def test_the_fleet_pickers_offer_what_the_checks_declare_judged() -> None:
+    from checks.presentation import presentation_of
+
+    assert "busbw_peak" in presentation_of("nccl_allreduce").fleet_metrics()
+    assert {"gflops", "temp_max"} <= presentation_of("burn_in").fleet_metrics()
+    assert "ibstat_exit_code" not in presentation_of("ib_ports").fleet_metrics()
+    for kind in ("gpu_inventory", "ecc_health"):  # the probe records a gpu_present flag per GPU
+        assert "gpu_present" not in presentation_of(kind).fleet_metrics()
+    assert presentation_of("no_such_kind").fleet_metrics() == frozenset()
