@@ -56,7 +56,7 @@ def demo_certificate_issue(*, say: Callable[[str], None]) -> Certificate:
     campaign = services.campaign_create(cluster=cluster, plan=plan, name="Demo acceptance", user=operator)
     with transaction.atomic():
         run = services.campaign_run_start(campaign=campaign, node_set="", user=operator, enqueue=False)
-    say(f"campaign #{campaign.pk}: running {plan.slug} on {run.node_set} (about two minutes)")
+    say(f"campaign #{campaign.pk}: running {plan.slug} on {run.node_set} (about three minutes)")
     workers = 1 if connection.vendor == "sqlite" else 16  # SQLite has one writer at a time
     with facility_served():  # the plan's heat soak reads the demo's PDUs and CDU
         execute_run_inline(run_id=run.pk, node_ids=list(run.results.values_list("node_id", flat=True).distinct()),

@@ -145,7 +145,7 @@ class Command(BaseCommand):
                 run = run_start(cluster=cluster, plan=plan, nodes=nodes_select(cluster=cluster, node_set=""))
         except RunStartError as exc:
             raise CommandError(f"demo heat soak: {exc}") from None
-        self.stdout.write(f"queued the demo heat soak: run {run.pk} (about a minute)")
+        self.stdout.write(f"queued the demo heat soak: run {run.pk} (about two minutes)")
 
     def _certificate(self, out: Path, *, healthy: bool) -> None:
         from portal.certificates.demo import demo_certificate_write
