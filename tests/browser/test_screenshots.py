@@ -1,14 +1,15 @@
 """Screenshots as tests (issue 16, item 8): every main page in Chromium at 1280 and 1920 px, saved as
 test-artifacts/screenshots/<width>/<page>.png, and on each page:
-- the page is no wider than the window, and nothing runs past its right edge except inside a box that
-  scrolls (overflow-x auto or scroll: the result pages' `.table-wrap`, the run grid's `.grid-wrap`,
-  `pre`) and itself fits;
+- the page is no wider than the window (the window without its vertical scrollbar), and nothing runs
+  past the right edge of its column (what is in <main>: main's content box; the header: the window)
+  except inside a box that scrolls (overflow-x auto or scroll: the result pages' `.table-wrap`, the
+  run grid's `.grid-wrap`, `pre`) and itself fits;
 - no raw template syntax (`{#`, `{{`, `{%`) in the text a person reads;
 - no console error (a 404 for the favicon included), no uncaught exception, no chart that failed.
 The issued certificate's pages are saved as PNG too (pdftoppm), under test-artifacts/screenshots/certificate/.
 
 One data set serves the module (tests/browser/screenshot_site.py: the demo cluster's runs executed
-inline, a certified campaign, an open one, a run still running; about half a minute), and each width
+inline, a certified campaign, an open one, a run still running; about 40 s), and each width
 opens every page in one test: a problem is reported with the page and the width, after every page
 was looked at, so one run shows them all.
 """
@@ -60,10 +61,15 @@ READY_JS = """() => {
 }"""
 
 # What the page shows, measured: its width against the window's, the outermost elements whose right
-# edge runs past the window outside a scroll box that fits, the charts that failed, its visible text.
+# edge runs past their column outside a scroll box that fits, the charts that failed, its visible text.
 MEASURE_JS = """() => {
   const view = document.documentElement.clientWidth;
-  const past = (el) => el.getBoundingClientRect().right > view + 0.5;
+  // What is in <main> stays in its column (its padding is the page's margin); the rest, in the window.
+  const main = document.querySelector('main');
+  const mainBox = main.getBoundingClientRect();
+  const column = mainBox.left + main.clientWidth - parseFloat(getComputedStyle(main).paddingRight);
+  const edge = (el) => (el !== main && main.contains(el) ? column : view);
+  const past = (el) => el.getBoundingClientRect().right > edge(el) + 0.5;
   const scrolls = (el) => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
   const name = (el) => {
     const classes = typeof el.className === 'string' ? el.className.trim().split(/\\s+/).filter(Boolean) : [];
@@ -85,8 +91,8 @@ MEASURE_JS = """() => {
     offenders: [...offenders].slice(0, 8).map(el => {
       const path = [];
       for (let e = el; e && e !== document.body; e = e.parentElement) path.unshift(name(e));
-      return `${path.slice(-4).join(' > ')} ends at ${Math.ceil(el.getBoundingClientRect().right)} px`
-        + ` ("${(el.innerText || el.textContent || '').trim().slice(0, 40)}")`;
+      return `${path.slice(-4).join(' > ')} ends at ${Math.ceil(el.getBoundingClientRect().right)} px,`
+        + ` past ${Math.floor(edge(el))} px ("${(el.innerText || el.textContent || '').trim().slice(0, 40)}")`;
     }),
     failedCharts: [...document.querySelectorAll('[data-rendered=error]')].map(e => `#${e.id}: ${e.textContent}`),
     text: document.body.innerText,
