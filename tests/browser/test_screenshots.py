@@ -4,6 +4,7 @@ test-artifacts/screenshots/<width>/<page>.png, and on each page:
   past the right edge of its column (what is in <main>: main's content box; the header: the window)
   except inside a box that scrolls (overflow-x auto or scroll: the result pages' `.table-wrap`, the
   run grid's `.grid-wrap`, `pre`) and itself fits;
+- no chart text (a title, a tick label, a legend) cut off at its chart's edge;
 - no raw template syntax (`{#`, `{{`, `{%`) in the text a person reads;
 - no console error (a 404 for the favicon included), no uncaught exception, no chart that failed.
 The issued certificate's pages are saved as PNG too (pdftoppm), under test-artifacts/screenshots/certificate/.
@@ -61,7 +62,8 @@ READY_JS = """() => {
 }"""
 
 # What the page shows, measured: its width against the window's, the outermost elements whose right
-# edge runs past their column outside a scroll box that fits, the charts that failed, its visible text.
+# edge runs past their column outside a scroll box that fits, the text of a chart (an SVG) that runs
+# past the chart's edge, where it is cut off, the charts that failed, the page's visible text.
 MEASURE_JS = """() => {
   const view = document.documentElement.clientWidth;
   // What is in <main> stays in its column (its padding is the page's margin); the rest, in the window.
@@ -94,6 +96,13 @@ MEASURE_JS = """() => {
       return `${path.slice(-4).join(' > ')} ends at ${Math.ceil(el.getBoundingClientRect().right)} px,`
         + ` past ${Math.floor(edge(el))} px ("${(el.innerText || el.textContent || '').trim().slice(0, 40)}")`;
     }),
+    clippedText: [...document.querySelectorAll('svg text')].filter(t => {
+      const box = t.getBoundingClientRect(), svg = t.ownerSVGElement;
+      if (!svg || !box.width || !t.textContent.trim()) return false;
+      const frame = svg.getBoundingClientRect();
+      return box.left < frame.left - 1 || box.right > frame.right + 1 || box.top < frame.top - 1
+        || box.bottom > frame.bottom + 1;
+    }).map(t => `${t.closest('[id]') ? '#' + t.closest('[id]').id : 'svg'}: "${t.textContent.slice(0, 60)}"`),
     failedCharts: [...document.querySelectorAll('[data-rendered=error]')].map(e => `#${e.id}: ${e.textContent}`),
     text: document.body.innerText,
   };
@@ -155,6 +164,7 @@ def _look(page: Page, url: str, png: Path, console: list[str]) -> list[str]:
     problems += [f"runs past the right edge: {o}" for o in seen["offenders"]]
     for match in RAW_TEMPLATE.finditer(seen["text"]):
         problems.append(f"raw template syntax: {seen['text'][max(0, match.start() - 30) : match.end() + 50]!r}")
+    problems += [f"text cut off at its chart's edge: {c}" for c in seen["clippedText"]]
     problems += [f"chart failed: {c}" for c in seen["failedCharts"]]
     problems += [f"console: {m}" for m in console]
     return problems
