@@ -71,6 +71,7 @@ from checks.presentation import (
     OutlierMetric,
     Presentation,
     PromMetric,
+    SeriesThreshold,
     TrendRule,
     highest,
 )
@@ -249,6 +250,9 @@ class _NcclBase(Check):
         return findings
 
 
+# The busbw curve's floor is the one judged on busbw_peak, and only over the sizes it judged: sizes
+# >= peak_min_bytes (the measurement's label; busbw plateaus only for large messages).
+BUSBW_FLOOR = SeriesThreshold("busbw_peak", x_from="peak_min_bytes")
 # One history chart for NCCL on one node and across nodes (both kinds store busbw_peak).
 BUSBW_KEY_METRIC = KeyMetric(
     "busbw", "NCCL bus bandwidth (peak)", "busbw_peak", "GB/s", group_value_on_node=True, fleet_default=True
@@ -269,6 +273,7 @@ class NcclAllReduce(_NcclBase):
         chart="nccl",
         rank=10,
         key_metrics=(BUSBW_KEY_METRIC,),
+        series_threshold=BUSBW_FLOOR,
         trends=(TrendRule("busbw_peak", -1, 0.03, True, "NCCL busbw falling", "GB/s"),),
         prometheus=(PromMetric("busbw_peak", "kiln_nccl_busbw_peak_gbps", "NCCL all-reduce peak bus bandwidth, GB/s"),),
         outliers=(OutlierMetric("busbw", "busbw", ("busbw_peak",), "GB/s", True, highest("busbw_peak")),),
@@ -402,7 +407,9 @@ class NcclAllReduceMulti(NcclGroupCheck):
         "one GPU per rank: inter-node bus bandwidth and zero wrong results; a slow group is bisected to the node."
     )
     Thresholds: ClassVar[type] = NcclThresholds
-    presentation: ClassVar[Presentation] = Presentation(chart="nccl", rank=11, key_metrics=(BUSBW_KEY_METRIC,))
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="nccl", rank=11, key_metrics=(BUSBW_KEY_METRIC,), series_threshold=BUSBW_FLOOR
+    )
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         # Conservative default; tune per site. 2-node all_reduce busbw is bound by the nodes' NICs:
         # the GCP A3 Mega 2x8 H100 fixture (8x 200G GPUDirect-TCPXO) peaks at 338.8 GB/s at 8 GiB,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from checks.base import GroupContext, register
-from checks.nccl import NcclGroupCheck
+from checks.nccl import BUSBW_FLOOR, NcclGroupCheck
 from checks.nccl_params import NcclAlltoallParams, NcclAlltoallThresholds, NcclThresholds
 from checks.presentation import KeyMetric, Presentation
 
@@ -51,6 +51,7 @@ class NcclAlltoallMulti(NcclGroupCheck):
     presentation: ClassVar[Presentation] = Presentation(
         chart="nccl",
         rank=12,
+        series_threshold=BUSBW_FLOOR,
         key_metrics=(
             KeyMetric(
                 "alltoall_busbw", "NCCL all-to-all bus bandwidth (peak)", "busbw_peak", "GB/s",

@@ -137,6 +137,18 @@ class CertificateSection:
 
 
 @dataclass(frozen=True)
+class SeriesThreshold:
+    """Where a series chart (x against y, e.g. busbw by message size) finds its threshold: the bound
+    recorded on the result's measurement `measurement` (its `threshold`, ">= 460"), the one the
+    check judged. `x_from` names that measurement's label holding the smallest x the judgement
+    covers (NCCL judges busbw only on sizes >= `peak_min_bytes`): the line is drawn from there to
+    the largest x, not across sizes the check never judged. '' = every x."""
+
+    measurement: str
+    x_from: str = ""
+
+
+@dataclass(frozen=True)
 class MatrixChart:
     """A heatmap of one result's measurements (chart family "matrix"): a row per value of the label
     `rows_label` ("gpu": the measurement's GPU index), a column per value of `cols_label`, or, when
@@ -184,8 +196,14 @@ RESET_GPU = "reset the GPU (nvidia-smi -r) to apply the pending remap, then re-r
 ENABLE_ECC = "enable ECC (nvidia-smi -e 1) and reboot"
 GPU_MISSING = "reseat the GPU that is missing or not the profile's model; RMA if it stays missing"
 LOOK_AT_RESULT = "read the result's evidence, fix the node, then re-run"
-# An `error` result: Kiln could not tell. Every kind shares it (the check never ran to a verdict).
+# An `error` result: Kiln could not tell (the check never ran to a verdict). Every kind shares these:
+# one for a node that gave nothing back (unreachable, no answer), one for a node whose answer could
+# not be judged (a tool missing or failing, output unparseable, readings incomplete).
 COULD_NOT_TELL = "could not tell: check SSH to the node (sshd running, network and route, credentials), then re-run"
+COULD_NOT_JUDGE = (
+    "could not tell from what the node returned: fix what the reason names (the tool, its output, the readings "
+    "it lacked), then re-run"
+)
 
 
 @dataclass(frozen=True)
@@ -206,6 +224,7 @@ class Remedy:
 
 FALLBACK_REMEDY = Remedy("other", LOOK_AT_RESULT)
 ERROR_REMEDY = Remedy("could not tell", COULD_NOT_TELL)
+UNJUDGED_REMEDY = Remedy("could not tell", COULD_NOT_JUDGE)
 
 
 @dataclass(frozen=True)
@@ -231,6 +250,8 @@ class Presentation:
     certificate_section: CertificateSection | None = None
     # Chart family "matrix": the heatmaps of a result, in order (declared with that family only).
     matrices: tuple[MatrixChart, ...] = ()
+    # Series charts (family "nccl"): the threshold each result's curve is drawn against.
+    series_threshold: SeriesThreshold | None = None
 
     def __post_init__(self) -> None:
         if self.chart not in CHART_FAMILIES:
@@ -240,6 +261,16 @@ class Presentation:
         for chart in self.certificate_charts:
             if chart.style not in ("curves", "bars"):
                 raise ValueError(f"certificate chart {chart.title!r}: unknown style {chart.style!r}")
+
+    def fleet_metrics(self) -> frozenset[str]:
+        """The measurement names worth comparing across a run's nodes (the fleet distribution and
+        rack heatmap pickers): those the kind declares as judged and followed (key metrics, trends,
+        outliers, exported gauges, certificate bars). Evidence bookkeeping (exit codes, presence
+        flags, versions) is recorded but never offered."""
+        names = {m.name for m in self.key_metrics} | {t.name for t in self.trends}
+        names |= {n for o in self.outliers for n in o.names} | {p.measurement for p in self.prometheus}
+        names |= {n for c in self.certificate_charts if c.style == "bars" for n in c.names}
+        return frozenset(names)
 
     def remedy_for(self, name: str | None) -> Remedy:
         """The remedy of an out-of-spec measurement `name` (None: a failed result with none)."""

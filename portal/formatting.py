@@ -110,6 +110,46 @@ def threshold(text: Any, unit: str = "") -> str:
     return f"{OPERATORS[op]} {quantity(float(raw), rest or unit)}"  # its own unit ("GB/s", "W") or the value's
 
 
+# A plan parameter's unit, from the naming convention of the checks' Params and Thresholds fields
+# (duration_s, max_bytes, max_power_w, max_temp_c, min_coverage_pct): the value is shown with it.
+SETTING_SUFFIX_UNITS = {"_s": "s", "_bytes": "B", "_w": "W", "_c": "C", "_pct": "%"}
+
+
+def _exact(x: float) -> str:
+    """A setting is a contract: shown exactly (thousands separated), never rounded."""
+    return f"{int(x):,}" if x.is_integer() else f"{x:,}"
+
+
+def _exact_bytes(x: float) -> str:
+    """A byte size exactly, in the largest unit it is a whole number of: 8589934592 -> "8 GiB"."""
+    for power, binary, decimal in ((4, "TiB", "TB"), (3, "GiB", "GB"), (2, "MiB", "MB"), (1, "KiB", "kB")):
+        if x and x % 1024**power == 0:
+            return f"{_exact(x / 1024**power)} {binary}"
+        if x and x % 1000**power == 0:
+            return f"{_exact(x / 1000**power)} {decimal}"
+    return f"{_exact(x)} B"
+
+
+def setting(name: str, value: Any) -> str:
+    """A plan parameter or threshold's value for people, exactly: "duration_s", 600 -> "600 s";
+    "max_bytes", 8589934592 -> "8 GiB"; True -> "yes"; a list -> "a, b"; None -> "—" (not set)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(setting("", v) for v in value) or MISSING
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {setting(k, v)}" for k, v in value.items()) or MISSING
+    x = as_number(value)
+    if x is None:
+        return MISSING if value is None else str(value)
+    if not math.isfinite(x):
+        return INVALID
+    unit = next((u for suffix, u in SETTING_SUFFIX_UNITS.items() if name.endswith(suffix)), "")
+    if unit == "B":
+        return _exact_bytes(x)
+    return f"{_exact(x)} {SPELLING.get(unit, unit)}".rstrip()
+
+
 def unit_shown(unit: str) -> str:
     """How a unit is spelled for people ("C" -> "°C"); scaled units are chosen per value."""
     return SPELLING.get(unit, unit)

@@ -22,9 +22,17 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires.")
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # SHA-256 of the one-time value of the tokens page's form that made it: a reload that sends the
+    # same form again is refused instead of making a second token (portal/api/services.py).
+    form_sha256 = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "form_sha256"], condition=~models.Q(form_sha256=""), name="api_token_one_per_form"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.prefix} ({self.name})"

@@ -7,6 +7,7 @@ import secrets
 from datetime import datetime, timedelta
 
 from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -28,8 +29,12 @@ def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "replace")).hexdigest()
 
 
-def token_create(*, user: User, name: str, expires_at: datetime | None = None) -> tuple[ApiToken, str]:
-    """A new token for `user`. Returns it and its secret: the only time the secret exists in clear."""
+def token_create(
+    *, user: User, name: str, expires_at: datetime | None = None, form_nonce: str = ""
+) -> tuple[ApiToken, str]:
+    """A new token for `user`. Returns it and its secret: the only time the secret exists in clear.
+    `form_nonce`: the tokens page form's one-time value; the same form sent twice (a browser reload
+    re-posts it) makes one token, and the second time says so."""
     name = name.strip()
     if not name or len(name) > 100:
         raise TokenError("give the token a name of 1 to 100 characters (what it is for)")
@@ -41,9 +46,21 @@ def token_create(*, user: User, name: str, expires_at: datetime | None = None) -
     while ApiToken.objects.filter(prefix=prefix).exists():
         prefix = secrets.token_hex(PREFIX_BYTES)
     secret = f"{SECRET_LABEL}_{prefix}_{secrets.token_urlsafe(SECRET_BYTES)}"
-    token = ApiToken.objects.create(
-        user=user, name=name, prefix=prefix, secret_sha256=secret_hash(secret), expires_at=expires_at
-    )
+    form = secret_hash(form_nonce) if form_nonce else ""
+    try:
+        with transaction.atomic():
+            token = ApiToken.objects.create(
+                user=user, name=name, prefix=prefix, secret_sha256=secret_hash(secret), expires_at=expires_at,
+                form_sha256=form,
+            )  # fmt: skip
+    except IntegrityError:
+        first = ApiToken.objects.filter(user=user, form_sha256=form).first() if form else None
+        if first is None:
+            raise
+        raise TokenError(
+            f"this form was sent already (a reload?): it made token {first.prefix} ({first.name}), whose secret "
+            "was shown once. Revoke it below if you did not copy it, and create a new one."
+        ) from None
     return token, secret
 
 

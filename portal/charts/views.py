@@ -202,22 +202,19 @@ def run_rack(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run(run_id)
     metric = request.GET.get("metric") or "status"
     choices = selectors.run_metric_choices(run=run)
-    valid = {"status"} | {f"{c.item_key}:{c.name}" + (f"@{c.phase}" if c.phase else "") for c in choices}
+    valid = {"status"} | {c.metric_key for c in choices}
     if metric not in valid:
         metric = "status"
     data = selectors.run_rack(run=run, metric=metric)
     name = metric.partition(":")[2].partition("@")[0]
     better = selectors.worst_aggregate(name) == "min"  # lower is worse -> higher is better
     figure = figures.rack_figure(data, higher_is_better=better) if data.cells else None
-    rack_choices = [
-        (f"{c.item_key}:{c.name}" + (f"@{c.phase}" if c.phase else ""), c.label) for c in choices
-    ]  # fmt: skip
     return _page(
         request,
         run,
         "Rack heatmap",
         figure,
-        rack_choices=rack_choices,
+        rack_choices=choices,
         metric=metric,
         empty="No nodes in this run.",
     )

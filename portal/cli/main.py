@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
+
+from django.core.exceptions import ValidationError
+
+from portal.inventory.queue_names import validate_queue
 
 PROG = "kiln"
 SETTINGS = "portal.settings"
@@ -40,7 +43,6 @@ DEFAULT_QUEUE = "default"  # worker/celery.py: task_default_queue
 DEFAULT_BIND = "127.0.0.1:8000"  # the Makefile's HOST and PORT
 DEFAULT_WEB_WORKERS = 2  # scripts/up.sh; docker-compose.yml runs 4 on a production host
 WEB_THREADS = 4  # scripts/up.sh and docker-compose.yml
-QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
 
 
 def version() -> str:
@@ -96,8 +98,11 @@ def manage(args: Sequence[str]) -> int:
 
 
 def queue_name(value: str) -> str:
-    if not QUEUE_NAME.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a queue name (letters, digits and _ . : -)")
+    """The cluster's `queue` field's rule (portal/inventory/queue_names.py): a name a cluster can carry."""
+    try:
+        validate_queue(value)
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {'; '.join(exc.messages)}") from None
     return value
 
 

@@ -50,8 +50,9 @@ def node_detail(request: HttpRequest, name: str, hostname: str) -> HttpResponse:
         raise Http404("no such node") from None
     page = _page(request, selectors.node_results(node=node))
     trends = selectors.node_trends(node=node)
+    hostname = node.hostname
     charts = [
-        {"div": f"trend-{t.metric.key}", "figure": figures.trend_figure(trend=t, result_url=_result_url)}
+        {"div": f"trend-{t.metric.key}", "figure": figures.trend_figure(trend=t, result_url=_result_url, node=hostname)}
         for t in trends
     ]
     return render(

@@ -10,6 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 
 from checks.profiles import PROFILES
+from portal.inventory.queue_names import validate_queue
 
 name_validator = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", "letters, digits, '.', '_' and '-' only")
 hostname_validator = RegexValidator(
@@ -20,24 +21,6 @@ username_validator = RegexValidator(
     r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$", "a user name: letters, digits, '_', '.' and '-', not starting with '-'"
 )
 port_validators = [MinValueValidator(1), MaxValueValidator(65535)]
-# A Celery queue name: what a worker's `-Q` lists (comma-separated) and Redis keys carry, so no
-# comma, space or colon; 63 characters like a cluster's name.
-queue_validator = RegexValidator(
-    r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$",
-    "a queue name: letters, digits, '_', '.' and '-', not starting with '.' or '-'",
-)
-# Names Kombu and Celery keep for themselves in the same Redis database (the `unacked` hash and its
-# index, `_kombu.binding.*`, `celeryev`/`*.celery.pidbox` for events and control replies, Celery's
-# old default `celery`): a queue list under one of them would break every worker's broker.
-RESERVED_QUEUE_PREFIXES = ("celery", "unacked", "_kombu")
-
-
-def validate_queue(value: str) -> None:
-    queue_validator(value)
-    if value.lower().startswith(RESERVED_QUEUE_PREFIXES) or "pidbox" in value.lower():
-        raise ValidationError(f"{value!r} is reserved for Celery's and Kombu's own use in the broker")
-
-
 # The queue of clusters that name none: the one a plain `celery -A worker worker` serves
 # (CELERY_TASK_DEFAULT_QUEUE in portal/settings.py says the same name).
 DEFAULT_QUEUE = "default"

@@ -24,10 +24,10 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 from django.urls import reverse
 
-from checks.presentation import ERROR_REMEDY, Remedy, presentation_of, presented
+from checks.presentation import ERROR_REMEDY, UNJUDGED_REMEDY, Remedy, presentation_of, presented
 from portal import formatting
 from portal.inventory.models import Node
-from portal.runs.models import CheckResult, Measurement, Scope, Status
+from portal.runs.models import CheckResult, Measurement, Scope, Series, Status
 
 TRIAGED = (Status.FAIL, Status.ERROR)
 _NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+(?:[.:]\d+)*")
@@ -200,9 +200,16 @@ def _check_names(results: Iterable[CheckResult]) -> dict[tuple[int, str], str]:
     }
 
 
+def _group_hosts(result: CheckResult) -> list[str]:
+    try:
+        return list(NodeSet(result.node_set)) if result.node_set else []
+    except Exception:  # a node set that does not parse names no node: the launcher speaks for it
+        return []
+
+
 def _targets(result: CheckResult, nodes_by_host: dict[str, Node]) -> list[tuple[Node, str, str]]:
     """(node, status, reason) a result speaks for: the node itself, or a group result's failing
-    attributed nodes (else its launcher node, named with the set it spanned)."""
+    attributed nodes (else every node of the set it spanned: the verdict is the group's)."""
     if result.scope != Scope.GROUP:
         return [(result.node, result.status, result.reason)]
     named = [
@@ -210,13 +217,20 @@ def _targets(result: CheckResult, nodes_by_host: dict[str, Node]) -> list[tuple[
         for host, verdict in sorted((result.attribution or {}).items())
         if isinstance(verdict, dict) and verdict.get("status") in TRIAGED and host in nodes_by_host
     ]
-    return named or [(result.node, result.status, f"{result.node_set}: {result.reason}")]
+    spanned = [nodes_by_host[h] for h in _group_hosts(result) if h in nodes_by_host] or [result.node]
+    return named or [(node, result.status, f"{result.node_set}: {result.reason}") for node in spanned]
+
+
+def _answered(results: list[CheckResult]) -> set[int]:
+    """The errored results whose node returned something (an exit code, output, or samples): their
+    error is in the answer, not in reaching the node."""
+    errored = [r for r in results if r.status == Status.ERROR]
+    sampled = set(Series.objects.filter(result__in=errored).values_list("result_id", flat=True))
+    return {r.pk for r in errored if r.exit_code is not None or r.stdout or r.stderr or r.pk in sampled}
 
 
 def _findings(result: CheckResult, bad: list[dict[str, Any]]) -> list[tuple[Remedy, str, list[dict[str, Any]]]]:
-    """(remedy, action, the measurements it covers) for one failed or errored result."""
-    if result.status == Status.ERROR:
-        return [(ERROR_REMEDY, ERROR_REMEDY.action, [])]
+    """(remedy, action, the measurements it covers) for one failed result."""
     presentation = presentation_of(result.kind)
     if not bad:
         remedy = presentation.remedy_for(None)
@@ -236,7 +250,8 @@ def _members(results: list[CheckResult]) -> list[Member]:
     for row in Measurement.objects.filter(result_id__in=ids, ok=False).order_by("id").values(*columns):
         bad.setdefault(row["result_id"], []).append(row)
     names = _check_names(results)
-    attributed = {h for r in results if r.scope == Scope.GROUP for h in (r.attribution or {})}
+    answered = _answered(results)
+    attributed = {h for r in results if r.scope == Scope.GROUP for h in [*(r.attribution or {}), *_group_hosts(r)]}
     cluster_ids = {r.node.cluster_id for r in results}
     nodes_by_host = {
         n.hostname: n
@@ -247,9 +262,13 @@ def _members(results: list[CheckResult]) -> list[Member]:
         check = names.get((result.run_id, result.item_key), result.item_key)
         cited = Cited(result.item_key, check, result.pk, result.run_id, result.finished_at)
         for node, status, reason in _targets(result, nodes_by_host):
-            for remedy, action, rows in _findings(result, bad.get(result.pk, []) if status == Status.FAIL else []):
-                if status == Status.ERROR:
-                    remedy, action = ERROR_REMEDY, ERROR_REMEDY.action
+            findings: list[tuple[Remedy, str, list[dict[str, Any]]]]
+            if status == Status.ERROR:
+                remedy = UNJUDGED_REMEDY if result.pk in answered else ERROR_REMEDY
+                findings = [(remedy, remedy.action, [])]
+            else:
+                findings = _findings(result, bad.get(result.pk, []))
+            for remedy, action, rows in findings:
                 member = members.setdefault(
                     (node.pk, status, remedy.cause, action),
                     Member(node=node, status=status, remedy=remedy, action=action),

@@ -48,6 +48,23 @@ def csv_text(lines: list[Line]) -> str:
     return out.getvalue()
 
 
+def summary_text(lines: list[Line]) -> str:
+    """One text line per triage line, for a terminal (`kiln_demo --certificate`, `kiln_run`): status,
+    nodes, checks, GPUs with serial and PCI bus id, rules with the values measured, and the action."""
+    out = []
+    for line in lines:
+        parts = [f"{line.status.upper()} {line.node_set} ({line.count} node{'s' if line.count != 1 else ''})"]
+        parts.append(", ".join(line.checks))
+        gpus = [t for m in line.members for t in _gpu_text(m)]
+        measured = [t for m in line.members for t in _measured(m)]
+        parts += [f"GPUs: {'; '.join(gpus)}"] if gpus else []
+        parts += [f"measured: {'; '.join(measured)} (limit: {'; '.join(line.rules)})"] if measured else []
+        parts += [f"why: {line.reason}"] if not measured and line.reason else []
+        parts.append(f"action: {line.action}")
+        out.append(" | ".join(parts))
+    return "\n".join(out) + ("\n" if out else "")
+
+
 def _evidence_lines(e: Evidence) -> list[str]:
     where = "" if e.gpu is None else f" on GPU {e.gpu}"
     return [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
@@ -110,7 +111,8 @@ def test_the_page_shows_a_new_secret_once(people) -> None:
     browser = Client(SERVER_NAME="localhost")
     assert browser.get("/account/tokens/").status_code == 302  # login first
     browser.force_login(people["viewer"].user)
-    page = browser.post("/account/tokens/", {"name": "laptop"})
+    nonce = re.search(r'name="form_nonce" value="([^"]+)"', browser.get("/account/tokens/").content.decode())[1]
+    page = browser.post("/account/tokens/", {"name": "laptop", "form_nonce": nonce})
     assert page.status_code == 200 and page["Cache-Control"] == "no-store"
     token = ApiToken.objects.get(user=people["viewer"].user, name="laptop")
     secret = page.context["created"][1]
@@ -120,6 +122,30 @@ def test_the_page_shows_a_new_secret_once(people) -> None:
     revoked = browser.post(f"/account/tokens/{token.prefix}/revoke/", follow=True)
     assert b"revoked" in revoked.content
     assert ApiToken.objects.get(pk=token.pk).revoked_at is not None
+
+
+def test_a_reload_that_sends_the_form_again_makes_no_second_token(people) -> None:
+    from django.test import Client
+
+    browser = Client(SERVER_NAME="localhost")
+    browser.force_login(people["viewer"].user)
+    before = list(ApiToken.objects.values_list("pk", flat=True))  # the fixture's own tokens
+    form = browser.get("/account/tokens/").content.decode()
+    nonce = re.search(r'name="form_nonce" value="([^"]+)"', form)[1]
+    first = browser.post("/account/tokens/", {"name": "laptop", "form_nonce": nonce})
+    secret = first.context["created"][1]
+    again = browser.post("/account/tokens/", {"name": "laptop", "form_nonce": nonce})  # the browser's reload
+    assert again.status_code == 200 and again.context["created"] is None and secret.encode() not in again.content
+    mine = ApiToken.objects.filter(user=people["viewer"].user).exclude(pk__in=before)
+    (token,) = mine  # one token, not two
+    assert f"it made token {token.prefix} (laptop)" in again.content.decode()
+    # The page it answers with carries a fresh form: the next submission makes a token.
+    fresh = re.search(r'name="form_nonce" value="([^"]+)"', again.content.decode())[1]
+    assert fresh != nonce
+    browser.post("/account/tokens/", {"name": "desktop", "form_nonce": fresh})
+    # Without the form's one-time value (a hand-made POST) nothing is made.
+    assert browser.post("/account/tokens/", {"name": "script"}).context["created"] is None
+    assert sorted(mine.values_list("name", flat=True)) == ["desktop", "laptop"]
 
 
 def test_the_page_is_in_the_nav(people) -> None:

@@ -3,6 +3,7 @@ user would type them (separate processes, SQLite, no worker), and pdfsig on the 
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -34,6 +35,15 @@ def test_the_demo_certificate_verifies_with_kiln_verify_and_pdfsig(tmp_path: Pat
     made = _manage("kiln_demo", "--certificate", str(out), env=env)
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
     assert "PASS WITH WAIVERS" in made.stdout and out.exists()
+    # Issue 16's "Done when": the demo acceptance run triages to exactly the two demo faults.
+    after = made.stdout.split("triage of run #", 1)[1].splitlines()[1:]
+    triage = list(itertools.takewhile(lambda line: line.startswith(("FAIL ", "ERROR ")), after))
+    assert len(triage) == 2, made.stdout
+    ecc, driver = triage
+    assert ecc.startswith("FAIL demo03 (1 node) | ECC and Xid | GPUs: demo03 GPU 5 serial 16549220"), ecc
+    assert "RMA" in ecc and "ecc_volatile_uncorrected <= 0" in ecc and "PCI 00000000:" in ecc, ecc
+    assert driver.startswith("FAIL demo06 (1 node) | GPU inventory, Software and firmware |"), driver
+    assert "535.104.05" in driver and "550.54.15" in driver and "reinstall the pinned driver" in driver
 
     verified = _manage("kiln_verify", str(out), env=env)
     assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -5,6 +5,7 @@ timestamps and hashes each whole in their own column."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from portal import formatting
 from portal.certificates import seal, services, verification
 from portal.certificates.models import Certificate
 from portal.inventory.models import Node
@@ -146,3 +148,14 @@ def test_signed_at_and_the_hash_are_each_whole_in_their_own_column(certificate, 
         # The hash wraps within its own column: its pieces, line by line, spell it out whole.
         pieces = [rest[0]] + [line.split()[-1] for line in lines[row + 1 : row + 4] if line.strip()]
         assert digest in "".join(pieces)
+
+
+def test_the_plan_table_shows_parameters_and_thresholds_with_their_units(certificate, tmp_path) -> None:
+    text = "\n".join(_pages(bytes(certificate.pdf), tmp_path))
+    plan = text.split("The plan: checks, parameters and thresholds", 1)[1]
+    assert not re.search(r"\b[a-z_]+=\S", plan), re.search(r"\b[a-z_]+=\S", plan)  # no raw "k=v" lists
+    items = [item for p in json.loads(certificate.payload)["plans"] for item in p["snapshot"]["items"]]
+    shown = [(k, v) for item in items for k, v in {**item["params"], **item["thresholds"]}.items()]
+    assert shown, "the fixture plan has settings to show"
+    for name, value in shown:
+        assert f"{name} {formatting.setting(name, value)}" in " ".join(plan.split()), name

@@ -15,6 +15,7 @@ from django.urls import reverse
 
 from checks.presentation import REINSTALL_DRIVER, RMA
 from portal.certificates.models import Campaign
+from portal.inventory.management.commands.kiln_demo import demo_serial
 from portal.inventory.models import Node
 from portal.runs.groups import execute_run_inline
 from portal.runs.models import Run
@@ -62,6 +63,8 @@ def test_the_demo_run_triages_to_exactly_the_two_faults(demo, client, users):
     (evidence,) = [e for m in driver.members for e in m.evidence]
     assert evidence.measured == "535.104.05" and "550.54.15" in evidence.threshold
     assert f"GPU 5: serial {serial}, PCI bus id 00000000:AB:00.0" in rma_text(lines)
+    # The chassis serial the demo imports with its nodes, as a site's asset list would give it.
+    assert f"Node serial: {demo_serial(3)}\n" in rma_text(lines, hostname="demo03")
 
     # A viewer sees the same two lines on the run page and on the campaign page.
     client.force_login(users["viewer"])

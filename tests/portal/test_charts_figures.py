@@ -31,8 +31,10 @@ def hlines(figure: dict) -> list[float]:
 def test_it_draws_nccl_busbw_per_node_on_a_log_axis_with_the_floor() -> None:
     data = NcclData(
         title="nccl",
-        curves=[Curve("n01", SIZES, [10.0 * i for i in range(11)]), Curve("n02", SIZES, [9.0 * i for i in range(11)])],
-        threshold=460.0,
+        curves=[
+            Curve("n01", SIZES, [10.0 * i for i in range(11)], threshold=460.0),
+            Curve("n02", SIZES, [9.0 * i for i in range(11)], threshold=460.0),
+        ],
     )
 
     figure = figures.nccl_figure(data)
@@ -53,7 +55,7 @@ def test_it_names_sizes_in_binary_units() -> None:
 
 
 def test_it_leaves_the_nccl_floor_out_when_the_plan_has_none() -> None:
-    figure = figures.nccl_figure(NcclData("x", [Curve("n01", SIZES[:2], [1.0, 2.0])], threshold=None))
+    figure = figures.nccl_figure(NcclData("x", [Curve("n01", SIZES[:2], [1.0, 2.0], threshold=None)]))
     assert hlines(figure) == []
 
 

@@ -165,6 +165,11 @@ def test_tasks_go_to_the_queue_a_plain_worker_serves() -> None:
     [
         ["worker", "--queue", "a,b"],  # one -Q word: a comma would name two queues
         ["worker", "--queue", "-x"],
+        # The cluster's queue field refuses these, so a worker serving them serves no cluster; and
+        # `celery`/`unacked` are Celery's and Kombu's own keys in the broker.
+        ["worker", "--queue", "site:a"],
+        ["worker", "--queue", "celery"],
+        ["worker", "--queue", "unacked_index"],
         ["worker", "--concurrency", "0"],
         ["web", "--bind", "8000"],
         ["web", "--bind", "localhost:http"],

@@ -130,3 +130,27 @@ def test_the_result_page_shows_values_and_floors_alike(client, make_user, cluste
     html = client.get(reverse("runs:result_detail", args=[result.pk])).content.decode()
     table = html[html.index('id="node-measurements"') :]
     assert "<td>6.0 GB/s</td>" in table and "<td>≥ 4 GB/s</td>" in table and "6e+09" not in table
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "shown"),
+    [
+        ("duration_s", 600, "600 s"),
+        ("max_bytes", 8589934592, "8 GiB"),
+        ("file_bytes", 4_000_000_000, "4 GB"),
+        ("block_bytes", 1000, "1 kB"),
+        ("odd_bytes", 1234, "1,234 B"),
+        ("iterations", 20000, "20,000"),
+        ("max_power_w", 700, "700 W"),
+        ("max_temp_c", 85, "85 °C"),
+        ("min_coverage_pct", 95, "95 %"),
+        ("min_busbw_gbps", 460.5, "460.5"),
+        ("use_cuda", True, "yes"),
+        ("ops", ["write", "read"], "write, read"),
+        ("sensor", "GPU", "GPU"),
+        ("limit", None, "—"),
+        ("bad_s", float("nan"), "invalid"),
+    ],
+)
+def test_plan_settings_are_shown_with_the_unit_their_name_declares(name: str, value: object, shown: str) -> None:
+    assert formatting.setting(name, value) == shown

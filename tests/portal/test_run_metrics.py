@@ -23,7 +23,7 @@ def record(result, measurements: list[CheckMeasurement]) -> None:
 def test_recording_lists_each_numeric_metric_once_and_the_picker_reads_that_list(cluster, make_run) -> None:
     run = make_run(cluster)
     for node in cluster.nodes.all()[:2]:
-        first, _ = services.results_claim(run_id=run.pk, node_id=node.pk, claim="t")
+        first, ecc = services.results_claim(run_id=run.pk, node_id=node.pk, claim="t")
         record(
             first,
             [
@@ -35,26 +35,33 @@ def test_recording_lists_each_numeric_metric_once_and_the_picker_reads_that_list
             ],
         )
 
+        record(ecc, [CheckMeasurement(name="ecc_volatile_uncorrected", value=0.0, unit="errors", gpu=0)])
+
     listed = sorted(RunMetric.objects.filter(run=run).values_list("item_key", "name", "phase", "unit"))
     key = first.item_key
-    assert listed == [(key, "odd", "", ""), (key, "temp", "idle", "C"), (key, "temp", "load", "C")]
+    assert listed == [
+        ("ecc-health", "ecc_volatile_uncorrected", "", "errors"),
+        (key, "odd", "", ""),
+        (key, "temp", "idle", "C"),
+        (key, "temp", "load", "C"),
+    ]
     with CaptureQueriesContext(connection) as queries:
         choices = charts.run_metric_choices(run=run)
-    assert [(c.name, c.phase, c.unit) for c in choices] == [
-        ("odd", "", ""),
-        ("temp", "idle", "C"),
-        ("temp", "load", "C"),
+    # Only what the ECC check declares judged is offered; the inventory declares none of these.
+    assert [(c.item_key, c.name, c.phase, c.unit) for c in choices] == [
+        ("ecc-health", "ecc_volatile_uncorrected", "", "errors")
     ]
     assert not any('"runs_measurement"' in q["sql"] for q in queries.captured_queries)
 
 
 def test_a_run_recorded_before_the_list_existed_is_read_from_its_measurements(cluster, make_run) -> None:
     run = make_run(cluster)
-    result = set_result(run, "n01", "gpu-inventory", "pass")
-    add_measurement(result, "gpu_count", value=8.0, unit="GPUs")
-    add_measurement(result, "gpu_name", text="H100")
+    result = set_result(run, "n01", "ecc-health", "pass")
+    add_measurement(result, "ecc_volatile_uncorrected", value=0.0, unit="errors", gpu=0)
+    add_measurement(result, "ecc_mode", text="Enabled")
+    add_measurement(set_result(run, "n01", "gpu-inventory", "pass"), "gpu_count", value=8.0, unit="GPUs")
     assert not RunMetric.objects.filter(run=run).exists()
 
     assert [(c.item_key, c.name, c.unit) for c in charts.run_metric_choices(run=run)] == [
-        ("gpu-inventory", "gpu_count", "GPUs")
+        ("ecc-health", "ecc_volatile_uncorrected", "errors")
     ]

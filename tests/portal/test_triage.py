@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.urls import reverse
 
-from checks.presentation import COULD_NOT_TELL, REINSTALL_DRIVER, RMA
+from checks.presentation import COULD_NOT_JUDGE, COULD_NOT_TELL, REINSTALL_DRIVER, RMA
 from portal.runs.models import Run
 from portal.runs.triage import normalise, run_triage
 from portal.runs.triage_export import CSV_COLUMNS, csv_text, rma_text
@@ -170,7 +170,33 @@ def test_a_group_result_speaks_for_the_nodes_it_names(cluster, make_run):
         "n04": {"status": "pass", "reason": "within the circuit"},
     }
     set_result(run, "n01", "ecc-health", "error", "2 nodes short of readings", scope="group",
-               node_set="n[01-04]", attribution=attribution)  # fmt: skip
+               node_set="n[01-04]", attribution=attribution, exit_code=0)  # fmt: skip
     (line,) = run_triage(run_id=run.pk)
-    assert (line.status, line.node_set, line.count, line.action) == ("error", "n[02-03]", 2, COULD_NOT_TELL)
+    # The nodes answered (exit code 0): what to fix is in their readings, not in SSH.
+    assert (line.status, line.node_set, line.count, line.action) == ("error", "n[02-03]", 2, COULD_NOT_JUDGE)
     assert [(c.check, own) for c, own in line.cited] == [("ECC and Xid", "")]  # one shared result, cited once
+
+
+def test_a_group_error_naming_no_node_is_a_line_for_every_node_it_spanned(cluster, make_run):
+    """Not its launcher alone: "n01 (1 node)" would point at one node for a verdict of the group."""
+    run = make_run(cluster)
+    set_result(run, "n01", "ecc-health", "error", "rack R01: the rack's load unknown", scope="group",
+               node_set="n[01-04]", attribution={})  # fmt: skip
+    (line,) = run_triage(run_id=run.pk)
+    assert (line.status, line.node_set, line.count) == ("error", "n[01-04]", 4)
+    assert line.action == COULD_NOT_TELL  # no exit code, output or samples: the nodes gave nothing back
+
+
+@pytest.mark.parametrize(
+    ("answer", "action"),
+    [
+        ({}, COULD_NOT_TELL),
+        ({"exit_code": 127, "stderr": "nvidia-smi: command not found"}, COULD_NOT_JUDGE),
+        ({"stdout": "<?xml version="}, COULD_NOT_JUDGE),  # truncated output, no exit code (timed out)
+    ],
+)
+def test_an_error_says_ssh_only_when_the_node_gave_nothing_back(cluster, make_run, answer, action):
+    run = make_run(cluster)
+    set_result(run, "n01", "ecc-health", "error", "could not read the GPUs", **answer)
+    (line,) = run_triage(run_id=run.pk)
+    assert line.action == action

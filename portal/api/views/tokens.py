@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from django import forms
@@ -53,21 +54,34 @@ class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.Gen
 
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="What the token is for, e.g. “CI acceptance script”.")
+    # One-time value per rendering of the form: the same form sent twice makes one token.
+    form_nonce = forms.CharField(widget=forms.HiddenInput, max_length=64)
+
+
+def _fresh_form() -> TokenForm:
+    return TokenForm(initial={"form_nonce": secrets.token_urlsafe(24)})
 
 
 @require_http_methods(["GET", "POST"])
 def token_page(request: HttpRequest) -> HttpResponse:
     """The logged-in user's tokens. A new token's secret is rendered in this response only: never
     redirected through a message (messages live in the session, stored in the database)."""
-    form = TokenForm(request.POST or None)
+    form = TokenForm(request.POST) if request.method == "POST" else _fresh_form()
     created: tuple[ApiToken, str] | None = None
     if request.method == "POST" and form.is_valid():
         try:
-            created = services.token_create(user=request.user, name=form.cleaned_data["name"])  # type: ignore[arg-type]
+            created = services.token_create(
+                user=request.user,  # type: ignore[arg-type]
+                name=form.cleaned_data["name"],
+                form_nonce=form.cleaned_data["form_nonce"],
+            )
         except services.TokenError as exc:
-            form.add_error("name", str(exc))
+            # The name kept, a new one-time value: the next submission is a new form.
+            form = TokenForm({"name": form.cleaned_data["name"], "form_nonce": secrets.token_urlsafe(24)})
+            form.is_valid()
+            form.add_error(None, str(exc))
         else:
-            form = TokenForm()
+            form = _fresh_form()
     response = render(
         request,
         "api/tokens.html",

@@ -12,9 +12,11 @@ from portal.charts.figures.common import (
     _BASE_LAYOUT,
     MAX_THROTTLE_SHAPES,
     THRESHOLD_COLOUR,
+    _escape,
     _json,
     gpu_colour,
 )
+from portal.formatting import unit_shown
 
 if TYPE_CHECKING:
     from portal.charts.selectors import BurnInData
@@ -52,6 +54,7 @@ def _telemetry_traces(data: BurnInData) -> list[dict[str, Any]]:
     Plain dicts, not go.Scatter: plotly.py validates every point of a go.Scatter, which costs
     ~0.3 s for 24 traces of 1,500 points and adds nothing to numbers we produced."""
     traces: list[dict[str, Any]] = []
+    who = f"{_escape(data.node)} · " if data.node else ""
     for row, (_, _label, unit, panel) in enumerate(data.panels, start=1):
         axis = "" if row == 1 else str(row)
         for trace in panel:
@@ -69,7 +72,7 @@ def _telemetry_traces(data: BurnInData) -> list[dict[str, Any]]:
                     "line": {"color": colour, "width": 1.5},
                     "xaxis": f"x{axis}",
                     "yaxis": f"y{axis}",
-                    "hovertemplate": f"{name}: %{{y:.4g}} {unit}<extra></extra>",
+                    "hovertemplate": f"{who}{name}: %{{y:.4g}} {unit_shown(unit)}<extra></extra>",
                 }
             )
     return traces

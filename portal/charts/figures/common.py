@@ -6,6 +6,7 @@ need, so the JSON carries data, not theme.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from typing import Any
@@ -93,6 +94,37 @@ def _hline(fig: go.Figure, y: float, text: str, **where: Any) -> None:
         annotation_position="top left",
         **where,
     )
+
+
+# Date tick labels by tick spacing (ms, plotly's "M1"/"M12" for months): never below the minute, so
+# one run (or one point) reads "Dec 3, 12:40", not "12:47:36.9885".
+TIME_TICKS = [
+    {"dtickrange": [None, 86_400_000], "value": "%H:%M<br>%b %-d"},
+    {"dtickrange": [86_400_000, "M1"], "value": "%b %-d"},
+    {"dtickrange": ["M1", "M12"], "value": "%b %Y"},
+    {"dtickrange": ["M12", None], "value": "%Y"},
+]
+# A time axis spans at least this: one run's points (seconds apart, or a single one) sit inside an
+# hour on each side instead of stretching plotly's range down to milliseconds.
+MIN_TIME_SPAN = dt.timedelta(hours=2)
+
+
+def utc_text(moment: dt.datetime) -> str:
+    """A moment as plotly's date axis reads it: UTC, no offset (plotly ignores time zones)."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(dt.UTC).replace(tzinfo=None)
+    return moment.isoformat(sep=" ", timespec="seconds")
+
+
+def time_axis(moments: list[dt.datetime]) -> dict[str, Any]:
+    """A date x axis in UTC with minute-or-coarser ticks, widened to MIN_TIME_SPAN around its points."""
+    axis: dict[str, Any] = {"type": "date", "tickformatstops": TIME_TICKS, "title": {"text": "UTC", "standoff": 2}}
+    if moments:
+        first, last = min(moments), max(moments)
+        if last - first < MIN_TIME_SPAN:
+            middle = first + (last - first) / 2
+            axis["range"] = [utc_text(middle - MIN_TIME_SPAN / 2), utc_text(middle + MIN_TIME_SPAN / 2)]
+    return axis
 
 
 def _escape(text: str) -> str:

@@ -11,6 +11,7 @@ from portal.charts.figures.common import (
     _AXIS,
     _BASE_LAYOUT,
     THRESHOLD_COLOUR,
+    _escape,
     _hline,
     _json,
 )
@@ -36,8 +37,10 @@ def dlc_figure(data: DlcData) -> dict[str, Any]:
     fig.update_layout(barmode="group")
     fig.update_xaxes(**_AXIS)
     fig.update_yaxes(**_AXIS)
-    fig.add_trace(go.Bar(x=gpus, y=data.idle, name="idle", marker_color="#54aeff"), row=1, col=1)
-    fig.add_trace(go.Bar(x=gpus, y=data.load, name="load", marker_color="#bc4c00"), row=1, col=1)
+    who = f"{_escape(data.node)} · " if data.node else ""
+    for name, values, colour in (("idle", data.idle, "#54aeff"), ("load", data.load, "#bc4c00")):
+        hover = f"{who}%{{x}}<br>{name}: %{{y:.1f}} °C<extra></extra>"
+        fig.add_trace(go.Bar(x=gpus, y=values, name=name, marker_color=colour, hovertemplate=hover), row=1, col=1)
     slowdowns = [s for s in data.slowdown if s is not None]
     if slowdowns:
         fig.add_trace(
@@ -73,6 +76,7 @@ def dlc_figure(data: DlcData) -> dict[str, Any]:
             text=[f"{d:+.1f}" if d is not None else "" for d in data.sibling_delta],
             textposition="outside",
             showlegend=False,
+            hovertemplate=f"{who}%{{x}}<br>%{{y:+.1f}} °C from the siblings' median<extra></extra>",
         ),
         row=2,
         col=1,

@@ -9,15 +9,18 @@ import plotly.graph_objects as go
 
 from portal.charts.figures.common import (
     _AXIS,
+    _BASE_LAYOUT,
     THRESHOLD_COLOUR,
     _escape,
     _hline,
     _json,
     _new,
 )
+from portal.formatting import quantity, unit_shown
+from portal.formatting import threshold as threshold_text
 
 if TYPE_CHECKING:
-    from portal.charts.selectors import Distribution
+    from portal.charts.selectors import Distribution, Point
 
 
 def threshold_value(text: str) -> float | None:
@@ -31,16 +34,42 @@ def _jitter(i: int) -> float:
     return ((i * 0.6180339887) % 1.0 - 0.5) * 0.36
 
 
+def _label(p: Point, per: str) -> str:
+    if p.gpu is None:
+        return p.node
+    return f"{p.node} GPU {p.gpu}" if per == "gpu" else f"{p.node} (worst: GPU {p.gpu})"
+
+
+def _hover(p: Point, unit: str, per: str) -> list[str]:
+    """customdata of a point: its node (and GPU), its value with the unit, its robust z."""
+    return [_escape(_label(p, per)), quantity(p.value, unit), "" if p.z is None else f"robust z {p.z:+.1f}"]
+
+
+HOVER = "%{customdata[0]}<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>"
+
+
+def _equal_note(fig: go.Figure, data: Distribution) -> None:
+    """Every value the same: the box is a flat line, so the chart says so in words."""
+    values = {p.value for p in data.points}
+    if len(data.points) > 1 and len(values) == 1:
+        said = f"all {len(data.points)} values are equal: {quantity(values.pop(), data.unit)}"
+        fig.add_annotation(
+            text=said, xref="paper", yref="paper", x=0.5, y=1.0, yanchor="bottom", showarrow=False,
+            font={"size": 13, "color": "#57606a"},
+        )  # fmt: skip
+
+
 def distribution_figure(data: Distribution) -> dict[str, Any]:
-    """A box of the fleet with one point per node (or GPU) beside it; robust outliers in red and
-    labelled with their node."""
-    unit = f" ({data.unit})" if data.unit else ""
+    """A box of the fleet with one point per node (or GPU) beside it, each hovering its node, GPU and
+    value; robust outliers in red and labelled with their node; equal values said in words."""
+    unit = f" ({unit_shown(data.unit)})" if data.unit else ""
     fig = _new(
         title={"text": data.title},
         xaxis={**_AXIS, "showticklabels": False, "showgrid": False, "range": [-0.6, 1.2]},
         yaxis={**_AXIS, "title": {"text": f"{data.metric}{unit}"}},
         height=520,
         showlegend=True,
+        margin={**_BASE_LAYOUT["margin"], "t": 80},
     )
     values = [p.value for p in data.points]
     fig.add_trace(
@@ -54,13 +83,6 @@ def distribution_figure(data: Distribution) -> dict[str, Any]:
             hoverinfo="y",
         )
     )
-
-    def label(p: Any) -> str:
-        return p.node if p.gpu is None else f"{p.node} GPU {p.gpu}"
-
-    def z_text(p: Any) -> str:
-        return "" if p.z is None else f"robust z {p.z:+.1f}"
-
     normal = [(i, p) for i, p in enumerate(data.points) if not p.outlier]
     odd = [(i, p) for i, p in enumerate(data.points) if p.outlier]
     fig.add_trace(
@@ -70,9 +92,9 @@ def distribution_figure(data: Distribution) -> dict[str, Any]:
             mode="markers",
             name="per node" if data.per == "node" else "per GPU",
             marker={"color": "#0969da", "size": 7, "opacity": 0.75},
-            text=[label(p) for _, p in normal],
-            customdata=[z_text(p) for _, p in normal],
-            hovertemplate="%{text}: %{y:.4g}" + _escape(unit) + "<br>%{customdata}<extra></extra>",
+            text=[_label(p, data.per) for _, p in normal],
+            customdata=[_hover(p, data.unit, data.per) for _, p in normal],
+            hovertemplate=HOVER,
         )
     )
     if odd:
@@ -83,14 +105,15 @@ def distribution_figure(data: Distribution) -> dict[str, Any]:
                 mode="markers+text",
                 name=f"outliers (|robust z| > {data.z_limit:g})",
                 marker={"color": THRESHOLD_COLOUR, "size": 10, "symbol": "diamond"},
-                text=[label(p) for _, p in odd],
+                text=[p.node if data.per == "node" else _label(p, data.per) for _, p in odd],
                 textposition="middle right",
                 textfont={"color": THRESHOLD_COLOUR},
-                customdata=[z_text(p) for _, p in odd],
-                hovertemplate="%{text}: %{y:.4g}" + _escape(unit) + "<br>%{customdata}<extra></extra>",
+                customdata=[_hover(p, data.unit, data.per) for _, p in odd],
+                hovertemplate=HOVER,
             )
         )
+    _equal_note(fig, data)
     limit = threshold_value(data.threshold)
     if limit is not None:
-        _hline(fig, limit, f"threshold {data.threshold.strip()}")
+        _hline(fig, limit, f"threshold {threshold_text(data.threshold, data.unit)}")
     return _json(fig)

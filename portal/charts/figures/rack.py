@@ -14,6 +14,7 @@ from portal.charts.figures.common import (
     _new,
     natural,
 )
+from portal.formatting import quantity, unit_shown
 
 if TYPE_CHECKING:
     from portal.charts.selectors import RackData
@@ -68,7 +69,8 @@ def rack_figure(data: RackData, *, higher_is_better: bool = True) -> dict[str, A
             hover[i][j] = f"{c.node}: {c.status}"
         else:
             z[i][j] = c.value
-            value = "no value" if c.value is None else f"{c.value:.4g} {data.unit}".strip()
+            value = "no value" if c.value is None else quantity(c.value, data.unit)
+            text[i][j] = f"{c.node}<br>{value}"  # the value in the cell, not only in the hover
             hover[i][j] = f"{c.node}: {value} (worst status {c.status})"
     trace: dict[str, Any] = {
         "x": racks,
@@ -98,23 +100,37 @@ def rack_figure(data: RackData, *, higher_is_better: bool = True) -> dict[str, A
             colorbar={"tickvals": list(range(n)), "ticktext": statuses, "title": {"text": "status"}},
         )
     else:
-        trace.update(
-            colorscale="RdYlGn" if higher_is_better else "RdYlGn_r",
-            colorbar={"title": {"text": data.unit or "value"}},
-        )
+        note = _metric_scale(trace, data, higher_is_better)
         trace["textfont"] = {"color": "#1f2328", "size": 11}
+    title = data.title + (f"<br><sub>{note}</sub>" if not by_status and note else "")
     fig = _new(
-        title={"text": data.title},
+        title={"text": title},
         xaxis={"type": "category", "side": "top"},
         margin={**_BASE_LAYOUT["margin"], "t": 90},
         yaxis={"title": {"text": "position"}, "type": "category"},
-        height=max(320, 28 * len(rows) + 160),
+        height=max(320, (28 if by_status else 40) * len(rows) + 160),  # two lines of text per metric cell
     )
     fig.add_trace(go.Heatmap(**trace))
     return _json(fig)
 
 
-# Same mapping as portal.runs.models.STATUS_COLOURS, kept here so the builders stay pure.
+def _metric_scale(trace: dict[str, Any], data: RackData, higher_is_better: bool) -> str:
+    """An honest colour scale for a metric: from the lowest to the highest value measured. A constant
+    field is one colour with no colour bar (plotly would invent a spread around it, 39.6-40.4 for all
+    40); the returned note says so ("all 4 nodes: 40 °C"). '' when the values differ."""
+    values = [c.value for c in data.cells if c.value is not None]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    if values and low == high:
+        colour = "#54aeff"  # neutral: one value is neither good nor bad against its neighbours
+        trace.update(colorscale=[[0, colour], [1, colour]], zmin=low - 1, zmax=high + 1, showscale=False)
+        return f"all {len(values)} nodes: {quantity(low, data.unit)}"
+    trace.update(
+        colorscale="RdYlGn" if higher_is_better else "RdYlGn_r",
+        zmin=low,
+        zmax=high,
+        colorbar={"title": {"text": unit_shown(data.unit) or "value"}},
+    )
+    return ""
 
 
 # Same mapping as portal.runs.models.STATUS_COLOURS, kept here so the builders stay pure.

@@ -51,6 +51,7 @@ class BurnInData:
     max_points: int
     stored_points: int = 0
     drawn_points: int = 0
+    node: str = ""  # named in every hover
 
 
 def burn_in_result(*, result: CheckResult, max_points: int = MAX_POINTS) -> BurnInData:
@@ -84,6 +85,7 @@ def burn_in_result(*, result: CheckResult, max_points: int = MAX_POINTS) -> Burn
         max_points=max_points,
         stored_points=stored,
         drawn_points=drawn,
+        node=result.node.hostname,
     )
 
 

@@ -21,6 +21,7 @@ class DlcData:
     margin_c: float | None
     sibling_delta: list[float | None]  # load temperature minus the median of the other GPUs
     max_sibling_delta_c: float | None
+    node: str = ""  # named in every hover
 
 
 def dlc_result(*, result: CheckResult) -> DlcData:
@@ -55,4 +56,5 @@ def dlc_result(*, result: CheckResult) -> DlcData:
         margin_c=t.get("min_margin_c"),
         sibling_delta=deltas,
         max_sibling_delta_c=t.get("max_sibling_delta_c"),
+        node=result.node.hostname,
     )

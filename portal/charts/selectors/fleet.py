@@ -8,12 +8,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from checks.presentation import presentation_of
 from portal.charts.figures.common import natural
 from portal.charts.selectors.common import (
     MIN_DEVIATION,
     OUTLIER_Z,
     robust_z,
 )
+from portal.formatting import unit_shown
 from portal.runs.models import Measurement, Run, RunMetric, Scope
 
 # Per-GPU metrics become one point per node: the worst GPU. For these names "worst" is the highest
@@ -32,21 +34,40 @@ class MetricChoice:
     name: str
     phase: str
     unit: str
+    check: str = ""  # the plan item's name: the picker groups its metrics under it
 
     @property
     def pick(self) -> str:
         return f"{self.item_key}|{self.name}|{self.phase}"
 
     @property
+    def metric_key(self) -> str:
+        """How the rack heatmap names it: "check:metric@phase"."""
+        return f"{self.item_key}:{self.name}" + (f"@{self.phase}" if self.phase else "")
+
+    @property
     def label(self) -> str:
+        return f"{self.item_key}: {self.short_label}"
+
+    @property
+    def short_label(self) -> str:
+        """The metric under its check's heading in a picker: "busbw_peak (load) [GB/s]"."""
         phase = f" ({self.phase})" if self.phase else ""
-        unit = f" [{self.unit}]" if self.unit else ""
-        return f"{self.item_key}: {self.name}{phase}{unit}"
+        unit = f" [{unit_shown(self.unit)}]" if self.unit else ""
+        return f"{self.name}{phase}{unit}"
+
+    @property
+    def group(self) -> str:
+        return f"{self.check} · {self.item_key}" if self.check and self.check != self.item_key else self.item_key
 
 
 def run_metric_choices(*, run: Run) -> list[MetricChoice]:
-    """The (check, metric, phase) triples with numbers in this run: the run's list written with its
-    measurements (RunMetric); a run recorded before that list existed, one DISTINCT over them."""
+    """The (check, metric, phase) triples with numbers in this run that their check declares worth
+    comparing across nodes (checks/presentation.py Presentation.fleet_metrics: judged, followed
+    metrics, never exit codes or presence flags), in plan order. Read from the run's list written
+    with its measurements (RunMetric); a run recorded before that list existed, one DISTINCT."""
+    items = {item.get("key"): item for item in run.plan_snapshot.get("items", [])}
+    offered = {key: presentation_of(str(item.get("kind", ""))).fleet_metrics() for key, item in items.items()}
     rows: Iterable[tuple[str, str, Any, str]] = list(
         RunMetric.objects.filter(run=run).values_list("item_key", "name", "phase", "unit")
     ) or (
@@ -58,9 +79,10 @@ def run_metric_choices(*, run: Run) -> list[MetricChoice]:
     for item_key, name, phase, unit in rows:
         phase = phase if isinstance(phase, str) else ""
         key = (item_key, name, phase)
-        if key not in seen:
-            seen[key] = MetricChoice(item_key, name, phase, unit or "")
-    order = {item.get("key"): i for i, item in enumerate(run.plan_snapshot.get("items", []))}
+        if key not in seen and name in offered.get(item_key, ()):
+            check = str(items[item_key].get("name") or item_key)
+            seen[key] = MetricChoice(item_key, name, phase, unit or "", check)
+    order = {key: i for i, key in enumerate(items)}
     return sorted(seen.values(), key=lambda c: (order.get(c.item_key, 99), c.name, c.phase))
 
 
@@ -126,11 +148,13 @@ def _points(rows: list[dict[str, Any]], *, by_gpu: bool, how: str) -> list[Point
     if by_gpu:
         points = [Point(r["node"], r["value"], r["gpu"]) for r in rows]
     else:
-        by_node: dict[str, list[float]] = {}
+        by_node: dict[str, list[tuple[float, int | None]]] = {}
         for r in rows:
-            by_node.setdefault(r["node"], []).append(r["value"])
+            by_node.setdefault(r["node"], []).append((r["value"], r["gpu"]))
         reduce = max if how == "max" else min
-        points = [Point(node, reduce(values) if how else values[0]) for node, values in by_node.items()]
+        # The worst GPU keeps its index: the hover names the GPU that set the node's value.
+        picked = {node: reduce(values, key=lambda v: v[0]) if how else values[0] for node, values in by_node.items()}
+        points = [Point(node, value, gpu) for node, (value, gpu) in picked.items()]
     points.sort(key=lambda p: (natural(p.node), p.gpu if p.gpu is not None else -1))
     median = statistics.median([p.value for p in points]) if points else None
     for point, z in zip(points, robust_z([p.value for p in points]), strict=True):

@@ -1,13 +1,17 @@
-"""NCCL busbw curves by message size: one result, or every node of one item of a run."""
+"""NCCL busbw curves by message size: one result, or every node of one item of a run. Each curve
+carries the floor its own result was judged against, and the smallest size that judgement covers
+(the kind's declaration, checks/presentation.py SeriesThreshold): never the plan's number redrawn
+over sizes the check did not judge."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from portal.charts.selectors.common import (
-    item_thresholds,
-)
-from portal.runs.models import CheckResult, Run, Scope, Series
+from checks.presentation import presentation_of
+from portal.charts.figures.fleet import threshold_value
+from portal.runs.models import CheckResult, Measurement, Run, Scope, Series
 
 
 @dataclass
@@ -16,13 +20,15 @@ class Curve:
     x: list[float]
     y: list[float | None]
     url: str = ""
+    # The bound its result was judged against (None: not judged) and the smallest x it covers.
+    threshold: float | None = None
+    threshold_from: float | None = None
 
 
 @dataclass
 class NcclData:
     title: str
     curves: list[Curve]
-    threshold: float | None
 
 
 def _curve_name(result: CheckResult, series: Series) -> str:
@@ -34,21 +40,52 @@ def _curve_name(result: CheckResult, series: Series) -> str:
     return result.node.hostname
 
 
+def _number(text: Any) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _judged(kind: str, result_ids: Iterable[int]) -> dict[int, tuple[float | None, float | None]]:
+    """Each result's (bound, smallest x judged) from the measurement its kind names: one query."""
+    declared = presentation_of(kind).series_threshold
+    if declared is None:
+        return {}
+    rows = Measurement.objects.filter(result_id__in=list(result_ids), name=declared.measurement).values_list(
+        "result_id", "threshold", "labels"
+    )
+    out: dict[int, tuple[float | None, float | None]] = {}
+    for result_id, threshold, labels in rows:
+        bound = threshold_value(threshold or "")
+        start = _number((labels or {}).get(declared.x_from)) if declared.x_from else None
+        if bound is not None or result_id not in out:
+            out[result_id] = (bound, start)
+    return out
+
+
 def nccl_result(*, result: CheckResult) -> NcclData:
     """busbw by message size of one NCCL result: one curve per stored series (per pair when the
-    series are labelled with one)."""
+    series are labelled with one), against the floor the result was judged on."""
     series = Series.objects.filter(result=result, name="busbw").order_by("id")
-    curves = [Curve(_curve_name(result, s), list(s.x), list(s.y)) for s in series]
-    threshold = item_thresholds(result.run, result.item_key).get("min_busbw_gbps")
+    bound, start = _judged(result.kind, [result.pk]).get(result.pk, (None, None))
+    curves = [Curve(_curve_name(result, s), list(s.x), list(s.y), "", bound, start) for s in series]
     where = result.node_set if result.scope == Scope.GROUP else result.node.hostname
-    return NcclData(title=f"{result.item_key}: busbw on {where}", curves=curves, threshold=threshold)
+    return NcclData(title=f"{result.item_key}: busbw on {where}", curves=curves)
+
+
+def _item_kind(run: Run, item_key: str) -> str:
+    for item in (run.plan_snapshot or {}).get("items", []):
+        if item.get("key") == item_key:
+            return str(item.get("kind", ""))
+    return ""
 
 
 def nccl_run(*, run: Run, item_key: str) -> NcclData:
-    """Every node's (or group's) busbw curve of one NCCL item of a run: one query."""
+    """Every node's (or group's) busbw curve of one NCCL item of a run: two queries."""
     from django.urls import reverse
 
-    rows = (
+    rows = list(
         Series.objects.filter(result__run=run, result__item_key=item_key, name="busbw")
         .select_related("result__node")
         .only(
@@ -62,9 +99,15 @@ def nccl_run(*, run: Run, item_key: str) -> NcclData:
         )
         .order_by("result__node__hostname", "id")
     )
+    judged = _judged(_item_kind(run, item_key), {s.result_id for s in rows}) if rows else {}
     curves = [
-        Curve(_curve_name(s.result, s), list(s.x), list(s.y), reverse("runs:result_detail", args=[s.result_id]))
+        Curve(
+            _curve_name(s.result, s),
+            list(s.x),
+            list(s.y),
+            reverse("runs:result_detail", args=[s.result_id]),
+            *judged.get(s.result_id, (None, None)),
+        )
         for s in rows
     ]
-    threshold = item_thresholds(run, item_key).get("min_busbw_gbps")
-    return NcclData(title=f"{item_key}: busbw by message size, run #{run.pk}", curves=curves, threshold=threshold)
+    return NcclData(title=f"{item_key}: busbw by message size, run #{run.pk}", curves=curves)

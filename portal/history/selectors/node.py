@@ -86,12 +86,11 @@ class TrendPoint:
 
 @dataclass
 class Trend:
-    """One metric of one node across runs: lines keyed by their label (a GPU, a check, a group)."""
+    """One metric of one node across runs: lines keyed by their label (a GPU, a check, a group),
+    each point with the threshold it was judged against."""
 
     metric: Metric
     lines: dict[str, list[TrendPoint]] = field(default_factory=dict)
-    threshold: str = ""
-    node_threshold: bool = False  # whether `threshold` comes from a node-scope check
 
 
 TREND_RUNS = 100
@@ -188,11 +187,8 @@ def node_trends(*, node: Node, runs: int = TREND_RUNS) -> list[Trend]:
             item_keys.setdefault(metric.key, set()).add(item_key)
         trend = trends.setdefault(metric.key, Trend(metric=metric))
         point = TrendPoint(run_id, result_id, at, value * metric.scale, ok, status, threshold)
+        # Each point keeps the threshold it was judged against: a line is drawn against its own
+        # (a multi-node busbw's floor is not the node's), portal/history/figures.py.
         trend.lines.setdefault(line, []).append(point)
-        if threshold and (scope == Scope.NODE or not trend.node_threshold):
-            # The latest run's threshold (rows come oldest first); the node's own check wins over a
-            # multi-node one drawn on the same chart (its floor is a different number).
-            trend.threshold = threshold
-            trend.node_threshold = trend.node_threshold or scope == Scope.NODE
     _tidy_lines(trends, item_keys)
     return [trends[m.key] for m in KEY_METRICS if m.key in trends]

@@ -43,6 +43,12 @@ def limit(text: Any, unit: str = "") -> str:
 
 
 @register.filter
+def settings_shown(values: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """A plan item's parameters or thresholds as (name, value for people) pairs, in order."""
+    return [(name, formatting.setting(name, value)) for name, value in (values or {}).items()]
+
+
+@register.filter
 def iso_utc(when: Any) -> str:
     """A timestamp as ISO 8601 UTC to the second (the certificate's dates): '2026-12-03T15:44:27Z'."""
     return formatting.iso_utc(when)

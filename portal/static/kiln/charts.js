@@ -12,15 +12,32 @@
     el.className += " chart-error";
   }
 
+  // `responsive` redraws on window resizes only; a box that changes width on its own (a scrollbar
+  // appearing, a grid reflowing its columns) would keep a chart drawn past its edge. Redraw when the
+  // box's width changes (its height follows the chart, so watching it would loop).
+  function follow(el) {
+    if (typeof ResizeObserver === "undefined") return;
+    var width = el.clientWidth;
+    new ResizeObserver(function () {
+      if (el.clientWidth === width) return;
+      width = el.clientWidth;
+      Plotly.Plots.resize(el);
+    }).observe(el);
+  }
+
   function draw(el, figure) {
     if (typeof Plotly === "undefined") {
       fail(el, "plotly.js did not load: the chart cannot be drawn.");
       return;
     }
     el.textContent = "";
+    // A window resize relayouts with autosize, which drops layout.height: the chart then takes its
+    // box's height, so the box is given the figure's height (or its legend is cut at the bottom).
+    if (figure.layout && figure.layout.height) el.style.minHeight = figure.layout.height + "px";
     Plotly.newPlot(el, figure.data, figure.layout, CONFIG).then(function () {
       el.setAttribute("data-rendered", "1");
       el.setAttribute("data-traces", String(figure.data.length));
+      follow(el);
     });
     el.on("plotly_click", function (event) {
       var point = event && event.points && event.points[0];

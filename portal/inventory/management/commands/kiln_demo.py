@@ -33,6 +33,11 @@ DEMO_DRIVER = "550.54.15"
 DEMO_RACKS = {"R01": DEMO_NODES[:4], "R02": DEMO_NODES[4:]}
 
 
+def demo_serial(position: int) -> str:
+    """A chassis serial in the vendors' style (letters and digits, no spaces), unique per demo node."""
+    return f"DMO24{position:05d}"
+
+
 def _with_soak(plan: TestPlan) -> None:
     """The demo's acceptance ends with the heat soak, so its certificate has a power and cooling
     section (the demo's facility service answers for its PDUs and CDU)."""
@@ -52,8 +57,9 @@ class Command(BaseCommand):
             "--certificate",
             metavar="OUT.pdf",
             type=Path,
-            help="also run the demo acceptance, waive demo03, leave demo06 out of scope, have two demo approvers "
-            "sign, and write the issued certificate to OUT.pdf (creates demo site keys if there are none)",
+            help="also run the demo acceptance (and print its triage), waive demo03, leave demo06 out of scope, "
+            "have two demo approvers sign, and write the issued certificate to OUT.pdf (creates demo site keys if "
+            "there are none)",
         )
         parser.add_argument(
             "--soak",
@@ -95,6 +101,9 @@ class Command(BaseCommand):
                         "position": str(position),
                         "local_env": node_env(paths, state_file),
                         "address": address,
+                        # As a site imports them from its asset list (CSV, NetBox): the triage's RMA
+                        # text and the certificate name the chassis.
+                        "serial": demo_serial(position),
                     },
                 )
             demo_facility_ensure(cluster=cluster, racks=DEMO_RACKS)
