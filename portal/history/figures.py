@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,10 @@ _LAYOUT: dict[str, Any] = {
     "paper_bgcolor": "#fff",
 }
 
+
+# A title line's characters: a half-width chart at a 1280 px window is ~560 px, ~70 characters of
+# 14 px text; 60 leaves room for plotly's mode bar. Each further line takes 18 px of top margin.
+TITLE_CHARS, TITLE_LINE_PX = 60, 18
 
 # Traces are built here from our own well-typed values, so plotly's per-property validation (about
 # 85% of the build time: 40 traces took 200 ms) is skipped; the tests validate every figure kind.
@@ -120,9 +125,12 @@ def trend_figure(*, trend: Trend, result_url: Callable[[int], str], node: str = 
     shapes, annotations = _threshold_marks(trend, colours)
     better = "higher is better" if metric.better == "higher" else "lower is better"
     moments = [p.at for points in trend.lines.values() for p in points]
+    title = textwrap.wrap(f"{metric.label} ({metric.unit}, {better})", TITLE_CHARS)
     layout = {
         **_LAYOUT,
-        "title": {"text": f"{metric.label} ({metric.unit}, {better})", "font": {"size": 14}},
+        # Plotly never wraps a title: a long one ran past both edges of a half-width chart.
+        "title": {"text": "<br>".join(title), "font": {"size": 14}},
+        "margin": {**_LAYOUT["margin"], "t": _LAYOUT["margin"]["t"] + TITLE_LINE_PX * (len(title) - 1)},
         "yaxis": {
             **_AXIS,
             "title": {"text": metric.unit},

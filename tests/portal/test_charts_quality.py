@@ -221,3 +221,14 @@ def test_the_fleet_pickers_offer_what_the_checks_declare_judged() -> None:
     for kind in ("gpu_inventory", "ecc_health"):  # the probe records a gpu_present flag per GPU
         assert "gpu_present" not in presentation_of(kind).fleet_metrics()
     assert presentation_of("no_such_kind").fleet_metrics() == frozenset()
+
+
+def test_a_long_history_title_wraps_instead_of_running_past_the_chart() -> None:
+    """The topology metric's title (its rank legend inline) ran past both edges of its chart at 1280 px."""
+    metric = next(m for m in KEY_METRICS if m.key == "nearest_nic_link")
+    short = trend_figure(trend=Trend(metric=BUSBW), result_url=str)
+    figure = trend_figure(trend=Trend(metric=metric), result_url=str)
+    lines = figure["layout"]["title"]["text"].split("<br>")
+    assert len(lines) > 1 and all(len(line) <= 60 for line in lines)
+    assert " ".join(lines) == f"{metric.label} (rank, lower is better)"
+    assert figure["layout"]["margin"]["t"] > short["layout"]["margin"]["t"]  # room for the second line
