@@ -101,10 +101,14 @@ def threshold(text: Any, unit: str = "") -> str:
     is not an operator and a number ("== Completed", "in a,b") is shown as it is."""
     if not isinstance(text, str) or not text.strip():
         return MISSING
+    if " · " in text:  # several bounds judged together (">= 30000 · >= 44978 (median - 10%)"): each
+        return " · ".join(threshold(part, unit) for part in text.split(" · "))
     match = _THRESHOLD.match(text)
     if match is None:
         return text
     op, raw, rest = match.groups()
+    if rest.startswith("("):  # "(median - 10%)": how the bound was derived, after the value and its unit
+        return f"{OPERATORS[op]} {quantity(float(raw), unit)} {rest}"
     if rest.startswith("%") or " " in rest:  # "% of the median node": a phrase, not a unit
         return f"{OPERATORS[op]} {quantity(float(raw))}{'' if rest.startswith('%') else ' '}{rest}"
     return f"{OPERATORS[op]} {quantity(float(raw), rest or unit)}"  # its own unit ("GB/s", "W") or the value's
