@@ -140,6 +140,8 @@ def test_a_viewer_sees_the_triage_lines_with_links(run, client, make_user):
     assert f'href="{reverse("history:node_detail", args=["c1", "n01"])}"' in page
     assert f'href="{reverse("runs:result_detail", args=[result_id])}"' in page
     assert "n[01,03]" in page and RMA in page
+    # The measured value and its limit as people write them (not "2 vs <= 0").
+    assert "ecc_volatile_uncorrected (GPU 5): <b>2</b>, limit ≤ 0" in page
     csv_response = client.get(reverse("runs:run_triage_csv", args=[run.pk]))
     assert csv_response.status_code == 200 and csv_response["Content-Type"] == "text/csv"
     assert "n[01,03]" in csv_response.content.decode()
