@@ -4,16 +4,20 @@ whose runs are set up through the run services (no worker, no broker)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from io import StringIO
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.core.management import call_command
+from django.db import connection
 from django.utils import timezone
 
 from portal.certificates import keys, services
 from portal.certificates.models import Campaign
 from portal.inventory.models import Cluster
+from portal.runs.groups import execute_run_inline
 from portal.runs.models import Run
 from tests.portal.conftest import cluster, make_run, quick_plan  # noqa: F401  (shared fixtures)
 from tests.portal.helpers import add_measurement, set_result
@@ -116,3 +120,22 @@ def issued(campaign: Campaign, campaign_run, users):
     services.certificate_sign(campaign=campaign, user=users["vendor"])
     services.certificate_sign(campaign=campaign, user=users["customer"])
     return services.certificate_issue(campaign_id=campaign.pk)  # what the task behind the signature does
+
+
+def execute_inline(run: Run) -> None:
+    """Run what the page enqueued (the `demo` fixture catches it) in this thread, as
+    `kiln_run --inline` does."""
+    workers = 1 if connection.vendor == "sqlite" else 8  # SQLite has one writer at a time
+    execute_run_inline(
+        run_id=run.pk, node_ids=list(run.results.values_list("node_id", flat=True).distinct()), max_workers=workers
+    )
+    run.refresh_from_db()
+
+
+@pytest.fixture
+def demo(transactional_db, monkeypatch) -> None:
+    """The demo cluster (kiln_demo); runs and certificate issuing are caught instead of queued: the
+    test runs them (execute_inline, certificate_issue_task)."""
+    monkeypatch.setattr("portal.runs.services._enqueue", lambda run_id, node_ids: None)
+    monkeypatch.setattr("portal.certificates.services.issuing._enqueue_issue", lambda campaign_id: None)
+    call_command("kiln_demo", stdout=StringIO())

@@ -11,40 +11,27 @@ from io import StringIO
 import pytest
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connection
 from django.urls import reverse
 
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.certificates import selectors
 from portal.certificates.models import Campaign, Certificate
 from portal.certificates.tasks import certificate_issue_task
-from portal.runs.groups import execute_run_inline
 from portal.runs.models import Run
 from testbed.sim import write_state
-
-
-def _execute(run: Run) -> None:
-    # The page enqueued nothing (see the fixture); run it here like `kiln_run --inline` does.
-    workers = 1 if connection.vendor == "sqlite" else 8
-    execute_run_inline(
-        run_id=run.pk, node_ids=list(run.results.values_list("node_id", flat=True).distinct()), max_workers=workers
-    )
-    run.refresh_from_db()
+from tests.certificates.conftest import execute_inline
 
 
 @pytest.fixture
-def demo(transactional_db, monkeypatch):
-    monkeypatch.setattr("portal.runs.services._enqueue", lambda run_id, node_ids: None)
-    # The certificate task: the test runs it.
-    monkeypatch.setattr("portal.certificates.services.issuing._enqueue_issue", lambda campaign_id: None)
-    call_command("kiln_demo", stdout=StringIO())
+def handover_plan(demo) -> TestPlan:
+    """The demo cluster (tests/certificates/conftest.py) and a two-check plan (fast)."""
     plan = TestPlan.objects.create(slug="handover", name="Handover (fast checks)")
     for order, slug in enumerate(["gpu-inventory", "ecc-health"]):
         TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug=slug), order=order)
     return plan
 
 
-def test_the_whole_acceptance_path_works_from_the_pages(demo, client, users, tmp_path):
+def test_the_whole_acceptance_path_works_from_the_pages(handover_plan, client, users, tmp_path):
     # An operator opens the campaign and runs the plan on every node.
     client.force_login(users["operator"])
     response = client.post(
@@ -54,7 +41,7 @@ def test_the_whole_acceptance_path_works_from_the_pages(demo, client, users, tmp
     assert response.url == reverse("certificates:campaign_detail", args=[campaign.pk])
     client.post(reverse("certificates:campaign_run_start", args=[campaign.pk]), {"node_set": ""})
     first = Run.objects.get()
-    _execute(first)
+    execute_inline(first)
     assert first.status == "fail"
 
     # Two nodes fail: demo03 (uncorrectable ECC on a GPU) and demo06 (wrong driver).
@@ -71,7 +58,7 @@ def test_the_whole_acceptance_path_works_from_the_pages(demo, client, users, tmp
     write_state(nodes / "demo06" / "state", node="demo06")
     client.post(reverse("certificates:campaign_run_start", args=[campaign.pk]), {"node_set": "demo[03,06]"})
     rerun = Run.objects.exclude(pk=first.pk).get()
-    _execute(rerun)
+    execute_inline(rerun)
     state = selectors.campaign_state(campaign=campaign)
     assert [(c.hostname, c.item_key, c.run_id) for c in state.open_cells] == [("demo03", "ecc-health", rerun.pk)]
 

@@ -5,37 +5,18 @@ minutes on this machine, too slow for a unit test, and judges the same two fault
 
 from __future__ import annotations
 
-from io import StringIO
-
-import pytest
 from django.conf import settings
-from django.core.management import call_command
-from django.db import connection
 from django.urls import reverse
 
 from checks.presentation import REINSTALL_DRIVER, RMA
 from portal.certificates.models import Campaign
 from portal.inventory.management.commands.kiln_demo import demo_serial
 from portal.inventory.models import Node
-from portal.runs.groups import execute_run_inline
 from portal.runs.models import Run
 from portal.runs.triage import run_triage
 from portal.runs.triage_export import rma_text
 from testbed.sim import write_state
-
-
-def _execute(run: Run) -> None:
-    workers = 1 if connection.vendor == "sqlite" else 8
-    execute_run_inline(
-        run_id=run.pk, node_ids=list(run.results.values_list("node_id", flat=True).distinct()), max_workers=workers
-    )
-    run.refresh_from_db()
-
-
-@pytest.fixture
-def demo(transactional_db, monkeypatch):
-    monkeypatch.setattr("portal.runs.services._enqueue", lambda run_id, node_ids: None)
-    call_command("kiln_demo", stdout=StringIO())
+from tests.certificates.conftest import execute_inline
 
 
 def test_the_demo_run_triages_to_exactly_the_two_faults(demo, client, users):
@@ -44,7 +25,7 @@ def test_the_demo_run_triages_to_exactly_the_two_faults(demo, client, users):
     campaign = Campaign.objects.get()
     client.post(reverse("certificates:campaign_run_start", args=[campaign.pk]), {"node_set": ""})
     run = Run.objects.get()
-    _execute(run)
+    execute_inline(run)
 
     lines = run_triage(run_id=run.pk)
     assert [(ln.node_set, ln.count, ln.status) for ln in lines] == [("demo03", 1, "fail"), ("demo06", 1, "fail")]
@@ -82,7 +63,7 @@ def test_the_demo_run_triages_to_exactly_the_two_faults(demo, client, users):
     client.force_login(users["operator"])
     client.post(reverse("certificates:campaign_run_start", args=[campaign.pk]), {"node_set": "demo[03,05]"})
     rerun = Run.objects.exclude(pk=run.pk).get()
-    _execute(rerun)
+    execute_inline(rerun)
     (line,) = run_triage(run_id=rerun.pk)
     assert (line.node_set, line.count, line.action) == ("demo[03,05]", 2, RMA)
     assert [(h, g.index) for h, g in line.gpus] == [("demo03", 5), ("demo05", 2)]
