@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from checks.presentation import presentation_of
 from portal.charts.figures.fleet import threshold_value
+from portal.formatting import as_number
 from portal.runs.models import CheckResult, Measurement, Run, Scope, Series
 
 
@@ -40,13 +40,6 @@ def _curve_name(result: CheckResult, series: Series) -> str:
     return result.node.hostname
 
 
-def _number(text: Any) -> float | None:
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return None
-
-
 def _judged(kind: str, result_ids: Iterable[int]) -> dict[int, tuple[float | None, float | None]]:
     """Each result's (bound, smallest x judged) from the measurement its kind names: one query."""
     declared = presentation_of(kind).series_threshold
@@ -58,7 +51,7 @@ def _judged(kind: str, result_ids: Iterable[int]) -> dict[int, tuple[float | Non
     out: dict[int, tuple[float | None, float | None]] = {}
     for result_id, threshold, labels in rows:
         bound = threshold_value(threshold or "")
-        start = _number((labels or {}).get(declared.x_from)) if declared.x_from else None
+        start = as_number((labels or {}).get(declared.x_from)) if declared.x_from else None
         if bound is not None or result_id not in out:
             out[result_id] = (bound, start)
     return out
