@@ -1,10 +1,17 @@
 FROM python:3.11-slim-bookworm
-RUN apt-get update && apt-get install -y --no-install-recommends openssh-client && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
+# The runtime scope of the one list of Debian packages (requirements/debian.txt): WeasyPrint's pango and
+# fonts, Chromium for the certificate's charts, the SSH client.
+COPY requirements/debian.txt requirements/debian.txt
+COPY scripts/system_packages.sh scripts/system_packages.sh
+RUN apt-get update && apt-get install -y --no-install-recommends $(bash scripts/system_packages.sh runtime) \
+  && rm -rf /var/lib/apt/lists/*
 # Dependencies from the lock only (exact versions, hashes checked), pip and setuptools included
 # (requirements/build.in); a layer of its own, rebuilt only when the lock changes.
-COPY requirements/base.txt requirements/base.txt
-RUN pip install --no-cache-dir --require-hashes -r requirements/base.txt
+# --no-deps: the lock is complete (scripts/check_lock.py proves it below), so nothing is resolved
+# against the index, where a newer release than the lock's could be picked for a requested extra.
+COPY requirements/base.txt requirements/build.in requirements/
+RUN pip install --no-cache-dir --no-deps --require-hashes -r requirements/base.txt
 COPY pyproject.toml README.md ./
 COPY portal portal
 COPY checks checks
@@ -12,9 +19,11 @@ COPY worker worker
 COPY testbed testbed
 COPY templates templates
 COPY manage.py ./
+COPY scripts/check_lock.py scripts/check_lock.py
 # Kiln itself: nothing more is resolved (--no-deps), and it is built with the locked setuptools
 # rather than whatever an isolated build environment would download.
-RUN pip install --no-cache-dir --no-deps --no-build-isolation .
+RUN pip install --no-cache-dir --no-deps --no-build-isolation . \
+  && python scripts/check_lock.py requirements/base.txt --also requirements/build.in
 RUN useradd --system --home /app kiln && mkdir /data && chown kiln /data
 USER kiln
 ENV KILN_DATA_DIR=/data

@@ -1,7 +1,9 @@
 # Kiln. `make up` sets everything up and starts the portal; `make test` runs the whole suite.
 SHELL := /bin/bash
 PYTHON ?= python3
-VENV := .venv
+# VENV: where `make install` puts the virtualenv (tests/integration/test_kiln_install.py installs into a
+# fresh one with the interpreter's own bundled pip, as a new user's `python3 -m venv` has).
+VENV ?= .venv
 BIN := $(VENV)/bin
 # The data directory comes from the environment, else .env, else ./data (portal/settings.py reads .env:
 # make sets nothing here, so .env's KILN_DATA_DIR is honoured).
@@ -18,6 +20,12 @@ TEST_PROCESSES ?= 2
 # The lock: exact versions with hashes, generated from the ranges in pyproject.toml by `make lock`.
 # Everything installed comes from it, pip and setuptools included (requirements/build.in).
 LOCK := requirements/dev.txt
+# Installed without resolving (--no-deps): whatever pip a venv starts with installs exactly the lock,
+# and never resolves a requested extra (WeasyPrint's fonttools[woff]) against a newer release on the
+# index. scripts/check_lock.py then proves the lock complete: every requirement of every installed
+# package, extras included, pinned with hashes and installed at that version.
+PIP_LOCKED := -m pip install -q --no-deps --require-hashes -r
+CHECK_LOCK := scripts/check_lock.py --also requirements/build.in
 UV_COMPILE := $(BIN)/uv pip compile -q --universal --python-version 3.11 --generate-hashes \
   pyproject.toml requirements/build.in
 
@@ -27,14 +35,15 @@ DEPLOY_ENV := KILN_HTTPS=1 KILN_DEBUG=0 KILN_REQUIRE_POSTGRES=1 KILN_ALLOWED_HOS
   DATABASE_URL=postgresql://kiln@db.invalid/kiln CELERY_BROKER_URL=redis://redis.invalid:6379/0 \
   KILN_SECRET_KEY=$$($(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(50))')
 
-.PHONY: install up test lint lock bench-fanout demo-reset clean
+.PHONY: install up test lint lock bench-fanout clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: $(LOCK) pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q --require-hashes -r $(LOCK)
-	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/python $(PIP_LOCKED) $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation --no-index -e .
+	$(BIN)/python $(CHECK_LOCK) --extra dev $(LOCK)
 	touch $@
 
 install: $(VENV)/.installed
@@ -74,5 +83,12 @@ lock: install
 # Kiln's quick plan against pdsh/clush/asyncssh on testbed nodes (root; PostgreSQL and Redis as for
 # `make test`). BENCH_ARGS="--nodes 64" for one size.
 bench-fanout: install
-	$(BIN)/python -m pip install -q --require-hashes -r requirements/bench.txt
+	$(BIN)/python $(PIP_LOCKED) requirements/bench.txt
+	$(BIN)/python $(CHECK_LOCK) --extra dev --extra bench requirements/bench.txt
 	$(BIN)/python bench/bench_fanout.py $(BENCH_ARGS)
+
+# The virtualenv and what builds and tests leave in the checkout. Never the data folder: it holds the
+# database, the signing keys and the issued certificates (remove it by hand to start over).
+clean:
+	rm -rf $(VENV) build *.egg-info test-artifacts .mypy_cache .ruff_cache .pytest_cache
+	find . -name __pycache__ -type d -prune -not -path './data/*' -exec rm -rf {} +
