@@ -1,0 +1,127 @@
+"""Does a `make up` demo stay up and tell the truth for hours? A soak against a running demo.
+
+    python bench/demo_soak.py --checkout DIR --url http://127.0.0.1:8711/ [--hours 1] [--every 240]
+                              [--plan quick] [--hogs 4]
+
+Against a `make up` already running from DIR (its data folder, its web, worker and beat): every
+--every seconds it starts --plan on the demo cluster through that checkout's `kiln run --wait --json`
+(so through the broker and the worker, as the Start-a-run button does), and every 10 s it asks the web
+for the login page. With --hogs N it runs N busy-loop processes beside it for the whole soak (two per
+core is a laptop doing other work). At the end it prints one line per run (id, exit code, wall time,
+verdict counts, the non-pass results) and a summary, and exits 1 when any run errored, any verdict
+other than the demo's two known faults was not a pass, the web did not answer, or the console log
+(--console, what `make up` printed) says a process died.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+# The demo's two faults (portal's demo seeding): every other verdict must be a pass.
+KNOWN_FAULTS = {"demo03", "demo06"}
+
+
+def _hog() -> None:
+    while True:
+        pass
+
+
+def _web_answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/login/", timeout=10) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, TimeoutError, ConnectionError):
+        return False
+
+
+def _run_once(checkout: Path, plan: str, timeout_s: float) -> dict[str, object]:
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(checkout / ".venv" / "bin" / "kiln"), "run", "demo", plan, "--wait", "--json"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "KILN_ALLOW_LOCAL_TRANSPORT": "1"},
+    )
+    wall = time.monotonic() - started
+    try:
+        verdicts = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return {"exit": done.returncode, "wall_s": wall, "problem": f"not JSON: {done.stderr[-500:]}"}
+    results = verdicts.get("results", [])
+    counts = Counter(r["status"] for r in results)
+    unexpected = [
+        f"{r['node']} x {r['check']}: {r['status']} ({r['reason'][:120]})"
+        for r in results
+        if r["status"] not in ("pass", "warn") and not (r["status"] == "fail" and r["node"] in KNOWN_FAULTS)
+    ]
+    return {
+        "run": verdicts.get("run"),
+        "exit": done.returncode,
+        "wall_s": wall,
+        "counts": dict(counts),
+        "unexpected": unexpected,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--checkout", type=Path, required=True, help="the checkout `make up` runs from")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--console", type=Path, help="the file `make up`'s output goes to")
+    parser.add_argument("--hours", type=float, default=1.0)
+    parser.add_argument("--every", type=float, default=240.0, help="seconds between run starts")
+    parser.add_argument("--plan", default="quick")
+    parser.add_argument("--hogs", type=int, default=0)
+    args = parser.parse_args()
+
+    hogs = [multiprocessing.Process(target=_hog, daemon=True) for _ in range(args.hogs)]
+    for hog in hogs:
+        hog.start()
+    runs: list[dict[str, object]] = []
+    web_down: list[float] = []
+    began = time.monotonic()
+    deadline = began + args.hours * 3600
+    next_run = began
+    try:
+        while time.monotonic() < deadline:
+            if time.monotonic() >= next_run:
+                next_run += args.every
+                outcome = _run_once(args.checkout, args.plan, timeout_s=max(args.every * 3, 900))
+                outcome["at_s"] = round(time.monotonic() - began)
+                runs.append(outcome)
+                print(json.dumps(outcome), flush=True)
+            if not _web_answers(args.url):
+                web_down.append(time.monotonic() - began)
+                print(f"web did not answer at {web_down[-1]:.0f} s", flush=True)
+            time.sleep(10)
+    finally:
+        for hog in hogs:
+            hog.terminate()
+
+    console = args.console.read_text(errors="replace") if args.console else ""
+    deaths = [line for line in console.splitlines() if "exited" in line or "died" in line or "Unrecoverable" in line]
+    bad = [r for r in runs if r.get("problem") or r.get("unexpected") or r["exit"] not in (0, 1)]
+    print(
+        f"{len(runs)} runs of {args.plan} in {(time.monotonic() - began) / 60:.0f} min with {args.hogs} busy loops: "
+        f"{len(bad)} with an error or an unexpected verdict; the web did not answer {len(web_down)} times; "
+        f"{len(deaths)} console lines about a process that died"
+    )
+    for line in deaths[:20]:
+        print(f"  {line}")
+    return 1 if bad or web_down or deaths or not runs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
