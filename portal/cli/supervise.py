@@ -165,25 +165,33 @@ class Supervisor:
 
     # --- starting and watching ----------------------------------------------------------------
 
-    def _start(self, slot: _Slot) -> None:
+    def _start(self, slot: _Slot) -> bool:
+        """Start a program; a program that cannot start (no such file, not executable) counts as a death."""
         program = slot.program
         program.log.parent.mkdir(parents=True, exist_ok=True)
         if rotate(program.log, max_bytes=self.policy.rotate_bytes, keep=self.policy.rotate_keep):
             self.say(f"{program.log} reached {self.policy.rotate_bytes} bytes: the older lines are in {program.log}.1")
         self._mark(program, f"starting {program.name}: {' '.join(program.argv)}")
+        slot.restart_at = None
         with program.log.open("ab") as log:
             slot.log_offset = log.seek(0, os.SEEK_END)
-            slot.process = subprocess.Popen(
-                list(program.argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
-            )  # fmt: skip
-        slot.restart_at = None
+            try:
+                slot.process = subprocess.Popen(
+                    list(program.argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+                )  # fmt: skip
+            except OSError as exc:
+                self.say(f"cannot start {program.name}: {exc}")
+                self._mark(program, f"cannot start {program.name}: {exc}")
+                self._count_death(slot, time.monotonic())
+                return False
+        return True
 
     def start(self) -> None:
         for slot in self.slots:
-            self._start(slot)
-            assert slot.process is not None
-            self.say(f"started {slot.program.name} (pid {slot.process.pid}), log {slot.program.log}")
+            if self._start(slot):
+                assert slot.process is not None
+                self.say(f"started {slot.program.name} (pid {slot.process.pid}), log {slot.program.log}")
 
     def pids(self) -> dict[str, int]:
         return {slot.program.name: slot.process.pid for slot in self.slots if slot.process is not None}
@@ -197,9 +205,9 @@ class Supervisor:
                 if code is not None:
                     self._died(slot, code, now)
             elif slot.restart_at is not None and now >= slot.restart_at and not self.gave_up:
-                self._start(slot)
-                assert slot.process is not None
-                self.say(f"{slot.program.name} started again (pid {slot.process.pid})")
+                if self._start(slot):
+                    assert slot.process is not None
+                    self.say(f"{slot.program.name} started again (pid {slot.process.pid})")
 
     def _died(self, slot: _Slot, code: int, now: float) -> None:
         program, process = slot.program, slot.process
@@ -213,6 +221,11 @@ class Supervisor:
         for line in lines:
             self.out.write(f"    | {line}\n")
         self._mark(program, f"{program.name} (pid {process.pid}) {how}")
+        self._count_death(slot, now)
+
+    def _count_death(self, slot: _Slot, now: float) -> None:
+        """Restart after the policy's delay, or give up when the window holds too many deaths."""
+        program = slot.program
         window = self.policy.window_s
         while slot.deaths and now - slot.deaths[0] >= window:
             slot.deaths.popleft()
@@ -246,7 +259,9 @@ class Supervisor:
 
     def run_step(self, argv: Sequence[str]) -> int | None:
         """A one-off command on the console (in the terminal's process group, so Ctrl-C reaches it
-        too), supervising meanwhile; its exit status, or None when a stop or a give-up cut it short."""
+        too), supervising meanwhile; its exit status, or None when a stop or a give-up came first."""
+        if self.stop_requested or self.gave_up:
+            return None
         step = subprocess.Popen(list(argv))
         if self.wait_until(lambda: step.poll() is not None, timeout_s=float("inf")):
             return step.returncode

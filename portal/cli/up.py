@@ -55,22 +55,27 @@ def listening(host: str, port: int) -> bool:
 
 
 def announce(supervisor: Supervisor, *, host: str, port: int, logs: Path) -> None:
-    """Once the web server answers: queue the demo's heat soak, then print where everything is."""
+    """Once the web server answers: queue the demo's heat soak, then print where everything is.
+    Returns early when a stop or a give-up comes first (the supervisor then says why)."""
     if not supervisor.wait_until(lambda: listening(host, port), PORT_WAIT_S):
         if supervisor.stop_requested or supervisor.gave_up:
             return
         print(f"(the web server does not answer on {host}:{port} yet; see {logs / 'web.log'})")
     python = str(BIN / "python")
-    if supervisor.run_step([python, "manage.py", "kiln_demo", "--soak"]) != 0:
+    soak = supervisor.run_step([python, "manage.py", "kiln_demo", "--soak"])
+    if soak is None:
+        return
+    if soak != 0:
         print("(the demo heat soak was not queued; see above)")
     url = f"http://{host}:{port}"
-    print(f"\nKiln is running at {url}/")
-    supervisor.run_step([python, "manage.py", "kiln_admin"])
+    print(f"\nKiln is running at {url}/", flush=True)
+    if supervisor.run_step([python, "manage.py", "kiln_admin"]) is None:
+        return
     print(f"The demo cluster is at {url}/clusters/demo/ (start a run with 'Start a run').")
-    print(f"Capacity (power and cooling): {url}/clusters/demo/capacity/ once the demo heat soak is done.")
-    sys.stdout.flush()
+    print(f"Capacity (power and cooling): {url}/clusters/demo/capacity/ once the demo heat soak is done.", flush=True)
     # How Prometheus scrapes this Kiln: the token, a curl line, a scrape config.
-    supervisor.run_step(["bash", "scripts/metrics_hint.sh", host, str(port)])
+    if supervisor.run_step(["bash", "scripts/metrics_hint.sh", host, str(port)]) is None:
+        return
     print(
         f"Logs: {logs}/{{web,worker,beat,facility}}.log (appended across restarts; a program that dies is "
         "named here and restarted). Press Ctrl-C to stop.",
@@ -95,9 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         programs(data_dir=data_dir, host=host, port=port, facility_port=settings.KILN_DEMO_FACILITY_PORT)
     )
     with supervisor.signals_stop():
-        supervisor.start()
-        announce(supervisor, host=host, port=port, logs=data_dir / "logs")
-        return supervisor.serve()
+        try:
+            supervisor.start()
+            announce(supervisor, host=host, port=port, logs=data_dir / "logs")
+            return supervisor.serve()
+        finally:
+            supervisor.stop()  # after an unexpected error too: nothing is left running (a no-op after serve)
 
 
 if __name__ == "__main__":

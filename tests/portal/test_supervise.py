@@ -8,12 +8,15 @@ import io
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from portal.cli.supervise import Policy, Program, Supervisor, describe_exit, rotate, tail
+from tests.conftest import REPO
 
 # Short enough that the give-up path takes a fraction of a second, long enough to see each delay.
 QUICK = Policy(first_delay_s=0.05, max_delay_s=0.2, max_restarts=3, window_s=60, stop_grace_s=5)
@@ -148,3 +151,39 @@ def test_program_names_must_differ(tmp_path: Path) -> None:
     program = Program("same", ["true"], tmp_path / "a.log")
     with pytest.raises(ValueError, match="program names must differ"):
         Supervisor([program, program])
+
+
+def test_a_program_that_cannot_start_counts_as_a_death_and_is_given_up(tmp_path: Path) -> None:
+    missing = Program("missing", [str(tmp_path / "no-such-program")], tmp_path / "missing.log")
+    out = io.StringIO()
+    supervisor = Supervisor([missing], policy=QUICK, out=out)
+    supervisor.start()
+    assert supervisor.serve() == 1
+    printed = out.getvalue()
+    assert printed.count("cannot start missing: [Errno 2] No such file or directory") == 4, printed
+    assert "missing died 4 times within 60 s; giving up" in printed
+    assert "cannot start missing" in missing.log.read_text()
+
+
+# The supervisor with one program, in a process of its own that the test can SIGKILL.
+LONE_SUPERVISOR = """import sys
+from pathlib import Path
+from portal.cli.supervise import Program, Supervisor
+supervisor = Supervisor([Program("sleeper", ["sleep", "60"], Path(sys.argv[1]))])
+supervisor.start()
+supervisor.serve()
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_supervisor_killed_outright_takes_its_programs_with_it(tmp_path: Path) -> None:
+    supervisor = subprocess.Popen(
+        [sys.executable, "-c", LONE_SUPERVISOR, str(tmp_path / "sleeper.log")],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert supervisor.stdout is not None
+    line = supervisor.stdout.readline()
+    pid = int(re.findall(r"started sleeper \(pid (\d+)\)", line)[0])
+    supervisor.kill()  # no chance to stop anything itself
+    supervisor.wait()
+    assert gone(pid), "the program outlived its supervisor"
