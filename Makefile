@@ -48,15 +48,15 @@ $(VENV)/.installed: $(LOCK) pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-# exec: no shell stands between make and up.sh to die of the Ctrl-C (or TERM) that stops the demo;
-# up.sh stops its children and exits 0, so make prints no "Error 130/143" (tests/portal/test_up_script.py).
+# exec: no shell stands between make and the supervisor to die of the Ctrl-C (or TERM) that stops the
+# demo; it stops its programs and exits 0, so make prints no "Error 130/143" (tests/portal/test_up_script.py).
 up: install
 	$(BIN)/python manage.py kiln_init
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py kiln_keys init --if-missing --site "Kiln demo ($$(hostname))"
 	KILN_ALLOW_LOCAL_TRANSPORT=$${KILN_ALLOW_LOCAL_TRANSPORT:-1} $(BIN)/python manage.py kiln_demo
-	@exec bash scripts/up.sh "$(HOST)" "$(PORT)"
+	@exec $(BIN)/python -m portal.cli.up "$(HOST)" "$(PORT)"
 
 # KILN_ENV_FILE empty: the tests never read a developer's .env.
 test: export KILN_ENV_FILE =

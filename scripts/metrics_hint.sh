@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Print how Prometheus scrapes this Kiln: the /metrics bearer token, a curl line and a scrape config
-# to paste. scripts/up.sh (`make up`) runs it after kiln_init; tests/health/test_metrics_token.py too.
+# to paste. `make up` (portal/cli/up.py) runs it after kiln_init; tests/health/test_metrics_token.py too.
 # The token is the settings' (KILN_METRICS_TOKEN from the environment or .env, else the one kiln_init
 # generated into the data folder, which the scrape config then reads from its file).
 set -euo pipefail

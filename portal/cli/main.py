@@ -38,11 +38,11 @@ FORWARDED: dict[str, tuple[str, str]] = {
 # `kiln user token ...` goes to the REST API's own command.
 TOKEN_COMMAND = "kiln_token"
 
-# Defaults of the servers, as `make up` (scripts/up.sh) starts them.
+# Defaults of the servers, as `make up` (portal/cli/up.py) starts them.
 DEFAULT_QUEUE = "default"  # worker/celery.py: task_default_queue
 DEFAULT_BIND = "127.0.0.1:8000"  # the Makefile's HOST and PORT
-DEFAULT_WEB_WORKERS = 2  # scripts/up.sh; docker-compose.yml runs 4 on a production host
-WEB_THREADS = 4  # scripts/up.sh and docker-compose.yml
+DEFAULT_WEB_WORKERS = 2  # a demo or a small site (`make up` runs this); docker-compose.yml runs 4 on a production host
+WEB_THREADS = 4  # as docker-compose.yml (`make up` runs this too)
 
 
 def version() -> str:

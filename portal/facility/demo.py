@@ -1,6 +1,6 @@
 """The demo cluster's facility (kiln_demo): two racks of four nodes, an A and a B PDU per rack, one
 UPS and one coolant loop, served over Redfish by the testbed's facility service on this host
-(`scripts/up.sh` starts it), so the capacity page and the heat soak work after `make up`.
+(`make up` starts it), so the capacity page and the heat soak work after `make up`.
 
 The service's config (its own user and password, the PDUs' feeds, the loop's nodes) is written
 next to the demo's node state files, readable by this user only; Kiln keeps the same password
@@ -49,7 +49,7 @@ LOOP_FLOW_LPM = 80.0
 @contextlib.contextmanager
 def facility_served() -> Iterator[None]:
     """The demo's facility service for the length of an inline run (kiln_demo --certificate), unless
-    one already listens on its port (scripts/up.sh's)."""
+    one already listens on its port (`make up`'s)."""
     with contextlib.closing(socket.socket()) as probe:
         probe.settimeout(0.5)
         if probe.connect_ex(("127.0.0.1", settings.KILN_DEMO_FACILITY_PORT)) == 0:

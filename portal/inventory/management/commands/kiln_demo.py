@@ -65,7 +65,7 @@ class Command(BaseCommand):
             "--soak",
             action="store_true",
             help="only queue a demo heat soak (plan demo-power-cooling) when the demo has none yet; needs a "
-            "worker and the demo facility service (scripts/up.sh starts both)",
+            "worker and the demo facility service (`make up` starts both)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
