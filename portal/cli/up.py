@@ -54,6 +54,20 @@ def listening(host: str, port: int) -> bool:
     return True
 
 
+def ports_taken(*, host: str, port: int, facility_port: int) -> list[str]:
+    """What already listens where the stack is about to: a second `make up`, or another service. Said
+    before anything starts, since a program that cannot bind would die, be restarted and be given up."""
+    taken = []
+    if listening(host, port):
+        taken.append(f"port {port} on {host} is in use by another program: start with `make up PORT=<free port>`")
+    if listening("127.0.0.1", facility_port):
+        taken.append(
+            f"port {facility_port} (the demo's facility service) is in use by another program: "
+            "set KILN_DEMO_FACILITY_PORT to a free port (in the environment or .env)"
+        )
+    return taken
+
+
 def announce(supervisor: Supervisor, *, host: str, port: int, logs: Path) -> None:
     """Once the web server answers: queue the demo's heat soak, then print where everything is.
     Returns early when a stop or a give-up comes first (the supervisor then says why)."""
@@ -96,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from django.conf import settings  # the data folder as the settings see it: environment, .env, ./data
 
     data_dir = Path(settings.DATA_DIR)
+    taken = ports_taken(host=host, port=port, facility_port=settings.KILN_DEMO_FACILITY_PORT)
+    for problem in taken:
+        print(f"make up: {problem}", file=sys.stderr)
+    if taken:
+        return 1
     supervisor = Supervisor(
         programs(data_dir=data_dir, host=host, port=port, facility_port=settings.KILN_DEMO_FACILITY_PORT)
     )

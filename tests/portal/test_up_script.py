@@ -1,5 +1,6 @@
-"""`make up` (portal/cli/up.py): Ctrl-C and TERM stop it cleanly (issue 16: make printed
-`*** [Makefile:30: up] Error 143`), and a program of it that dies is named and restarted.
+"""`make up` (portal/cli/up.py): Ctrl-C and TERM stop it cleanly (make once printed
+`*** [Makefile:30: up] Error 143`), a program of it that dies is named and restarted, and a port
+already in use is named before anything starts.
 
 The stop tests run the real supervisor under a real make, in a folder where the programs it starts
 (celery, gunicorn, the facility service, manage.py) are stand-ins that only wait: starting the real
@@ -17,6 +18,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -58,6 +61,8 @@ def sandbox(tmp_path: Path) -> Path:
 
 def sandbox_env(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=str(REPO), KILN_ENV_FILE="", KILN_DATA_DIR=str(tmp_path / "data"))
+    # Not the default 8470: a demo elsewhere on this machine may hold it, and make up then refuses to start.
+    env["KILN_DEMO_FACILITY_PORT"] = str(free_port())
     env.pop("MAKEFLAGS", None)
     return env
 
@@ -233,3 +238,21 @@ def test_a_killed_worker_is_named_with_its_last_log_lines_restarted_and_its_log_
                 os.killpg(pid, signal.SIGKILL)
     for name, pid in started_pids(log.read_text()).items():
         assert _group_gone(pid), f"{name} (pid {pid}) is still running"
+
+
+def test_a_port_in_use_is_named_before_anything_starts(
+    settings: object, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from portal.cli import up
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        taken = busy.getsockname()[1]
+        settings.KILN_DEMO_FACILITY_PORT = free_port()  # type: ignore[attr-defined]
+        assert up.main(["127.0.0.1", str(taken)]) == 1
+        assert f"port {taken} on 127.0.0.1 is in use by another program: start with `make up PORT=" in (
+            capsys.readouterr().err
+        )
+        settings.KILN_DEMO_FACILITY_PORT = taken  # type: ignore[attr-defined]
+        assert up.main(["127.0.0.1", str(free_port())]) == 1
+        err = capsys.readouterr().err
+        assert f"port {taken} (the demo's facility service) is in use" in err and "KILN_DEMO_FACILITY_PORT" in err
