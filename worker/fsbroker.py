@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections import deque
 from pathlib import Path
 from queue import Empty
 from time import monotonic
@@ -34,6 +35,7 @@ from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
+from kombu.utils.objects import cached_property
 
 logger = logging.getLogger("kiln.broker")
 
@@ -77,12 +79,17 @@ class Channel(filesystem.Channel):
             raise ChannelError(f"Cannot add file {str(path)!r} to directory: {exc}") from exc
 
     def _get(self, queue: str) -> Any:
-        wanted = f"{queue}.msg"
         folder = Path(self.data_folder_in)
         claimed = folder / CLAIMED
-        for name in sorted(os.listdir(folder)):
-            if name.partition(".")[2] != wanted:
-                continue
+        # One listing serves until its names run out: stock lists and sorts the whole folder for
+        # every message, O(n) per message with thousands waiting. A message written since is found
+        # by the next listing; one another consumer took meanwhile fails its rename below.
+        pending = self._listed.setdefault(queue, deque())
+        if not pending:
+            wanted = f"{queue}.msg"
+            pending.extend(sorted(n for n in os.listdir(folder) if n.partition(".")[2] == wanted))
+        while pending:
+            name = pending.popleft()
             claimed.mkdir(exist_ok=True)
             path = claimed / name
             try:
@@ -102,6 +109,11 @@ class Channel(filesystem.Channel):
                 path.unlink(missing_ok=True)
             return payload
         raise Empty()
+
+    @cached_property
+    def _listed(self) -> dict[str, deque[str]]:
+        """Per queue, the names of the last listing not yet claimed."""
+        return {}
 
     def _quarantine(self, path: Path, exc: BaseException) -> None:
         """Sets an unreadable message aside for a person to look at; the worker goes on."""
