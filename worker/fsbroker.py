@@ -69,7 +69,8 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 class Channel(filesystem.Channel):
-    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+    # kombu's two bases name the argument differently (message, payload): no signature fits both.
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
         # Stock's name: the reaper (portal/runs/broker.py) and older readers match `*.QUEUE.msg`.
         name = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
         path = Path(self.data_folder_out) / name
@@ -78,7 +79,7 @@ class Channel(filesystem.Channel):
         except OSError as exc:
             raise ChannelError(f"Cannot add file {str(path)!r} to directory: {exc}") from exc
 
-    def _get(self, queue: str) -> Any:
+    def _get(self, queue: str, timeout: float | None = None) -> Any:
         folder = Path(self.data_folder_in)
         claimed = folder / CLAIMED
         # One listing serves until its names run out: stock lists and sorts the whole folder for

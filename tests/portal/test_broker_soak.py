@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from portal.datadir import broker_dirs, init_data_dir
 from portal.runs.models import Run
@@ -26,6 +25,8 @@ pytestmark = pytest.mark.integration
 PRODUCERS = 4
 # 4 x 500: thousands of messages; about 40 s of sending and delivering on a loaded 2-core machine.
 PER_PRODUCER = 500
+# Reaper messages beat sends at least (one a second), whether the producers finish sooner or later.
+MIN_REAPS = 15
 TASKS_MODULE = "tests.portal.broker_soak_tasks"
 
 
@@ -121,9 +122,11 @@ def test_it_loses_no_message_and_keeps_the_worker_alive_under_beat_and_producers
             assert worker.process.poll() is None, worker.log_path.read_text()[-3000:]
             time.sleep(0.5)
         drained_s = time.monotonic() - started
-        # Keep beat going a few more reaper rounds with the queue empty, then stop it and let the
-        # worker take what it sent last.
-        time.sleep(3)
+        # Beat goes on until it has sent the reaper MIN_REAPS times (a fast machine drains the
+        # producers' messages sooner), then stops, and the worker takes what it sent last.
+        deadline = time.monotonic() + 60
+        while reaps_sent(beat_log) < MIN_REAPS and time.monotonic() < deadline:
+            time.sleep(0.5)
         os.killpg(beat.pid, 15)
         beat.wait(timeout=20)
         deadline = time.monotonic() + 30
@@ -155,16 +158,20 @@ def test_it_loses_no_message_and_keeps_the_worker_alive_under_beat_and_producers
 
     # Every reaper message beat sent was received and ran.
     beat_text = beat_log.read_text()
-    sent_reaps = beat_text.count("Sending due task kiln-reaper (kiln.reap)")
+    sent_reaps = reaps_sent(beat_log)
     received = len(re.findall(r"Task kiln\.reap\[[0-9a-f-]+\] received", worker_log))
     succeeded = len(re.findall(r"Task kiln\.reap\[[0-9a-f-]+\] succeeded", worker_log))
     print(f"soak: beat sent the reaper {sent_reaps} times, the worker ran it {succeeded} times")
-    assert sent_reaps >= 10, beat_text[-3000:]  # one a second over the soak
+    assert sent_reaps >= MIN_REAPS, beat_text[-3000:]
     assert received == sent_reaps and succeeded == sent_reaps, (sent_reaps, received, succeeded)
 
     # The reaper ran every second against this database and changed nothing: nothing was lost or late.
     assert {r.pk: (r.status, r.finished_at) for r in Run.objects.all()} == before
     assert dict(CheckResult.objects.values_list("pk", "status")) == results_before
+
+
+def reaps_sent(beat_log: Path) -> int:
+    return beat_log.read_text().count("Sending due task kiln-reaper (kiln.reap)")
 
 
 def delivered(record: Path) -> list[int]:

@@ -29,7 +29,7 @@ def folders(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def channel(folders: dict[str, str]) -> Callable[[type], Any]:
+def channel(folders: dict[str, str]) -> Iterator[Callable[[type], Any]]:
     connections: list[Connection] = []
 
     def make(transport: type) -> Any:
