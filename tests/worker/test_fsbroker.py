@@ -105,13 +105,13 @@ def test_it_shows_a_reader_nothing_until_the_message_is_whole(channel, paused_wr
 def test_it_sets_an_unreadable_message_aside_and_delivers_the_next(channel, folders, caplog) -> None:
     ours = channel(fsbroker.Transport)
     queue = Path(folders["data_folder_in"])
-    (queue / "1_bad.default.msg").write_bytes(b"")  # sorted first: what a stock writer could leave
+    (queue / "0_bad.default.msg").write_bytes(b"")  # "0_" sorts before any real name: what a stock writer could leave
     ours._put("default", {"n": 2})
 
     with caplog.at_level(logging.ERROR, logger="kiln.broker"):
         assert ours._get("default") == {"n": 2}
-    assert (queue / fsbroker.QUARANTINE / "1_bad.default.msg").exists()
-    assert "unreadable message 1_bad.default.msg (JSONDecodeError" in caplog.text
+    assert (queue / fsbroker.QUARANTINE / "0_bad.default.msg").exists()
+    assert "unreadable message 0_bad.default.msg (JSONDecodeError" in caplog.text
     with pytest.raises(Empty):
         ours._get("default")
 
