@@ -158,6 +158,7 @@ def test_it_loses_no_message_and_keeps_the_worker_alive_under_beat_and_producers
 
     # Every reaper message beat sent was received and ran.
     beat_text = beat_log.read_text()
+    assert "broker -> worker.fsbroker:Transport" in beat_text, beat_text[:2000]  # beat's banner
     sent_reaps = reaps_sent(beat_log)
     received = len(re.findall(r"Task kiln\.reap\[[0-9a-f-]+\] received", worker_log))
     succeeded = len(re.findall(r"Task kiln\.reap\[[0-9a-f-]+\] succeeded", worker_log))
