@@ -2,7 +2,7 @@
 
 Stock kombu (5.x, an open upstream issue) creates a message's `*.msg` file in the queue folder and
 only then writes it, while the reader moves `*.msg` files out without taking the writer's lock: a
-reader polling every 0.05 s often takes the file while it is still empty. The message is lost and
+reader polling every 0.05 s can take the file while it is still empty. The message is lost and
 the worker dies on `JSONDecodeError` ("Unrecoverable error"). This subclass:
 
 - writes a message under a temporary name the reader and the reaper never match (`.NAME.tmp`, not
