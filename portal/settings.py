@@ -158,6 +158,10 @@ else:
         "control_folder": str(_control),
         "polling_interval": 0.05,
     }
+# Kombu's filesystem transport loses a message a reader takes while it is still being written (and
+# the worker then exits on JSONDecodeError): worker/fsbroker.py writes each message whole first.
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT = "worker.fsbroker:Transport"
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 # Where tasks go unless routed to a cluster's queue (Cluster.queue, portal/runs/queues.py), and
 # what a plain `celery -A worker worker` (no -Q) or `kiln worker` without --queue consumes. Named
