@@ -1,10 +1,10 @@
 """Does a `make up` demo stay up and tell the truth for hours? A soak against a running demo.
 
     python bench/demo_soak.py --checkout DIR --url http://127.0.0.1:8711/ [--hours 1] [--every 240]
-                              [--plan quick] [--hogs 4]
+                              [--plan quick --plan demo-acceptance] [--hogs 4]
 
 Against a `make up` already running from DIR (its data folder, its web, worker and beat): every
---every seconds it starts --plan on the demo cluster through that checkout's `kiln run --wait --json`
+--every seconds it starts the next --plan on the demo cluster through that checkout's `kiln run --wait --json`
 (so through the broker and the worker, as the Start-a-run button does), and every 10 s it asks the web
 for the login page. With --hogs N it runs N busy-loop processes beside it for the whole soak (two per
 core is a laptop doing other work). At the end it prints one line per run (id, exit code, wall time,
@@ -82,9 +82,10 @@ def main() -> int:
     parser.add_argument("--console", type=Path, help="the file `make up`'s output goes to")
     parser.add_argument("--hours", type=float, default=1.0)
     parser.add_argument("--every", type=float, default=240.0, help="seconds between run starts")
-    parser.add_argument("--plan", default="quick")
+    parser.add_argument("--plan", action="append", help="plans started in turn (default: quick)")
     parser.add_argument("--hogs", type=int, default=0)
     args = parser.parse_args()
+    plans = args.plan or ["quick"]
 
     hogs = [multiprocessing.Process(target=_hog, daemon=True) for _ in range(args.hogs)]
     for hog in hogs:
@@ -98,8 +99,9 @@ def main() -> int:
         while time.monotonic() < deadline:
             if time.monotonic() >= next_run:
                 next_run += args.every
-                outcome = _run_once(args.checkout, args.plan, timeout_s=max(args.every * 3, 900))
-                outcome["at_s"] = round(time.monotonic() - began)
+                plan = plans[len(runs) % len(plans)]
+                outcome = _run_once(args.checkout, plan, timeout_s=max(args.every * 3, 900))
+                outcome.update(plan=plan, at_s=round(time.monotonic() - began), load=os.getloadavg()[0])
                 runs.append(outcome)
                 print(json.dumps(outcome), flush=True)
             if not _web_answers(args.url):
@@ -113,8 +115,10 @@ def main() -> int:
     console = args.console.read_text(errors="replace") if args.console else ""
     deaths = [line for line in console.splitlines() if "exited" in line or "died" in line or "Unrecoverable" in line]
     bad = [r for r in runs if r.get("problem") or r.get("unexpected") or r["exit"] not in (0, 1)]
+    loads = [float(str(r["load"])) for r in runs]
     print(
-        f"{len(runs)} runs of {args.plan} in {(time.monotonic() - began) / 60:.0f} min with {args.hogs} busy loops: "
+        f"{len(runs)} runs of {', '.join(plans)} in {(time.monotonic() - began) / 60:.0f} min with {args.hogs} busy loops "
+        f"(load average at the starts {min(loads, default=0):.1f}-{max(loads, default=0):.1f}): "
         f"{len(bad)} with an error or an unexpected verdict; the web did not answer {len(web_down)} times; "
         f"{len(deaths)} console lines about a process that died"
     )
