@@ -117,7 +117,8 @@ def main() -> int:
     bad = [r for r in runs if r.get("problem") or r.get("unexpected") or r["exit"] not in (0, 1)]
     loads = [float(str(r["load"])) for r in runs]
     print(
-        f"{len(runs)} runs of {', '.join(plans)} in {(time.monotonic() - began) / 60:.0f} min with {args.hogs} busy loops "
+        f"{len(runs)} runs of {', '.join(plans)} in {(time.monotonic() - began) / 60:.0f} min "
+        f"with {args.hogs} busy loops "
         f"(load average at the starts {min(loads, default=0):.1f}-{max(loads, default=0):.1f}): "
         f"{len(bad)} with an error or an unexpected verdict; the web did not answer {len(web_down)} times; "
         f"{len(deaths)} console lines about a process that died"
