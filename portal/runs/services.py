@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
@@ -194,8 +195,9 @@ def _enqueue(run_id: int, node_ids: list[int]) -> None:
         dispatch.enqueue_node(run_id=run_id, node_id=node_id)
 
 
-def run_mark_started(*, run_id: int) -> None:
-    Run.objects.filter(pk=run_id, status=Status.QUEUED).update(status=Status.RUNNING, started_at=timezone.now())
+def run_mark_started(*, run_id: int, at: datetime | None = None) -> None:
+    """A queued run is running from `at` (default now): its first claimed check's start."""
+    Run.objects.filter(pk=run_id, status=Status.QUEUED).update(status=Status.RUNNING, started_at=at or timezone.now())
 
 
 def _lapsed(now: Any) -> Q:
@@ -244,7 +246,7 @@ def group_result_claim(*, result_id: int, claim: str) -> CheckResult | None:
         return None
     result = CheckResult.objects.get(pk=result_id)
     # A plan of multi-node checks only (the heat soak) has no node task to mark its run started.
-    run_mark_started(run_id=result.run_id)
+    run_mark_started(run_id=result.run_id, at=now)
     return result
 
 
