@@ -14,6 +14,7 @@ from django.utils import timezone
 from checks.base import ParamsError, worst_status
 from portal.inventory.models import Cluster, Node
 from portal.runs import cells, estimates
+from portal.runs.cells import RunCounts
 from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Measurement, Run, RunEvent, Scope, Status
 
 
@@ -119,9 +120,9 @@ class RunGrid:
         return cells.count_items(self.cells)
 
     @property
-    def counted(self) -> cells.RunCounts:
+    def counted(self) -> RunCounts:
         """The whole run's counts, for the triage box beside the grid."""
-        return cells.RunCounts(cells=self.cells)
+        return RunCounts(cells=self.cells)
 
     @property
     def triage_key(self) -> str:
@@ -154,8 +155,8 @@ def _progress(run: Run, rows: Sequence[Mapping[str, Any]]) -> RunProgress:
         return RunProgress(counts=counts, total=total, done=done)
     groups = _active_groups(run)
     eta = estimate_eta(elapsed_s=run.elapsed_s, rows=rows, groups=groups)
-    overdue = max((g.running_s - g.expected_s for g in groups if g.running_s is not None), default=0.0)
-    return RunProgress(counts=counts, total=total, done=done, eta_s=eta, overdue_s=max(0.0, overdue))
+    late = [g.running_s - g.expected_s for g in groups if g.running_s is not None and g.expected_s is not None]
+    return RunProgress(counts=counts, total=total, done=done, eta_s=eta, overdue_s=max([0.0, *late]))
 
 
 @dataclass(frozen=True)
