@@ -125,7 +125,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     """The run page. htmx polls it while the run is active: `?since=T` (the summary's poll) answers
     with the summary and only the rows that changed since T, swapped out of band, so a 1,250-node
     grid is not re-rendered (nor its scroll position lost) every 2 s; a plain htmx request, or one
-    made once the run has finished, gets the whole grid."""
+    made once the run has finished, gets the whole grid. The triage box rides along out of band
+    whenever what it shows changed since the poll's last answer (`triaged`)."""
     run = get_object_or_404(Run.objects.select_related("cluster", "requested_by"), pk=run_id)
     problems_only = request.GET.get("problems") == "1"
     since = _timestamp(request.GET.get("since"))
@@ -136,6 +137,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     changed_since = since - timedelta(seconds=LIVE_OVERLAP_S) if live and since else None
     grid = selectors.run_grid(run=run, problems_only=problems_only, changed_since=changed_since)
     query = {"problems": "1"} if problems_only else {"since": f"{now.timestamp():.3f}"}
+    # The poll says which failures its page's triage box shows: a new one swaps the box too.
+    query["triaged"] = grid.triage_key
     compact = live and grid.partial
     context = {
         "run": run,
@@ -144,6 +147,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "can_operate": has_role(request.user, OPERATOR),
         "poll_url": f"{reverse('runs:run_detail', args=[run.pk])}?{urlencode(query)}",
         "compact": compact,
+        "triage_oob": htmx and request.GET.get("triaged") != grid.triage_key,
     }
     if not htmx:
         context["events"] = selectors.run_events(run=run)

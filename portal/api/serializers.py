@@ -11,6 +11,7 @@ from portal.api.models import ApiToken
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.inventory.models import Cluster, Node
 from portal.roles import SUPERUSER_FIELDS
+from portal.runs import cells as run_cells
 from portal.runs import selectors as run_selectors
 from portal.runs.models import CheckResult, Measurement, Run, Series
 
@@ -124,7 +125,10 @@ class RunSerializer(serializers.ModelSerializer[Run]):
 
 
 class RunDetailSerializer(RunSerializer):
-    progress = serializers.SerializerMethodField(help_text="Counts by status, done/total, ETA (seconds).")
+    progress = serializers.SerializerMethodField(
+        help_text="Checks by status, done/total, ETA (seconds): one per node × check, a multi-node result "
+        "counted in each node it spans (as the run page shows them)."
+    )
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "progress"]
@@ -132,13 +136,15 @@ class RunDetailSerializer(RunSerializer):
 
     @extend_schema_field(ProgressSerializer)
     def get_progress(self, run: Run) -> dict[str, Any]:
-        progress = run_selectors.run_progress(run=run)
+        # Counted as the run page, its triage and the runs list count (portal/runs/cells.py
+        # RunCounts): per node × check, a multi-node result once in each node it spans.
+        counts = run_cells.run_counts(run=run)
         return {
-            "counts": progress.counts,
-            "total": progress.total,
-            "done": progress.done,
-            "percent": progress.percent,
-            "eta_s": progress.eta_s,
+            "counts": counts.by_status,
+            "total": counts.total,
+            "done": counts.done,
+            "percent": counts.percent,
+            "eta_s": run_selectors.run_progress(run=run).eta_s if run.is_active else None,
         }
 
 

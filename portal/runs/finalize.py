@@ -21,13 +21,13 @@ import json
 import logging
 
 from django.db import DatabaseError, transaction
-from django.db.models import Count, TextField
+from django.db.models import Count, Min, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
 from checks.base import REGISTRY, Check, worst_status
 from checks.base import Measurement as CheckMeasurement
-from portal.runs import dispatch, leases, outliers
+from portal.runs import cells, dispatch, leases, outliers
 from portal.runs.dbretry import db_retry
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunEvent, Scope, Status
 
@@ -92,9 +92,14 @@ def _finalize(*, run_id: int, dispatch: bool) -> Run | None:
         run.reason = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         run.finished_at = timezone.now()
         if run.started_at is None:
-            run.started_at = run.finished_at
+            # Nothing marked it started: its first claimed check did start it; a run cancelled
+            # before any check was claimed took no time.
+            first = CheckResult.objects.filter(run_id=run_id).aggregate(first=Min("started_at"))["first"]
+            run.started_at = first or run.finished_at
         nodes = CheckResult.objects.filter(run_id=run_id).values("node_id").distinct().count()
-        run.summary = {"results": sum(counts.values()), "nodes": nodes, "counts": counts}
+        # "cells": what the runs list shows, counted as the run page counts (cells.RunCounts).
+        shown = cells.run_counts(run=run).cells
+        run.summary = {"results": sum(counts.values()), "nodes": nodes, "counts": counts, "cells": shown}
         run.save(update_fields=["status", "reason", "finished_at", "started_at", "summary"])
     logger.info("run %s finished: %s (%s)", run.pk, run.status, run.reason)
     return run

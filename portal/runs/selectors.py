@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet
 from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
+from django.utils import timezone
 
-from checks.base import worst_status
+from checks.base import ParamsError, worst_status
 from portal.inventory.models import Cluster, Node
-from portal.runs import cells
+from portal.runs import cells, estimates
+from portal.runs.cells import RunCounts
 from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Measurement, Run, RunEvent, Scope, Status
 
 
@@ -59,6 +60,8 @@ class RunProgress:
     total: int
     done: int
     eta_s: float | None = None
+    # Seconds a running multi-node check has run past what it was expected to take (0: not late).
+    overdue_s: float = 0.0
 
     @property
     def percent(self) -> int:
@@ -74,6 +77,8 @@ class RunProgress:
 
     @property
     def eta_text(self) -> str:
+        if self.overdue_s > 0 and not self.eta_s:
+            return f"ETA: any moment ({duration_words(self.overdue_s)} over the estimate)"
         return eta_text(self.eta_s)
 
 
@@ -86,8 +91,8 @@ class RunGrid:
     problems_only: bool = False
     partial: bool = False  # only the rows that changed (the live poll)
     colours: dict[str, str] = field(default_factory=lambda: STATUS_COLOURS)
-    # The whole run's cells by the state they show: the badges count what the grid shows (a
-    # multi-node result fills a cell in each member's row; progress counts it once).
+    # The whole run's cells by the state they show (cells.run_counts, as the triage, the runs list
+    # and the API count them): a multi-node result fills a cell in each member's row.
     cells: dict[str, int] = field(default_factory=dict)
 
     # The summary reads through to the progress (templates and older callers use grid.counts...).
@@ -114,6 +119,17 @@ class RunGrid:
     def count_items(self) -> list[tuple[str, int, str]]:
         return cells.count_items(self.cells)
 
+    @property
+    def counted(self) -> RunCounts:
+        """The whole run's counts, for the triage box beside the grid."""
+        return RunCounts(cells=self.cells)
+
+    @property
+    def triage_key(self) -> str:
+        """Changes whenever the triage box would: a check failed or errored (results never leave
+        those states), or the run finished."""
+        return f"{self.cells.get(Status.FAIL, 0)}-{self.cells.get(Status.ERROR, 0)}-{int(self.run.is_active)}"
+
 
 _PROBLEMS = {Status.FAIL, Status.ERROR, Status.WARN, Status.CANCELLED}
 
@@ -135,19 +151,63 @@ def _progress(run: Run, rows: Sequence[Mapping[str, Any]]) -> RunProgress:
         counts[row["status"]] = counts.get(row["status"], 0) + row["n"]
     total = sum(counts.values())
     done = total - sum(counts.get(s, 0) for s in ACTIVE_STATUSES)
-    eta = estimate_eta(elapsed_s=run.elapsed_s, rows=rows) if run.is_active else None
-    return RunProgress(counts=counts, total=total, done=done, eta_s=eta)
+    if not run.is_active:
+        return RunProgress(counts=counts, total=total, done=done)
+    groups = _active_groups(run)
+    eta = estimate_eta(elapsed_s=run.elapsed_s, rows=rows, groups=groups)
+    late = [g.running_s - g.expected_s for g in groups if g.running_s is not None and g.expected_s is not None]
+    return RunProgress(counts=counts, total=total, done=done, eta_s=eta, overdue_s=max([0.0, *late]))
 
 
-def estimate_eta(*, elapsed_s: float | None, rows: Sequence[Mapping[str, Any]]) -> float | None:
+@dataclass(frozen=True)
+class GroupEta:
+    """A multi-node check still to finish: its kind, what it is expected to take (the check's own
+    `expected_s` for the run's params), and how long it has run (None: not started yet)."""
+
+    kind: str
+    expected_s: float | None
+    running_s: float | None = None
+
+
+def _active_groups(run: Run) -> list[GroupEta]:
+    """The run's queued and running multi-node results (a few rows, on their own partial index)."""
+    items = {item["key"]: item for item in run.plan_snapshot.get("items", [])}
+    now = timezone.now()
+    out = []
+    for key, kind, status, started in (
+        CheckResult.objects.filter(run=run, scope=Scope.GROUP, status__in=ACTIVE_STATUSES)
+        .order_by()
+        .values_list("item_key", "kind", "status", "started_at")
+    ):
+        running = (now - started).total_seconds() if status == Status.RUNNING and started else None
+        out.append(GroupEta(kind, _declared_s(items.get(key)), None if running is None else max(0.0, running)))
+    return out
+
+
+def _declared_s(item: dict[str, Any] | None) -> float | None:
+    """How long the snapshot's item is expected to take (checks/base.py Check.expected_s)."""
+    if item is None:
+        return None
+    try:
+        return estimates.items_estimate_s([item])
+    except (KeyError, TypeError, ValueError, ParamsError):
+        return None  # a kind no longer registered, or params it no longer reads: averages instead
+
+
+def estimate_eta(
+    *, elapsed_s: float | None, rows: Sequence[Mapping[str, Any]], groups: Sequence[GroupEta] | None = None
+) -> float | None:
     """Seconds left, from rows of (kind, scope, status, n, seconds, timed).
 
     Node checks run in parallel (a task per node), so the run's throughput so far is what it did
     per second of wall time: weighting each check by its kind's average duration in this run (a
     burn-in weighs more than an inventory) gives ETA = elapsed × work left / work done. Multi-node
-    checks run one after another once the node checks are in: their average duration is added as
-    is. Kinds with no finished result yet count at the average of the kinds seen; with no duration
-    at all, each node check counts the same. None while nothing has finished yet.
+    checks run one after another once the node checks are in: each adds what it is expected to take
+    (this run's average wall time of its kind, else its declared `expected_s`), less what a running
+    one has already run, so the ETA counts down while it runs instead of standing still. Without
+    `groups`, the active group rows of `rows` add their kind's average. Kinds with no finished
+    result yet count at the average of the kinds seen; with no duration at all, each node check
+    counts the same. None while nothing has finished yet.
     """
     if not elapsed_s or elapsed_s <= 0:
         return None
@@ -169,17 +229,25 @@ def estimate_eta(*, elapsed_s: float | None, rows: Sequence[Mapping[str, Any]]) 
     for row in rows:
         active = row["status"] in ACTIVE_STATUSES
         if row["scope"] == Scope.GROUP:
-            if active:
+            if active and groups is None:
                 serial_left += row["n"] * avg.get(row["kind"], default if avg else 0.0)
             continue
         if active:
             left_work += row["n"] * weight(row["kind"])
         else:
             done_work += row["n"] * weight(row["kind"])
+    for group in groups or ():
+        expected = avg.get(group.kind, group.expected_s if group.expected_s is not None else default)
+        serial_left += max(0.0, expected - (group.running_s or 0.0))
     if left_work > 0 and done_work <= 0:
         return None
     parallel_left = elapsed_s * left_work / done_work if left_work > 0 else 0.0
     return parallel_left + serial_left
+
+
+def duration_words(seconds: float) -> str:
+    """ "40 s", "3 min": how far past its estimate a check has run."""
+    return f"{int(round(seconds))} s" if seconds < 90 else f"{int(round(seconds / 60.0))} min"
 
 
 def eta_text(seconds: float | None) -> str:
@@ -221,14 +289,11 @@ def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime |
             changed = Q(started_at__gte=changed_since) | Q(finished_at__gte=changed_since)
             node_results = node_results.filter(node_id__in=node_results.filter(changed).values("node_id"))
     rows, tally = _grid_rows(node_results, positions, len(columns))
-    _place_group_results(rows, group_results, positions)
-    row_list = list(rows.values())
+    _place_group_results(run, rows, group_results, positions, len(columns), add_rows=changed_since is None)
+    row_list = sorted(rows.values(), key=lambda r: r.node.hostname)
     for row in row_list:
         row.worst = worst_status([c.status for c in row.cells if c is not None])
-    if changed_since is None:
-        shown = cells.count_cells(c.shown for row in row_list for c in row.cells if c is not None)
-    else:
-        shown = cells.run_cell_counts(run=run)
+    shown = cells.run_counts(run=run).cells  # the one count of the run page, triage, runs list and API
     if problems_only:
         row_list = [r for r in row_list if any(c is not None and c.status in _PROBLEMS for c in r.cells)]
     if changed_since is None:
@@ -274,21 +339,34 @@ def _grid_rows(
 
 
 def _place_group_results(
-    rows: dict[int, GridRow], group_results: list[tuple[Any, ...]], positions: dict[str, int]
+    run: Run,
+    rows: dict[int, GridRow],
+    group_results: list[tuple[Any, ...]],
+    positions: dict[str, int],
+    width: int,
+    *,
+    add_rows: bool,
 ) -> None:
-    """A multi-node check shows in every member's row: the node's own attribution when the output
-    named it, else the group's status."""
+    """A multi-node check shows in the row of every node it spans (cells.group_shares: the node's
+    attributed verdict when the output named it, else the group's). `add_rows`: a node with no
+    per-node result of its own (a plan of multi-node checks only: the heat soak) gets a row."""
+    placed = [
+        (pk, item_key, cells.group_shares(status, reason, node_set, attribution))
+        for pk, item_key, status, reason, node_set, attribution, *_ in group_results
+    ]
     by_hostname = {row.node.hostname: row for row in rows.values()}
-    for pk, item_key, status, reason, node_set, attribution, *_ in group_results:
+    missing = {host for *_, shares in placed for host in shares} - set(by_hostname) if add_rows else set()
+    if missing:
+        nodes = Node.objects.filter(cluster_id=run.cluster_id, hostname__in=missing).values_list("id", "hostname")
+        for node_id, hostname in nodes:
+            by_hostname[hostname] = rows[node_id] = GridRow(node=NodeRef(node_id, hostname), cells=[None] * width)
+    for pk, item_key, shares in placed:
         column = positions.get(item_key)
         if column is None:
             continue  # not an item of this run's snapshot
-        members = set(NodeSet(node_set)) if node_set else set()
-        for hostname, row in by_hostname.items():
-            attributed = (attribution or {}).get(hostname)
-            if attributed:
-                row.cells[column] = GridCell(pk, attributed["status"], attributed["reason"], item_key)
-            elif hostname in members:
+        for hostname, (status, reason) in shares.items():
+            row = by_hostname.get(hostname)
+            if row is not None:
                 row.cells[column] = GridCell(pk, status, reason, item_key)
 
 
@@ -316,22 +394,88 @@ def cluster_list() -> QuerySet[Cluster]:
     return Cluster.objects.annotate(node_count=Count("nodes", distinct=True), last_run=Max("runs__created_at"))
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """What one finished result says about one node: its own result, or its share of a multi-node
+    result whose output named it. Node health and the cluster page's "Last status" read these."""
+
+    pk: int  # the result's (a group result's for a share of it)
+    node_id: int
+    run_id: int
+    item_key: str
+    kind: str
+    status: str
+    reason: str
+
+
+_JUDGED_FIELDS = ("id", "node_id", "run_id", "item_key", "kind", "status", "reason", "scope", "attribution")
+
+
+def judgements(*, results: QuerySet[CheckResult], cluster_id: int, node_ids: set[int] | None = None) -> list[Judgement]:
+    """The judgements of these results (finished ones; not Kiln's own faults, which say nothing
+    about a node), node results first in plan order, then the multi-node shares, for the nodes of
+    `node_ids` (None: every node). A multi-node result judges the nodes its output named (its
+    attribution), each with its own verdict; one that named none cannot be pinned on a node and
+    judges none. Two queries at most."""
+    rows = list(
+        results.exclude(status__in=ACTIVE_STATUSES)
+        .filter(portal_fault=False)
+        .order_by("position", "id")
+        .values_list(*_JUDGED_FIELDS)
+    )
+    out: list[Judgement] = []
+    groups = []
+    for pk, node_id, run_id, key, kind, status, reason, scope, attribution in rows:
+        if scope == Scope.GROUP:
+            groups.append((pk, run_id, key, kind, attribution))
+        elif node_ids is None or node_id in node_ids:
+            out.append(Judgement(pk, node_id, run_id, key, kind, status, reason))
+    if not any(attribution for *_, attribution in groups):
+        return out
+    by_host = dict(Node.objects.filter(cluster_id=cluster_id).values_list("hostname", "id"))
+    for pk, run_id, key, kind, attribution in groups:
+        for host, verdict in (attribution or {}).items():
+            node_id = by_host.get(host)
+            if node_id is None or not isinstance(verdict, dict) or (node_ids is not None and node_id not in node_ids):
+                continue
+            status, reason = str(verdict.get("status", "")), str(verdict.get("reason", ""))
+            out.append(Judgement(pk, node_id, run_id, key, kind, status, reason))
+    return out
+
+
 def cluster_nodes_with_last_status(*, cluster: Cluster, nodes: list[Node] | None = None) -> list[dict[str, Any]]:
     """Each node (of `nodes`, default all of the cluster) with the verdicts of its latest finished
-    result per check kind. Pass one page of nodes: the aggregate then reads only their results."""
+    result per check kind: its own, or its share of a multi-node result that named it (judgements,
+    which node health reads too: a node health calls healthy was checked). Pass one page of nodes:
+    the aggregates then read only their results, and the latest multi-node result of each kind and
+    node set."""
     if nodes is None:
         nodes = list(cluster.nodes.order_by("hostname"))
-    latest_ids = (
-        CheckResult.objects.filter(node__in=[n.pk for n in nodes])
-        .exclude(status__in=ACTIVE_STATUSES)
+    finished = CheckResult.objects.exclude(status__in=ACTIVE_STATUSES).filter(portal_fault=False).order_by()
+    latest_ids = list(
+        finished.filter(node__in=[n.pk for n in nodes], scope=Scope.NODE)
         .values("node_id", "kind")
         .annotate(last_id=Max("id"))
         .values_list("last_id", flat=True)
     )
-    latest = CheckResult.objects.filter(id__in=list(latest_ids)).only("id", "node_id", "kind", "status", "reason")
-    by_node: dict[int, list[CheckResult]] = {}
-    for result in latest:
-        by_node.setdefault(result.node_id, []).append(result)
+    # A later multi-node run over the same nodes judges them again: its latest result per node set.
+    latest_ids += list(
+        finished.filter(run__cluster=cluster, scope=Scope.GROUP)
+        .values("kind", "node_set")
+        .annotate(last_id=Max("id"))
+        .values_list("last_id", flat=True)
+    )
+    found = judgements(
+        results=CheckResult.objects.filter(id__in=latest_ids), cluster_id=cluster.pk, node_ids={n.pk for n in nodes}
+    )
+    latest: dict[tuple[int, str], Judgement] = {}
+    for judged in found:
+        kept = latest.get((judged.node_id, judged.kind))
+        if kept is None or judged.pk > kept.pk:
+            latest[(judged.node_id, judged.kind)] = judged
+    by_node: dict[int, list[Judgement]] = {}
+    for judged in latest.values():
+        by_node.setdefault(judged.node_id, []).append(judged)
     out = []
     for node in nodes:
         last = sorted(by_node.get(node.pk, []), key=lambda r: r.kind)

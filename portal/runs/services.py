@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
@@ -194,8 +195,9 @@ def _enqueue(run_id: int, node_ids: list[int]) -> None:
         dispatch.enqueue_node(run_id=run_id, node_id=node_id)
 
 
-def run_mark_started(*, run_id: int) -> None:
-    Run.objects.filter(pk=run_id, status=Status.QUEUED).update(status=Status.RUNNING, started_at=timezone.now())
+def run_mark_started(*, run_id: int, at: datetime | None = None) -> None:
+    """A queued run is running from `at` (default now): its first claimed check's start."""
+    Run.objects.filter(pk=run_id, status=Status.QUEUED).update(status=Status.RUNNING, started_at=at or timezone.now())
 
 
 def _lapsed(now: Any) -> Q:
@@ -240,7 +242,12 @@ def group_result_claim(*, result_id: int, claim: str) -> CheckResult | None:
     updated = CheckResult.objects.filter(claimable, pk=result_id, scope=Scope.GROUP).update(
         status=Status.RUNNING, claimed_by=claim, attempt=F("attempt") + 1, started_at=now, **leases.claim_fields(now)
     )
-    return CheckResult.objects.get(pk=result_id) if updated else None
+    if not updated:
+        return None
+    result = CheckResult.objects.get(pk=result_id)
+    # A plan of multi-node checks only (the heat soak) has no node task to mark its run started.
+    run_mark_started(run_id=result.run_id, at=now)
+    return result
 
 
 def group_result_error(*, result_id: int, claim: str, reason: str) -> int:
@@ -350,9 +357,14 @@ def _result_write(
     series: list[dict[str, Any]],
     retry: bool,
 ) -> bool:
+    now = timezone.now()
+    if result.scope == Scope.GROUP and result.started_at is not None:
+        # A multi-node check's commands ran side by side (every node of a soak, pairs in rounds):
+        # its duration is its wall time since it was claimed, never the sum of its outputs'.
+        fields = {**fields, "duration_s": max(0.0, (now - result.started_at).total_seconds())}
     with transaction.atomic():
         updated = CheckResult.objects.filter(pk=result.pk, status=Status.RUNNING, claimed_by=claim).update(
-            **fields, finished_at=timezone.now()
+            **fields, finished_at=now
         )
         if not updated:
             # A retry whose first try did commit (the answer was lost with the connection): recorded.

@@ -8,7 +8,9 @@ The demo cluster (8 simulated nodes, demo03 with ECC errors on GPU 5, demo06 on 
   and multi-node NCCL at simulator speed, FAST_PARAMS: one result for each chart family) in a second
   campaign, whose three failures are waived, signed by both sides and certified;
 - run C, the `triage` plan, left running: demo01 done, demo02's first check on its node, the rest
-  waiting or queued.
+  waiting or queued (the live-run test then runs demo03's checks while the page is open);
+- run D, the demo's heat soak (a plan of one multi-node check) recorded after SOAK_WALL_S of wall
+  time, its eight nodes' outputs each that long: the runs list shows its wall time, not their sum.
 Runs are executed inline in this thread, as `kiln_run --inline` does (no broker, no worker): about
 40 s with the certificate, on a busy two-core machine. The capacity page draws the synthetic 12-node
 heat soak of tests/portal/capacity_helpers.py on cluster dc1 (a real soak takes a minute at least).
@@ -34,6 +36,8 @@ NOTE = "GPU 5 swap scheduled; the customer accepts the node meanwhile"
 # The chart families of result pages (templates/charts/family/): each must be among the pages.
 RESULT_FAMILIES = ("nccl", "burn_in", "dlc", "ecc", "filesystem", "matrix")
 DLC_PARAMS = {"idle_s": 1, "load_s": 3, "sensor_source": "ipmitool"}
+# The soak's wall time in the data set: long enough to tell from 0 s in the runs list, short enough to wait.
+SOAK_WALL_S = 2.0
 
 
 @dataclass
@@ -43,6 +47,8 @@ class Site:
     pages: dict[str, str] = field(default_factory=dict)
     pdf: bytes = b""
     certificate: str = ""
+    live_run: int = 0
+    soak_run: int = 0
 
 
 def _user(username: str, full_name: str, *groups: str) -> User:
@@ -131,6 +137,36 @@ def _live_run(cluster: Any, plan: Any, user: User) -> Any:
     return run
 
 
+def _soak_run(cluster: Any, user: User) -> Any:
+    """The demo's heat soak as a worker records it: claimed (the run starts), SOAK_WALL_S later every
+    node's output, each SOAK_WALL_S long (side by side), then the run closes."""
+    import time
+
+    from checks.base import Command, CommandOutput, Verdict
+    from portal.catalog.models import TestPlan
+    from portal.runs import services
+    from portal.runs.models import CheckResult, Scope
+
+    run = services.run_start(
+        cluster=cluster, plan=TestPlan.objects.get(slug="demo-power-cooling"), requested_by=user, enqueue=False
+    )
+    group = CheckResult.objects.get(run=run, scope=Scope.GROUP)
+    CheckResult.objects.filter(pk=group.pk).update(claimed_by="dispatched")
+    claimed = services.group_result_claim(result_id=group.pk, claim="shots-soak")
+    assert claimed is not None
+    time.sleep(SOAK_WALL_S)
+    hosts = sorted(cluster.nodes.values_list("hostname", flat=True))
+    outputs = [CommandOutput(Command(argv=("soak", h), timeout=60.0), "", "", 0, duration_s=SOAK_WALL_S) for h in hosts]
+    attribution = {h: {"status": "pass", "reason": "within spec"} for h in hosts}
+    verdict = Verdict(status="pass", reason="")
+    services.record_from_check(
+        result=claimed, claim="shots-soak", verdict=verdict, measurements=[], outputs=outputs, attribution=attribution
+    )
+    services.run_finalize(run_id=run.pk, dispatch=False)
+    run.refresh_from_db()
+    return run
+
+
 def _result_pages(run: Any) -> dict[str, str]:
     """One result page per chart family of this run (a failing result first where there is one),
     and the failing inventory result the triage view links to."""
@@ -173,6 +209,7 @@ def site_build() -> Site:
     assert run_a.status == "fail", run_a.status  # demo03 and demo06
     certificate = _certify(handover, vendor, customer)
     run_c = _live_run(demo, triage, user)
+    run_d = _soak_run(demo, user)
     schedule_create(name="Nightly triage sweep", cluster=demo, plan=triage, crontab="0 2 * * *", created_by=user)
     record_soak(soak_cluster())
 
@@ -202,4 +239,7 @@ def site_build() -> Site:
         "health-schedules": reverse("health:schedules"),
         "facility": reverse("facility:page", args=["demo"]),
     }
-    return Site(pages=pages, pdf=bytes(certificate.pdf), certificate=certificate.number)
+    pages["run-soak"] = reverse("runs:run_detail", args=[run_d.pk])
+    return Site(
+        pages=pages, pdf=bytes(certificate.pdf), certificate=certificate.number, live_run=run_c.pk, soak_run=run_d.pk
+    )

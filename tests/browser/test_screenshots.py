@@ -220,3 +220,55 @@ def test_the_certificate_pages_render_as_png(site: tuple[str, Site], tmp_path: P
     text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
     assert data.certificate in text and "PASS WITH WAIVERS" in text
     assert not RAW_TEMPLATE.search(text), RAW_TEMPLATE.search(text)
+
+
+def _run_row(page: Page, run_id: int) -> dict[str, Any]:
+    """A run's row of the runs list: its badges, its "of N" and its duration."""
+    row = page.locator("table.runs tr", has=page.locator(f'a[href="/runs/{run_id}/"]')).first
+    badges = {b.split(" ")[1]: int(b.split(" ")[0]) for b in row.locator(".badge").all_inner_texts()}
+    of = re.search(r"of (\d+)", row.locator("td").nth(4).inner_text())
+    return {"badges": badges, "of": int(of.group(1)) if of else None, "duration": row.locator("td.num").inner_text()}
+
+
+def test_a_live_run_fills_its_triage_without_reload_and_agrees_with_the_runs_list(
+    site: tuple[str, Site], page: Page
+) -> None:
+    """Mid-way, demo03's ECC fails while the run page is open: the triage box fills in through the
+    grid's poll (no reload) and counts what the badges and the runs list count; the runs list gives
+    the heat soak its wall time."""
+    from portal.inventory.models import Node
+    from portal.runs.execution import execute_node
+    from portal.runs.models import CheckResult
+    from tests.browser.screenshot_site import SOAK_WALL_S
+
+    base, data = site
+    folder = _folder("live")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    log_in(page, base, USERNAME)
+    page.goto(f"{base}/runs/{data.live_run}/")
+    assert page.locator("#triage").get_attribute("data-fail") == "0"
+    assert "Nothing to triage yet" in page.locator("#triage").inner_text()
+
+    demo03 = Node.objects.get(cluster__name="demo", hostname="demo03")
+    execute_node(run_id=data.live_run, node_id=demo03.pk, claim="shots-demo03")
+    page.wait_for_selector('#triage[data-fail="1"] tr.triage-line[data-nodes="demo03"]', timeout=READY_TIMEOUT_MS)
+    page.wait_for_function(READY_JS, timeout=READY_TIMEOUT_MS)
+    page.screenshot(path=str(folder / "run-live-triage.png"), full_page=True)
+
+    triage = page.locator("#triage")
+    fail, error = int(triage.get_attribute("data-fail") or -1), int(triage.get_attribute("data-error") or -1)
+    badges = {b.split(" ")[1]: int(b.split(" ")[0]) for b in page.locator("#run-counts .badge").all_inner_texts()}
+    assert (fail, error) == (badges.get("fail", 0), badges.get("error", 0)) == (1, 0)
+    assert page.locator("#run-status").inner_text() == "running"  # still mid-way
+    total = int(re.search(r"\d+/(\d+) checks", page.locator("#run-summary").inner_text()).group(1))  # type: ignore[union-attr]
+
+    page.goto(f"{base}/clusters/demo/runs/")
+    page.screenshot(path=str(folder / "cluster-runs.png"), full_page=True)
+    live = _run_row(page, data.live_run)
+    assert live["badges"].get("fail", 0) == fail and live["badges"].get("error", 0) == error
+    assert live["of"] == total
+    soak = _run_row(page, data.soak_run)
+    group = CheckResult.objects.get(run_id=data.soak_run, scope="group")
+    wall = (group.finished_at - group.started_at).total_seconds()
+    assert group.duration_s == pytest.approx(wall) and SOAK_WALL_S <= wall < 8 * SOAK_WALL_S
+    assert soak["duration"] == f"{round(wall)} s" and soak["of"] == 8  # one soak, a cell per node

@@ -153,7 +153,7 @@ def test_it_polls_the_summary_for_the_rows_changed_since_the_last_answer(viewer_
     poll = re.search(r'<div id="run-summary" data-status="running" hx-get="([^"]+)" hx-trigger="every 2s"', page)
     assert poll, "the summary polls while the run is active"
     poll_url = poll.group(1).replace("&amp;", "&")
-    assert re.fullmatch(rf"/runs/{run.pk}/\?since=\d+\.\d+", poll_url)
+    assert re.fullmatch(rf"/runs/{run.pk}/\?since=\d+\.\d+&triaged=0-0-1", poll_url)  # no failure shown yet
     now = timezone.now()
     set_result(run, "n03", "ecc-health", "fail", "GPU 2: <b>ECC</b>", started_at=now, finished_at=now)
 
@@ -168,11 +168,19 @@ def test_it_polls_the_summary_for_the_rows_changed_since_the_last_answer(viewer_
         f'<template><tr id="node-{node.pk}" hx-swap-oob="true"><td><a href="/clusters/c1/nodes/n03/">n03</a></td>'
         in html
     )
-    assert html.count("<tr ") == 1  # n01 finished long before the poll: not sent again
+    assert html.count("<tr id=") == 1  # n01 finished long before the poll: not sent again
     assert 'class="cell fail"' in html and 'class="cell queued"' in html  # the whole row of n03
     assert "GPU 2: &lt;b&gt;ECC&lt;/b&gt;" in html and "<b>ECC" not in html
     assert "1/8 checks" not in html and "2/8 checks (25%)" in html  # the summary covers the whole run
-    assert re.search(rf'hx-get="/runs/{run.pk}/\?since=\d+\.\d+" hx-trigger="every 2s"', html), "the poll re-arms"
+    assert re.search(rf'hx-get="/runs/{run.pk}/\?since=\d+\.\d+&amp;triaged=1-0-1" hx-trigger="every 2s"', html)
+    # The new failure fills the triage box, swapped out of band by the same poll (no reload).
+    assert '<section id="triage" hx-swap-oob="true" data-fail="1" data-error="0">' in html
+    assert 'class="triage-line" data-nodes="n03"' in html and "Nothing to triage" not in html
+    # The next poll, with nothing new failed, leaves the box alone.
+    again = re.search(r'hx-get="([^"]+)" hx-trigger="every 2s"', html)
+    assert again
+    quiet = viewer_client.get(again.group(1).replace("&amp;", "&"), headers={"HX-Request": "true"}).content.decode()
+    assert 'id="triage"' not in quiet
 
 
 def test_it_swaps_the_whole_grid_when_the_run_finished_between_polls(viewer_client, cluster, make_run) -> None:
@@ -189,7 +197,8 @@ def test_it_swaps_the_whole_grid_when_the_run_finished_between_polls(viewer_clie
     assert response.headers["HX-Reswap"] == "outerHTML"
     html = response.content.decode()
     assert html.lstrip().startswith('<div id="run-grid" data-status="cancelled"')
-    assert html.count('class="cell cancelled"') == 8 + 1 and "hx-get" not in html and "hx-swap-oob" not in html
+    assert html.count('class="cell cancelled"') == 8 + 1 and "hx-get" not in html and "<template>" not in html
+    assert '<section id="triage" hx-swap-oob="true"' in html  # the box's last word, as the run finished
 
 
 def test_it_sends_every_row_when_a_multi_node_result_moved(viewer_client, cluster, quick_plan) -> None:
@@ -214,13 +223,13 @@ def test_it_keeps_the_problem_filter_while_polling(viewer_client, cluster, make_
     url = reverse("runs:run_detail", args=[run.pk])
 
     page = viewer_client.get(url, {"problems": "1"}).content.decode()
-    assert f'hx-get="{url}?problems=1" hx-trigger="every 2s"' in page
+    assert f'hx-get="{url}?problems=1&amp;triaged=1-0-1" hx-trigger="every 2s"' in page
     # the filtered poll gets the whole filtered grid, so a node that turns bad shows up
     set_result(run, "n04", "gpu-inventory", "error", "unreachable")
     fragment = viewer_client.get(url, {"problems": "1"}, headers={"HX-Request": "true"}).content.decode()
     assert fragment.lstrip().startswith('<div id="run-grid"')
     assert ">n02</a></td>" in fragment and ">n04</a></td>" in fragment and ">n01</a></td>" not in fragment
-    assert f'hx-get="{url}?problems=1"' in fragment
+    assert f'hx-get="{url}?problems=1&amp;triaged=1-1-1"' in fragment
 
 
 def test_it_ignores_a_garbled_since(viewer_client, cluster, make_run) -> None:

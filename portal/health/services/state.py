@@ -22,7 +22,8 @@ from portal.health.services.scheduler import hooks_plan
 from portal.health.tasks import alert_deliver, scheduler_action_run
 from portal.inventory.models import Cluster, Node
 from portal.runs.dbretry import db_retry
-from portal.runs.models import ACTIVE_STATUSES, Run, Scope, Status
+from portal.runs.models import ACTIVE_STATUSES, Run, Status
+from portal.runs.selectors import judgements
 
 logger = logging.getLogger(__name__)
 
@@ -71,27 +72,13 @@ def state_from_results(results: list[Judged]) -> tuple[str, str] | None:
 
 
 def _judged_per_node(run: Run) -> dict[int, list[Judged]]:
+    """The run's judgements per node (runs.selectors.judgements, which the cluster page's "Last
+    status" reads too): a result Kiln failed to judge or record (portal_fault) never moves a node's
+    health nor fires an alert, and a multi-node result counts for the nodes its output named."""
     names = {item["key"]: item.get("name") or item["key"] for item in run.plan_snapshot.get("items", [])}
     per_node: dict[int, list[Judged]] = {}
-    # A result that Kiln failed to judge or record (portal_fault: its database, a worker, a bug) says
-    # nothing about the node: it never moves the node's health, nor fires an alert.
-    for node_id, key, status, reason in (
-        run.results.filter(scope=Scope.NODE, portal_fault=False)
-        .order_by("position", "id")  # plan order per node: the first of equally bad results is the cause
-        .values_list("node_id", "item_key", "status", "reason")
-    ):
-        per_node.setdefault(node_id, []).append(Judged(status, reason, names.get(key, key)))
-    # Group results count for the nodes they name (attribution); an unattributed group failure
-    # cannot be pinned on a node, so it does not change anyone's health.
-    groups = list(run.results.filter(scope=Scope.GROUP, portal_fault=False).values_list("item_key", "attribution"))
-    if groups:
-        by_host = dict(run.cluster.nodes.values_list("hostname", "id"))
-        for key, attribution in groups:
-            for host, verdict in (attribution or {}).items():
-                if host in by_host and isinstance(verdict, dict):
-                    per_node.setdefault(by_host[host], []).append(
-                        Judged(str(verdict.get("status", "")), str(verdict.get("reason", "")), names.get(key, key))
-                    )
+    for j in judgements(results=run.results.all(), cluster_id=run.cluster_id):
+        per_node.setdefault(j.node_id, []).append(Judged(j.status, j.reason, names.get(j.item_key, j.item_key)))
     return per_node
 
 

@@ -1,12 +1,14 @@
-"""Reads for a cluster's runs page: its runs with their result counts by status."""
+"""Reads for a cluster's runs page: its runs with their check counts by status."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from ClusterShell.NodeSet import NodeSet
+from django.db.models import QuerySet
 
 from portal.inventory.models import Cluster
+from portal.runs import cells
 from portal.runs.models import Run, Status
 
 _COUNTED = (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR)
@@ -18,35 +20,27 @@ def cluster_runs(*, cluster: Cluster) -> QuerySet[Run]:
 
 
 def with_counts(runs: list[Run]) -> list[Run]:
-    """Sets n_results, n_nodes and n_<status> on each run: from the summary written when it closed,
-    else (an active run, or one closed before summaries) from one aggregate query over those runs."""
-    missing = [r.pk for r in runs if not r.summary]
-    live = _live_summaries(missing) if missing else {}
+    """Sets n_results, n_nodes and n_<status> on each run, counted as its run page counts them
+    (portal/runs/cells.py RunCounts: per node × check, a multi-node result once in each node it
+    spans): from the summary written when it closed, else (an active run, or one closed before
+    summaries counted cells) from two aggregate queries over those runs."""
+    missing = [r.pk for r in runs if "cells" not in (r.summary or {})]
+    live = cells.runs_counts(run_ids=missing) if missing else {}
     for run in runs:
-        summary = run.summary or live.get(run.pk, {})
-        counts = summary.get("counts", {})
-        run.n_results, run.n_nodes = summary.get("results", 0), summary.get("nodes", 0)  # type: ignore[attr-defined]
+        counted = live.get(run.pk) or cells.RunCounts(cells=dict(run.summary["cells"]))
+        run.n_results = counted.total  # type: ignore[attr-defined]
+        run.n_nodes = _node_count(run)  # type: ignore[attr-defined]
         for status in _COUNTED:
-            setattr(run, f"n_{status.value}", counts.get(status.value, 0))
+            setattr(run, f"n_{status.value}", counted.of(status.value))
     return runs
 
 
-def _live_summaries(run_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """Run summaries counted now (the shape finalize writes)."""
-    counts = {f"n_{s.value}": Count("results", filter=Q(results__status=s)) for s in _COUNTED}
-    rows = (
-        Run.objects.filter(pk__in=run_ids)
-        .annotate(n_results=Count("results"), n_nodes=Count("results__node", distinct=True), **counts)
-        .values("pk", "n_results", "n_nodes", *counts)
-    )
-    return {
-        row["pk"]: {
-            "results": row["n_results"],
-            "nodes": row["n_nodes"],
-            "counts": {s.value: row[f"n_{s.value}"] for s in _COUNTED},
-        }
-        for row in rows
-    }
+def _node_count(run: Run) -> int:
+    """The run's nodes: its node set (a plan of multi-node checks only has results on one node)."""
+    try:
+        return len(NodeSet(run.node_set)) if run.node_set else int((run.summary or {}).get("nodes", 0))
+    except Exception:  # a stored set that no longer parses: what the run closed with
+        return int((run.summary or {}).get("nodes", 0))
 
 
 def cluster_run_counts(*, cluster: Cluster, limit: int = 100) -> list[dict[str, Any]]:

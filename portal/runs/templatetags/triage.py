@@ -8,15 +8,21 @@ from typing import Any
 from django import template
 from django.urls import reverse
 
+from portal.runs.cells import RunCounts, run_counts
 from portal.runs.triage import campaign_triage, run_triage
 
 register = template.Library()
 
 
 @register.inclusion_tag("runs/_triage.html")
-def run_triage_view(run: Any) -> dict[str, Any]:
+def run_triage_view(run: Any, counts: RunCounts | None = None, oob: bool = False) -> dict[str, Any]:
+    """`counts`: the run's RunCounts when the caller has them (the run page's grid); `oob`: the
+    live poll swaps the box out of band, so it fills in as checks fail, without a reload."""
     return {
         "lines": run_triage(run_id=run.pk),
+        "counts": counts if counts is not None else run_counts(run=run),
+        "active": run.is_active,
+        "oob": oob,
         "csv_url": reverse("runs:run_triage_csv", args=[run.pk]),
         "rma_url": reverse("runs:run_triage_rma", args=[run.pk]),
     }
