@@ -69,11 +69,12 @@ def _check_certificate(made: subprocess.CompletedProcess[str], out: Path, env: d
     assert "Power and cooling" in text, "the demo acceptance's heat soak is certified"
 
 
-# The "Done when": the demo certificate passes 3 of 3 times beside a CPU hog.
+# The "Done when": the demo certificate passes 3 of 3 times beside a CPU hog. One try took
+# 335 s beside the hog on a 2-core machine that others loaded too (charts included); 1800 s for three.
 TRIES = 3
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1800)
 def test_the_demo_certificate_verifies_three_times_beside_a_cpu_hog(tmp_path: Path, cpu_hog: int) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env["KILN_DATA_DIR"] = str(tmp_path / "data")
