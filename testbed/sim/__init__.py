@@ -55,7 +55,8 @@ IMAGE on the node named (nvidia-smi --query-gpu and all_reduce_perf answer as th
 Power (testbed/sim/power.py, one model for every reader): a node draws its GPUs' power as NVML
 reports it (idle ~70 W each; under the simulated gpu_burn 650-685 W, 480 W when throttling, never
 above the enforced limit, so a power_cap_gpu draws its cap) plus a platform overhead of 900 W idle
-rising to 1,500 W under load, with the same load ramp. `ipmitool dcmi power reading` prints that
+rising to 1,500 W under load, with the same load ramp. `ipmitool` (fake_ipmitool.c, compiled like
+the fake NVML, mirroring power.py) `dcmi power reading` prints that
 instant (and min/max/avg over the readings of the last dcmi_period_s seconds, default 60, kept in
 "$KILN_SIM_STATE.dcmi"); `ipmitool sdr` shows it as "Avg Power" and six "PSUn Power In" rows;
 nvidia-smi's power_draw follows the load like NVML's; the testbed's Redfish PDU/CDU service
@@ -101,6 +102,9 @@ POWER_MODULE = "kiln_sim_power.py"
 NVSMI_TEXT_SOURCE = SIM_DIR / "nvsmi_text.py"
 NVSMI_TEXT_MODULE = "kiln_sim_nvsmi_text.py"
 LIB_NAME = "libnvidia-ml.so.1"
+# The simulated BMC tool, compiled into bin/ under this name.
+IPMITOOL_SOURCE = SIM_DIR / "fake_ipmitool.c"
+IPMITOOL_NAME = "ipmitool"
 
 # Written explicitly into every state file so that the file documents the whole node.
 DEFAULTS: dict[str, str] = {
@@ -225,8 +229,27 @@ def _up_to_date(target: Path, source: Path) -> bool:
     return target.exists() and target.stat().st_mtime >= source.stat().st_mtime
 
 
+def _compile(source: Path, target: Path, flags: list[str], libs: list[str] | None = None) -> None:
+    """gcc (or $CC) `source` into `target`: written to a temporary name and renamed into place."""
+    compiler = os.environ.get("CC") or shutil.which("gcc") or "/usr/bin/gcc"
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    os.close(fd)
+    argv = [compiler, "-O2", "-Wall", *flags, "-o", tmp_name, str(source), *(libs or [])]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError as err:
+        os.unlink(tmp_name)
+        raise RuntimeError(f"cannot run {compiler}: {err}") from err
+    if proc.returncode != 0:
+        os.unlink(tmp_name)
+        raise RuntimeError(f"building {target.name} failed ({' '.join(argv)}):\n{proc.stderr}")
+    os.chmod(tmp_name, 0o755)  # sshd-spawned node shells may run as another user
+    os.replace(tmp_name, target)
+
+
 def build_simulator(dest: Path) -> SimPaths:
-    """Compile the fake NVML into dest/lib and install nvidia-smi into dest/bin.
+    """Compile the fake NVML into dest/lib and the fake ipmitool into dest/bin, and install
+    nvidia-smi and the other simulated tools into dest/bin.
 
     Skips work that is up to date. Each file is written to a temporary name and renamed into
     place, so parallel test workers sharing `dest` never load a half-written library.
@@ -238,34 +261,17 @@ def build_simulator(dest: Path) -> SimPaths:
 
     lib = lib_dir / LIB_NAME
     if not _up_to_date(lib, NVML_SOURCE):
-        compiler = os.environ.get("CC") or shutil.which("gcc") or "/usr/bin/gcc"
-        fd, tmp_name = tempfile.mkstemp(prefix=".libnvidia-ml.", dir=lib_dir)
-        os.close(fd)
-        argv = [
-            compiler,
-            "-O2",
-            "-Wall",
-            "-shared",
-            "-fPIC",
-            "-Wl,-soname," + LIB_NAME,
-            "-o",
-            tmp_name,
-            str(NVML_SOURCE),
-        ]
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        except OSError as err:
-            os.unlink(tmp_name)
-            raise RuntimeError(f"cannot run {compiler}: {err}") from err
-        if proc.returncode != 0:
-            os.unlink(tmp_name)
-            raise RuntimeError(f"building {LIB_NAME} failed ({' '.join(argv)}):\n{proc.stderr}")
-        os.replace(tmp_name, lib)
+        _compile(NVML_SOURCE, lib, ["-shared", "-fPIC", "-Wl,-soname," + LIB_NAME])
+    # The BMC is read once per sample of every soak and burn-in on every node: compiled, not a Python
+    # process per reading (fake_ipmitool.c says why).
+    ipmitool = bin_dir / IPMITOOL_NAME
+    if not _up_to_date(ipmitool, IPMITOOL_SOURCE):
+        _compile(IPMITOOL_SOURCE, ipmitool, [], libs=["-lm"])
 
     # nvidia-smi, then every simulated tool in tools/ (all_reduce_perf, gpu_burn, fio, ibstat, ...) and
     # its aliases (alltoall_perf),
-    # then the power model they share (ipmitool, nvidia-smi) and the text form of nvidia-smi -q, as plain
-    # modules beside them.
+    # then the power model nvidia-smi shares with the facility service and the text form of nvidia-smi
+    # -q, as plain modules beside them.
     tools = sorted(p for p in TOOLS_DIR.iterdir() if p.is_file() and not p.name.startswith("."))
     installs = [(NVIDIA_SMI_SOURCE, NVIDIA_SMI_SOURCE.name, 0o755), *((p, p.name, 0o755) for p in tools)]
     installs += [(TOOLS_DIR / source, alias, 0o755) for alias, source in TOOL_ALIASES.items()]

@@ -7,14 +7,16 @@ overhead (CPUs, memory, NICs, NVSwitches, fans) that rises from PLATFORM_IDLE_W 
 with the same load level, plus the fault `power_over_pct` (the node draws that percentage of its
 GPU sum on top). Readers: the simulated `ipmitool dcmi power reading` and `ipmitool sdr` (PSU input
 power) on each node, and the testbed's Redfish PDU/CDU service (testbed/sim/redfish_facility.py),
-so the BMC, the PDU phases and the coolant loop all follow the same load at the same instant.
+so the BMC, the PDU phases and the coolant loop all follow the same load at the same instant. The
+ipmitool is compiled (fake_ipmitool.c, a reading per sample must be cheap) and mirrors this model and
+the DCMI statistics below: keep the two in step (tests/testbed/test_power_sim.py compares them).
 
 The load level is fake_nvml.c's load_level(): the marker "$KILN_SIM_STATE.load" that gpu_burn keeps
 (its pid) makes the node loaded, ramping from 0.05 to 1 over LOAD_RAMP_S after the marker appeared;
 a marker whose pid is gone is stale and ignored. Keep the constants here and in fake_nvml.c in step.
 
 Standard library only, and importable on its own: build_simulator installs this file beside the
-node tools as kiln_sim_power.py, where the simulated ipmitool and nvidia-smi load it.
+node tools as kiln_sim_power.py, where the simulated nvidia-smi loads it.
 """
 
 from __future__ import annotations

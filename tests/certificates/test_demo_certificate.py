@@ -1,5 +1,7 @@
 """`kiln_demo --certificate OUT.pdf` then `kiln_verify OUT.pdf` on a fresh embedded install, as a new
-user would type them (separate processes, SQLite, no worker), and pdfsig on the same file."""
+user would type them (separate processes, SQLite, no worker), and pdfsig on the same file: three
+times in a row beside a CPU hog (a laptop busy with other work), each a complete demo acceptance run,
+heat soak included, and a new certificate."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import itertools
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,17 +25,24 @@ def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
     )
 
 
-# The demo's acceptance campaign runs every check of the plan (issue 14 added seven), then the heat
-# soak: about 3.5 minutes on 2 busy cores; the default 300 s left no margin.
-@pytest.mark.timeout(600)
-def test_the_demo_certificate_verifies_with_kiln_verify_and_pdfsig(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
-    env["KILN_DATA_DIR"] = str(tmp_path / "data")
-    env.pop("KILN_ALLOW_LOCAL_TRANSPORT", None)  # the demo command allows its own simulators
-    out = tmp_path / "demo.pdf"
-    assert _manage("kiln_init", env=env).returncode == 0  # as `make up` does first
-    assert _manage("migrate", "--noinput", "-v0", env=env).returncode == 0
-    made = _manage("kiln_demo", "--certificate", str(out), env=env)
+@pytest.fixture
+def cpu_hog() -> Iterator[int]:
+    """Two busy loops per core beside the test, killed at its end: what made the demo fail on a loaded
+    laptop (its simulated BMC readings starved, the heat soak short of readings)."""
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        for _ in range(2 * (os.cpu_count() or 1))
+    ]
+    try:
+        yield len(hogs)
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait(timeout=30)
+
+
+def _check_certificate(made: subprocess.CompletedProcess[str], out: Path, env: dict[str, str]) -> None:
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
     assert "PASS WITH WAIVERS" in made.stdout and out.exists()
     # Issue 16's "Done when": the demo acceptance run triages to exactly the two demo faults.
@@ -57,3 +67,30 @@ def test_the_demo_certificate_verifies_with_kiln_verify_and_pdfsig(tmp_path: Pat
     assert "demo03" in text and "RMA" in text, "the waived node and its justification"
     assert "Vera Vendor" in text and "Carl Customer" in text
     assert "Power and cooling" in text, "the demo acceptance's heat soak is certified"
+
+
+# The issue's "Done when": the demo certificate passes 3 of 3 times beside a CPU hog. One try took
+# 335 s beside the hog on a 2-core machine that others loaded too (charts included); 1800 s for three.
+TRIES = 3
+
+
+@pytest.mark.timeout(1800)
+def test_the_demo_certificate_verifies_three_times_beside_a_cpu_hog(tmp_path: Path, cpu_hog: int) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env["KILN_DATA_DIR"] = str(tmp_path / "data")
+    env.pop("KILN_ALLOW_LOCAL_TRANSPORT", None)  # the demo command allows its own simulators
+    assert _manage("kiln_init", env=env).returncode == 0  # as `make up` does first
+    assert _manage("migrate", "--noinput", "-v0", env=env).returncode == 0
+    for attempt in range(1, TRIES + 1):
+        # The same install each time: running the demo again converges the cluster and issues a new
+        # certificate from a new campaign.
+        out = tmp_path / f"demo-{attempt}.pdf"
+        # The certificate's charts (a headless Chromium) once: rendering them is not what the hog
+        # threatens, and takes a minute or more beside it.
+        made = _manage(
+            "kiln_demo", "--certificate", str(out), env={**env, "KILN_CERT_CHARTS": "1" if attempt == 1 else "0"}
+        )
+        try:
+            _check_certificate(made, out, env)
+        except AssertionError as exc:
+            raise AssertionError(f"try {attempt} of {TRIES} beside {cpu_hog} busy loops: {exc}") from exc

@@ -247,3 +247,87 @@ def test_without_a_state_file_the_node_is_a_healthy_idle_one(sim: SimPaths) -> N
     proc = subprocess.run(["ipmitool", "dcmi", "power", "reading"], env=env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0
     assert f"{round(IDLE_GPU_W + PLATFORM_IDLE_W):8d} Watts" in proc.stdout
+
+
+# --- the compiled ipmitool against power.py -----------------------------------------------------------
+
+MODEL_STATES = [
+    {},
+    {"power_over_pct": 30},
+    {"power_cap_gpu": "6", "power_cap_w": 400},
+    {"missing_gpu": "1, 5"},
+    {"throttle_gpu": "2,3"},
+    {"gpus": 3, "power_over_pct": "12.5"},
+    {"gpus": 100},
+    {"power_over_pct": -5},
+]
+
+
+@pytest.mark.parametrize("load", ["idle", "loaded"])
+@pytest.mark.parametrize("faults", MODEL_STATES, ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()) or "healthy")
+def test_it_reads_what_the_power_model_says(sim: SimPaths, tmp_path: Path, faults: dict[str, str], load: str) -> None:
+    # fake_ipmitool.c mirrors power.py, which nvidia-smi and the facility's Redfish service import:
+    # the BMC, the PDUs and the coolant loop must see the same node.
+    state = node(tmp_path, **faults)
+    if load == "loaded":
+        loaded(state)
+    watts = node_power(state).total_w
+    assert dcmi(sim, state)["Instantaneous"] == int(watts + 0.5)
+    out = run(sim, state, "ipmitool", "sdr").stdout
+    assert f"Avg Power        | {round(watts)} Watts" in out  # Python's round: half to even, as rint()
+    psus = re.findall(r"^PSU\d Power In +\| (\d+) Watts", out, re.M)
+    assert psus == [str(round(watts / 6))] * 6
+
+
+def test_it_keeps_the_statistics_as_the_power_model_does(sim: SimPaths, tmp_path: Path) -> None:
+    from testbed.sim.power import record_reading
+
+    state = node(tmp_path, dcmi_period_s=60)
+    now = time.time()
+    # Two readings inside the minute, one outside it, and lines a reader must skip.
+    history = f"{now - 500:.3f} 9000\n{now - 30:.3f} 5000\nnot a reading\n{now - 10:.3f} 7001\n{now - 5:.3f} 1.5\n"
+    Path(f"{state}.dcmi").write_text(history)
+    (tmp_path / "copy.dcmi").write_text(history)
+    got = dcmi(sim, state)
+    want = record_reading(tmp_path / "copy.dcmi", got["Instantaneous"], 60, time.time())
+    assert (got["Minimum"], got["Maximum"], got["Average"], got["Sampling"]) == (
+        want.min_w,
+        want.max_w,
+        want.avg_w,
+        want.period_s,
+    )
+    kept = [line.split()[1] for line in Path(f"{state}.dcmi").read_text().splitlines()]
+    assert kept == ["5000", "7001", str(got["Instantaneous"])]
+
+
+def test_sdr_type_temperature_lists_the_temperatures_only(sim: SimPaths, tmp_path: Path) -> None:
+    out = run(sim, node(tmp_path, coolant_inlet="31.5"), "ipmitool", "sdr", "type", "temperature").stdout
+    assert out.splitlines() == [
+        "Inlet Temp       | 24 degrees C      | ok",
+        "Exhaust Temp     | 41 degrees C      | ok",
+        "Coolant Inlet    | 31.5 degrees C    | ok",
+        "Coolant Outlet   | 38 degrees C      | ok",
+    ]
+
+
+def test_a_coolant_reading_that_is_not_a_number_is_an_error_naming_it(sim: SimPaths, tmp_path: Path) -> None:
+    proc = run(sim, node(tmp_path, coolant_outlet="warm"), "ipmitool", "sdr")
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert "coolant_outlet=warm is not a number" in proc.stderr
+
+
+def test_a_reading_costs_about_a_millisecond_of_cpu(sim: SimPaths, tmp_path: Path) -> None:
+    # Every soak and burn-in sample reads the BMC on every node: eight simulated nodes at 1 Hz must
+    # not load a 2-core machine. The Python simulator cost ~50 ms of CPU per reading (time the
+    # interpreter starts); the compiled one ~1-2 ms (bench/bench_bmc_sim.py). 15 ms leaves room for
+    # a busy machine's accounting and still fails an interpreter.
+    import resource
+
+    state = node(tmp_path)
+    env = node_env(sim, state)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    for _ in range(20):
+        subprocess.run(["ipmitool", "dcmi", "power", "reading"], env=env, capture_output=True, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert spent / 20 < 0.015, f"{spent / 20 * 1000:.1f} ms of CPU per reading"
