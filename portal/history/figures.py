@@ -162,8 +162,8 @@ def run_counts_figure(*, rows: list[dict[str, Any]], run_url: Callable[[int], st
         )
     layout = go.Layout(
         **{**_LAYOUT, "height": 280},
-        title={"text": "Results by status per run", "font": {"size": 14}},
-        yaxis={**_AXIS, "title": "results", "rangemode": "tozero"},
+        title={"text": "Checks by status per run (node × check)", "font": {"size": 14}},
+        yaxis={**_AXIS, "title": "checks", "rangemode": "tozero"},
         xaxis={**_AXIS, **time_axis([r["at"] for r in rows])},
         **_FAST,
     )
