@@ -254,12 +254,21 @@ class Check:
     # NVML queries, nvidia-smi, ibstat; about 1-2 s each on an 8-GPU node) over one SSH connection
     # (~60 ms a connect, 80-125 ms an exec: DESIGN.md "Proven on these machines"), rounded up.
     SHORT_CHECK_S: ClassVar[float] = 20.0
+    # What the check spends besides the duration its params set (connects, tool start-up, reads) on
+    # real hardware over SSH. A cluster whose nodes answer faster or slower (simulated nodes, a
+    # distant site) declares its own figure for estimates (Cluster.check_overhead_s).
+    OVERHEAD_S: ClassVar[float] = SHORT_CHECK_S
+
+    def declared_s(self, params: Any) -> float:
+        """The part of the check's time that its (typed) params set, in seconds: a burn-in's
+        duration, a soak, a sampling window. It lasts as long wherever the check runs. 0 for a
+        check that only reads."""
+        return 0.0
 
     def expected_s(self, params: Any) -> float:
-        """How long the check usually takes with these (typed) params, in seconds: what a plan's
-        estimate adds up (its time budget, `timeout`, is the worst case). Checks whose params set a
-        duration (a burn-in's, a soak's, a sampling window) say so."""
-        return self.SHORT_CHECK_S
+        """How long the check usually takes with these params on real hardware, in seconds: its
+        declared duration plus its overhead (its time budget, `timeout`, is the worst case)."""
+        return self.declared_s(params) + self.OVERHEAD_S
 
     def series(self, outputs: list[CommandOutput]) -> list[Series]:
         """Time series / curves to store beside the measurements (telemetry, busbw by size).

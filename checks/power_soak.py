@@ -98,9 +98,9 @@ class PowerSoak(FanOutCheck):
     )
     Params: ClassVar[type] = PowerSoakParams
 
-    def expected_s(self, params: Any) -> float:
+    def declared_s(self, params: Any) -> float:
         # Every node burns for duration_s from a common start, start_slack_s after the commands go out.
-        return float(params.duration_s) + params.start_slack_s + self.SHORT_CHECK_S
+        return float(params.duration_s) + params.start_slack_s
 
     Thresholds: ClassVar[type] = SoakThresholds
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = PROFILE_THRESHOLDS

@@ -126,6 +126,11 @@ class RdmaBandwidth(FanOutCheck):
         label = f"{PAIRS_LABEL} on {node.hostname}"
         return [Command(argv=runner_argv(spec), stdin=rdma_pairs_source(), timeout=timeout, label=label)]
 
+    def declared_s(self, params: Any) -> float:
+        # Every node waits for the common start (less the per-node part: a plan knows no node count);
+        # the latency and bandwidth runs are the overhead.
+        return float(params.start_slack_s)
+
     def start_delay_s(self, params: Any, node_count: int) -> float:
         p: RdmaBwParams = params
         delay = p.start_slack_s + p.start_per_node_s * node_count

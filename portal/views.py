@@ -87,13 +87,17 @@ class RunStartForm(forms.Form):
         super().__init__(*args, **kwargs)
         plan = self.fields["plan"]
         assert isinstance(plan, forms.ModelChoiceField)
-        plan.choices = estimates.plan_choices(cluster=cluster)  # quick first, with durations
+        found = estimates.plan_estimates(cluster=cluster)
+        plan.choices = estimates.choices(found)  # the cluster's acceptance plan first, with durations
+        default = estimates.default_plan(found)
+        if default is not None:
+            self.initial.setdefault("plan", default.slug)
 
 
 @role_required(OPERATOR)
 def run_start(request: HttpRequest, name: str) -> HttpResponse:
-    cluster = get_object_or_404(Cluster, name=name)
-    form = RunStartForm(request.POST or None, initial={"plan": estimates.QUICK_PLAN}, cluster=cluster)
+    cluster = get_object_or_404(Cluster.objects.select_related("acceptance_plan"), name=name)
+    form = RunStartForm(request.POST or None, cluster=cluster)
     if request.method == "POST" and form.is_valid():
         try:
             nodes = services.nodes_select(cluster=cluster, node_set=form.cleaned_data["node_set"])

@@ -24,13 +24,20 @@ MAX_GPUS = 1024
 
 class ClusterSerializer(serializers.ModelSerializer[Cluster]):
     node_count = serializers.IntegerField(read_only=True)
+    acceptance_plan = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=TestPlan.objects.all(),
+        required=False,
+        allow_null=True,
+        help_text="Slug of the plan the cluster is accepted with (first and preselected in the plan pickers).",
+    )
 
     class Meta:
         model = Cluster
         fields = [
             "id", "name", "customer", "site", "profile", "transport", "ssh_user", "ssh_port", "ssh_key_path",
-            "jump_host", "known_hosts", "scheduler", "queue", "threshold_overrides", "check_settings", "created_at",
-            "node_count",
+            "jump_host", "known_hosts", "scheduler", "queue", "threshold_overrides", "check_settings",
+            "acceptance_plan", "check_overhead_s", "created_at", "node_count",
         ]  # fmt: skip
         read_only_fields = ["created_at"]
 

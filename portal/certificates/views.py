@@ -25,7 +25,7 @@ from portal.certificates.models import Campaign, Certificate
 from portal.certificates.seal import NOT_A_CERTIFICATE, REVOKED, TAMPERED, UNKNOWN_KEY, VALID
 from portal.inventory.models import Cluster, Node
 from portal.roles import APPROVER, OPERATOR, VIEWER, has_role
-from portal.runs.estimates import plan_choices
+from portal.runs.estimates import choices, plan_estimates
 from portal.runs.models import STATUS_COLOURS, Run
 from portal.views import role_required
 
@@ -41,11 +41,18 @@ class CampaignForm(forms.Form):
     cluster = forms.ModelChoiceField(queryset=Cluster.objects.all(), to_field_name="name", empty_label=None)
     plan = forms.ModelChoiceField(queryset=TestPlan.objects.all(), to_field_name="slug", empty_label=None)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, cluster: Cluster | None = None, **kwargs: Any) -> None:
+        """`cluster`: the one preselected; the plans are listed and estimated for it, and its
+        acceptance plan is the default (a campaign certifies the cluster against that plan)."""
         super().__init__(*args, **kwargs)
         plan = self.fields["plan"]
         assert isinstance(plan, forms.ModelChoiceField)
-        plan.choices = plan_choices()  # quick first, with durations
+        found = plan_estimates(cluster=cluster if cluster is not None else Cluster(name="-"))
+        plan.choices = choices(found)  # the cluster's acceptance plan first, with durations
+        if cluster is not None:
+            self.initial.setdefault("cluster", cluster.name)
+            if cluster.acceptance_plan is not None:
+                self.initial.setdefault("plan", cluster.acceptance_plan.slug)
 
 
 class RunStartForm(forms.Form):
@@ -77,7 +84,10 @@ class VerifyForm(forms.Form):
 
 @role_required(VIEWER)
 def campaign_list(request: HttpRequest) -> HttpResponse:
-    form = CampaignForm(request.POST or None)
+    # The cluster the form is for: ?cluster=NAME (the cluster page links it), else the first listed.
+    clusters = Cluster.objects.select_related("acceptance_plan")
+    cluster = clusters.filter(name=request.GET.get("cluster", "")).first() or clusters.first()
+    form = CampaignForm(request.POST or None, cluster=cluster)
     if request.method == "POST":
         if not has_role(request.user, OPERATOR):
             return HttpResponse("opening a campaign needs the operator role", status=403)

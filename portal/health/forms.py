@@ -9,7 +9,7 @@ from django import forms
 from portal.catalog.models import TestPlan
 from portal.health.models import ClusterHealthSettings
 from portal.inventory.models import Cluster
-from portal.runs.estimates import plan_choices
+from portal.runs.estimates import QUICK_PLAN, plan_choices
 
 
 class ScheduleForm(forms.Form):
@@ -32,7 +32,8 @@ class ScheduleForm(forms.Form):
         super().__init__(*args, **kwargs)
         plan = self.fields["plan"]
         assert isinstance(plan, forms.ModelChoiceField)
-        plan.choices = plan_choices()  # quick first, with durations
+        plan.choices = plan_choices()  # shortest first, with durations
+        self.initial.setdefault("plan", QUICK_PLAN)  # a nightly sweep, whichever plan is shortest
 
 
 class HealthSettingsForm(forms.ModelForm):

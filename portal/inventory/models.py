@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -53,6 +54,12 @@ def validate_jump_host(value: str) -> None:
         username_validator(jump.user)
     if not 1 <= jump.port <= 65535:
         raise ValidationError(f"jump host {value!r}: port {jump.port} is out of range")
+
+
+def validate_finite(value: float) -> None:
+    """NaN passes any bound (every comparison with it is false): refused on its own."""
+    if not math.isfinite(value):
+        raise ValidationError("a finite number")
 
 
 def validate_transport(value: str) -> None:
@@ -119,6 +126,25 @@ class Cluster(models.Model):
         default=dict,
         blank=True,
         help_text='Site facts checks may need, e.g. {"sensors": {"inlet": "Coolant Inlet", "leak": "Leak Detect"}}',
+    )
+    # What the plan pickers offer first and preselect, and what a new campaign defaults to.
+    acceptance_plan = models.ForeignKey(
+        "catalog.TestPlan",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The plan this cluster is accepted with: listed first in the plan pickers, and a new campaign's "
+        "default. Empty: the quick sweep is preselected.",
+    )
+    check_overhead_s = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[validate_finite, MinValueValidator(0.0), MaxValueValidator(3600.0)],
+        verbose_name="check overhead (s)",
+        help_text="Seconds a check takes on these nodes besides the duration its params set (connects, tool "
+        "start-up, reads), for the plan estimates until this cluster has finished runs. Empty: each check's "
+        "figure for real hardware over SSH (20 s for a short check).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -61,11 +61,12 @@ def cluster_create(
 
 # What `kiln_cluster update` may change: where the cluster is and which workers reach it. The
 # fields that choose what runs on a Kiln host (transport, key path) stay with the admin's
-# superusers (portal/roles.py SUPERUSER_FIELDS).
-UPDATABLE_FIELDS = ("queue", "site", "customer")
+# superusers (portal/roles.py SUPERUSER_FIELDS). The acceptance plan and check overhead only
+# change what the plan pickers offer and estimate.
+UPDATABLE_FIELDS = ("queue", "site", "customer", "acceptance_plan", "check_overhead_s")
 
 
-def cluster_update(*, cluster: Cluster, changes: dict[str, str]) -> list[str]:
+def cluster_update(*, cluster: Cluster, changes: dict[str, Any]) -> list[str]:
     """Change some of UPDATABLE_FIELDS; returns the fields that changed. Runs already started keep
     the queue they froze (portal/runs/queues.py); new runs use the new one."""
     unknown = sorted(set(changes) - set(UPDATABLE_FIELDS))

@@ -178,6 +178,18 @@ def test_superuser_fields_are_read_only_for_operators(world, people, api_client,
     assert refused.status_code == 400 and "does not exist" in refused.json()["detail"]
 
 
+def test_it_sets_a_clusters_acceptance_plan_and_check_overhead_by_slug(world, people, api_client) -> None:
+    path = f"/api/v1/clusters/{world.cluster.pk}/"
+    operator = api_client(people["operator"].secret)
+    changed = _send(operator, "patch", path, {"acceptance_plan": "unit", "check_overhead_s": 2.5}).json()
+    assert changed["acceptance_plan"] == "unit" and changed["check_overhead_s"] == 2.5
+    for bad in ({"acceptance_plan": "nope"}, {"check_overhead_s": -1}, {"check_overhead_s": "nan"}):
+        assert _send(operator, "patch", path, bad).status_code == 400, bad
+    assert _send(operator, "patch", path, {"acceptance_plan": None}).json()["acceptance_plan"] is None
+    refused = _send(api_client(people["viewer"].secret), "patch", path, {"acceptance_plan": "unit"})
+    assert refused.status_code == 403
+
+
 def test_errors_are_json_and_never_500(world, people, api_client) -> None:
     client = api_client(people["operator"].secret)
     cases = [

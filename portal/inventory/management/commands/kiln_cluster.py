@@ -1,5 +1,5 @@
 """kiln_cluster create NAME --ssh-user U --ssh-key PATH [--known-hosts PATH] [--jump HOST] [--profile P] [--queue Q]
-kiln_cluster update NAME [--queue Q] [--site S] [--customer C]
+kiln_cluster update NAME [--queue Q] [--site S] [--customer C] [--acceptance-plan PLAN] [--check-overhead S]
 kiln_cluster list"""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checks.profiles import PROFILES
+from portal.catalog.models import TestPlan
 from portal.inventory.models import DEFAULT_QUEUE, Cluster, Transport
 from portal.inventory.services import InventoryError, cluster_create, cluster_update
 
@@ -41,11 +42,25 @@ class Command(BaseCommand):
         create.add_argument("--customer", default="")
         create.add_argument("--site", default="")
         create.add_argument("--queue", default=DEFAULT_QUEUE, help=QUEUE_HELP)
-        update = sub.add_parser("update", help="change a cluster's queue, site or customer")
+        update = sub.add_parser(
+            "update", help="change a cluster's queue, site, customer, acceptance plan or check overhead"
+        )
         update.add_argument("name")
         update.add_argument("--queue", help=QUEUE_HELP + "; runs already started keep theirs")
         update.add_argument("--site")
         update.add_argument("--customer")
+        update.add_argument(
+            "--acceptance-plan",
+            metavar="PLAN",
+            help="slug of the plan the cluster is accepted with (listed first and preselected in the plan pickers, "
+            "a new campaign's default); '' for none",
+        )
+        update.add_argument(
+            "--check-overhead",
+            metavar="SECONDS",
+            help="seconds a check takes on its nodes besides its declared duration, for the plan estimates until "
+            "the cluster has run history; '' for each check's own figure",
+        )
         sub.add_parser("list", help="list clusters")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -89,12 +104,35 @@ class Command(BaseCommand):
         cluster = Cluster.objects.filter(name=options["name"]).first()
         if cluster is None:
             raise CommandError(f"no cluster {options['name']!r}")
-        changes = {field: options[field] for field in ("queue", "site", "customer") if options[field] is not None}
+        changes: dict[str, Any] = {
+            field: options[field] for field in ("queue", "site", "customer") if options[field] is not None
+        }
+        if options["acceptance_plan"] is not None:
+            slug = options["acceptance_plan"]
+            plan = TestPlan.objects.filter(slug=slug).first() if slug else None
+            if slug and plan is None:
+                raise CommandError(
+                    f"no plan {slug!r} (plans: {', '.join(TestPlan.objects.values_list('slug', flat=True))})"
+                )
+            changes["acceptance_plan"] = plan
+        if options["check_overhead"] is not None:
+            try:
+                changes["check_overhead_s"] = float(options["check_overhead"]) if options["check_overhead"] else None
+            except ValueError:
+                raise CommandError(
+                    f"--check-overhead: a number of seconds, not {options['check_overhead']!r}"
+                ) from None
         if not changes:
-            raise CommandError("nothing to change: give --queue, --site or --customer")
+            raise CommandError(
+                "nothing to change: give --queue, --site, --customer, --acceptance-plan or --check-overhead"
+            )
         try:
             changed = cluster_update(cluster=cluster, changes=changes)
         except InventoryError as exc:
             raise CommandError(str(exc)) from None
-        what = ", ".join(f"{field} {getattr(cluster, field)!r}" for field in changed) or "nothing changed"
+        shown = {"acceptance_plan": cluster.acceptance_plan.slug if cluster.acceptance_plan else None}
+        what = (
+            ", ".join(f"{field} {shown.get(field, getattr(cluster, field))!r}" for field in changed)
+            or "nothing changed"
+        )
         self.stdout.write(f"updated cluster {cluster.name}: {what}")
