@@ -32,6 +32,7 @@ from django.test import override_settings
 from tests.browser.conftest import log_in
 from tests.browser.screenshot_site import USERNAME, Site, site_build
 from tests.conftest import REPO, skip_or_fail
+from tests.load import busy_loops
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -131,7 +132,11 @@ def site(django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[tuple[str, S
         server = LiveServer("localhost")
         try:
             call_command("kiln_keys", "init", "--site", "Screenshot site", stdout=StringIO())
-            yield server.url, site_build()
+            # Built beside busy loops: the data set's real samplers (DLC, burn-in) must hold on a loaded
+            # machine; the pages are then shot without them.
+            with busy_loops():
+                built = site_build()
+            yield server.url, built
         finally:
             server.stop()
             call_command("flush", interactive=False, verbosity=0)

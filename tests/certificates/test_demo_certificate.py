@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.load import busy_loops
 
 pytestmark = pytest.mark.integration
 
@@ -27,19 +28,10 @@ def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 
 @pytest.fixture
 def cpu_hog() -> Iterator[int]:
-    """Two busy loops per core beside the test, killed at its end: what made the demo fail on a loaded
-    laptop (its simulated BMC readings starved, the heat soak short of readings)."""
-    hogs = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
-        for _ in range(2 * (os.cpu_count() or 1))
-    ]
-    try:
-        yield len(hogs)
-    finally:
-        for hog in hogs:
-            hog.kill()
-        for hog in hogs:
-            hog.wait(timeout=30)
+    """Busy loops beside the test: what made the demo fail on a loaded laptop (its simulated BMC
+    readings starved, the heat soak short of readings)."""
+    with busy_loops() as hogs:
+        yield hogs
 
 
 def _check_certificate(made: subprocess.CompletedProcess[str], out: Path, env: dict[str, str]) -> None:
