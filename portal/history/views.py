@@ -100,9 +100,15 @@ class CompareForm(forms.Form):
     worse = forms.BooleanField(label="Only what got worse", required=False)
 
 
+# The query parameters that make a visit a submission of the compare form; `cluster` alone (the
+# cluster pages' "Compare two runs" link) only opens the picker on that cluster's runs.
+COMPARE_FIELDS = ("a", "b", "worse")
+
+
 @role_required(VIEWER)
 def run_compare(request: HttpRequest) -> HttpResponse:
-    form = CompareForm(request.GET or None)
+    submitted = any(field in request.GET for field in COMPARE_FIELDS)
+    form = CompareForm(request.GET if submitted else None)
     context: dict[str, Any] = {"form": form, "comparison": None}
     status = 200
     if form.is_bound and form.is_valid():
@@ -129,6 +135,10 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     cluster = context["comparison"].a.cluster if context["comparison"] else _cluster(request.GET.get("cluster"))
     chosen = {"a": _run_id(form, "a"), "b": _run_id(form, "b"), "cluster": request.GET.get("cluster", "")}
     recent = selectors.runs_recent(cluster=cluster, limit=RECENT_RUNS)
+    if not form.is_bound and recent:
+        # A first visit: the newest run as A and the one before it as B, one click from comparing.
+        form = CompareForm(initial={"a": recent[0].pk, "b": recent[1].pk if len(recent) > 1 else None})
+        context["form"] = form
     context.update(cluster=cluster, recent=_recent_picks(recent, chosen))
     return render(request, "history/compare.html", context, status=status)
 

@@ -63,3 +63,34 @@ def test_the_cluster_pages_open_the_picker_on_their_cluster(viewer_client, clust
     compare = reverse("history:run_compare") + "?cluster=c1"
     for url in (reverse("inventory:cluster_detail", args=["c1"]), reverse("history:cluster_runs", args=["c1"])):
         assert f'href="{compare}"' in viewer_client.get(url).content.decode(), url
+
+
+def test_the_compare_link_opens_the_picker_on_the_last_two_runs(viewer_client, cluster, make_run) -> None:
+    first, second, third = (make_run(cluster) for _ in range(3))
+    response = viewer_client.get(reverse("history:run_compare") + "?cluster=c1")  # the cluster page's link
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "This field is required" not in page and '<div class="form-errors">' not in page
+    assert response.context["comparison"] is None
+    assert f'name="a" value="{third.pk}"' in page and f'name="b" value="{second.pk}"' in page
+    assert "start as the last two runs of c1: press Compare" in page
+    assert f">#{first.pk}<" in picker(page)
+
+
+def test_a_first_visit_without_runs_or_cluster_is_an_empty_picker(viewer_client, cluster, make_run) -> None:
+    url = reverse("history:run_compare")
+    for query in ("", "?cluster=c1", "?cluster=nope"):
+        response = viewer_client.get(url + query)
+        assert response.status_code == 200, query
+        assert "No runs yet." in response.content.decode(), query
+    make_run(cluster)
+    page = viewer_client.get(url + "?cluster=c1").content.decode()
+    assert "Only one run so far on c1: a comparison needs a second run." in page
+
+
+def test_a_submitted_form_without_run_a_says_so(viewer_client, cluster, make_run) -> None:
+    make_run(cluster)
+    for query in ("?cluster=c1&a=", "?cluster=c1&a=&b=&worse=on", "?worse=on"):
+        response = viewer_client.get(reverse("history:run_compare") + query)
+        assert response.status_code == 400, query
+        assert "Run A: This field is required." in response.content.decode(), query
