@@ -19,7 +19,7 @@ from portal.health import selectors as health_selectors
 from portal.history import exports, figures, selectors
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
-from portal.roles import VIEWER
+from portal.roles import OPERATOR, VIEWER, has_role
 from portal.runs.models import STATUS_COLOURS, Run, Status
 from portal.views import role_required
 
@@ -68,6 +68,7 @@ def node_detail(request: HttpRequest, name: str, hostname: str) -> HttpResponse:
             "trend_runs": selectors.TREND_RUNS,
             "metrics": selectors.KEY_METRICS,
             "colours": STATUS_COLOURS,
+            "can_operate": has_role(request.user, OPERATOR),
         },
     )
 
