@@ -51,7 +51,7 @@ class ClusterForm(forms.ModelForm):
         if self.instance.pk is not None:
             del self.fields["name"]
 
-    def clean(self) -> dict[str, Any]:
+    def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()
         # The page never offers these fields to an operator; a request that sends them anyway is
         # refused in words rather than silently half-applied.
