@@ -138,7 +138,10 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     recent = selectors.runs_recent(cluster=cluster, limit=RECENT_RUNS)
     if not form.is_bound and recent:
         # A first visit: the newest run as A and the one before it as B, one click from comparing.
-        form = CompareForm(initial={"a": recent[0].pk, "b": recent[1].pk if len(recent) > 1 else None})
+        # Without a cluster B stays empty (the run before A on A's own cluster): the two newest runs
+        # of the site may be two clusters'.
+        second = recent[1].pk if cluster is not None and len(recent) > 1 else None
+        form = CompareForm(initial={"a": recent[0].pk, "b": second})
         context["form"] = form
     context.update(cluster=cluster, recent=_recent_picks(recent, chosen))
     return render(request, "history/compare.html", context, status=status)

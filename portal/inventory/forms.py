@@ -17,7 +17,10 @@ from portal.roles import SUPERUSER_FIELDS
 # What an operator sets on a cluster: how its nodes are reached and by which workers. transport and
 # ssh_key_path (SUPERUSER_FIELDS) are added for superusers only; threshold_overrides and
 # check_settings (JSON) stay with the admin and the API.
-CLUSTER_FIELDS = ["name", "customer", "site", "profile", "ssh_user", "ssh_port", "jump_host", "known_hosts", "queue"]
+CLUSTER_FIELDS = [
+    *("name", "customer", "site", "profile", "scheduler", "ssh_user", "ssh_port", "jump_host", "known_hosts"),
+    "queue",
+]
 CLUSTER_SUPERUSER_FIELDS = list(SUPERUSER_FIELDS["inventory.cluster"])
 # The node fields the add form gives every node of the set (the REST API's NodesAddSerializer has the
 # same); the address is its own field, one address or an address set.

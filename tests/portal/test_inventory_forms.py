@@ -33,7 +33,9 @@ def _edit_node(hostname: str = "n01", name: str = "c1") -> str:
 
 def _cluster_fields(**changes: str) -> dict[str, str]:
     fields = {"name": "prod", "customer": "ACME", "site": "DC1", "profile": "H100-SXM-8", "ssh_user": "kiln"}
-    fields.update(ssh_port="22", jump_host="", known_hosts="gpu001 ssh-ed25519 AAAA", queue="default")
+    fields.update(
+        ssh_port="22", jump_host="", known_hosts="gpu001 ssh-ed25519 AAAA", queue="default", scheduler="slurm"
+    )
     fields.update(changes)
     return fields
 
@@ -123,7 +125,12 @@ def test_an_operator_adds_a_cluster_and_is_sent_to_add_its_nodes(as_role) -> Non
     response = as_role("operator").post(ADD_CLUSTER, _cluster_fields(jump_host="ops@bastion:2222"))
     assert response.status_code == 302 and response["Location"] == _add_nodes("prod")
     cluster = Cluster.objects.get(name="prod")
-    assert (cluster.customer, cluster.ssh_user, cluster.jump_host) == ("ACME", "kiln", "ops@bastion:2222")
+    assert (cluster.customer, cluster.ssh_user, cluster.jump_host, cluster.scheduler) == (
+        "ACME",
+        "kiln",
+        "ops@bastion:2222",
+        "slurm",
+    )
     assert (cluster.transport, cluster.ssh_key_path, cluster.known_hosts) == ("ssh", "", "gpu001 ssh-ed25519 AAAA")
 
 

@@ -94,3 +94,17 @@ def test_a_submitted_form_without_run_a_says_so(viewer_client, cluster, make_run
         response = viewer_client.get(reverse("history:run_compare") + query)
         assert response.status_code == 400, query
         assert "Run A: This field is required." in response.content.decode(), query
+
+
+def test_without_a_cluster_the_newest_run_is_a_and_b_is_the_run_before_it_on_its_cluster(
+    viewer_client, cluster, make_run
+) -> None:
+    other = Cluster.objects.create(name="other", transport="local")
+    Node.objects.create(cluster=other, hostname="x01")
+    make_run(cluster)
+    newest = make_run(other)
+    response = viewer_client.get(reverse("history:run_compare"))
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert f'name="a" value="{newest.pk}"' in page and 'name="b" value=' not in page
+    assert "Run A starts as the newest run, compared with the run before it on its cluster" in page
