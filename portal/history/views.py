@@ -134,16 +134,12 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     if form.is_bound and form.errors:
         status = 400
     cluster = context["comparison"].a.cluster if context["comparison"] else _cluster(request.GET.get("cluster"))
-    chosen = {"a": _run_id(form, "a"), "b": _run_id(form, "b"), "cluster": request.GET.get("cluster", "")}
     recent = selectors.runs_recent(cluster=cluster, limit=RECENT_RUNS)
-    if not form.is_bound and recent:
-        # A first visit: the newest run as A and the one before it as B, one click from comparing.
-        # Without a cluster B stays empty (the run before A on A's own cluster): the two newest runs
-        # of the site may be two clusters'.
-        second = recent[1].pk if cluster is not None and len(recent) > 1 else None
-        form = CompareForm(initial={"a": recent[0].pk, "b": second})
-        context["form"] = form
-    context.update(cluster=cluster, recent=_recent_picks(recent, chosen))
+    chosen = {"a": _run_id(form, "a"), "b": _run_id(form, "b")}
+    if not form.is_bound:
+        chosen = _first_choice(recent, cluster)
+        context["form"] = CompareForm(initial=chosen)
+    context.update(cluster=cluster, recent=_recent_picks(recent, {**chosen, "cluster": request.GET.get("cluster", "")}))
     return render(request, "history/compare.html", context, status=status)
 
 
@@ -154,6 +150,15 @@ RECENT_RUNS = 20
 
 def _cluster(name: str | None) -> Cluster | None:
     return Cluster.objects.filter(name=name).first() if name else None
+
+
+def _first_choice(recent: list[Run], cluster: Cluster | None) -> dict[str, int | None]:
+    """A first visit's runs: the newest as A and the one before it as B, one click from comparing.
+    Without a cluster B stays empty (the run before A on A's own cluster): the two newest runs of
+    the site may be two clusters'."""
+    a = recent[0].pk if recent else None
+    b = recent[1].pk if cluster is not None and len(recent) > 1 else None
+    return {"a": a, "b": b}
 
 
 def _run_id(form: forms.Form, field: str) -> int | None:

@@ -38,17 +38,18 @@ def test_it_lists_the_clusters_last_runs_with_date_plan_and_status(viewer_client
 def test_picking_a_run_as_a_then_another_as_b_compares_them(viewer_client, cluster, make_run) -> None:
     first, second, third = (make_run(cluster) for _ in range(3))
     url = reverse("history:run_compare")
+    # The first visit has third as A and second as B; second "as A" compares it with the run before it.
     listed = html.unescape(picker(viewer_client.get(url + "?cluster=c1").content.decode()))
-    as_a = f"{url}?a={third.pk}&cluster=c1"
+    as_a = f"{url}?a={second.pk}&cluster=c1"
     assert f'href="{as_a}"' in listed
     response = viewer_client.get(as_a)
     comparison = response.context["comparison"]
-    assert (comparison.a.pk, comparison.b.pk) == (third.pk, second.pk)  # the run before it
+    assert (comparison.a.pk, comparison.b.pk) == (second.pk, first.pk)  # the run before it
     listed = html.unescape(picker(response.content.decode()))
-    as_b = f"{url}?a={third.pk}&b={first.pk}&cluster=c1"
+    as_b = f"{url}?a={second.pk}&b={third.pk}&cluster=c1"
     assert f'href="{as_b}"' in listed
     comparison = viewer_client.get(as_b).context["comparison"]
-    assert (comparison.a.pk, comparison.b.pk) == (third.pk, first.pk)
+    assert (comparison.a.pk, comparison.b.pk) == (second.pk, third.pk)
 
 
 def test_typed_run_ids_still_work(viewer_client, cluster, make_run) -> None:
@@ -74,7 +75,9 @@ def test_the_compare_link_opens_the_picker_on_the_last_two_runs(viewer_client, c
     assert response.context["comparison"] is None
     assert f'name="a" value="{third.pk}"' in page and f'name="b" value="{second.pk}"' in page
     assert "start as the last two runs of c1: press Compare" in page
-    assert f">#{first.pk}<" in picker(page)
+    listed = html.unescape(picker(page))
+    assert f">#{first.pk}<" in listed and listed.count('<tr class="chosen">') == 2  # A and B marked
+    assert f'href="{reverse("history:run_compare")}?a={third.pk}&b={first.pk}&cluster=c1"' in listed  # first as B
 
 
 def test_a_first_visit_without_runs_or_cluster_is_an_empty_picker(viewer_client, cluster, make_run) -> None:
