@@ -50,7 +50,11 @@ def role_required(role: str) -> Callable[[View], View]:
 
 @role_required(VIEWER)
 def cluster_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "inventory/cluster_list.html", {"clusters": selectors.cluster_list()})
+    return render(
+        request,
+        "inventory/cluster_list.html",
+        {"clusters": selectors.cluster_list(), "can_operate": has_role(request.user, OPERATOR)},
+    )
 
 
 NODES_PAGE = 100  # a 1,250-node cluster page rendered 1 MB in ~0.6 s unpaginated

@@ -9,15 +9,16 @@ from rest_framework import serializers
 
 from portal.api.models import ApiToken
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
 from portal.roles import SUPERUSER_FIELDS
 from portal.runs import cells as run_cells
 from portal.runs import selectors as run_selectors
 from portal.runs.models import CheckResult, Measurement, Run, Series
 
-# Node sets and other free text a request names: the longest node set a form accepts is far shorter;
-# nodesets.py refuses sets over KILN_MAX_NODESET nodes before expanding them.
-MAX_TEXT = 10_000
+# Node sets and other free text a request names: the same bound as the pages' forms; nodesets.py
+# refuses sets over KILN_MAX_NODESET nodes before expanding them.
+MAX_TEXT = nodesets.MAX_TEXT
 # The most GPUs one node may be expected to hold: 8 on an HGX board, 72 in an NVL72 rack seen as a node.
 MAX_GPUS = 1024
 

@@ -19,7 +19,7 @@ from portal.health import selectors as health_selectors
 from portal.history import exports, figures, selectors
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
-from portal.roles import VIEWER
+from portal.roles import OPERATOR, VIEWER, has_role
 from portal.runs.models import STATUS_COLOURS, Run, Status
 from portal.views import role_required
 
@@ -68,6 +68,7 @@ def node_detail(request: HttpRequest, name: str, hostname: str) -> HttpResponse:
             "trend_runs": selectors.TREND_RUNS,
             "metrics": selectors.KEY_METRICS,
             "colours": STATUS_COLOURS,
+            "can_operate": has_role(request.user, OPERATOR),
         },
     )
 
@@ -100,9 +101,15 @@ class CompareForm(forms.Form):
     worse = forms.BooleanField(label="Only what got worse", required=False)
 
 
+# The query parameters that make a visit a submission of the compare form; `cluster` alone (the
+# cluster pages' "Compare two runs" link) only opens the picker on that cluster's runs.
+COMPARE_FIELDS = ("a", "b", "worse")
+
+
 @role_required(VIEWER)
 def run_compare(request: HttpRequest) -> HttpResponse:
-    form = CompareForm(request.GET or None)
+    submitted = any(field in request.GET for field in COMPARE_FIELDS)
+    form = CompareForm(request.GET if submitted else None)
     context: dict[str, Any] = {"form": form, "comparison": None}
     status = 200
     if form.is_bound and form.is_valid():
@@ -127,9 +134,12 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     if form.is_bound and form.errors:
         status = 400
     cluster = context["comparison"].a.cluster if context["comparison"] else _cluster(request.GET.get("cluster"))
-    chosen = {"a": _run_id(form, "a"), "b": _run_id(form, "b"), "cluster": request.GET.get("cluster", "")}
     recent = selectors.runs_recent(cluster=cluster, limit=RECENT_RUNS)
-    context.update(cluster=cluster, recent=_recent_picks(recent, chosen))
+    chosen = {"a": _run_id(form, "a"), "b": _run_id(form, "b")}
+    if not form.is_bound:
+        chosen = _first_choice(recent, cluster)
+        context["form"] = CompareForm(initial=chosen)
+    context.update(cluster=cluster, recent=_recent_picks(recent, {**chosen, "cluster": request.GET.get("cluster", "")}))
     return render(request, "history/compare.html", context, status=status)
 
 
@@ -140,6 +150,15 @@ RECENT_RUNS = 20
 
 def _cluster(name: str | None) -> Cluster | None:
     return Cluster.objects.filter(name=name).first() if name else None
+
+
+def _first_choice(recent: list[Run], cluster: Cluster | None) -> dict[str, int | None]:
+    """A first visit's runs: the newest as A and the one before it as B, one click from comparing.
+    Without a cluster B stays empty (the run before A on A's own cluster): the two newest runs of
+    the site may be two clusters'."""
+    a = recent[0].pk if recent else None
+    b = recent[1].pk if cluster is not None and len(recent) > 1 else None
+    return {"a": a, "b": b}
 
 
 def _run_id(form: forms.Form, field: str) -> int | None:

@@ -18,6 +18,10 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 from ClusterShell.RangeSet import RangeSetException
 from django.conf import settings
 
+# The longest node set text a form or the API accepts, in characters: the REST API's bound since it
+# was written, now shared with the pages. parse() bounds the names such a text may expand to.
+MAX_TEXT = 10_000
+
 
 class NodeSetError(ValueError):
     """Not a node set Kiln accepts; the message says why, in words for the person who typed it."""

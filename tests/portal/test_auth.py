@@ -41,6 +41,10 @@ def page_urls(objects: dict) -> dict[str, str]:
         "inventory:cluster_list": reverse("inventory:cluster_list"),
         "inventory:cluster_detail": reverse("inventory:cluster_detail", args=[cluster.name]),
         "inventory:node_import": reverse("inventory:node_import", args=[cluster.name]),
+        "inventory:cluster_create": reverse("inventory:cluster_create"),
+        "inventory:cluster_edit": reverse("inventory:cluster_edit", args=[cluster.name]),
+        "inventory:node_add": reverse("inventory:node_add", args=[cluster.name]),
+        "inventory:node_edit": reverse("inventory:node_edit", args=[cluster.name, "n01"]),
         "runs:run_start": reverse("runs:run_start", args=[cluster.name]),
         "runs:run_detail": reverse("runs:run_detail", args=[run.pk]),
         "runs:run_cancel": reverse("runs:run_cancel", args=[run.pk]),
@@ -65,6 +69,30 @@ READ_PAGES = (
     "runs:run_triage_csv",
     "runs:run_triage_rma",
 )
+
+
+# The operators' inventory forms: a 403 for anyone without the operator role, GET or POST.
+OPERATOR_FORMS = (
+    "inventory:cluster_create",
+    "inventory:cluster_edit",
+    "inventory:node_add",
+    "inventory:node_edit",
+    "inventory:node_import",
+)
+
+
+@pytest.mark.parametrize("roles", [(), ("viewer",), ("approver",)])
+def test_only_operators_open_or_post_the_inventory_forms(client, make_user, objects, roles) -> None:
+    client.force_login(make_user("someone", *roles))
+    urls = page_urls(objects)
+    body = {"name": "new", "nodes": "x[1-2]", "add": "1", "rack": "R9", "hostname": "n01"}
+    for name in OPERATOR_FORMS:
+        assert client.get(urls[name]).status_code == 403, name
+        assert client.post(urls[name], body).status_code == 403, name
+    client.force_login(make_user("otto", "operator"))
+    for name in OPERATOR_FORMS:
+        assert client.get(urls[name]).status_code == 200, name
+    assert objects["cluster"].nodes.count() == 4 and not objects["cluster"].nodes.filter(rack="R9").exists()
 
 
 def test_it_covers_every_named_page_of_the_urlconf(objects) -> None:

@@ -74,8 +74,6 @@ class Command(BaseCommand):
         if options["action"] == "update":
             self._update(options)
             return
-        if Cluster.objects.filter(name=options["name"]).exists():
-            raise CommandError(f"cluster {options['name']!r} already exists")
         try:
             cluster = cluster_create(
                 name=options["name"],
