@@ -20,6 +20,8 @@ from portal.roles import SUPERUSER_FIELDS
 CLUSTER_FIELDS = [
     *("name", "customer", "site", "profile", "scheduler", "ssh_user", "ssh_port", "jump_host", "known_hosts"),
     "queue",
+    # What the plan pickers preselect and estimate with (as `kiln cluster update` and the API set them).
+    *("acceptance_plan", "check_overhead_s"),
 ]
 CLUSTER_SUPERUSER_FIELDS = list(SUPERUSER_FIELDS["inventory.cluster"])
 # The node fields the add form gives every node of the set (the REST API's NodesAddSerializer has the

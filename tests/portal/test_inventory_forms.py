@@ -179,6 +179,20 @@ def test_an_operator_edits_a_cluster_but_not_its_name(as_role, cluster) -> None:
     assert (cluster.name, cluster.site, cluster.queue, cluster.transport) == ("c1", "DC2", "site-b", "local")
 
 
+def test_an_operator_sets_the_acceptance_plan_and_check_overhead_as_the_cli_does(as_role, cluster) -> None:
+    from portal.catalog.models import TestPlan
+
+    quick = TestPlan.objects.get(slug="quick")
+    fields = _cluster_fields(acceptance_plan=str(quick.pk), check_overhead_s="1.5")
+    client = as_role("operator")
+    assert client.post(_edit_cluster(), fields).status_code == 302
+    cluster.refresh_from_db()
+    assert (cluster.acceptance_plan, cluster.check_overhead_s) == (quick, 1.5)
+    client.post(_edit_cluster(), _cluster_fields(acceptance_plan="", check_overhead_s=""))
+    cluster.refresh_from_db()
+    assert (cluster.acceptance_plan, cluster.check_overhead_s) == (None, None)
+
+
 def test_it_warns_when_a_cluster_has_no_host_keys(as_role) -> None:
     response = as_role("operator").post(ADD_CLUSTER, _cluster_fields(known_hosts=""), follow=True)
     assert "No known_hosts given: every connection will be refused" in response.content.decode()
@@ -197,6 +211,10 @@ def test_it_warns_when_a_cluster_has_no_host_keys(as_role) -> None:
         ({"queue": "a,b"}, "queue", "a queue name"),
         ({"name": "x" * 64}, "name", "at most 63 characters"),
         ({"jump_host": "bas\ttion"}, "jump_host", ""),
+        ({"check_overhead_s": "nan"}, "check_overhead_s", ""),
+        ({"check_overhead_s": "-1"}, "check_overhead_s", "greater than or equal to 0"),
+        ({"check_overhead_s": "1e400"}, "check_overhead_s", ""),
+        ({"acceptance_plan": "999999"}, "acceptance_plan", "Select a valid choice"),
     ],
 )
 def test_it_refuses_bad_cluster_fields_at_the_field(as_role, changes, field, message) -> None:
