@@ -46,6 +46,7 @@ class ClusterForm(forms.ModelForm):
         model = Cluster
         fields = [*CLUSTER_FIELDS, *CLUSTER_SUPERUSER_FIELDS]
         widgets = {"known_hosts": forms.Textarea(attrs={"rows": 6, "cols": 100, "spellcheck": "false"})}
+        labels = {"ssh_user": "SSH user", "ssh_port": "SSH port", "ssh_key_path": "SSH key path"}
 
     def __init__(self, *args: Any, user: AbstractBaseUser | AnonymousUser, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -117,6 +118,7 @@ class NodeForm(forms.ModelForm):
     class Meta:
         model = Node
         fields = list(NODE_EDITABLE_FIELDS)
+        labels = {"ssh_port": "SSH port", "expected_gpus": "Expected GPUs"}
 
     def validate_unique(self) -> None:
         # The cluster is not on the form, so the model's (cluster, hostname) rule is checked by the
