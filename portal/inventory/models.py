@@ -13,13 +13,14 @@ from django.db import models
 from checks.profiles import PROFILES
 from portal.inventory.queue_names import validate_queue
 
-name_validator = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", "letters, digits, '.', '_' and '-' only")
+# \Z, not $: a $ also matches before a trailing newline, and "c1\n" would be stored as a name.
+name_validator = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z", "letters, digits, '.', '_' and '-' only")
 hostname_validator = RegexValidator(
-    r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$", "a hostname: letters, digits, '.' and '-' only"
+    r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}\Z", "a hostname: letters, digits, '.' and '-' only"
 )
 # A login name on a remote host (POSIX portable user names, plus upper case): never an option.
 username_validator = RegexValidator(
-    r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$", "a user name: letters, digits, '_', '.' and '-', not starting with '-'"
+    r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z", "a user name: letters, digits, '_', '.' and '-', not starting with '-'"
 )
 port_validators = [MinValueValidator(1), MaxValueValidator(65535)]
 # The queue of clusters that name none: the one a plain `celery -A worker worker` serves

@@ -7,6 +7,7 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.db import connection
 
@@ -104,9 +105,19 @@ def test_it_refuses_a_bad_jump_host(key_file: Path, jump: str, message: str) -> 
     assert not Cluster.objects.exists()
 
 
-def test_it_refuses_a_bad_cluster_name(key_file: Path) -> None:
+@pytest.mark.parametrize("name", ["bad name!", "c1\n", "c1\n\n"])
+def test_it_refuses_a_bad_cluster_name(key_file: Path, name: str) -> None:
     with pytest.raises(CommandError, match="name: "):
-        run("kiln_cluster", "create", "bad name!", "--ssh-key", str(key_file))
+        run("kiln_cluster", "create", name, "--ssh-key", str(key_file))
+    assert not Cluster.objects.exists()
+
+
+def test_it_refuses_a_user_or_hostname_ending_in_a_newline(key_file: Path, c1: Cluster) -> None:
+    with pytest.raises(CommandError, match="ssh_user: "):
+        run("kiln_cluster", "create", "prod", "--ssh-key", str(key_file), "--ssh-user", "kiln\n")
+    node = Node(cluster=c1, hostname="gpu001\n", address="10.0.0.1")
+    with pytest.raises(ValidationError, match="hostname"):
+        node.full_clean()
 
 
 # --- kiln_nodes ---------------------------------------------------------------------------------
