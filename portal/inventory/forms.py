@@ -44,28 +44,28 @@ class ClusterForm(forms.ModelForm):
 
     class Meta:
         model = Cluster
-        fields = [*CLUSTER_FIELDS, *CLUSTER_SUPERUSER_FIELDS]
+        # Never the transport or the key path, for anyone: no portal form holds a field that chooses
+        # what runs on a Kiln host or which of its files is read (a superuser sets them in the admin,
+        # the API or `kiln cluster`).
+        fields = list(CLUSTER_FIELDS)
         widgets = {"known_hosts": forms.Textarea(attrs={"rows": 6, "cols": 100, "spellcheck": "false"})}
-        labels = {"ssh_user": "SSH user", "ssh_port": "SSH port", "ssh_key_path": "SSH key path"}
+        labels = {"ssh_user": "SSH user", "ssh_port": "SSH port"}
 
     def __init__(self, *args: Any, user: AbstractBaseUser | AnonymousUser, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.superuser = bool(getattr(user, "is_superuser", False))
-        if not self.superuser:
-            for name in CLUSTER_SUPERUSER_FIELDS:
-                del self.fields[name]
         if self.instance.pk is not None:
             del self.fields["name"]
 
     def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()
-        # The page never offers these fields to an operator; a request that sends them anyway is
-        # refused in words rather than silently half-applied.
-        sent = [name for name in CLUSTER_SUPERUSER_FIELDS if name in self.data and name not in self.fields]
+        # The page never offers these fields; a request that sends them anyway is refused in words
+        # rather than silently half-applied.
+        sent = [name for name in CLUSTER_SUPERUSER_FIELDS if name in self.data]
         if sent:
             raise forms.ValidationError(
-                f"only a superuser may set {' and '.join(sent)}: they choose what runs on a Kiln host, and which of "
-                "its files is read"
+                f"only a superuser may set {' and '.join(sent)}, in the admin, the API or `kiln cluster`: they "
+                "choose what runs on a Kiln host, and which of its files is read"
             )
         return cleaned
 

@@ -155,19 +155,18 @@ def test_an_operator_cannot_change_a_clusters_key_path_or_transport(as_role, clu
     assert (cluster.transport, cluster.ssh_key_path, cluster.customer) == ("local", "/etc/kiln/id_ed25519", "")
 
 
-def test_a_superuser_sets_the_key_path_which_must_exist(as_role, tmp_path: Path) -> None:
+def test_no_form_offers_the_key_path_or_transport_even_to_a_superuser(as_role, cluster, tmp_path: Path) -> None:
     client = as_role("superuser")
-    assert 'name="ssh_key_path"' in client.get(ADD_CLUSTER).content.decode()
-    absent = tmp_path / "absent"
-    response = client.post(ADD_CLUSTER, _cluster_fields(ssh_key_path=str(absent), transport="ssh"))
-    assert f"SSH key {absent} does not exist (the path is read by the workers)" in _errors(response)
-    response = client.post(ADD_CLUSTER, _cluster_fields(ssh_key_path="relative/key", transport="ssh"))
-    assert "an absolute path on the worker hosts" in _errors(response)
-    assert not Cluster.objects.exists()
+    for url in (ADD_CLUSTER, _edit_cluster()):
+        page = client.get(url).content.decode()
+        assert 'name="ssh_key_path"' not in page and 'name="transport"' not in page
+        assert "a superuser sets them in" in page
     key = tmp_path / "id_ed25519"
     key.write_text("only its existence is checked\n")
-    assert client.post(ADD_CLUSTER, _cluster_fields(ssh_key_path=str(key), transport="ssh")).status_code == 302
-    assert Cluster.objects.get().ssh_key_path == str(key)
+    response = client.post(_edit_cluster(), _cluster_fields(ssh_key_path=str(key), transport="ssh"))
+    assert "only a superuser may set transport and ssh_key_path, in the admin" in _errors(response)
+    cluster.refresh_from_db()
+    assert (cluster.transport, cluster.ssh_key_path) == ("local", "")
 
 
 def test_an_operator_edits_a_cluster_but_not_its_name(as_role, cluster) -> None:
