@@ -75,7 +75,7 @@ def _run_once(checkout: Path, plan: str, timeout_s: float) -> dict[str, object]:
     }
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--checkout", type=Path, required=True, help="the checkout `make up` runs from")
     parser.add_argument("--url", required=True)
@@ -84,36 +84,50 @@ def main() -> int:
     parser.add_argument("--every", type=float, default=240.0, help="seconds between run starts")
     parser.add_argument("--plan", action="append", help="plans started in turn (default: quick)")
     parser.add_argument("--hogs", type=int, default=0)
-    args = parser.parse_args()
-    plans = args.plan or ["quick"]
+    return parser.parse_args()
 
-    hogs = [multiprocessing.Process(target=_hog, daemon=True) for _ in range(args.hogs)]
-    for hog in hogs:
-        hog.start()
+
+def _soak(args: argparse.Namespace, plans: list[str]) -> tuple[list[dict[str, object]], list[float]]:
+    """Runs started every --every seconds and the web asked every 10 s until --hours is over:
+    the runs' outcomes and the moments the web did not answer."""
     runs: list[dict[str, object]] = []
     web_down: list[float] = []
     began = time.monotonic()
-    deadline = began + args.hours * 3600
     next_run = began
+    while time.monotonic() < began + args.hours * 3600:
+        if time.monotonic() >= next_run:
+            next_run += args.every
+            plan = plans[len(runs) % len(plans)]
+            outcome = _run_once(args.checkout, plan, timeout_s=max(args.every * 3, 900))
+            outcome.update(plan=plan, at_s=round(time.monotonic() - began), load=os.getloadavg()[0])
+            runs.append(outcome)
+            print(json.dumps(outcome), flush=True)
+        if not _web_answers(args.url):
+            web_down.append(time.monotonic() - began)
+            print(f"web did not answer at {web_down[-1]:.0f} s", flush=True)
+        time.sleep(10)
+    return runs, web_down
+
+
+def _deaths(console: str) -> list[str]:
+    """The supervisor's lines about a program that ended on its own (portal/cli/supervise.py)."""
+    said = ("exited with status", "was killed by", "giving up", "Unrecoverable")
+    return [line for line in console.splitlines() if any(words in line for words in said)]
+
+
+def main() -> int:
+    args = _arguments()
+    plans = args.plan or ["quick"]
+    hogs = [multiprocessing.Process(target=_hog, daemon=True) for _ in range(args.hogs)]
+    for hog in hogs:
+        hog.start()
+    began = time.monotonic()
     try:
-        while time.monotonic() < deadline:
-            if time.monotonic() >= next_run:
-                next_run += args.every
-                plan = plans[len(runs) % len(plans)]
-                outcome = _run_once(args.checkout, plan, timeout_s=max(args.every * 3, 900))
-                outcome.update(plan=plan, at_s=round(time.monotonic() - began), load=os.getloadavg()[0])
-                runs.append(outcome)
-                print(json.dumps(outcome), flush=True)
-            if not _web_answers(args.url):
-                web_down.append(time.monotonic() - began)
-                print(f"web did not answer at {web_down[-1]:.0f} s", flush=True)
-            time.sleep(10)
+        runs, web_down = _soak(args, plans)
     finally:
         for hog in hogs:
             hog.terminate()
-
-    console = args.console.read_text(errors="replace") if args.console else ""
-    deaths = [line for line in console.splitlines() if "exited" in line or "died" in line or "Unrecoverable" in line]
+    deaths = _deaths(args.console.read_text(errors="replace") if args.console else "")
     bad = [r for r in runs if r.get("problem") or r.get("unexpected") or r["exit"] not in (0, 1)]
     loads = [float(str(r["load"])) for r in runs]
     print(

@@ -79,30 +79,35 @@ def _finalize(*, run_id: int, dispatch: bool) -> Run | None:
                 result_id = next_group.pk
                 transaction.on_commit(lambda: _enqueue_group(run_id, result_id))
             return run
-        counts: dict[str, int] = {}
-        for (_, status), n in tally.items():
-            counts[status] = counts.get(status, 0) + n
-        final: str
-        if counts.get(Status.CANCELLED):
-            final = Status.CANCELLED
-        else:
-            judged = [s for s in counts if s != Status.SKIPPED]
-            final = worst_status(judged) if counts else Status.ERROR
-        run.status = final
-        run.reason = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        run.finished_at = timezone.now()
-        if run.started_at is None:
-            # Nothing marked it started: its first claimed check did start it; a run cancelled
-            # before any check was claimed took no time.
-            first = CheckResult.objects.filter(run_id=run_id).aggregate(first=Min("started_at"))["first"]
-            run.started_at = first or run.finished_at
-        nodes = CheckResult.objects.filter(run_id=run_id).values("node_id").distinct().count()
-        # "cells": what the runs list shows, counted as the run page counts (cells.RunCounts).
-        shown = cells.run_counts(run=run).cells
-        run.summary = {"results": sum(counts.values()), "nodes": nodes, "counts": counts, "cells": shown}
-        run.save(update_fields=["status", "reason", "finished_at", "started_at", "summary"])
+        _close(run, tally)
     logger.info("run %s finished: %s (%s)", run.pk, run.status, run.reason)
     return run
+
+
+def _close(run: Run, tally: dict[tuple[str, str], int]) -> None:
+    """Set a run's final status, reason, times and summary from its results (inside the run's lock)."""
+    counts: dict[str, int] = {}
+    for (_, status), n in tally.items():
+        counts[status] = counts.get(status, 0) + n
+    final: str
+    if counts.get(Status.CANCELLED):
+        final = Status.CANCELLED
+    else:
+        judged = [s for s in counts if s != Status.SKIPPED]
+        final = worst_status(judged) if counts else Status.ERROR
+    run.status = final
+    run.reason = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    run.finished_at = timezone.now()
+    if run.started_at is None:
+        # Nothing marked it started: its first claimed check did start it; a run cancelled
+        # before any check was claimed took no time.
+        first = CheckResult.objects.filter(run_id=run.pk).aggregate(first=Min("started_at"))["first"]
+        run.started_at = first or run.finished_at
+    nodes = CheckResult.objects.filter(run_id=run.pk).values("node_id").distinct().count()
+    # "cells": what the runs list shows, counted as the run page counts (cells.RunCounts).
+    shown = cells.run_counts(run=run).cells
+    run.summary = {"results": sum(counts.values()), "nodes": nodes, "counts": counts, "cells": shown}
+    run.save(update_fields=["status", "reason", "finished_at", "started_at", "summary"])
 
 
 def _enqueue_group(run_id: int, result_id: int) -> None:

@@ -211,38 +211,58 @@ def estimate_eta(
     """
     if not elapsed_s or elapsed_s <= 0:
         return None
+    avg = _average_seconds_by_kind(rows)
+    default = sum(avg.values()) / len(avg) if avg else 1.0
+    if avg and default <= 0:
+        default = 1.0
+    done_work, left_work = _node_work(rows, avg, default)
+    if left_work > 0 and done_work <= 0:
+        return None
+    parallel_left = elapsed_s * left_work / done_work if left_work > 0 else 0.0
+    return parallel_left + _group_seconds_left(rows, groups, avg, default)
+
+
+def _average_seconds_by_kind(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """This run's average duration of each check kind over its timed results."""
     seconds: dict[str, float] = {}
     timed: dict[str, int] = {}
     for row in rows:
         if row["timed"]:
             seconds[row["kind"]] = seconds.get(row["kind"], 0.0) + (row["seconds"] or 0.0)
             timed[row["kind"]] = timed.get(row["kind"], 0) + row["timed"]
-    avg = {kind: seconds[kind] / timed[kind] for kind in timed}
-    default = sum(avg.values()) / len(avg) if avg else 1.0
-    if avg and default <= 0:
-        default = 1.0
+    return {kind: seconds[kind] / timed[kind] for kind in timed}
 
-    def weight(kind: str) -> float:
-        return avg.get(kind, default) if avg else 1.0
 
-    done_work = left_work = serial_left = 0.0
+def _node_work(rows: Sequence[Mapping[str, Any]], avg: dict[str, float], default: float) -> tuple[float, float]:
+    """(done, left) node-check work, each check weighted by its kind's average (1 with none yet)."""
+    done_work = left_work = 0.0
     for row in rows:
-        active = row["status"] in ACTIVE_STATUSES
         if row["scope"] == Scope.GROUP:
-            if active and groups is None:
-                serial_left += row["n"] * avg.get(row["kind"], default if avg else 0.0)
             continue
-        if active:
-            left_work += row["n"] * weight(row["kind"])
+        weight = avg.get(row["kind"], default) if avg else 1.0
+        if row["status"] in ACTIVE_STATUSES:
+            left_work += row["n"] * weight
         else:
-            done_work += row["n"] * weight(row["kind"])
-    for group in groups or ():
+            done_work += row["n"] * weight
+    return done_work, left_work
+
+
+def _group_seconds_left(
+    rows: Sequence[Mapping[str, Any]], groups: Sequence[GroupEta] | None, avg: dict[str, float], default: float
+) -> float:
+    """What the multi-node checks still take, one after another: each one's expected wall time less
+    what a running one has already run (without `groups`, the active group rows at their average)."""
+    if groups is None:
+        return sum(
+            row["n"] * avg.get(row["kind"], default if avg else 0.0)
+            for row in rows
+            if row["scope"] == Scope.GROUP and row["status"] in ACTIVE_STATUSES
+        )
+    left = 0.0
+    for group in groups:
         expected = avg.get(group.kind, group.expected_s if group.expected_s is not None else default)
-        serial_left += max(0.0, expected - (group.running_s or 0.0))
-    if left_work > 0 and done_work <= 0:
-        return None
-    parallel_left = elapsed_s * left_work / done_work if left_work > 0 else 0.0
-    return parallel_left + serial_left
+        left += max(0.0, expected - (group.running_s or 0.0))
+    return left
 
 
 def duration_words(seconds: float) -> str:
