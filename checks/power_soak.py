@@ -65,7 +65,7 @@ class PowerSoakParams:
     gpu_burn_path: str = "gpu_burn"
     # Seconds before the common start, so that every node's command has begun by then: 5 s, plus
     # 0.25 s per node for the connects and execs the worker's threads make in parallel (paramiko:
-    # ~60 ms per connect, 80-125 ms per exec, DESIGN.md "Proven on these machines"; 2 cores).
+    # ~60 ms per connect, 80-125 ms per exec, paramiko as measured on 2-core machines).
     start_slack_s: float = 5.0
     start_per_node_s: float = 0.25
 

@@ -72,7 +72,7 @@ class RdmaBwParams:
     bw_timeout_s: float = 120.0
     # Seconds before the common start, so that every node's servers listen by then: 10 s (perftest's
     # device and CUDA set-up) plus 0.25 s per node for the worker's parallel connects and execs
-    # (DESIGN.md "Proven on these machines": ~60 ms per connect, 80-125 ms per exec on 2 cores).
+    # (paramiko as measured on 2-core machines: ~60 ms per connect, 80-125 ms per exec).
     start_slack_s: float = 10.0
     start_per_node_s: float = 0.25
 

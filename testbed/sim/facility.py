@@ -63,7 +63,7 @@ from testbed.sim.power import node_power
 WATER_DENSITY_KG_PER_L = 0.9957
 WATER_SPECIFIC_HEAT_KJ_PER_KG_K = 4.178
 # Facility water supply: ASHRAE TC 9.9 liquid cooling class W32 allows up to 32 C supply; 30 C is
-# the DMTF public-cooling-unit mockup's primary supply reading (../shared/fixtures/redfish-cdu/).
+# the DMTF public-cooling-unit mockup's primary supply reading (tests/fixtures/redfish-cdu/).
 SUPPLY_C = 30.0
 # The healthy loop's liquid share of node power: issue 13's model (~0.9), above its 80% DLC rule.
 CAPTURE = 0.9

@@ -1,7 +1,7 @@
 """The Redfish documents of the testbed's facility (served by testbed/sim/redfish_facility.py).
 
 Shapes follow the DMTF Redfish-Publications mockups public-pdu and public-cooling-unit (copies in
-../shared/fixtures/redfish-pdu/ and redfish-cdu/): PowerDistribution.v1_6_0, Circuit.v1_9_0,
+tests/fixtures/redfish-pdu/ and redfish-cdu/): PowerDistribution.v1_6_0, Circuit.v1_9_0,
 Outlet.v1_4_4, PowerDistributionMetrics.v1_4_0, CoolingUnit.v1_1_2, CoolantConnector.v1_3_0,
 EnvironmentMetrics.v1_4_0. Readings are computed at request time from the nodes' power
 (testbed/sim/facility.py); sensors are not served, so readings carry no DataSourceUri.

@@ -168,7 +168,7 @@ def node_power(state_path: str | os.PathLike[str] | None, now: float | None = No
 
 # The simulated BMC's DCMI statistics window (state key dcmi_period_s): a rolling minute spans a
 # soak's 1 Hz samples and forgets an earlier test's load within a minute. Real BMCs differ widely:
-# the fixtures in ../shared/fixtures/ipmitool-dcmi/ show periods of 123,893 s and 1,131,466 s.
+# the fixtures in tests/fixtures/ipmitool-dcmi/ show periods of 123,893 s and 1,131,466 s.
 DCMI_PERIOD_S = 60
 # Samples kept at most in the history file (one per reading), whatever the window.
 HISTORY_MAX = 4096

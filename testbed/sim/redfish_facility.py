@@ -3,7 +3,7 @@
     python -m testbed.sim.redfish_facility --config FILE --state-dir DIR [--bind ADDR] [--port N]
 
 Serves the facility of FILE (format: testbed/sim/facility.py) over HTTP, in the shapes of the DMTF
-mockups (../shared/fixtures/redfish-pdu/, redfish-cdu/: DMTF Redfish-Publications public-pdu and
+mockups (tests/fixtures/redfish-pdu/, redfish-cdu/: DMTF Redfish-Publications public-pdu and
 public-cooling-unit):
 
     /redfish/v1/                                                ServiceRoot (no auth, DSP0266)

@@ -84,9 +84,9 @@ def output(
 
 
 def fixture(name: str) -> Path:
-    """A real nvidia-smi capture: tests/fixtures first, then ../shared/fixtures."""
-    for folder in (REPO / "tests/fixtures/nvidia-smi", REPO.parent / "shared/fixtures/nvidia-smi"):
-        if (folder / name).exists():
-            return folder / name
+    """A real nvidia-smi capture from tests/fixtures/nvidia-smi (each with its .source.txt)."""
+    path = REPO / "tests/fixtures/nvidia-smi" / name
+    if path.exists():
+        return path
     # The captures live in the repo: a missing one is a broken test, never a skipped one.
     pytest.fail(f"fixture {name} not found in tests/fixtures/nvidia-smi")

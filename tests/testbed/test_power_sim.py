@@ -19,7 +19,7 @@ from checks.parsers import PARSERS
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 from testbed.sim.power import PLATFORM_IDLE_W, PLATFORM_LOAD_W, node_power
 
-# Real `ipmitool dcmi power reading` outputs, verbatim (the copies in ../shared/fixtures/ipmitool-dcmi/):
+# Real `ipmitool dcmi power reading` outputs, verbatim (the captures in tests/fixtures/ipmitool-dcmi/):
 # lovoo/ipmi_exporter issue 18 (2017, activated) and openbmc/openbmc issue 3257 (2018, a BMC
 # without statistics: deactivated).
 REAL_ACTIVATED = """
