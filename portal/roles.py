@@ -4,8 +4,8 @@ approver signs off.
 What each role can cause to run, and where, is written down in docs/security.md. In the admin
 (for a user a superuser has also made staff), an operator may add and change clusters and nodes,
 but never a field that chooses what executes on a Kiln host or which of its files is used
-(`SUPERUSER_FIELDS`); runs and results are read-only there (they are evidence, and a run's plan
-snapshot is what executes); check definitions and plans are a superuser's.
+(`SUPERUSER_FIELDS`); runs and results are read-only there, no delete either (they are evidence,
+and a run's plan snapshot is what executes); check definitions and plans are a superuser's.
 """
 
 from __future__ import annotations
@@ -27,12 +27,10 @@ _VIEW_MODELS = [
 # The facility model (portal/facility): operators edit it on its page and in the admin. Explicit feeds
 # are only set per node on the facility page, where a node's shares are checked together.
 _FACILITY_MODELS = ("rack", "pdu", "ups", "coolingloop")
-# Inventory: add, change (less SUPERUSER_FIELDS) and delete. Runs and results: delete only; they
-# are started through the pages and `kiln_run`, and never edited.
+# Inventory: add, change (less SUPERUSER_FIELDS) and delete. Runs and results: none; they are
+# started through the pages and `kiln_run`, never edited, and leave by retention (EvidenceAdmin).
 _OPERATOR_PERMISSIONS = [
     *(f"{action}_{m}" for m in ("cluster", "node", *_FACILITY_MODELS) for action in ("add", "change", "delete")),
-    "delete_run",
-    "delete_checkresult",
 ]
 
 # Model fields that choose what runs on a Kiln host (the portal or a worker), or which of its files
@@ -99,3 +97,12 @@ class ReadOnlyAdmin:
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class EvidenceAdmin(ReadOnlyAdmin):
+    """ModelAdmin mixin for runs and results: nobody adds or edits them, and only a superuser
+    deletes (a delete in the admin leaves no Kiln audit event), whatever a group's permissions say.
+    Without the delete permission the admin also drops its bulk "delete selected" action."""
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)

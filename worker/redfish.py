@@ -9,8 +9,9 @@ endpoint's readings at those instants (None), never the nodes' sampling or anoth
 HTTP basic auth over the endpoint's URL; TLS certificates are verified against the system's CA
 store (unless the operator turned verification off for that endpoint). Links are followed only on
 the endpoint's own scheme, host and port, as paths from its service (a hostile document cannot point
-the worker elsewhere). Responses are read up to MAX_BODY bytes. Credentials never appear in an error
-text, a log line or the readings document.
+the worker elsewhere), and an HTTP redirect only on that origin too (worker/sameorigin.py): the
+credential is never sent to another scheme, host or port. Responses are read up to MAX_BODY bytes.
+Credentials never appear in an error text, a log line or the readings document.
 Standard library only (urllib): three GETs a second per endpoint need no session layer.
 """
 
@@ -30,6 +31,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from checks.fanout import Readings
+from worker import sameorigin
 from worker.endpoints import Endpoint
 
 # A Redfish Circuit or CoolantConnector document is a few kB (DMTF mockups: 1.5-4 kB); 1 MiB leaves
@@ -64,12 +66,12 @@ class _Client:
         if endpoint.username or endpoint.password:
             token = base64.b64encode(f"{endpoint.username}:{endpoint.password}".encode()).decode()
             self.headers["Authorization"] = f"Basic {token}"
-        self.context = _tls_context(endpoint) if parts.scheme == "https" else None
+        self.opener = sameorigin.opener(_tls_context(endpoint) if parts.scheme == "https" else None)
 
     def get_text(self, url: str) -> str:
         request = urllib.request.Request(url, headers=self.headers, method="GET")
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S, context=self.context) as response:
+            with self.opener.open(request, timeout=REQUEST_TIMEOUT_S) as response:
                 body = response.read(MAX_BODY + 1)
         except urllib.error.HTTPError as exc:
             raise RedfishError(f"GET {urlsplit(url).path}: HTTP {exc.code} {exc.reason}") from None

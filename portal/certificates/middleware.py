@@ -1,14 +1,18 @@
-"""Refusals of the certified-evidence triggers (immutability.py) as a 403 page, not a 500."""
+"""Refusals of the certified-evidence triggers (immutability.py) as a 403, not a 500: a page, or
+for the REST API `{"detail": ...}` in JSON like its every other error (portal/api/exceptions.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from django.db import DatabaseError
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.utils.html import escape
 
+from portal.middleware import API_PREFIX
+
 MARKER = "kiln: "
+WHY = "Evidence cited by an issued certificate, and the certificate itself, cannot be changed."
 
 
 def refusal(exc: BaseException) -> str | None:
@@ -33,7 +37,8 @@ class CertifiedEvidenceMiddleware:
         message = refusal(exception)
         if message is None:
             return None
+        if request.path.startswith(API_PREFIX):
+            return JsonResponse({"detail": f"Refused: {message}. {WHY}"}, status=403)
         return HttpResponseForbidden(
-            f"<!doctype html><title>Refused</title><h1>Refused</h1><p>{escape(message)}.</p>"
-            "<p>Evidence cited by an issued certificate, and the certificate itself, cannot be changed.</p>"
+            f"<!doctype html><title>Refused</title><h1>Refused</h1><p>{escape(message)}.</p><p>{WHY}</p>"
         )

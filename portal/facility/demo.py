@@ -93,8 +93,10 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def demo_facility_ensure(*, cluster: Cluster, racks: dict[str, list[str]]) -> None:
-    """Create or refresh the demo's facility model and the service config that matches it."""
+def demo_facility_ensure(*, cluster: Cluster, racks: dict[str, list[str]]) -> list[str]:
+    """Create or refresh the demo's facility model and the service config that matches it. Nodes
+    outside the demo's racks (an operator's own, no rack or another) keep their feeds as they are:
+    their hostnames are returned."""
     password = secrets.token_urlsafe(18)
     base = f"http://127.0.0.1:{settings.KILN_DEMO_FACILITY_PORT}/redfish/v1"
     credential = CredentialChange(username=DEMO_USER, password=password)
@@ -111,7 +113,11 @@ def demo_facility_ensure(*, cluster: Cluster, racks: dict[str, list[str]]) -> No
             pdu.feed, pdu.phases, pdu.voltage_v, pdu.breaker_a = feed, 3, 230.0, [BREAKER_A] * 3
             pdu.endpoint_url = f"{base}/PowerEquipment/RackPDUs/{ident}"
             pdu_save(pdu=pdu, credential=credential)
-    for node in cluster.nodes.all():
+    outside = []
+    for node in cluster.nodes.order_by("hostname"):
+        if node.rack not in racks:
+            outside.append(node.hostname)
+            continue
         specs = [FeedSpec(pdu=f"{node.rack}-{f}", phase=k, share=1 / 6) for f in ("a", "b") for k in (1, 2, 3)]
         node_feeds_set(node=node, feeds=specs)
     ups = Ups.objects.filter(cluster=cluster, name="UPS-1").first() or Ups(cluster=cluster, name="UPS-1")
@@ -121,3 +127,4 @@ def demo_facility_ensure(*, cluster: Cluster, racks: dict[str, list[str]]) -> No
     loop.fluid, loop.endpoint_url = "water", f"{base}/ThermalEquipment/CDUs/cdu1"
     loop_save(loop=loop, racks=saved, credential=credential)
     _write_private(config_path(), json.dumps(_service_config(racks, password), indent=1))
+    return outside

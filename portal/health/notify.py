@@ -1,4 +1,7 @@
-"""Sending alerts: email through Django's email backend, webhooks as a JSON POST (stdlib urllib)."""
+"""Sending alerts: email through Django's email backend, webhooks as a JSON POST (stdlib urllib).
+
+A webhook's URL often is its secret (a Slack incoming webhook's path): the POST follows no redirect,
+to another origin or its own (worker/sameorigin.py), so the alert goes only where it was entered."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from typing import Any
 from django.core.mail import send_mail
 
 from portal.health import conf
+from worker import sameorigin
 
 
 class DeliveryError(Exception):
@@ -25,8 +29,10 @@ def post_json(*, url: str, body: dict[str, Any]) -> None:
         url, data=data, method="POST", headers={"Content-Type": "application/json", "User-Agent": "kiln-alerts"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=conf.webhook_timeout_s()) as response:
+        with sameorigin.opener().open(request, timeout=conf.webhook_timeout_s()) as response:
             response.read(65536)
+    except sameorigin.RedirectRefused as exc:
+        raise DeliveryError(f"{exc.reason}; the webhook URL should be the receiver's own") from None
     except urllib.error.HTTPError as exc:
         # Shown to viewers on the deliveries page: a little of the answer, with secrets redacted
         # (the URL is an operator's; what answers it may be any service the worker can reach).

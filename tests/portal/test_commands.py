@@ -12,6 +12,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from portal.catalog.models import TestPlan
+from portal.facility.models import NodeFeed
 from portal.inventory.models import Cluster, Node
 from portal.runs.models import Run
 
@@ -235,6 +236,22 @@ def test_it_seeds_the_demo_cluster_once(demo_settings) -> None:
     assert cluster.name == "demo" and cluster.transport == "local"
     assert list(cluster.nodes.values_list("hostname", flat=True)) == [f"demo{i:02d}" for i in range(1, 9)]
     assert all(node.local_env for node in cluster.nodes.all())
+
+
+def test_the_demo_refreshes_around_nodes_outside_its_racks(demo_settings) -> None:
+    """A node an operator added to the demo cluster, with no rack or a rack the demo does not
+    power, keeps its feeds as they are (none here), and the refresh says so instead of ending in a traceback."""
+    run("kiln_demo")
+    cluster = Cluster.objects.get(name="demo")
+    Node.objects.create(cluster=cluster, hostname="extra1")
+    Node.objects.create(cluster=cluster, hostname="extra2", rack="R09")
+
+    out = run("kiln_demo")
+
+    assert "refreshed cluster demo" in out
+    assert "extra1, extra2: not in a demo rack (R01, R02), their PDU feeds left as they are" in out
+    assert not NodeFeed.objects.filter(node__hostname__startswith="extra").exists()
+    assert NodeFeed.objects.filter(node__hostname="demo01").count() == 6
 
 
 @pytest.mark.django_db(transaction=True)

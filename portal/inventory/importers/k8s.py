@@ -53,6 +53,7 @@ def _state(name: str, status: dict[str, Any], spec: dict[str, Any]) -> tuple[str
     if ready is None or ready.get("status") != "True":
         words.append("NotReady")
         why = ready.get("message") if isinstance(ready, dict) else ""
+        why = " ".join(why.split()) if isinstance(why, str) else ""  # kubelet's message may span lines
         warnings.append(
             f"{name} is NotReady in Kubernetes{f' ({why})' if why else ''}: it may be unreachable or broken"
         )

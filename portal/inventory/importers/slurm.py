@@ -18,6 +18,7 @@ from portal.inventory.importers.records import (
     NodeRecord,
     load_json,
     object_at,
+    storable,
     text_value,
 )
 
@@ -143,10 +144,10 @@ def _strings(node: dict[str, Any], key: str, *, where: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):  # data_parser before v0.0.40 gave state as one string
-        return [v for v in re.split(r"[+,]", value) if v]
+        return [v for v in re.split(r"[+,]", storable(value, key=key, where=where)) if v]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ImportFormatError(f"{where}: {key} should be a list of strings")
-    return value
+    return [storable(v, key=key, where=where) for v in value]
 
 
 def parse_json(text: str) -> list[NodeRecord]:

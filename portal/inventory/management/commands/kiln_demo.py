@@ -112,7 +112,7 @@ class Command(BaseCommand):
                         "serial": demo_serial(position),
                     },
                 )
-            demo_facility_ensure(cluster=cluster, racks=DEMO_RACKS)
+            outside = demo_facility_ensure(cluster=cluster, racks=DEMO_RACKS)
         acceptance = fast_plan_ensure(slug="demo-acceptance", name="Acceptance (demo speed)")
         _with_soak(acceptance)
         fast_plan_ensure(slug="demo-power-cooling", name="Power and cooling (demo speed)", source="power-cooling")
@@ -125,6 +125,9 @@ class Command(BaseCommand):
             else ", ".join(f"{h}: {', '.join(f'{k}={v}' for k, v in f.items())}" for h, f in DEMO_FAULTS.items())
         )
         self.stdout.write(f"{what} cluster demo with {len(DEMO_NODES)} simulated nodes ({fault_text})")
+        if outside:
+            racks = ", ".join(DEMO_RACKS)
+            self.stdout.write(f"{', '.join(outside)}: not in a demo rack ({racks}), their PDU feeds left as they are")
         self.stdout.write(
             "plans: quick, demo-acceptance (the acceptance plan at simulator speed), demo-power-cooling (heat soak)"
         )
