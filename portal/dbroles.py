@@ -113,6 +113,18 @@ def runtime_grant(connection: Any) -> str | None:
     return role
 
 
+def partitions_ahead(sender: Any, **kwargs: Any) -> None:
+    """post_migrate with two roles: the runtime role's daily retention task cannot make the coming
+    months' measurement partitions (DDL), so each migrate, as the owner, does."""
+    if _runtime_user is None:
+        return
+    from django.utils import timezone
+
+    from portal.runs import partitions
+
+    partitions.ahead_ensure(now=timezone.now())
+
+
 def on_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:
     """pre_migrate and post_migrate: grants before the first table is created and after the last."""
     from django.db import connections
