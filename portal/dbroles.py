@@ -78,10 +78,18 @@ def _role_ensure(connection: Any, cursor: Any, role: str) -> None:
                 f"the runtime role {role!r} (DATABASE_URL) does not exist and the owner role cannot create it "
                 f"({exc}); create it as a superuser: CREATE ROLE {role} LOGIN PASSWORD '...'"
             ) from exc
-    elif row[0] or row[1]:
+        return
+    if row[0] or row[1]:
         raise CommandError(
             f"the runtime role {role!r} (DATABASE_URL) is a superuser or bypasses row security: it could switch "
             f"the certified-evidence triggers off; use a plain role (ALTER ROLE {role} NOSUPERUSER NOBYPASSRLS)"
+        )
+    cursor.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tableowner = %s", [role])
+    owned = cursor.fetchone()[0]
+    if owned:
+        raise CommandError(
+            f"the runtime role {role!r} (DATABASE_URL) owns {owned} of the tables: an owner can drop the triggers; "
+            "reassign them to the owner role (REASSIGN OWNED BY ... TO ...) or use another runtime role"
         )
 
 

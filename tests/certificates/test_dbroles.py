@@ -181,3 +181,21 @@ def test_kiln_init_migrates_as_the_owner_and_the_portal_runs_as_the_runtime_role
         admin.execute(f"DROP ROLE IF EXISTS {runtime}")
         admin.execute(f"DROP ROLE IF EXISTS {owner}")
         admin.close()
+
+
+@pytest.mark.django_db
+def test_migrate_refuses_a_runtime_role_that_could_lift_the_triggers(monkeypatch) -> None:
+    """A superuser, or the owner of a table, as DATABASE_URL's role would undo the split."""
+    from django.core.management.base import CommandError
+
+    superuser, owner = _name("su"), _name("own")
+    with connection.cursor() as cursor:  # inside the test's transaction: rolled back with it
+        cursor.execute(f"CREATE ROLE {superuser} NOLOGIN SUPERUSER")
+        cursor.execute(f"CREATE ROLE {owner} NOLOGIN")
+        cursor.execute(f"ALTER TABLE certificates_revocation OWNER TO {owner}")
+    monkeypatch.setattr(dbroles, "_runtime_user", superuser)
+    with pytest.raises(CommandError, match="is a superuser"):
+        dbroles.runtime_grant(connection)
+    monkeypatch.setattr(dbroles, "_runtime_user", owner)
+    with pytest.raises(CommandError, match="owns 1 of the tables"):
+        dbroles.runtime_grant(connection)
