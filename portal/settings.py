@@ -104,6 +104,7 @@ TEMPLATES = [
 WSGI_APPLICATION = "portal.wsgi.application"
 
 _database_url = env.str("DATABASE_URL", default="")
+KILN_DATABASE_OWNER: dict[str, Any] | None = None
 if _database_url:
     # Persistent connections (60 s: a worker or web process reuses one across tasks and requests),
     # checked before their first use in each request or task: a connection that PostgreSQL dropped
@@ -111,6 +112,11 @@ if _database_url:
     # instead of failing the request with a 500. Writes of results also retry across a connection
     # lost mid-task (portal/runs/dbretry.py).
     DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)}
+    # The role that owns the tables: `migrate` (and so `kiln init`) connects as it, installs the
+    # triggers and grants DATABASE_URL's role only what the portal needs (portal/dbroles.py). Unset:
+    # one role does both, as in development and tests.
+    _owner_url = env.str("KILN_DATABASE_OWNER_URL", default="")
+    KILN_DATABASE_OWNER = dict(dj_database_url.parse(_owner_url)) if _owner_url else None
 else:
     DATABASES = {
         "default": {

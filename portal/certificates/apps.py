@@ -45,6 +45,12 @@ class CertificatesConfig(AppConfig):
     verbose_name = "Certificates"
 
     def ready(self) -> None:
+        from portal import dbroles
+
+        # Grants first: _sides_ensure writes through the default (runtime) connection.
+        pre_migrate.connect(dbroles.on_migrate, sender=self, dispatch_uid="kiln_runtime_grant_pre")
+        post_migrate.connect(dbroles.on_migrate, sender=self, dispatch_uid="kiln_runtime_grant_post")
+        post_migrate.connect(dbroles.partitions_ahead, sender=self, dispatch_uid="kiln_partitions_ahead")
         post_migrate.connect(_sides_ensure, sender=self)
         pre_migrate.connect(_triggers_lift, sender=self)
         post_migrate.connect(_triggers_ensure, sender=self)

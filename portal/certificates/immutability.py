@@ -7,17 +7,20 @@ restrict_violation) and on SQLite (`RAISE(ABORT, ...)`); both reach Django as In
 message starts with "kiln:" (middleware.py turns that into a 403 page).
 
 What is frozen, once a certificate exists:
-- the certificate row, its CertifiedResult rows and its Revocation (append-only: no UPDATE/DELETE);
+- the certificate row, its CertifiedResult rows and its Revocation (append-only: no UPDATE/DELETE;
+  no CertifiedResult INSERT either once the issuing transaction attached the signatures);
 - each cited result, its measurements and series (no INSERT/UPDATE/DELETE);
-- each run of a campaign that has a certificate, and that campaign's runs, scope, waivers and
-  signatures (the campaign is closed: a new certificate needs a new campaign);
+- each run of a campaign that has a certificate (no new result, measurement or series either), and
+  that campaign's runs, scope, waivers and signatures (the campaign is closed: a new certificate
+  needs a new campaign);
 - the hostname and cluster of a cited node, and the name of a cluster with a certificate (no rename,
   no delete);
 - the audit log, always.
 An UPDATE that changes nothing is let through, so an idempotent task redelivered after a run was
-certified does not fail. TRUNCATE is not covered: it is a whole-table wipe that only the tables'
-owner may run (`manage.py flush`); production should run the portal as a role that does not own the
-tables (docs/security.md).
+certified does not fail. TRUNCATE, DROP/DISABLE TRIGGER and session_replication_role are not
+covered: only the tables' owner or a superuser may use them, and production runs the portal as a
+runtime role that is neither (portal/dbroles.py, docs/security.md); the audit log's hash chain
+(auditchain.py) shows what such a role changed anyway.
 
 `install()` drops and recreates every trigger. PostgreSQL gets them from migration certificates 0003
 (and again after every `migrate`). SQLite rebuilds a table on most ALTERs (create, copy, drop,
@@ -47,6 +50,18 @@ CITED_NODE = (
 CERTIFIED_CLUSTER = (
     "EXISTS (SELECT 1 FROM certificates_campaign k JOIN certificates_certificate c ON c.campaign_id = k.id "
     "WHERE k.cluster_id = {id})"
+)
+# A result of a run of a certified campaign (for a new measurement or series of any of its results).
+RESULT_OF_CERTIFIED_RUN = (
+    "EXISTS (SELECT 1 FROM runs_checkresult r JOIN certificates_campaignrun l ON l.run_id = r.run_id "
+    "JOIN certificates_certificate c ON c.campaign_id = l.campaign_id WHERE r.id = {id})"
+)
+# Issuing attaches the signatures and records the audit event after inserting the list, in the same
+# transaction: from then on the list is complete.
+ISSUED_CERTIFICATE = (
+    "(EXISTS (SELECT 1 FROM certificates_signature s WHERE s.certificate_id = {id}) OR EXISTS (SELECT 1 FROM "
+    "certificates_certificate c JOIN certificates_auditevent a ON a.campaign_id = c.campaign_id "
+    "WHERE c.id = {id} AND a.action = 'certificate issued'))"
 )
 ALWAYS = "1 = 1"
 
@@ -94,12 +109,20 @@ def _append_only(table: str, key: str, what: str) -> list[Rule]:
 RULES: list[Rule] = [
     *_append_only("certificates_certificate", "certificate", "a certificate (revoke it instead)"),
     *_append_only("certificates_certifiedresult", "certified", "the list of results a certificate cites"),
+    Rule("certified_ins", "certificates_certifiedresult", "INSERT", ISSUED_CERTIFICATE.format(id="NEW.certificate_id"),
+         "the list of results a certificate cites is complete once it is issued: nothing can be added"),
     *_append_only("certificates_revocation", "revocation", "a revocation"),
     *_append_only("certificates_auditevent", "audit", "the audit log"),
     *_frozen("runs_checkresult", "result", "id", CERTIFIED_RESULT, "this result", insert=False),
     *_frozen("runs_measurement", "measurement", "result_id", CERTIFIED_RESULT, "a measurement of a certified result"),
     *_frozen("runs_series", "series", "result_id", CERTIFIED_RESULT, "a series of a certified result"),
     *_frozen("runs_run", "run", "id", CERTIFIED_RUN, "a run of a certified campaign", insert=False),
+    Rule("runresult_ins", "runs_checkresult", "INSERT", CERTIFIED_RUN.format(id="NEW.run_id"),
+         "a result cannot be added to a run of a certified campaign"),
+    Rule("runmeasurement_ins", "runs_measurement", "INSERT", RESULT_OF_CERTIFIED_RUN.format(id="NEW.result_id"),
+         "a measurement cannot be added to a run of a certified campaign"),
+    Rule("runseries_ins", "runs_series", "INSERT", RESULT_OF_CERTIFIED_RUN.format(id="NEW.result_id"),
+         "a series cannot be added to a run of a certified campaign"),
     *_frozen("certificates_campaignrun", "campaignrun", "campaign_id", CLOSED_CAMPAIGN, "a run of a closed campaign"),
     *_frozen("certificates_scopeexclusion", "scope", "campaign_id", CLOSED_CAMPAIGN, "the scope of a closed campaign"),
     *_frozen("certificates_waiver", "waiver", "campaign_id", CLOSED_CAMPAIGN, "a waiver of a closed campaign"),

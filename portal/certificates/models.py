@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from portal.inventory.models import Cluster, Node
 from portal.runs.models import CheckResult, Run
@@ -193,11 +194,15 @@ class AuditEvent(models.Model):
     """Append-only log of every step of a campaign (never edited, never deleted)."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="audit")
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # Set before the insert, not by auto_now_add: the chain hash (auditchain.py) covers it.
+    at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     username = models.CharField(max_length=150, blank=True)
     action = models.CharField(max_length=40)
     detail = models.TextField(blank=True)
+    # Tamper evidence: the SHA-256 of the previous event, and of this one's fields with it.
+    prev_sha256 = models.CharField(max_length=64, blank=True, editable=False)
+    sha256 = models.CharField(max_length=64, blank=True, editable=False)
 
     class Meta:
         ordering = ["-at", "-id"]

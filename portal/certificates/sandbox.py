@@ -26,7 +26,7 @@ from portal.certificates import seal
 # limits itself before it loads Django, so that the limits cover all of it.
 LIMIT_ENV = ("KILN_VERIFY_MEMORY_MB", "KILN_VERIFY_CPU_S")
 MAX_INPUT = 64 * 1024**2  # the verify page accepts 50 MiB
-SUMMARY_KEYS = ("number", "verdict", "issued_at", "format")
+SUMMARY_KEYS = ("number", "verdict", "issued_at", "format", "audit_head")
 
 
 def _summary(payload: dict[str, Any] | None, digests: bool = False) -> dict[str, Any] | None:

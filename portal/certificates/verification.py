@@ -10,7 +10,7 @@ Order of the tests (the first that fails decides):
 4. The two are bound: the payload names the certificate that signed the PDF.
 5. The first page says what the payload says (verdict, cluster, number, waivers).
 6. The portal's own record: a revocation gives REVOKED (4); a certificate this portal issued with a
-   different digest is TAMPERED.
+   different digest is TAMPERED, and so is one whose audit log (auditchain.py) no longer verifies.
 An evidence export (format 3: export.py) is checked against the digests of a sound certificate
 (evidence_check): every node's record must hash to its sealed digest, and the answer names any node
 whose record differs, is missing, or is not in the certificate.
@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from portal.certificates import export, keys, pdf, seal, signing
+from portal.certificates import auditchain, export, keys, pdf, seal, signing
 from portal.certificates.models import Certificate
 
 EXIT_CODES = {seal.VALID: 0, seal.TAMPERED: 1, seal.UNKNOWN_KEY: 2, seal.NOT_A_CERTIFICATE: 3, seal.REVOKED: 4}
@@ -149,6 +149,9 @@ def certificate_verify(*, data: bytes, digests: bool = False) -> seal.Verdict:
     if known.sha256 != verdict.payload_sha256:
         verdict.notes.append(f"this portal issued {number} with a different digest ({known.sha256}).")
         return seal.Verdict(seal.TAMPERED, verdict.notes[-1], verdict.payload, verdict.fingerprint, verdict.notes)
+    tampered = auditchain.certificate_problem(number=number, audit_head=verdict.payload.get("audit_head"))
+    if tampered:
+        return seal.Verdict(seal.TAMPERED, tampered, verdict.payload, verdict.fingerprint, verdict.notes)
     if known.revoked:
         r = known.revocation
         return seal.Verdict(

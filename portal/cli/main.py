@@ -30,6 +30,7 @@ FORWARDED: dict[str, tuple[str, str]] = {
     "cluster": ("kiln_cluster", "create, update (--queue) or list clusters"),
     "nodes": ("kiln_nodes", "add, import or list a cluster's nodes"),
     "verify": ("kiln_verify", "verify a certificate PDF offline"),
+    "audit": ("kiln_audit", "`audit verify`: check the audit log's hash chain and revocations; exits 1 if tampered"),
     "demo": ("kiln_demo", "seed or refresh the demo cluster (simulated nodes, no root)"),
     "keys": ("kiln_keys", "the site's certificate-signing keys: init, list, rotate, export-public, import, trust"),
     "admin": ("kiln_admin", "make sure an administrator exists and print the login"),

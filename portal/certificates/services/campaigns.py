@@ -10,6 +10,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
 
 from portal.catalog.models import TestPlan
+from portal.certificates import auditchain
 from portal.certificates.models import (
     AuditEvent,
     Campaign,
@@ -31,13 +32,8 @@ class CampaignError(ValueError):
 
 
 def audit_record(*, campaign: Campaign, user: Any, action: str, detail: str = "") -> AuditEvent:
-    return AuditEvent.objects.create(
-        campaign=campaign,
-        user=user if getattr(user, "pk", None) else None,
-        username=user.get_username() if getattr(user, "pk", None) else "system",
-        action=action,
-        detail=detail,
-    )
+    """Appended to the hash chain (auditchain.py)."""
+    return auditchain.append(campaign=campaign, user=user, action=action, detail=detail)
 
 
 def _require_approver(user: User | AnonymousUser) -> User:

@@ -10,7 +10,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
 
-from portal.certificates import charts, keys, pdf, seal, signing
+from portal.certificates import auditchain, charts, keys, pdf, seal, signing
 from portal.certificates.models import (
     Campaign,
     Certificate,
@@ -221,6 +221,8 @@ def _render(
         **body,
         "number": number,
         "issued_at": issued_at.isoformat(),
+        # The audit chain's head when rendered: deleting or altering any event up to it shows.
+        "audit_head": auditchain.head(),
         "signatures": [
             {
                 "side": s.side,

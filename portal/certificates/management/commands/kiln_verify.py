@@ -4,7 +4,9 @@ the portal's evidence download) match the digests the certificate seals, node by
 
 Exit codes (stable; scripts may rely on them):
   0 valid          every byte is signed by this site, the evidence is sealed, the pages agree with it
-  1 tampered       any byte of the signed PDF or payload changed, or the pages contradict the evidence
+  1 tampered       any byte of the signed PDF or payload changed, or the pages contradict the evidence,
+                   or this portal's audit log no longer verifies (kiln_audit: an event or revocation
+                   deleted or altered)
   2 unknown key    sound signatures, but by keys this site does not hold (another site's certificate)
   3 not a certificate  not a PDF, unreadable, or a PDF without a Kiln signature or payload
   4 revoked        valid, but this site revoked it (the reason is printed)

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from portal import dbroles
 from portal.runs.retention import retention_apply
 
 
@@ -24,6 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        dbroles.owner_become()  # with two roles, as the owner: dropping a month's partition is DDL
         quiet = options["json"]
         report = retention_apply(
             dry_run=options["dry_run"], progress=None if quiet else (lambda line: self.stdout.write(f"... {line}"))
