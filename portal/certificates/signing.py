@@ -10,8 +10,9 @@ decode the same in either case, so a byte flipped there would go unnoticed. The 
 also requires that hole to be exactly the upper-case hex of the DER signature followed by zeros, as
 pyHanko writes it. The blob itself must be the one form the portal writes (_cms_why_not_canonical):
 DER, one signer, no unsigned attributes, exactly the signer's certificate chain, no CRLs, and an ECDSA
-signature with a low S (the portal normalises S when signing; (r, n - s) verifies just as well, so the
-other half is refused). With that, no byte of a Kiln certificate can change without failing.
+signature with a low S (the portal normalises S when signing and says so in the sealed payload; (r, n - s)
+verifies just as well, so verification.py refuses the other half; older certificates, signed before,
+are held to their stored copy instead). With that, no byte of a Kiln certificate can change without failing.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import io
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from asn1crypto import cms, core
 from asn1crypto import keys as asn1_keys
@@ -39,6 +41,7 @@ FIELD_NAME = "KilnSeal"
 # with a 3-level chain ~6 KB. 16 KB leaves room for a site's own PKI (pyHanko's default is 16 KB too).
 SIGNATURE_BYTES = 16384
 
+LOW_S = "low"  # payload["seal"]["ecdsa_s"] of certificates signed with a normalised S
 INTACT = "intact"
 BROKEN = "broken"
 UNTRUSTED = "untrusted"
@@ -55,6 +58,9 @@ class SignatureCheck:
     signer_sha256: str = ""
     signer_subject: str = ""
     signer_fingerprint: str = ""
+    # S in the upper half: the n - s twin of a low S. A certificate whose payload says the portal
+    # wrote a low S (LOW_S) is tampered; one issued before that carries no such promise.
+    high_s: bool = False
 
 
 # Group orders of the curves a site's PKI may use (SEC 2, sections 2.4.2, 2.5.1, 2.6.1): S above half of
@@ -188,11 +194,11 @@ def _signed_data_why_not(signed: cms.SignedData, info: cms.SignerInfo) -> str:
     if len(signer) != 1 or not _is_chain(signer[0], certs):
         return "the signature blob does not carry exactly its signer's certificate chain up to a root"
     public = signer[0].public_key()
-    signature = info["signature"].native
-    if isinstance(public, ec.EllipticCurvePublicKey) and (
-        public.curve.name not in CURVE_ORDERS or low_s(signature, public.curve.name) != signature
-    ):
-        return "the ECDSA signature is not in low-S DER form (n - s verifies too, so only one is accepted)"
+    if isinstance(public, ec.EllipticCurvePublicKey):
+        signature = info["signature"].native
+        r, s = decode_dss_signature(signature)
+        if public.curve.name not in CURVE_ORDERS or encode_dss_signature(r, s) != signature:
+            return "the ECDSA signature is not DER"
     return _as_written(signed, info, signer[0])
 
 
@@ -266,8 +272,10 @@ def pdf_signature_check(data: bytes, roots: tuple[x509.Certificate, ...]) -> Sig
     except (SignatureValidationError, PdfError, ValueError) as exc:
         return SignatureCheck(BROKEN, f"the document signature does not validate ({str(exc)[:200]})")
     signer = x509.load_der_x509_certificate(status.signing_cert.dump())
-    who = dict(signer_sha256=cert_sha256(signer), signer_subject=signer.subject.rfc4514_string(),
-               signer_fingerprint=cert_fingerprint(signer))  # fmt: skip
+    public, raw = signer.public_key(), signature.signer_info["signature"].native
+    upper = isinstance(public, ec.EllipticCurvePublicKey) and low_s(raw, public.curve.name) != raw
+    who: dict[str, Any] = dict(signer_sha256=cert_sha256(signer), signer_subject=signer.subject.rfc4514_string(),
+                               signer_fingerprint=cert_fingerprint(signer), high_s=upper)  # fmt: skip
     if status.coverage is None or status.coverage.name != "ENTIRE_FILE":
         return SignatureCheck(BROKEN, "bytes were added or changed after the document was signed", **who)
     if not status.intact:

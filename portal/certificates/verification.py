@@ -113,6 +113,13 @@ def _verify_extracted(
             payload,
             verdict.fingerprint,
         )
+    if document.high_s and (payload.get("seal") or {}).get("ecdsa_s") == signing.LOW_S:
+        return seal.Verdict(
+            seal.TAMPERED,
+            "PDF signature: the ECDSA signature has a high S, the n - s twin of the low-S one the portal wrote",
+            payload,
+            verdict.fingerprint,
+        )
     mismatch = headline_mismatch(data, payload)
     if mismatch:
         return seal.Verdict(seal.TAMPERED, mismatch, payload, verdict.fingerprint)

@@ -238,7 +238,7 @@ def test_the_portal_signs_with_a_low_s(issued):
 
 @pytest.mark.parametrize(
     ("forge", "why"),
-    [(_s_twin, "low-S"), (_unsigned_attribute, "unsigned attributes")],
+    [(_s_twin, "high S"), (_unsigned_attribute, "unsigned attributes")],
     ids=["n-minus-s", "unsigned-attribute-520-bytes"],
 )
 def test_a_twin_that_every_signature_check_accepts_is_tampered(issued, tmp_path, forge, why):

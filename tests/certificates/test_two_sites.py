@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
 
-from portal.certificates import keys, seal, services
+from portal.certificates import keys, seal, services, verification
 from portal.certificates.services import issuing
 
 
@@ -90,6 +90,7 @@ def test_a_long_cluster_name_still_fits_the_number(campaign, campaign_run, users
     services.certificate_sign(campaign=campaign, user=users["customer"])
     certificate = issuing.certificate_issue(campaign_id=campaign.pk)
     assert len(certificate.number) <= 64 and certificate.number.endswith("-001")
+    assert verification.certificate_verify(data=bytes(certificate.pdf)).status == seal.VALID, "page 1 states it"
 
 
 def test_trust_refuses_what_it_cannot_read_and_trusts_nothing_from_it(tmp_path):

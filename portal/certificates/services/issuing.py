@@ -248,6 +248,7 @@ def _render(
             "key_fingerprint": seal.fingerprint(identity.seal_key.public_key()),
             "pdf_signature": "PAdES B-B, ECDSA P-256 / SHA-256",
             "pdf_certificate_sha256": keys.cert_sha256(identity.pdf_cert),
+            "ecdsa_s": signing.LOW_S,  # the verifier refuses the high-S twin of this signature
         },
     }
     payload_bytes = seal.canonical_bytes(payload)
