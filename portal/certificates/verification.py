@@ -29,6 +29,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from django.db.models import QuerySet
+
 from portal.certificates import export, keys, pdf, seal, signing
 from portal.certificates.models import Certificate
 
@@ -131,7 +133,7 @@ def _verify_extracted(
     return verdict
 
 
-def _own_records(verdict: seal.Verdict) -> Any:
+def _own_records(verdict: seal.Verdict) -> QuerySet[Certificate]:
     """This portal's rows for the certificate: its number sealed by the same key. A number alone may
     be another site's (older numbers carry no site part)."""
     number = (verdict.payload or {}).get("number", "")
