@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from enum import StrEnum
@@ -44,6 +45,7 @@ CA_KEY = "ca.key.pem"
 CURRENT = "current"
 GENERATIONS = "generations"
 TRUSTED = "trusted"
+IMPORTED = "imported"  # how trust_store_load names a key from TRUSTED/
 SEAL_KEY, SEAL_PUB = "seal.key.pem", "seal.pub.pem"
 PDF_KEY, PDF_CERT, CHAIN = "pdf.key.pem", "pdf.crt.pem", "chain.pem"
 
@@ -99,6 +101,11 @@ class TrustedKey:
     source: str
     current: bool
     pem: str
+
+    @property
+    def imported(self) -> bool:
+        """Accepted from elsewhere (`kiln_keys trust`), not one of this site's own keys."""
+        return self.source.startswith(IMPORTED)
 
 
 @dataclass(frozen=True)
@@ -324,21 +331,53 @@ def keyring_import(*, cert_path: Path, key_path: Path, chain_paths: list[Path], 
     return signing_identity_load()
 
 
-def trust_import(*, path: Path) -> TrustedKey:
-    """Accept another public key (Ed25519 PEM) or CA certificate (PEM) for verification."""
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n.*?-----END \1-----", re.DOTALL)
+
+
+def _bundle_read(path: Path) -> list[x509.Certificate | Ed25519PublicKey]:
+    """Every certificate and Ed25519 public key in a PEM file (a `kiln_keys export-public` bundle, or
+    one key); anything else in it refuses the whole file, so nothing is trusted half-way."""
     data = _read(path)
+    found: list[x509.Certificate | Ed25519PublicKey] = []
+    for number, block in enumerate(_PEM_BLOCK.finditer(data), start=1):
+        kind = block.group(1).decode()
+        try:
+            if kind == "CERTIFICATE":
+                found.append(x509.load_pem_x509_certificate(block.group(0)))
+                continue
+            if kind == "PUBLIC KEY":
+                public = serialization.load_pem_public_key(block.group(0))
+                if isinstance(public, Ed25519PublicKey):
+                    found.append(public)
+                    continue
+                raise KeyringError(f"{path}: PEM block {number} is a {type(public).__name__}, not an Ed25519 seal key")
+        except ValueError as exc:
+            raise KeyringError(f"{path}: PEM block {number} ({kind}) cannot be read: {exc}") from None
+        if "PRIVATE" in kind:
+            raise KeyringError(f"{path}: PEM block {number} is a PRIVATE key: trust only public keys, never share one")
+        raise KeyringError(f"{path}: PEM block {number} is a {kind}, neither a certificate nor a public key")
+    if not found:
+        raise KeyringError(
+            f"{path}: no PEM certificate or public key in it (expected `kiln_keys export-public` output)"
+        )
+    return found
+
+
+def trust_import(*, path: Path) -> list[TrustedKey]:
+    """Accept every CA certificate and Ed25519 seal key in a PEM file (another site's
+    `kiln_keys export-public` bundle, or a single key) for verification."""
     root = key_dir()
-    if b"BEGIN CERTIFICATE" in data:
-        cert = _load_cert(path)
-        write_atomic(root / TRUSTED / f"ca-{cert_sha256(cert)[:16]}.crt.pem", _cert_pem(cert), mode=0o644)
-        return _trusted_cert(cert, KeyRole.CA, str(path), False)
-    public = serialization.load_pem_public_key(data)
-    if not isinstance(public, Ed25519PublicKey):
-        raise KeyringError(f"{path}: neither a certificate nor an Ed25519 public key")
-    fp = fingerprint(public)
-    safe = fp.split(":", 1)[1].replace("/", "_").replace("+", "-")[:16]
-    write_atomic(root / TRUSTED / f"seal-{safe}.pub.pem", _public_pem(public), mode=0o644)
-    return TrustedKey(KeyRole.SEAL, fp, "", str(path), False, _public_pem(public).decode())
+    added: list[TrustedKey] = []
+    for item in _bundle_read(path):
+        if isinstance(item, x509.Certificate):
+            write_atomic(root / TRUSTED / f"ca-{cert_sha256(item)[:16]}.crt.pem", _cert_pem(item), mode=0o644)
+            added.append(_trusted_cert(item, KeyRole.CA, str(path), False))
+            continue
+        fp = fingerprint(item)
+        safe = fp.split(":", 1)[1].replace("/", "_").replace("+", "-")[:16]
+        write_atomic(root / TRUSTED / f"seal-{safe}.pub.pem", _public_pem(item), mode=0o644)
+        added.append(TrustedKey(KeyRole.SEAL, fp, "", str(path), False, _public_pem(item).decode()))
+    return added
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -442,12 +481,12 @@ def trust_store_load() -> TrustStore:
     for path in sorted((root / TRUSTED).glob("*.pem")) if (root / TRUSTED).is_dir() else []:
         if path.name.endswith(".crt.pem"):
             roots.append(_load_cert(path))
-            keys.append(_trusted_cert(roots[-1], KeyRole.CA, f"imported ({path.name})", False))
+            keys.append(_trusted_cert(roots[-1], KeyRole.CA, f"{IMPORTED} ({path.name})", False))
         else:
             public = serialization.load_pem_public_key(_read(path))
             if isinstance(public, Ed25519PublicKey):
                 pem = _public_pem(public).decode()
-                keys.append(TrustedKey(KeyRole.SEAL, fingerprint(public), "", f"imported ({path.name})", False, pem))
+                keys.append(TrustedKey(KeyRole.SEAL, fingerprint(public), "", f"{IMPORTED} ({path.name})", False, pem))
     seal_fps = frozenset(k.fingerprint for k in keys if k.role is KeyRole.SEAL)
     return TrustStore(seal_fps, tuple(roots), tuple(keys))
 

@@ -1,16 +1,19 @@
 """Verifying a certificate PDF offline: one answer of five, with the test that decided it.
 
 Order of the tests (the first that fails decides):
-1. Is it a Kiln certificate at all? A PDF that carries neither the Kiln signature field nor the Kiln
-   attachments is NOT_A_CERTIFICATE (3). Once either is there, every later failure is TAMPERED: a
-   damaged file that was a certificate is not "not a certificate".
+1. Is it a Kiln certificate at all? A PDF that carries neither the Kiln signature field, nor the Kiln
+   attachments, nor Kiln's producer line (the first object of every certificate, so it survives a
+   truncated download) is NOT_A_CERTIFICATE (3). Once one is there, every later failure is TAMPERED:
+   a damaged file that was a certificate is not "not a certificate".
 2. The PDF signature (signing.py) covers every byte: broken -> TAMPERED (1); sound but by a CA this
    site does not trust -> UNKNOWN_KEY (2), unless a test below finds tampering first.
 3. The Ed25519 seal over the attached payload (seal.py): digest, signature, key.
 4. The two are bound: the payload names the certificate that signed the PDF.
 5. The first page says what the payload says (verdict, cluster, number, waivers).
-6. The portal's own record: a revocation gives REVOKED (4); a certificate this portal issued with a
-   different digest is TAMPERED, and so is one whose audit log (auditchain.py) no longer verifies.
+6. The portal's own record, for a certificate this portal issued (its number *and* the seal key
+   that sealed it match a row: another site's numbers and keys are not this portal's business): a
+   revocation gives REVOKED (4); a payload digest or a file that is not byte for byte the stored PDF
+   is TAMPERED. Another site's certificate is judged by its signatures against the trusted keys.
 An evidence export (format 3: export.py) is checked against the digests of a sound certificate
 (evidence_check): every node's record must hash to its sealed digest, and the answer names any node
 whose record differs, is missing, or is not in the certificate.
@@ -26,6 +29,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from django.db.models import QuerySet
+
 from portal.certificates import auditchain, export, keys, pdf, seal, signing
 from portal.certificates.models import Certificate
 
@@ -34,10 +39,18 @@ EVIDENCE_MISMATCH_EXIT = 5  # the certificate is sound, the evidence export chec
 SOUND = (seal.VALID, seal.REVOKED, seal.UNKNOWN_KEY)  # the sealed payload itself verified
 
 
+# pdf.py's producer line, as pypdf writes it into the first object of every certificate.
+KILN_PRODUCER = b"/Producer (Kiln "
+PRODUCER_WINDOW = 4096  # bytes: object 1 follows the 9-byte header; its title adds at most ~200
+
+
 def looks_like_kiln(data: bytes) -> bool:
-    """The Kiln signature field or the payload attachment is there (the raw bytes first: a damaged
-    file may not parse, and WeasyPrint compresses the attachment names into object streams)."""
+    """The Kiln signature field, the payload attachment or Kiln's producer line is there (the raw
+    bytes first: a damaged file may not parse, and WeasyPrint compresses the attachment names into
+    object streams)."""
     if f"/T ({signing.FIELD_NAME})".encode() in data or pdf.PAYLOAD_NAME.encode() in data:
+        return True
+    if KILN_PRODUCER in data[:PRODUCER_WINDOW]:
         return True
     return bool({pdf.PAYLOAD_NAME, pdf.SEAL_NAME} & pdf.attachment_names(data))
 
@@ -102,6 +115,13 @@ def _verify_extracted(
             payload,
             verdict.fingerprint,
         )
+    if document.high_s and (payload.get("seal") or {}).get("ecdsa_s") == signing.LOW_S:
+        return seal.Verdict(
+            seal.TAMPERED,
+            "PDF signature: the ECDSA signature has a high S, the n - s twin of the low-S one the portal wrote",
+            payload,
+            verdict.fingerprint,
+        )
     mismatch = headline_mismatch(data, payload)
     if mismatch:
         return seal.Verdict(seal.TAMPERED, mismatch, payload, verdict.fingerprint)
@@ -113,9 +133,16 @@ def _verify_extracted(
     return verdict
 
 
+def _own_records(verdict: seal.Verdict) -> QuerySet[Certificate]:
+    """This portal's rows for the certificate: its number sealed by the same key. A number alone may
+    be another site's (older numbers carry no site part)."""
+    number = (verdict.payload or {}).get("number", "")
+    return Certificate.objects.filter(number=number, key_fingerprint=verdict.fingerprint)
+
+
 def _legacy_check(verdict: seal.Verdict, data: bytes) -> seal.Verdict:
     number = (verdict.payload or {}).get("number", "")
-    stored = Certificate.objects.filter(number=number).values_list("pdf", flat=True).first()
+    stored = _own_records(verdict).values_list("pdf", flat=True).first()
     if stored is None or hashlib.sha256(bytes(stored)).digest() != hashlib.sha256(data).digest():
         return seal.Verdict(
             seal.TAMPERED,
@@ -140,14 +167,26 @@ def certificate_verify(*, data: bytes, digests: bool = False) -> seal.Verdict:
     if verdict.status != seal.VALID or not verdict.payload:
         return verdict
     number = verdict.payload.get("number", "")
-    known = Certificate.objects.filter(number=number).select_related("revocation").defer("pdf", "payload").first()
+    known = _own_records(verdict).select_related("revocation").defer("pdf", "payload").first()
     if known is None:
-        verdict.notes.append(
-            f"{number} is not in this portal's database (issued elsewhere, or the database was reset)."
-        )
+        # This site's own key with no row: the row may have been deleted by a role that lifted the
+        # triggers; the audit log, which records every issue, says whether that happened. The sealed
+        # head is not required here: a database restored from an older dump lacks it honestly.
+        if _sealed_here(verdict.fingerprint):
+            tampered = auditchain.certificate_problem(number=number, audit_head=None)
+            if tampered:
+                return seal.Verdict(seal.TAMPERED, tampered, verdict.payload, verdict.fingerprint, verdict.notes)
+        verdict.notes.append(_unrecorded(number, verdict.fingerprint))
         return verdict
     if known.sha256 != verdict.payload_sha256:
         verdict.notes.append(f"this portal issued {number} with a different digest ({known.sha256}).")
+        return seal.Verdict(seal.TAMPERED, verdict.notes[-1], verdict.payload, verdict.fingerprint, verdict.notes)
+    stored = Certificate.objects.filter(pk=known.pk).values_list("pdf", flat=True).get()
+    if hashlib.sha256(bytes(stored)).digest() != hashlib.sha256(data).digest():
+        verdict.notes.append(
+            f"this file is not byte for byte the PDF this portal issued as {number}: its signatures verify, "
+            "but a re-encoded signature or added data still changes a certificate"
+        )
         return seal.Verdict(seal.TAMPERED, verdict.notes[-1], verdict.payload, verdict.fingerprint, verdict.notes)
     tampered = auditchain.certificate_problem(number=number, audit_head=verdict.payload.get("audit_head"))
     if tampered:
@@ -163,6 +202,20 @@ def certificate_verify(*, data: bytes, digests: bool = False) -> seal.Verdict:
         )
     verdict.notes.append(f"{number} was issued by this portal and is not revoked.")
     return verdict
+
+
+def _sealed_here(fingerprint: str) -> bool:
+    own = {k.fingerprint for k in keys.trust_store_load().keys if k.role is keys.KeyRole.SEAL and not k.imported}
+    return fingerprint in own
+
+
+def _unrecorded(number: str, fingerprint: str) -> str:
+    if _sealed_here(fingerprint):
+        return f"{number} is not in this portal's database, though this site's key sealed it (was the database reset?)."
+    return (
+        f"{number} was sealed by another site's key ({fingerprint}) that this site trusts: its signatures verify; "
+        "this portal keeps no record of it (nor of its revocation)."
+    )
 
 
 def evidence_check(*, verdict: seal.Verdict, lines: Iterable[bytes]) -> export.EvidenceCheck:

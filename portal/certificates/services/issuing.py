@@ -152,7 +152,7 @@ def certificate_issue(*, campaign_id: int) -> Certificate | None:
     identity = keys.signing_identity_load()  # KeyringError: shown on the campaign, never a new key
     issued_at = timezone.now()
     for collision in range(5):
-        number = _number(campaign, issued_at, skip=collision)
+        number = _number(campaign, issued_at, identity, skip=collision)
         payload_bytes, seal_data, document, note = _render(
             body=body, state=state, number=number, issued_at=issued_at, signatures=signatures, identity=identity
         )
@@ -201,10 +201,22 @@ def _issue_abandon(campaign_id: int, digest: str | None) -> None:
         _issue_settle(campaign_id)
 
 
-def _number(campaign: Campaign, when: Any, skip: int = 0) -> str:
-    # Unique per site: the certificate's own id would do, but a readable number names the cluster.
+NUMBER_LENGTH = 64  # Certificate.number's max_length
+SITE_DIGITS = 8  # hex digits of the seal key's SHA-256: sites collide with odds 1 in 4 billion
+
+
+def site_tag(identity: keys.SigningIdentity) -> str:
+    """The site part of a certificate number: the start of the SHA-256 of the sealing key, so two
+    sites (each counting its own clusters from 001) never issue the same number."""
+    return seal.sha256_hex(seal.public_raw(identity.seal_key.public_key()))[:SITE_DIGITS]
+
+
+def _number(campaign: Campaign, when: Any, identity: keys.SigningIdentity, skip: int = 0) -> str:
+    # Unique per site: the certificate's own id would do, but a readable number names the cluster;
+    # unique across sites by the site tag. Older numbers (KILN-cluster-date-NNN) stay valid as issued.
     count = Certificate.objects.filter(campaign__cluster=campaign.cluster).count() + 1 + skip
-    return f"KILN-{campaign.cluster.name}-{when:%Y%m%d}-{count:03d}"
+    tail = f"-{site_tag(identity)}-{when:%Y%m%d}-{count:03d}"
+    return f"KILN-{campaign.cluster.name[: NUMBER_LENGTH - len('KILN-') - len(tail)]}{tail}"
 
 
 def _render(
@@ -238,6 +250,7 @@ def _render(
             "key_fingerprint": seal.fingerprint(identity.seal_key.public_key()),
             "pdf_signature": "PAdES B-B, ECDSA P-256 / SHA-256",
             "pdf_certificate_sha256": keys.cert_sha256(identity.pdf_cert),
+            "ecdsa_s": signing.LOW_S,  # the verifier refuses the high-S twin of this signature
         },
     }
     payload_bytes = seal.canonical_bytes(payload)

@@ -20,7 +20,7 @@ class Command(BaseCommand):
     help = "Export a format-3 certificate's detailed evidence (JSON lines; - or no -o: standard output)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("number", help="the certificate number, e.g. KILN-c1-20260101-001")
+        parser.add_argument("number", help="the certificate number, e.g. KILN-c1-3f2a9c1b-20260101-001")
         parser.add_argument("-o", "--output", default="-", help="file to write (default: standard output)")
 
     def handle(self, *args: Any, **options: Any) -> None:

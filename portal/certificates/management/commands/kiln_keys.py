@@ -31,7 +31,10 @@ class Command(BaseCommand):
         imp.add_argument("--key", required=True, type=Path, help="its private key (PEM, unencrypted, ECDSA or RSA)")
         imp.add_argument("--ca", required=True, type=Path, help="the root CA certificate (PEM): the trust anchor")
         imp.add_argument("--chain", type=Path, action="append", default=[], help="intermediate certificate(s)")
-        trust = sub.add_parser("trust", help="also accept another Ed25519 public key or CA certificate (PEM)")
+        trust = sub.add_parser(
+            "trust",
+            help="also accept every CA certificate and Ed25519 seal key in a PEM file (another site's export-public)",
+        )
         trust.add_argument("file", type=Path)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -62,8 +65,8 @@ class Command(BaseCommand):
         self._list(options)
 
     def _trust(self, options: dict[str, Any]) -> None:
-        added = keys.trust_import(path=options["file"])
-        self.stdout.write(f"trusted {added.role} {added.fingerprint}")
+        for added in keys.trust_import(path=options["file"]):
+            self.stdout.write(f"trusted {added.role:7} {added.fingerprint}  {added.subject or added.role.label}")
 
     def _list(self, options: dict[str, Any]) -> None:
         store = keys.trust_store_load()

@@ -4,15 +4,16 @@ the portal's evidence download) match the digests the certificate seals, node by
 
 Exit codes (stable; scripts may rely on them):
   0 valid          every byte is signed by this site, the evidence is sealed, the pages agree with it
-  1 tampered       any byte of the signed PDF or payload changed, or the pages contradict the evidence,
-                   or this portal's audit log no longer verifies (kiln_audit: an event or revocation
-                   deleted or altered)
+  1 tampered       any byte of the signed PDF or payload changed (a damaged or truncated certificate
+                   included), or the pages contradict the evidence, or this portal's audit log no
+                   longer verifies (kiln_audit: an event or revocation deleted or altered)
   2 unknown key    sound signatures, but by keys this site does not hold (another site's certificate)
-  3 not a certificate  not a PDF, unreadable, or a PDF without a Kiln signature or payload
+  3 not a certificate  not a PDF, or a PDF without a Kiln signature, payload or producer line
   4 revoked        valid, but this site revoked it (the reason is printed)
   5 evidence mismatch  the certificate is valid, but the evidence export does not match it (the nodes
                    whose evidence differs, is missing or is extra are named)
-  64 usage error   (EX_USAGE from sysexits.h, so it never reads as "unknown key")
+  64 usage error   a missing or unreadable file, or wrong arguments (EX_USAGE from sysexits.h, so it
+                   never reads as "unknown key")
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ class Command(BaseCommand):
         path = Path(options["file"])
         try:
             data = path.read_bytes()
-        except OSError as exc:
-            verdict = seal.Verdict(seal.NOT_A_CERTIFICATE, f"cannot read {path}: {exc.strerror or exc}")
-        else:
-            verdict = verification.certificate_verify(data=data, digests=bool(options["evidence"]))
+        except OSError as exc:  # nothing was verified: a wrong path is the caller's error, not a verdict
+            sys.stderr.write(f"kiln_verify: cannot read {path}: {exc.strerror or exc}\n")
+            sys.exit(EX_USAGE)
+        verdict = verification.certificate_verify(data=data, digests=bool(options["evidence"]))
         code = verification.EXIT_CODES[verdict.status]
         evidence = self._evidence(verdict, options["evidence"]) if options["evidence"] else None
         if evidence is not None and not evidence.ok and code == 0:
