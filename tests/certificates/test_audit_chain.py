@@ -96,3 +96,18 @@ def test_the_newest_events_deleted_up_to_the_sealed_head_are_found(issued: Certi
     _as_owner("DELETE FROM certificates_auditevent WHERE id >= %s", [sealed["id"]])
     code, answer = _verify(issued, tmp_path)
     assert code == 1 and f"audit event #{sealed['id']}" in answer["detail"] and "missing" in answer["detail"]
+
+
+@pytest.mark.django_db
+def test_a_certificate_row_deleted_as_the_owner_is_found(issued: Certificate, tmp_path: Path) -> None:
+    """With its row gone, a certificate of this site's own key is judged against the audit log,
+    which still records its issue."""
+    path = tmp_path / "certificate.pdf"
+    path.write_bytes(bytes(issued.pdf))
+    assert _kiln("kiln_verify", str(path))[0] == 0
+    _as_owner("DELETE FROM certificates_certifiedresult WHERE certificate_id = %s", [issued.pk])
+    _as_owner("UPDATE certificates_signature SET certificate_id = NULL WHERE certificate_id = %s", [issued.pk])
+    _as_owner("DELETE FROM certificates_certificate WHERE id = %s", [issued.pk])
+    code, answer = _kiln("kiln_verify", str(path))
+    assert code == 1 and answer["status"] == "tampered", answer
+    assert f"certificate {issued.number} was issued" in answer["detail"] and "missing" in answer["detail"]
