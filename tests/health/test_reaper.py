@@ -72,9 +72,30 @@ def test_it_errors_results_never_picked_up(cluster, make_run, settings) -> None:
     assert "still queued" in run.results.first().reason
 
 
-def test_it_is_registered_as_a_periodic_task_at_migrate() -> None:
-    task = PeriodicTask.objects.get(name="kiln-reaper")
-    assert task.task == "kiln.reap" and task.enabled and task.interval.every == 30
+def test_no_periodic_task_queues_it_behind_the_checks() -> None:
+    """The reaper runs in its own threads: an older Kiln's PeriodicTask is gone after migrate."""
+    assert not PeriodicTask.objects.filter(task="kiln.reap").exists()
+
+
+def test_one_pass_at_a_time_across_processes(cluster, make_run) -> None:
+    """Another process holding the pass's lock (a second database session here) makes this pass a no-op."""
+    from django.db import connections
+
+    from portal.health.services import reaper_pass
+
+    run = make_run(cluster)
+    Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(days=1))
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(hashtext('kiln-reaper'))")
+        assert reaper_pass(queues=["default"]) == []
+        assert Run.objects.get(pk=run.pk).is_active
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(hashtext('kiln-reaper'))")
+        assert reaper_pass(queues=["default"]) == [run.pk]
+    finally:
+        other.close()
 
 
 def test_it_judges_a_group_check_by_the_limits_its_task_was_sent_with(cluster, make_run, settings) -> None:
