@@ -32,6 +32,11 @@ class ReaperLoop:
         self._thread = threading.Thread(target=self._loop, name="kiln-reaper", daemon=True)
 
     def start(self) -> None:
+        logger.info(
+            "Kiln reaper thread: a pass every %ss; stops orphaned processes on queue(s) %s",
+            int(self.interval_s),
+            ", ".join(self.queues),
+        )
         self._thread.start()
 
     def pass_once(self) -> list[int]:
