@@ -248,10 +248,11 @@ if KILN_LEASE_TTL_S < 3 * KILN_HEARTBEAT_S:
 # How often the reaper runs (a thread in each worker and in beat, portal/health/reaping.py): with
 # the 30 s lease, a lost worker is acted on 30-60 s after its last heartbeat, busy slots or not.
 # A queued check nobody claimed this long after its task was sent is looked for in the broker and
-# sent again when the broker no longer holds it (Redis flushed or restarted). 2 min: long enough
-# for any worker with a free slot to pick a message up, short enough that a lost run recovers in
-# under 3 min. A long queue behind busy workers is recognised as such, not re-sent.
-KILN_LOST_MESSAGE_S = env.float("KILN_LOST_MESSAGE_S", default=120)
+# sent again when the broker no longer holds it (Redis flushed or restarted). 60 s: a worker with a
+# free slot claims a delivered message within seconds, and 60 s + one reaper interval (30 s) sends
+# a lost message again within 90 s of its loss, inside the 2 min a dead worker's run gets. A long
+# queue behind busy workers is recognised as such, not re-sent.
+KILN_LOST_MESSAGE_S = env.float("KILN_LOST_MESSAGE_S", default=60)
 # SSH keepalives while a command runs: a request every KILN_SSH_KEEPALIVE_S of silence, and the
 # connection is dead after KILN_SSH_KEEPALIVE_COUNT intervals without a reply: ssh(1)'s
 # ServerAliveInterval / ServerAliveCountMax (CountMax defaults to 3 there too). A frozen sshd is

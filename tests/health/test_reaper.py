@@ -121,3 +121,18 @@ def test_it_judges_a_group_check_by_the_limits_its_task_was_sent_with(cluster, m
     assert CheckResult.objects.get(run=runs[0], scope="group").status == "running"
     reaped = CheckResult.objects.get(run=runs[1], scope="group")
     assert reaped.status == "error" and f"group task hard limit {hard}s" in reaped.reason
+
+
+def test_on_sqlite_a_file_lock_in_the_data_folder_serializes_the_passes(monkeypatch, settings, tmp_path) -> None:
+    """Without PostgreSQL (make up's embedded default: every process on one host), an flock."""
+    from django.db import connection
+
+    from portal.health.services.reaper import reaper_lock
+
+    settings.DATA_DIR = tmp_path
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    with reaper_lock("kiln-reaper") as first:
+        with reaper_lock("kiln-reaper") as second, reaper_lock("kiln-reaper:site-a") as other:
+            assert (first, second, other) == (True, False, True)
+    with reaper_lock("kiln-reaper") as again:
+        assert again
