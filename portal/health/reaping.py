@@ -3,9 +3,10 @@ running a pass (portal/health/services/reaper.py reaper_pass) every KILN_REAPER_
 
 A thread of the worker's main process, not a task: no check can occupy it, so a worker whose every
 slot holds an hours-long burn-in still reaps its dead sibling's runs, and nothing queues up behind
-them. Beat's thread reaps when no worker is left at all. A lock spanning the processes lets one
-pass run at a time; each thread stops orphans only on the queues its process reaches (a worker:
-the queues it consumes; beat: the default queue, whose SSH keys it has, docker-compose.yml).
+them. Beat's thread reaps when no worker is left at all. A lock spanning the processes (in the
+broker) lets one pass run at a time; each thread stops orphans only on the queues its process
+reaches (a worker: the queues it consumes; beat: the default queue, whose SSH keys it has,
+docker-compose.yml).
 The worker's ready and shutdown signals and beat's init start and stop them (connected in
 HealthConfig.ready(): worker/ imports no app).
 """

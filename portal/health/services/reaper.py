@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import logging
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -119,28 +120,55 @@ def reap(*, now: datetime | None = None, orphans: bool = True) -> list[int]:
 
 # The lock of the pass over every run, and the prefix of each queue's orphan-stopping lock.
 REAPER_LOCK = "kiln-reaper"
+# Releases the Redis lock only if this pass still holds it (its expiry may have handed it on).
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 
 @contextmanager
 def reaper_lock(name: str) -> Iterator[bool]:
-    """Yields whether this process holds the lock `name` (never waits). PostgreSQL: a session
-    advisory lock; SQLite (one host): an flock on a file in the data folder. Both end with the
-    process that held them, so a killed reaper never leaves the lock taken."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [name])
-            row = cursor.fetchone()
-        held = bool(row and row[0])
-        try:
+    """Yields whether this process holds the lock `name` (never waits); a killed holder never
+    keeps it. With a Redis broker (production): a key that expires after one reaper interval,
+    so a pass cut short by SIGKILL delays the next by at most that (a pass outliving it may meet
+    another: harmless, every rule's update is conditional); Redis, not a PostgreSQL session lock,
+    because workers may reach PostgreSQL through PgBouncer in transaction mode (README, "Sizing").
+    Embedded broker (one host): an flock in the data folder. Any other broker: a PostgreSQL
+    session advisory lock."""
+    from worker.celery import app
+
+    url = str(app.conf.broker_url or "")
+    if url.startswith(("redis://", "rediss://", "sentinel://")):
+        with _redis_lock(app, name) as held:
             yield held
-        finally:
-            if held:
-                try:
-                    with connection.cursor() as cursor:
-                        cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [name])
-                except DatabaseError:  # the connection is gone, and its session's lock with it
-                    logger.warning("reaper: could not release lock %s", name, exc_info=True)
-        return
+    elif url.startswith("filesystem://") or connection.vendor != "postgresql":
+        with _file_lock(name) as held:
+            yield held
+    else:
+        with _advisory_lock(name) as held:
+            yield held
+
+
+@contextmanager
+def _redis_lock(app: Any, name: str) -> Iterator[bool]:
+    key, token = f"kiln:lock:{name}", uuid.uuid4().hex
+    try:
+        with app.connection_for_write() as conn:
+            held = bool(conn.default_channel.client.set(key, token, nx=True, px=conf.reaper_interval_s() * 1000))
+    except Exception:  # the broker is away: this pass waits for it, the next one tries again
+        logger.warning("reaper: could not take lock %s in the broker", name, exc_info=True)
+        held = False
+    try:
+        yield held
+    finally:
+        if held:
+            try:
+                with app.connection_for_write() as conn:
+                    conn.default_channel.client.eval(_RELEASE, 1, key, token)
+            except Exception:  # it expires by itself
+                logger.warning("reaper: could not release lock %s", name, exc_info=True)
+
+
+@contextmanager
+def _file_lock(name: str) -> Iterator[bool]:
     path = settings.DATA_DIR / f"reaper-{hashlib.sha256(name.encode()).hexdigest()[:16]}.lock"
     with path.open("a") as handle:
         try:
@@ -152,6 +180,23 @@ def reaper_lock(name: str) -> Iterator[bool]:
             yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _advisory_lock(name: str) -> Iterator[bool]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [name])
+        row = cursor.fetchone()
+    held = bool(row and row[0])
+    try:
+        yield held
+    finally:
+        if held:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [name])
+            except DatabaseError:  # the connection is gone, and its session's lock with it
+                logger.warning("reaper: could not release lock %s", name, exc_info=True)
 
 
 def reaper_pass(*, queues: Iterable[str], now: datetime | None = None) -> list[int]:
