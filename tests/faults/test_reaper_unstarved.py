@@ -46,6 +46,7 @@ def _assert_ended_and_stopped(run: Run, testbed: Any, hosts: tuple[str, ...], ki
         lambda: (
             not Run.objects.get(pk=run.pk).is_active
             and not any(sim_processes(state_file(testbed, h), "gpu_burn") for h in hosts)
+            and not CheckResult.objects.filter(run=run, remote_pgid__isnull=False).exists()  # recorded as stopped
         ),
         BOUND_S + 60,
         "the dead worker's run to end and its gpu_burn to stop",
