@@ -251,14 +251,14 @@ KILN_LEASE_TTL_S = env.float("KILN_LEASE_TTL_S", default=30)
 KILN_WORKER_BEAT_S = env.float("KILN_WORKER_BEAT_S", default=30)
 if KILN_LEASE_TTL_S < 3 * KILN_HEARTBEAT_S:
     raise ImproperlyConfigured("KILN_LEASE_TTL_S must be at least 3 x KILN_HEARTBEAT_S (a few missed beats)")
-# How often the reaper runs (django-celery-beat, PeriodicTask kiln-reaper): with the 30 s lease,
-# a lost worker is acted on 30-60 s after its last heartbeat.
-KILN_REAPER_INTERVAL_S = env.int("KILN_REAPER_INTERVAL_S", default=30)
+# How often the reaper runs (a thread in each worker and in beat, portal/health/reaping.py): with
+# the 30 s lease, a lost worker is acted on 30-60 s after its last heartbeat, busy slots or not.
 # A queued check nobody claimed this long after its task was sent is looked for in the broker and
-# sent again when the broker no longer holds it (Redis flushed or restarted). 2 min: long enough
-# for any worker with a free slot to pick a message up, short enough that a lost run recovers in
-# under 3 min. A long queue behind busy workers is recognised as such, not re-sent.
-KILN_LOST_MESSAGE_S = env.float("KILN_LOST_MESSAGE_S", default=120)
+# sent again when the broker no longer holds it (Redis flushed or restarted). 60 s: a worker with a
+# free slot claims a delivered message within seconds, and 60 s + one reaper interval (30 s) sends
+# a lost message again within 90 s of its loss, inside the 2 min a dead worker's run gets. A long
+# queue behind busy workers is recognised as such, not re-sent.
+KILN_LOST_MESSAGE_S = env.float("KILN_LOST_MESSAGE_S", default=60)
 # SSH keepalives while a command runs: a request every KILN_SSH_KEEPALIVE_S of silence, and the
 # connection is dead after KILN_SSH_KEEPALIVE_COUNT intervals without a reply: ssh(1)'s
 # ServerAliveInterval / ServerAliveCountMax (CountMax defaults to 3 there too). A frozen sshd is
@@ -307,9 +307,10 @@ KILN_ALERT_RETRY_BASE_S = env.float("KILN_ALERT_RETRY_BASE_S", default=30)
 KILN_WEBHOOK_TIMEOUT_S = env.float("KILN_WEBHOOK_TIMEOUT_S", default=10)
 # Base URL put in alerts, e.g. https://kiln.example.org (empty: no link).
 KILN_PORTAL_URL = env.str("KILN_PORTAL_URL", default="")
-# The reaper runs every 30 s: with the 30 s lease TTL a dead worker's checks are acted on within a
-# minute. Grace past a result's hard time limit (120 s: a slow final write), and how long a result
-# may wait `queued` on top of its run's limits (6 h: a full queue behind long burn-ins).
+# The reaper runs every 30 s (in its own threads, never a pool slot): with the 30 s lease TTL a dead
+# worker's checks are acted on within a minute. Grace past a result's hard time limit (120 s: a slow
+# final write), and how long a result may wait `queued` on top of its run's limits (6 h: a full
+# queue behind long burn-ins).
 KILN_REAPER_INTERVAL_S = env.int("KILN_REAPER_INTERVAL_S", default=30)
 KILN_REAPER_GRACE_S = env.float("KILN_REAPER_GRACE_S", default=120)
 KILN_REAPER_QUEUE_ALLOWANCE_S = env.float("KILN_REAPER_QUEUE_ALLOWANCE_S", default=6 * 3600)

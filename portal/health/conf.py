@@ -8,7 +8,7 @@ the environment and documents its default):
     KILN_ALERT_RETRY_BASE_S          first retry delay; doubles each attempt (30)
     KILN_WEBHOOK_TIMEOUT_S           webhook POST timeout (10)
     KILN_PORTAL_URL                  base URL put in alerts, e.g. https://kiln.example.org (empty: none)
-    KILN_REAPER_INTERVAL_S           how often the reaper runs (30)
+    KILN_REAPER_INTERVAL_S           how often each reaper thread runs a pass (30)
     KILN_REAPER_GRACE_S              extra seconds past a result's hard time limit before it is reaped (120)
     KILN_REAPER_QUEUE_ALLOWANCE_S    how long a result may wait `queued` on top of its run's limits (21600)
     KILN_HEALTH_TREND_SWEEPS         how many recent results the "at risk" trend rule looks at (5)

@@ -75,7 +75,9 @@ def scheduler_action_run(self, action_id: int) -> str:
 
 @kiln_task(name="kiln.reap")
 def reap(self) -> list[int]:
-    """Periodic (PeriodicTask `kiln-reaper`): results stuck past their deadline become `error`."""
-    from portal.health.services import reap as reap_service
+    """One reaper pass on demand, as the default queue's worker (nothing schedules it: the reaper
+    runs in its own threads, portal/health/reaping.py; an older Kiln's queued message still runs)."""
+    from portal.health.services import reaper_pass
+    from portal.runs.queues import default_queue
 
-    return reap_service()
+    return reaper_pass(queues=[default_queue()])

@@ -70,7 +70,7 @@ def lease_expiry(now: datetime | None = None) -> datetime:
 
 
 def lost_message_s() -> float:
-    return float(getattr(settings, "KILN_LOST_MESSAGE_S", 120))
+    return float(getattr(settings, "KILN_LOST_MESSAGE_S", 60))
 
 
 def queued_lease(now: datetime | None = None) -> datetime:

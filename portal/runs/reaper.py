@@ -1,5 +1,6 @@
-"""The reaper's liveness rules: it acts on leases, not deadlines (portal.health's kiln.reap runs
-them every KILN_REAPER_INTERVAL_S, before its deadline backstop).
+"""The reaper's liveness rules: it acts on leases, not deadlines. A reaper thread in every worker
+process and one in celery beat run them every KILN_REAPER_INTERVAL_S (portal/health/reaping.py),
+outside any pool slot, one process at a time (a lock), before the deadline backstop.
 
 1. A running result whose lease has lapsed lost its worker. If its check had not started a command
    on the node, it goes back to the queue and its task is sent again (another worker takes it);
@@ -11,9 +12,10 @@ them every KILN_REAPER_INTERVAL_S, before its deadline backstop).
    serves), the run's log says so once: the checks wait for one, nothing else runs them.
 3. A result whose lease has lapsed with a process group still recorded (its worker died, or its
    connection broke mid-command) has that group stopped over a new connection, until its own
-   remote timeout would have ended it anyway. Only a worker that reaches the node can: the
-   reaper (on the default queue) stops those of its own queue and sends `kiln.stop_orphans` to
-   each other queue that has some (portal/runs/queues.py).
+   remote timeout would have ended it anyway. Only a process that reaches the node can: each
+   worker's reaper thread stops those of the queues it consumes, beat's those of the default
+   queue. A site whose every worker is gone keeps its orphans until their own remote `timeout`
+   ends them (rules 1 and 2 still close its runs: they need only the database).
 Each action is a line in the run's log (RunEvent).
 """
 
@@ -26,7 +28,6 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -34,7 +35,6 @@ from portal.runs import broker, dispatch, events, leases, queues
 from portal.runs.execution import node_target
 from portal.runs.groups import group_members
 from portal.runs.models import CheckResult, Run, RunEvent, Scope, Status
-from worker.celery import app
 from worker.procgroup import stop_group, tag_for
 from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, TransportError, open_transport
 
@@ -43,7 +43,8 @@ logger = logging.getLogger(__name__)
 # Claims of one result after which a lost worker's check is `error` instead of queued again
 # (leases.MAX_CLAIMS: a check that kills its worker must not take down worker after worker).
 MAX_ATTEMPTS = leases.MAX_CLAIMS
-# The task that stops orphaned process groups on a cluster's own queue (portal/runs/tasks.py).
+# The task an older Kiln sent to stop orphaned process groups on a cluster's own queue; still
+# registered (portal/runs/tasks.py) so that a message left in a queue runs.
 STOP_ORPHANS = "kiln.stop_orphans"
 # Nodes stopped at once: each stop is one SSH connect (~60 ms) and a few seconds at most.
 STOP_PARALLELISM = 16
@@ -53,13 +54,14 @@ def _when(moment: datetime | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "never"
 
 
-def reap_liveness(*, now: datetime | None = None) -> set[int]:
-    """Apply the three rules; returns the ids of the runs whose results it changed."""
+def reap_liveness(*, now: datetime | None = None, orphans: bool = True) -> set[int]:
+    """Apply rules 1 and 2, and with `orphans` rule 3 for the default queue; returns the ids of
+    the runs whose results it changed."""
     now = now or timezone.now()
     touched = reap_lapsed(now=now)
     touched |= requeue_lost(now=now)
-    stop_orphans(now=now)
-    orphans_elsewhere(now=now)
+    if orphans:
+        stop_orphans(now=now)
     return touched
 
 
@@ -206,21 +208,6 @@ def _report_unserved(overdue: list[tuple[Any, ...]], run_queues: dict[int, str])
             message=f"{marker}: {count} check(s) wait for one (start `celery -A worker worker -Q {queue}` "
             "where the cluster's nodes can be reached, or cancel the run); nothing else runs them",
         )
-
-
-def orphans_elsewhere(*, now: datetime) -> set[str]:
-    """Send `kiln.stop_orphans` to each other queue whose runs left process groups to stop. Each
-    message expires after one reaper interval: a queue with no worker does not pile them up."""
-    mine = queues.default_queue()
-    run_ids = set(
-        CheckResult.objects.filter(remote_pgid__isnull=False, lease_expires_at__lt=now).values_list("run_id", flat=True)
-    )
-    elsewhere = {queue for queue in _run_queues(run_ids).values() if queue != mine}
-    for queue in sorted(elsewhere):
-        app.signature(STOP_ORPHANS).apply_async(
-            kwargs={"queue": queue}, queue=queue, expires=float(settings.KILN_REAPER_INTERVAL_S)
-        )
-    return elsewhere
 
 
 def stop_orphans(*, now: datetime, queue: str | None = None) -> int:

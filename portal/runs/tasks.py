@@ -64,8 +64,9 @@ def run_group(self, run_id: int, result_id: int, time_budget_s: float | None = N
 
 @kiln_task(name=STOP_ORPHANS)
 def stop_orphans(self, queue: str) -> int:
-    """Sent by the reaper to a cluster's queue: stop the process groups its runs left on nodes that
-    only this queue's workers reach (portal/runs/reaper.py, rule 3)."""
+    """What an older Kiln's reaper sent to a cluster's queue (a message may still wait there): stop
+    the process groups its runs left on nodes only this queue's workers reach. Each worker's reaper
+    thread does this now (portal/runs/reaper.py, rule 3)."""
     from django.utils import timezone
 
     from portal.runs.reaper import stop_orphans as stop

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.integration
 
 
 class BeatProcess:
-    """A real `celery beat` with the DatabaseScheduler: it sends kiln.reap every
-    KILN_REAPER_INTERVAL_S (the PeriodicTask made at migrate), as in production."""
+    """A real `celery beat` with the DatabaseScheduler, as in production: its reaper thread runs a
+    pass every KILN_REAPER_INTERVAL_S (portal/health/reaping.py)."""
 
     def __init__(self, log_path: Path, env: dict[str, str]) -> None:
         self.log_path = log_path
@@ -33,9 +33,6 @@ class BeatProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        from portal.health.services import reaper_schedule_ensure
-
-        reaper_schedule_ensure()
         log = self.log_path.open("ab")
         schedule = str(self.log_path.with_suffix(".db"))
         self.process = subprocess.Popen(

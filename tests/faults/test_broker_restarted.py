@@ -2,13 +2,14 @@
 and unacknowledged message is gone). The checks already running finish and are recorded (the
 database, not the broker, holds results); the workers reconnect by themselves; the node tasks whose
 messages died are found by the reaper and sent again. The run ends with every result judged, none
-lost, within three minutes of the restart (default allowance 2 min, reaper every 30 s)."""
+lost, within three minutes of the restart (default allowance 60 s, reaper every 30 s)."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
+from django.utils import timezone
 
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent
@@ -36,6 +37,7 @@ def test_it_completes_a_run_whose_broker_was_restarted_empty_mid_run(
     private_broker.stop()
     private_broker.start()  # empty: the queued and unacknowledged messages are gone
     restarted = time.monotonic()
+    restarted_at = timezone.now()
     wait_for(lambda: not Run.objects.get(pk=run.pk).is_active, 230, "the run to end", every=0.5)
     took = time.monotonic() - restarted
     resent = list(RunEvent.objects.filter(run=run, kind="re-enqueued").values_list("message", flat=True))
@@ -47,3 +49,9 @@ def test_it_completes_a_run_whose_broker_was_restarted_empty_mid_run(
     assert run.status == "pass", rows
     assert {status for *_, status, _ in rows} == {"pass"} and len(rows) == 2 * len(HOSTS)
     assert all("sent again" in message for message in resent)
+    # Sent again within two minutes of the loss, however busy the workers (the reaper is no task).
+    late = [
+        (at - restarted_at).total_seconds()
+        for at in RunEvent.objects.filter(run=run, kind="re-enqueued").values_list("at", flat=True)
+    ]
+    assert resent and max(late) < 120, late

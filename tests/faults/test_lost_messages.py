@@ -1,6 +1,6 @@
 """Redis flushed while a run is queued (every message lost): the reaper finds the queued checks
 whose messages the broker no longer holds, sends them again and says so in the run's log; the run
-completes within three minutes with the default allowance (2 min) and reaper interval (30 s)."""
+completes within three minutes with the default allowance (60 s) and reaper interval (30 s)."""
 
 from __future__ import annotations
 

@@ -72,31 +72,48 @@ def test_it_errors_results_never_picked_up(cluster, make_run, settings) -> None:
     assert "still queued" in run.results.first().reason
 
 
-def test_it_is_registered_as_a_periodic_task_at_migrate() -> None:
-    task = PeriodicTask.objects.get(name="kiln-reaper")
-    assert task.task == "kiln.reap" and task.enabled and task.interval.every == 30
+def test_no_periodic_task_queues_it_behind_the_checks() -> None:
+    """The reaper runs in its own threads: an older Kiln's PeriodicTask is gone after migrate."""
+    assert not PeriodicTask.objects.filter(task="kiln.reap").exists()
 
 
-def test_it_judges_a_group_check_by_the_limits_its_task_was_sent_with(cluster, make_run, settings) -> None:
-    """A group result is reaped past the group task's own hard limit (the one enqueue_group uses:
-    the group run and the pair rounds, capped below the visibility timeout) + grace."""
-    from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
-    from portal.runs.pairs import group_item_limits
+def test_one_pass_at_a_time_across_processes(cluster, make_run) -> None:
+    """While another process holds the pass's lock (in the broker, as a second holder here), a pass
+    leaves every run alone; once it is released, the next pass acts."""
+    from portal.health.services import reaper_pass
+    from portal.health.services.reaper import REAPER_LOCK, reaper_lock
 
-    settings.KILN_REAPER_GRACE_S = 60
-    plan = TestPlan.objects.create(slug="multi", name="multi")
-    TestPlanItem.objects.create(plan=plan, check_definition=CheckDefinition.objects.get(slug="nccl-allreduce-multi"))
-    runs = []
-    for started_ago in (-20, +20):
-        run = make_run(cluster, plan=plan)
-        Run.objects.filter(pk=run.pk).update(status="running")
-        item = run.plan_snapshot["items"][0]
-        _, hard = group_item_limits(item=item, node_count=4)
-        CheckResult.objects.filter(run=run, scope="group").update(
-            status="running", claimed_by="dead", started_at=timezone.now() - timedelta(seconds=hard + 60 + started_ago)
-        )
-        runs.append(run)
-    assert reap() == [runs[1].pk]
-    assert CheckResult.objects.get(run=runs[0], scope="group").status == "running"
-    reaped = CheckResult.objects.get(run=runs[1], scope="group")
-    assert reaped.status == "error" and f"group task hard limit {hard}s" in reaped.reason
+    run = make_run(cluster)
+    Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(days=1))
+    with reaper_lock(REAPER_LOCK) as other:
+        assert other
+        assert reaper_pass(queues=["default"]) == []
+        assert Run.objects.get(pk=run.pk).is_active
+    assert reaper_pass(queues=["default"]) == [run.pk]
+
+
+def test_the_redis_lock_expires_after_one_interval_so_a_killed_holder_delays_the_next_pass_at_most_that(
+    real_services, settings
+) -> None:
+    import redis
+
+    from portal.health.services.reaper import reaper_lock
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.delete("kiln:lock:kiln-reaper")
+    with reaper_lock("kiln-reaper") as held:
+        assert held
+        assert 25_000 < client.pttl("kiln:lock:kiln-reaper") <= 30_000  # KILN_REAPER_INTERVAL_S
+    assert not client.exists("kiln:lock:kiln-reaper")  # released at the end of the pass
+
+
+def test_on_the_embedded_broker_a_file_lock_in_the_data_folder_serializes_the_passes(settings, tmp_path) -> None:
+    """make up's embedded default (every process on one host): an flock."""
+    from portal.health.services.reaper import _file_lock
+
+    settings.DATA_DIR = tmp_path
+    with _file_lock("kiln-reaper") as first:
+        with _file_lock("kiln-reaper") as second, _file_lock("kiln-reaper:site-a") as other:
+            assert (first, second, other) == (True, False, True)
+    with _file_lock("kiln-reaper") as again:
+        assert again

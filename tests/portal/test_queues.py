@@ -121,21 +121,19 @@ def test_it_says_nothing_of_workers_when_a_worker_serves_the_queue_or_it_cannot_
     assert not RunEvent.objects.filter(run=run, kind="no worker").exists()
 
 
-def test_it_leaves_a_sites_orphans_to_that_sites_workers(cluster, make_run, signatures, monkeypatch) -> None:
+def test_it_leaves_a_sites_orphans_to_that_sites_workers(cluster, make_run, monkeypatch) -> None:
+    from portal.health.services import reaper_pass
+
     run = make_run(on_queue(cluster, "site-a"))
     CheckResult.objects.filter(pk=CheckResult.objects.filter(run=run).first().pk).update(
         status="error", remote_pgid=4242, lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
     stopped: list[Any] = []
     monkeypatch.setattr(reaper, "_stop_on", lambda host, rows: stopped.append(host) or {})
-    now = timezone.now()
 
-    assert reaper.stop_orphans(now=now) == 0 and stopped == []  # the default queue's worker: not its node
-    assert reaper.orphans_elsewhere(now=now) == {"site-a"}
-    name, options = signatures[0]
-    assert name == "kiln.stop_orphans" and options["queue"] == "site-a" and options["kwargs"] == {"queue": "site-a"}
-    assert options["expires"] > 0
-    reaper.stop_orphans(now=now, queue="site-a")  # what that task runs on a site-a worker
+    reaper_pass(queues=[queues.default_queue()])  # the default queue's worker (or beat): not its node
+    assert stopped == []
+    reaper_pass(queues=["site-a"])  # a site-a worker's reaper thread
     assert [host.hostname for host in stopped] == [CheckResult.objects.get(remote_pgid=4242).node.hostname]
 
 

@@ -13,7 +13,7 @@ from portal.health.services.alerts import (
     slack_body,
 )
 from portal.health.services.exported import node_metrics_backfill, node_metrics_refresh, run_metrics_refresh
-from portal.health.services.reaper import reap, reaper_schedule_ensure
+from portal.health.services.reaper import reap, reaper_pass, reaper_schedule_remove
 from portal.health.services.risks import risks_refresh
 from portal.health.services.scheduler import (
     GIVE_ACTIONS,
@@ -52,7 +52,8 @@ __all__ = [
     "node_metrics_refresh",
     "run_metrics_refresh",
     "reap",
-    "reaper_schedule_ensure",
+    "reaper_pass",
+    "reaper_schedule_remove",
     "schedule_create",
     "schedule_delete",
     "schedule_set_enabled",
