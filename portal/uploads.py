@@ -4,8 +4,9 @@ Django writes a multipart file to a temporary file as it reads it, and the views
 then: a 400 MiB upload was streamed to disk in full before "larger than 50 MiB" was said. gunicorn has
 no request-body limit of its own. So a body whose Content-Length is over the limit is refused before a
 byte is read, and a file that grows past KILN_MAX_UPLOAD_MB as it streams stops the parser there
-(UploadLimitHandler, first of FILE_UPLOAD_HANDLERS). Either way the connection is closed after the 413:
-gunicorn would otherwise read and discard the rest of the body to reach the next keep-alive request.
+(UploadLimitHandler, first of FILE_UPLOAD_HANDLERS). A chunked body (no Content-Length) is refused
+with 411. Each time the connection is closed after the answer: gunicorn would otherwise read and
+discard the rest of the body to reach the next keep-alive request.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ class UploadTooLarge(RequestDataTooBig):
 class UploadLimitHandler(FileUploadHandler):
     """Passes each chunk on to the next handler, until the file or the body is over the limit."""
 
-    def handle_raw_input(self, input_data: Any, META: Any, content_length: int, boundary: Any, encoding: Any = None) -> None:
+    def handle_raw_input(
+        self, input_data: Any, META: Any, content_length: int, boundary: Any, encoding: Any = None
+    ) -> None:
         if content_length > body_limit():
             raise UploadTooLarge(f"a body of {content_length} bytes")
 
@@ -72,13 +75,22 @@ class _Closing(HttpResponse):
 
 def too_large(request: HttpRequest) -> HttpResponse:
     limit = int(settings.KILN_MAX_UPLOAD_MB)
-    text = f"The upload is larger than {limit} MiB, the most Kiln accepts (KILN_MAX_UPLOAD_MB)."
+    return _refusal(request, 413, f"The upload is larger than {limit} MiB, the most Kiln accepts (KILN_MAX_UPLOAD_MB).")
+
+
+def length_required(request: HttpRequest) -> HttpResponse:
+    """Django reads no body without a Content-Length (the view would see an empty form), and gunicorn
+    would then read and discard every chunk to reach the next request."""
+    return _refusal(request, 411, "A request body needs a Content-Length: chunked bodies are not accepted.")
+
+
+def _refusal(request: HttpRequest, status: int, text: str) -> HttpResponse:
     sock = request.META.get("gunicorn.socket")
     if request.path_info.startswith(API_PREFIX):
         body, kind = JsonResponse({"detail": text}).content, "application/json"
     else:
         body, kind = (text + "\n").encode(), "text/plain; charset=utf-8"
-    response = _Closing(body, content_type=kind, status=413, sock=sock if isinstance(sock, socket.socket) else None)
+    response = _Closing(body, content_type=kind, status=status, sock=sock if isinstance(sock, socket.socket) else None)
     response["Connection"] = "close"
     return response
 
@@ -97,6 +109,8 @@ class UploadLimitMiddleware:
             length = 0  # Django reads no body then
         if length > body_limit():
             return too_large(request)
+        if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+            return length_required(request)
         if request.method == "POST" and request.META.get("CONTENT_TYPE", "").startswith("multipart/"):
             try:
                 request.POST  # noqa: B018  (parses the body through the upload handlers)

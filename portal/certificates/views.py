@@ -20,8 +20,8 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
-from portal.catalog.models import TestPlan
 from portal import uploads
+from portal.catalog.models import TestPlan
 from portal.certificates import export, keys, selectors, services, slots, verification
 from portal.certificates.models import Campaign, Certificate
 from portal.certificates.seal import NOT_A_CERTIFICATE, REVOKED, TAMPERED, UNKNOWN_KEY, VALID
@@ -394,7 +394,7 @@ def certificate_verify(request: HttpRequest) -> HttpResponse:
             form.add_error("pdf", f"larger than {settings.KILN_MAX_UPLOAD_MB} MiB")
         else:
             try:
-                with slots.verification_slot(request.user.pk):
+                with slots.verification_slot(int(request.user.pk or 0)):
                     verdict = verification.certificate_verify(data=upload.read())
             except slots.Busy as exc:
                 busy = exc

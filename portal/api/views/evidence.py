@@ -19,9 +19,9 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal import uploads
 from portal.api import filters
 from portal.api import serializers_evidence as api
-from portal import uploads
 from portal.certificates import services, slots, verification
 from portal.certificates.models import Campaign, Certificate
 from portal.health import selectors as health_selectors
@@ -149,7 +149,7 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
                 status=status.HTTP_400_BAD_REQUEST,
             )
         try:
-            with slots.verification_slot(request.user.pk):
+            with slots.verification_slot(int(request.user.pk or 0)):
                 verdict = verification.certificate_verify(data=upload.read())
         except slots.Busy as exc:
             raise exceptions.Throttled(wait=exc.retry_after, detail=f"Busy: {exc}.") from exc
