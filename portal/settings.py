@@ -64,10 +64,6 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "portal.middleware.ContentSecurityPolicyMiddleware",
-    # 413 for a body over KILN_MAX_UPLOAD_MB, before anything below reads it (the next one parses forms).
-    "portal.uploads.UploadLimitMiddleware",
-    # 400 for a NUL, another control character or non-UTF-8 bytes in a path, parameter or form field.
-    "portal.middleware.RejectUnreadableInputMiddleware",
     # Serves plotly.js, htmx and CSS from the app itself: air-gapped sites load nothing from a CDN.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -75,6 +71,13 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    # Nothing above reads a request's body. A certificate verification takes its slots (429 over
+    # the limit) before its upload is read; then 413 for a body over KILN_MAX_UPLOAD_MB, on its
+    # Content-Length or as it streams (the next one parses forms).
+    "portal.certificates.middleware.VerificationAdmissionMiddleware",
+    "portal.uploads.UploadLimitMiddleware",
+    # 400 for a NUL, another control character or non-UTF-8 bytes in a path, parameter or form field.
+    "portal.middleware.RejectUnreadableInputMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # A write refused by the certified-evidence triggers answers 403 with the reason, not 500.

@@ -57,20 +57,21 @@ class UploadLimitHandler(FileUploadHandler):
         return None
 
 
-class _Closing(HttpResponse):
-    """Closes the client's connection once the answer is sent, so no server reads the rest of the body."""
+def close_after(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """Close the client's connection once `response` is sent, so that no server reads the rest of a
+    body nobody will use (gunicorn ignores a Connection header from the application)."""
+    response["Connection"] = "close"
+    sock = request.META.get("gunicorn.socket")
+    if isinstance(sock, socket.socket):
 
-    def __init__(self, *args: Any, sock: socket.socket | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._sock = sock
-
-    def close(self) -> None:
-        super().close()
-        if self._sock is not None:
+        def shut() -> None:
             try:
-                self._sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass  # the client went first
+
+        response._resource_closers.append(shut)  # type: ignore[attr-defined]  # HttpResponse.close runs them
+    return response
 
 
 def too_large(request: HttpRequest) -> HttpResponse:
@@ -85,14 +86,24 @@ def length_required(request: HttpRequest) -> HttpResponse:
 
 
 def _refusal(request: HttpRequest, status: int, text: str) -> HttpResponse:
-    sock = request.META.get("gunicorn.socket")
     if request.path_info.startswith(API_PREFIX):
-        body, kind = JsonResponse({"detail": text}).content, "application/json"
+        response: HttpResponse = JsonResponse({"detail": text}, status=status)
     else:
-        body, kind = (text + "\n").encode(), "text/plain; charset=utf-8"
-    response = _Closing(body, content_type=kind, status=status, sock=sock if isinstance(sock, socket.socket) else None)
-    response["Connection"] = "close"
-    return response
+        response = HttpResponse(text + "\n", content_type="text/plain; charset=utf-8", status=status)
+    return close_after(request, response)
+
+
+def refusal(request: HttpRequest) -> HttpResponse | None:
+    """413 for a Content-Length over the limit, 411 for a chunked body; None for the rest."""
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0  # Django reads no body then
+    if length > body_limit():
+        return too_large(request)
+    if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        return length_required(request)
+    return None
 
 
 class UploadLimitMiddleware:
@@ -103,14 +114,9 @@ class UploadLimitMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        try:
-            length = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = 0  # Django reads no body then
-        if length > body_limit():
-            return too_large(request)
-        if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
-            return length_required(request)
+        refused = refusal(request)
+        if refused is not None:
+            return refused
         if request.method == "POST" and request.META.get("CONTENT_TYPE", "").startswith("multipart/"):
             try:
                 request.POST  # noqa: B018  (parses the body through the upload handlers)

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 
 from portal import uploads
 from portal.catalog.models import TestPlan
-from portal.certificates import export, keys, selectors, services, slots, verification
+from portal.certificates import export, keys, selectors, services, verification
 from portal.certificates.models import Campaign, Certificate
 from portal.certificates.seal import NOT_A_CERTIFICATE, REVOKED, TAMPERED, UNKNOWN_KEY, VALID
 from portal.inventory.models import Cluster, Node
@@ -387,38 +387,29 @@ VERDICT_COLOURS = {VALID: "green", TAMPERED: "red", UNKNOWN_KEY: "orange", NOT_A
 @role_required(VIEWER)
 def certificate_verify(request: HttpRequest) -> HttpResponse:
     form = VerifyForm(request.POST or None, request.FILES or None)
-    verdict, busy = None, None
+    verdict = None
     if request.method == "POST" and form.is_valid():
         upload = form.cleaned_data["pdf"]
         if upload.size > uploads.file_limit():  # the upload handler stops it first; kept as a guard
             form.add_error("pdf", f"larger than {settings.KILN_MAX_UPLOAD_MB} MiB")
-        else:
-            try:
-                with slots.verification_slot(int(request.user.pk or 0)):
-                    verdict = verification.certificate_verify(data=upload.read())
-            except slots.Busy as exc:
-                busy = exc
+        else:  # within its slots (VerificationAdmissionMiddleware)
+            verdict = verification.certificate_verify(data=upload.read())
     try:
         store, key_error = keys.trust_store_load(), ""
     except keys.KeyringError as exc:
         store, key_error = None, str(exc)
-    response = render(
+    return render(
         request,
         "certificates/verify.html",
         {
             "form": form,
             "verdict": verdict,
-            "busy": busy,
             "exit_code": verification.EXIT_CODES.get(verdict.status) if verdict else None,
             "colour": VERDICT_COLOURS.get(verdict.status, "grey") if verdict else "",
             "keys": store.keys if store else [],
             "key_error": key_error,
         },
-        status=429 if busy else 200,
     )
-    if busy:
-        response["Retry-After"] = str(busy.retry_after)
-    return response
 
 
 @role_required(VIEWER)

@@ -205,7 +205,7 @@ def _wsgi(client: Client, body: Counting, length: int, path: str) -> tuple[int, 
     return answer[0], body.read_bytes
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # a WSGI request closes the connection (request_started)
 @pytest.mark.parametrize("path", [VERIFY_API, "/certificates/verify/"])
 def test_a_400_mib_upload_is_refused_before_a_byte_is_read(path: str, viewer_client, no_verifier) -> None:
     client, _ = viewer_client
@@ -214,7 +214,7 @@ def test_a_400_mib_upload_is_refused_before_a_byte_is_read(path: str, viewer_cli
     assert status == 413 and read == 0 and no_verifier == []
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # a WSGI request closes the connection (request_started)
 @pytest.mark.parametrize("path", [VERIFY_API, "/certificates/verify/"])
 def test_a_file_that_grows_past_the_limit_stops_the_parser_there(
     path: str, viewer_client, no_verifier, settings

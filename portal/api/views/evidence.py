@@ -12,7 +12,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import exceptions, status, viewsets
+from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import MultiPartParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from portal import uploads
 from portal.api import filters
 from portal.api import serializers_evidence as api
-from portal.certificates import services, slots, verification
+from portal.certificates import services, verification
 from portal.certificates.models import Campaign, Certificate
 from portal.health import selectors as health_selectors
 from portal.health.models import HealthTransition, NodeHealth, Schedule
@@ -148,11 +148,7 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
                 {"detail": f"The file is larger than {settings.KILN_MAX_UPLOAD_MB} MiB."},
                 status=status.HTTP_400_BAD_REQUEST,
             )
-        try:
-            with slots.verification_slot(int(request.user.pk or 0)):
-                verdict = verification.certificate_verify(data=upload.read())
-        except slots.Busy as exc:
-            raise exceptions.Throttled(wait=exc.retry_after, detail=f"Busy: {exc}.") from exc
+        verdict = verification.certificate_verify(data=upload.read())  # within its slots (middleware)
         return Response(
             {
                 "status": verdict.status,
