@@ -64,8 +64,6 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "portal.middleware.ContentSecurityPolicyMiddleware",
-    # 400 for a NUL, another control character or non-UTF-8 bytes in a path, parameter or form field.
-    "portal.middleware.RejectUnreadableInputMiddleware",
     # Serves plotly.js, htmx and CSS from the app itself: air-gapped sites load nothing from a CDN.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -73,6 +71,13 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    # Nothing above reads a request's body. A certificate verification takes its slots (429 over
+    # the limit) before its upload is read; then 413 for a body over KILN_MAX_UPLOAD_MB, on its
+    # Content-Length or as it streams (the next one parses forms).
+    "portal.certificates.middleware.VerificationAdmissionMiddleware",
+    "portal.uploads.UploadLimitMiddleware",
+    # 400 for a NUL, another control character or non-UTF-8 bytes in a path, parameter or form field.
+    "portal.middleware.RejectUnreadableInputMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # A write refused by the certified-evidence triggers answers 403 with the reason, not 500.
@@ -343,6 +348,27 @@ BROWSER_PATH = env.str("BROWSER_PATH", default="")
 KILN_VERIFY_MEMORY_MB = env.int("KILN_VERIFY_MEMORY_MB", default=2048)
 KILN_VERIFY_CPU_S = env.int("KILN_VERIFY_CPU_S", default=120)
 KILN_VERIFY_WALL_S = env.float("KILN_VERIFY_WALL_S", default=180)
+# Verifications at once (portal/certificates/slots.py), for the whole site and per user; more answer
+# 429 with Retry-After. Each holds a web thread and a child of up to KILN_VERIFY_MEMORY_MB: 2 at once
+# leave 6 of `make up`'s 8 request threads (2 workers x 4 threads, portal/cli/main.py) and 14 of
+# docker-compose's 16 to every other page, and cap the children at 2 x 2 GB. One per user: a person
+# verifies one file at a time; a script that sends more waits its turn.
+KILN_VERIFY_CONCURRENCY = env.int("KILN_VERIFY_CONCURRENCY", default=2)
+KILN_VERIFY_PER_USER = env.int("KILN_VERIFY_PER_USER", default=1)
+# The Retry-After of that 429: a 1,250-node certificate verifies in ~1 s (bench/bench_certificate.py),
+# so a slot is usually free again within a few seconds.
+KILN_VERIFY_RETRY_AFTER_S = env.int("KILN_VERIFY_RETRY_AFTER_S", default=5)
+# The largest file upload any page or the API accepts (the verify page's certificate, the facility
+# CSV): bench/bench_certificate.py holds a 12,500-node certificate under 50 MB. A request body over it plus
+# DATA_UPLOAD_MAX_MEMORY_SIZE (Django's 2.5 MB for the other fields) is refused with 413 on its
+# Content-Length before a byte is read, and a file that grows past it while it streams is refused
+# there (portal/uploads.py).
+KILN_MAX_UPLOAD_MB = env.int("KILN_MAX_UPLOAD_MB", default=50)
+FILE_UPLOAD_HANDLERS = [
+    "portal.uploads.UploadLimitHandler",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 # --- Email (alerts) -------------------------------------------------------------------------------
 EMAIL_BACKEND = env.str("KILN_EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")

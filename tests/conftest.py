@@ -51,6 +51,7 @@ SERVICE_MODULES = frozenset(
         "tests.portal.test_commands",
         "tests.portal.test_cli_demo",
         "tests.portal.test_reaper_liveness",
+        "tests.certificates.test_verify_load",  # gunicorn under a flood of uploads: timed
         "tests.portal.test_up_script",  # a real Celery worker and gunicorn, and stand-ins under make
         # Real-time samplers (a simulated ipmitool read every second under a simulated burn): they
         # lost a third of their readings when they ran beside the 12-node heat soak of the other

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
@@ -18,11 +19,11 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal import uploads
 from portal.api import filters
 from portal.api import serializers_evidence as api
 from portal.certificates import services, verification
 from portal.certificates.models import Campaign, Certificate
-from portal.certificates.views import MAX_UPLOAD
 from portal.health import selectors as health_selectors
 from portal.health.models import HealthTransition, NodeHealth, Schedule
 from portal.inventory.models import Node
@@ -128,7 +129,11 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
 
     @extend_schema(
         request={"multipart/form-data": api.VerifyRequestSerializer},
-        responses={200: api.VerdictSerializer},
+        responses={
+            200: api.VerdictSerializer,
+            413: OpenApiResponse(description="The upload is larger than KILN_MAX_UPLOAD_MB."),
+            429: OpenApiResponse(description="Too many verifications at once (yours or the site's): see Retry-After."),
+        },
         summary="Verify a certificate PDF",
         description="The checks of the verify page and `manage.py kiln_verify`: PDF signature, sealed payload, "
         "this site's keys, the first page against the evidence, revocations.",
@@ -138,12 +143,12 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
         form = api.VerifyRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         upload = form.validated_data["pdf"]
-        if upload.size > MAX_UPLOAD:
+        if upload.size > uploads.file_limit():  # the upload handler answers 413 first; kept as a guard
             return Response(
-                {"detail": f"The file is larger than {MAX_UPLOAD // (1024 * 1024)} MiB."},
+                {"detail": f"The file is larger than {settings.KILN_MAX_UPLOAD_MB} MiB."},
                 status=status.HTTP_400_BAD_REQUEST,
             )
-        verdict = verification.certificate_verify(data=upload.read())
+        verdict = verification.certificate_verify(data=upload.read())  # within its slots (middleware)
         return Response(
             {
                 "status": verdict.status,
