@@ -7,7 +7,6 @@ import http.client
 import os
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,6 @@ MiB = 1024**2
 UPLOADS = 20
 # The bound the uploads must keep the login page under; unbounded, it took 43-74 s at 8 uploads.
 PAGE_BOUND_S = 1.0
-FIRST_BOUND_S = 10.0  # see the test
 
 
 def _free_port() -> int:
@@ -86,19 +84,35 @@ def _multipart(body: bytes) -> bytes:
     return head.encode() + body + f"\r\n--{BOUNDARY}--\r\n".encode()
 
 
-def _upload(port: int, secret: str, data: bytes, out: list[int]) -> None:
-    boundary = BOUNDARY
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    headers = {"Authorization": f"Token {secret}", "Content-Type": f"multipart/form-data; boundary={boundary}"}
-    try:
-        conn.request("POST", "/api/v1/certificates/verify/", body=data, headers=headers)
-        response = conn.getresponse()
-        response.read()
-        out.append(response.status)
-    except OSError:
-        out.append(-1)
-    finally:
-        conn.close()
+def _uploads(port: int, secrets: list[str], body: Path) -> list[subprocess.Popen[bytes]]:
+    """Each upload from its own curl process, as separate clients are: the login probe below then
+    shares no interpreter (and no GIL) with twenty senders of 8 MiB each."""
+    url = f"http://127.0.0.1:{port}/api/v1/certificates/verify/"
+    return [
+        subprocess.Popen(
+            [
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "300",
+                "-H",
+                f"Authorization: Token {secrets[i % len(secrets)]}",
+                "-H",
+                f"Content-Type: multipart/form-data; boundary={BOUNDARY}",
+                "-H",
+                "Expect:",
+                "--data-binary",
+                f"@{body}",
+                url,
+            ],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        for i in range(UPLOADS)
+    ]
 
 
 def _viewers(make_user, count: int) -> list[str]:
@@ -106,34 +120,27 @@ def _viewers(make_user, count: int) -> list[str]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_twenty_uploads_at_once_leave_the_login_page_fast(server: int, make_user) -> None:
+def test_twenty_uploads_at_once_leave_the_login_page_fast(server: int, make_user, tmp_path: Path) -> None:
     # Certificate-sized: a 1,250-node certificate is a few MB. Marked as Kiln's (the payload's name), so
     # the child parses it rather than refusing it on sight.
     # Built once: twenty copies made by the client's own threads would load this process, not the server.
-    body = _multipart(b"%PDF-1.7\n" + pdf.PAYLOAD_NAME.encode() + b"\n" + os.urandom(8 * MiB))
+    body = tmp_path / "upload.bin"
+    body.write_bytes(_multipart(b"%PDF-1.7\n" + pdf.PAYLOAD_NAME.encode() + b"\n" + os.urandom(8 * MiB)))
     secrets = _viewers(make_user, 5)
-    statuses: list[int] = []
-    threads = [
-        threading.Thread(target=_upload, args=(server, secrets[i % len(secrets)], body, statuses))
-        for i in range(UPLOADS)
-    ]
-    for thread in threads:
-        thread.start()
+    clients = _uploads(server, secrets, body)
     timings: list[float] = []
-    while any(thread.is_alive() for thread in threads):
+    while any(client.poll() is None for client in clients):
         status, took = _get(server, "/login/")
         assert status == 200
         timings.append(took)
         time.sleep(0.1)
-    for thread in threads:
-        thread.join()
+    statuses = [int((client.communicate()[0] or b"0").decode() or 0) for client in clients]
     assert sorted(set(statuses)) == [200, 429], statuses
     assert statuses.count(200) >= 2  # the site's slots were used, not just refused
-    # The first request lands in the same instant as the twenty connections and 160 MiB of bodies
-    # (sent by this process too): on a loaded 2-CPU machine it measured 1.1-1.9 s (4 s at a load of
-    # 11), where unbounded verification held every thread for the run of the flood (43-74 s at 8).
-    assert len(timings) > 1 and timings[0] < FIRST_BOUND_S, timings
-    assert max(timings[1:]) < PAGE_BOUND_S, timings
+    # Every request, the first included (it lands in the same instant as the twenty connections and
+    # their 160 MiB): unbounded verification held every thread for the run of the flood (43-74 s at 8).
+    print(f"login page during the flood: {[round(t, 3) for t in timings]} s; uploads answered {statuses}")
+    assert timings and max(timings) < PAGE_BOUND_S, timings
 
 
 @pytest.mark.django_db(transaction=True)
