@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from django.contrib.auth.views import redirect_to_login
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import render
@@ -64,8 +65,10 @@ class VerificationAdmissionMiddleware:
         if request.method != "POST" or request.path_info not in _verify_paths():
             return self.get_response(request)
         user_id = _user_id(request)
-        if user_id is None:  # the views answer it (login page, 401/403)
-            return self.get_response(request)
+        if user_id is None:
+            # Answered before the body is read: the CSRF check would otherwise parse an anonymous
+            # upload (up to the size limit) only to refuse it.
+            return _anonymous(request)
         refused = uploads.refusal(request)  # a 400 MiB body gets its 413 (and is not read), not a 429
         if refused is not None:
             return refused
@@ -94,6 +97,15 @@ def _user_id(request: HttpRequest) -> int | None:
     except AuthenticationFailed:
         return None
     return int(found[0].pk) if found else None
+
+
+def _anonymous(request: HttpRequest) -> HttpResponse:
+    if request.path_info.startswith(API_PREFIX):
+        response = JsonResponse({"detail": "Authentication credentials were not provided."}, status=401)
+        response["WWW-Authenticate"] = "Token"
+        response["Connection"] = "close"  # gunicorn would otherwise read and discard the body
+        return response
+    return redirect_to_login(request.get_full_path())
 
 
 def _busy(request: HttpRequest, exc: slots.Busy) -> HttpResponse:

@@ -189,13 +189,16 @@ def _multipart(size: int, boundary: str = "xyz") -> tuple[Counting, int]:
     return Counting(head, size), size
 
 
-def _wsgi(client: Client, body: Counting, length: int, path: str) -> tuple[int, int]:
+def _wsgi(client: Client | None, body: Counting, length: int, path: str) -> tuple[int, int]:
+    cookie = {}
+    if client is not None:
+        cookie["HTTP_COOKIE"] = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
     environ = RequestFactory()._base_environ(
         PATH_INFO=path,
         REQUEST_METHOD="POST",
         CONTENT_TYPE="multipart/form-data; boundary=xyz",
         CONTENT_LENGTH=str(length),
-        HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}",
+        **cookie,
     )
     environ["wsgi.input"] = io.BufferedReader(body, 64 * 1024)
     answer: list[int] = []
@@ -227,6 +230,15 @@ def test_a_file_that_grows_past_the_limit_stops_the_parser_there(
     status, read = _wsgi(client, body, length, path)
     assert status == 413 and no_verifier == []
     assert read < 1 * MiB + 256 * 1024, read  # the limit plus a chunk or two of the parser's
+
+
+@pytest.mark.django_db(transaction=True)  # a WSGI request closes the connection (request_started)
+@pytest.mark.parametrize(("path", "expected"), [(VERIFY_API, 401), ("/certificates/verify/", 302)])
+def test_an_anonymous_upload_is_answered_before_a_byte_is_read(path: str, expected: int, no_verifier) -> None:
+    """No session, no token: the login redirect or a 401, without the CSRF check parsing 10 MiB first."""
+    body, length = _multipart(10 * MiB)
+    status, read = _wsgi(None, body, length, path)
+    assert status == expected and read == 0 and no_verifier == []
 
 
 @pytest.mark.django_db
