@@ -10,13 +10,21 @@ source used another.
     (PolyPhasePowerWatts LineNToNeutral -> phase LN), rated_current_a (RatedCurrentAmps: the breaker), phase_current_a
     (PolyPhaseCurrentAmps Line1..3 -> phase L1..L3; else CurrentAmps as L1, labels source),
     neutral_current_a, phase_voltage_v (LineNToNeutral -> phase LN; else Voltage as L1),
-    line_voltage_v (Line1ToLine2 -> phase L1-L2 ...), breaker_state (text); labels circuit,
-    circuit_type.
+    line_voltage_v (Line1ToLine2 -> phase L1-L2 ...; a plain Voltage of a circuit wired without
+    neutral, TwoPhase3Wire or ThreePhase4Wire, is line-to-line: phase L1-L2), phase_power_w also
+    from line-to-line PolyPhasePowerWatts (Line1ToLine2 -> phase L1-L2: a load across two lines),
+    breaker_state (text); labels circuit, circuit_type.
   Outlet -> outlet_power_w, outlet_current_a, outlet_voltage_v, rated_current_a,
     outlet_power_state (text); labels outlet (Id, else Name).
   OutletGroup -> outlet_group_power_w, labels outlet_group; PowerDistributionMetrics ->
     pdu_power_w (the whole PDU), labels pdu; PowerDistribution -> pdu_capacity_va
     (PowerCapacityVA), pdu_health (text), labels pdu.
+  Sensor (Chassis/{pdu}/Sensors/{id} or PowerEquipment/.../Sensors/{id}) -> by ReadingType and
+    ElectricalContext: Current on Line1..3 -> phase_current_a (phase L1..L3), on Neutral ->
+    neutral_current_a, else current_a; Voltage LineNToNeutral -> phase_voltage_v (phase LN),
+    LineXToLineY -> line_voltage_v (phase LX-LY), else voltage_v; Power LineNToNeutral /
+    LineXToLineY -> phase_power_w, else power_w; Reading converted from ReadingUnits (A/mA, V/mV/kV,
+    W/kW); labels sensor, and electrical_context where it names none of those phases.
 `redfish_cdu` (DSP0268 CoolingUnit and its parts):
   CoolantConnector -> coolant_supply_c, coolant_return_c, coolant_delta_c, coolant_flow_lpm,
     rated_flow_lpm, heat_removal_w (HeatRemovedkW x 1000, source_unit kW); labels loop
@@ -55,6 +63,12 @@ from checks.power_redfish import (
 
 _LINES = (("Line1", "L1"), ("Line2", "L2"), ("Line3", "L3"))
 _LINE_PAIRS = (("Line1ToLine2", "L1-L2"), ("Line2ToLine3", "L2-L3"), ("Line3ToLine1", "L3-L1"))
+# DSP0268 PhaseWiringType: TwoPhase3Wire is (Line1, Line2, PE) and ThreePhase4Wire (Line1..3, PE):
+# no neutral conductor, so a circuit's single Voltage can only be line-to-line.
+_NO_NEUTRAL = frozenset({"TwoPhase3Wire", "ThreePhase4Wire"})
+# Sensor ReadingUnits (UCUM) -> A, V: DSP0268 Sensor uses "A" and "V"; the prefixes are SI.
+TO_AMPS: dict[str, float] = {"A": 1.0, "mA": 0.001}
+TO_VOLTS: dict[str, float] = {"V": 1.0, "mV": 0.001, "kV": 1_000.0}
 
 
 def _phases(doc: dict[str, Any], **labels: str) -> list[Measurement]:
@@ -81,29 +95,39 @@ def _phases(doc: dict[str, Any], **labels: str) -> list[Measurement]:
             if (volts := reading(voltages, key)) is not None:
                 out.append(measure("line_voltage_v", volts, "V", phase=pair, **labels))
     elif (volts := reading(doc, "Voltage")) is not None:
-        out.append(measure("phase_voltage_v", volts, "V", phase="L1", source="Voltage", **labels))
+        if doc.get("PhaseWiringType") in _NO_NEUTRAL:
+            out.append(measure("line_voltage_v", volts, "V", phase="L1-L2", source="Voltage", **labels))
+        else:
+            out.append(measure("phase_voltage_v", volts, "V", phase="L1", source="Voltage", **labels))
     return out
 
 
 def _phase_powers(doc: dict[str, Any], **labels: str) -> list[Measurement]:
-    """phase_power_w per line-to-neutral PolyPhasePowerWatts (a wye circuit's phases)."""
+    """phase_power_w per PolyPhasePowerWatts load: line-to-neutral (a wye circuit's phases, phase
+    L1..L3) and line-to-line (a load across two lines, phase L1-L2...); each load is counted once."""
     powers = doc.get("PolyPhasePowerWatts")
     if not isinstance(powers, dict):
         return []
-    found = [(phase, reading(powers, f"{key}ToNeutral")) for key, phase in _LINES]
+    keys = [(f"{key}ToNeutral", phase) for key, phase in _LINES] + list(_LINE_PAIRS)
+    found = [(phase, reading(powers, key)) for key, phase in keys]
     return [measure("phase_power_w", watts, "W", phase=phase, **labels) for phase, watts in found if watts is not None]
 
 
 def _circuit_power(doc: dict[str, Any], phases: list[Measurement], **labels: str) -> Measurement:
-    """The circuit's PowerWatts; without it, the sum of its line-to-neutral phase powers (a wye
-    circuit's real power is the sum of its phases'), labelled as derived; else missing."""
+    """The circuit's PowerWatts; without it, the sum of its line-to-neutral phase powers, else of
+    its line-to-line ones (a circuit without neutral), labelled as derived; else missing."""
     name = "mains_power_w" if labels.get("circuit_type") == "Mains" else "branch_power_w"
     total = reading(doc, "PowerWatts")
     if total is not None:
         return measure(name, total, "W", **labels)
-    values = [m.value for m in phases if m.value is not None]
-    if values:
-        return measure(name, sum(values), "W", source="sum of PolyPhasePowerWatts Line*ToNeutral", **labels)
+    # A wye circuit's real power is the sum of its line-to-neutral phases; its line-to-line entries
+    # may be the same power seen between lines, so they are summed only where there is no neutral one.
+    to_neutral = [m.value for m in phases if m.value is not None and "-" not in m.labels.get("phase", "")]
+    line_to_line = [m.value for m in phases if m.value is not None and "-" in m.labels.get("phase", "")]
+    if to_neutral or line_to_line:
+        loads = "Line*ToNeutral" if to_neutral else "Line*ToLine*"
+        total = sum(to_neutral or line_to_line)
+        return measure(name, total, "W", source=f"sum of PolyPhasePowerWatts {loads}", **labels)
     return missing(name, "W", "neither PowerWatts nor PolyPhasePowerWatts", **labels)
 
 
@@ -157,19 +181,58 @@ def _power_distribution(doc: dict[str, Any]) -> tuple[list[Measurement], list[st
     return out, ["a PowerDistribution holds no reading: read its Mains, Branches, Outlets and Metrics"]
 
 
+# Sensor.ElectricalContext -> (phase label, which of line/neutral/pair): DSP0268 Sensor.
+_CONTEXT_PHASE: dict[str, str] = {
+    **{key: phase for key, phase in _LINES},
+    **{f"{key}ToNeutral": phase for key, phase in _LINES},
+    **dict(_LINE_PAIRS),
+}
+
+
+def _sensor_names(kind: str, context: str) -> tuple[str, str]:
+    """(measurement name, unit) of a PDU Sensor by ReadingType and ElectricalContext."""
+    pair = context in dict(_LINE_PAIRS)
+    to_neutral = context.endswith("ToNeutral") and context in _CONTEXT_PHASE
+    if kind == "Current":
+        if context in dict(_LINES):
+            return "phase_current_a", "A"
+        return ("neutral_current_a" if context == "Neutral" else "current_a"), "A"
+    if kind == "Voltage":
+        if pair:
+            return "line_voltage_v", "V"
+        return ("phase_voltage_v" if to_neutral else "voltage_v"), "V"
+    if kind == "Power":
+        return ("phase_power_w" if pair or to_neutral else "power_w"), "W"
+    return "", ""
+
+
+def _pdu_sensor(doc: dict[str, Any]) -> tuple[list[Measurement], list[str]]:
+    kind = str(doc.get("ReadingType") or "")
+    context = str(doc.get("ElectricalContext") or "")
+    sensor = str(doc.get("Id") or doc.get("Name") or "")
+    name, unit = _sensor_names(kind, context)
+    if not name:
+        raise EvidenceError(f"Redfish Sensor {sensor!r} reads {kind or 'nothing'}: not a current, voltage or power")
+    phase = _CONTEXT_PHASE.get(context, "") if name.startswith(("phase_", "line_")) else ""
+    labels = {"phase": phase} if phase else {"electrical_context": context}
+    table = {"A": TO_AMPS, "V": TO_VOLTS, "W": TO_WATTS}[unit]
+    return [converted(name, doc, table, unit, sensor=sensor, **labels)], []
+
+
 PDU_HANDLERS: dict[str, Handler] = {
     "Circuit": _circuit,
     "Outlet": _outlet,
     "OutletGroup": _outlet_group,
     "PowerDistributionMetrics": _pdu_metrics,
     "PowerDistribution": _power_distribution,
+    "Sensor": _pdu_sensor,
 }
 
 
 @register_parser("redfish_pdu")
 def parse_redfish_pdu(text: str) -> Parsed:
     """A RackPDU's Redfish Circuit / Outlet / OutletGroup / PowerDistributionMetrics /
-    PowerDistribution document -> mains_power_w, phase_current_a, outlet_power_w... (docstring)."""
+    PowerDistribution / Sensor document -> mains_power_w, phase_current_a, outlet_power_w... (docstring)."""
     return parse_document(text, "Redfish PDU document", PDU_HANDLERS, lambda doc: "")
 
 

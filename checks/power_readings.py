@@ -89,12 +89,13 @@ EVIDENCE: dict[str, Rule] = {
         for name in (
             "phase_current_a",
             "neutral_current_a",
+            "current_a",
             "outlet_current_a",
             "rated_current_a",
             "psu_input_a",
         )
     },
-    **{name: VOLTAGE for name in ("phase_voltage_v", "line_voltage_v", "outlet_voltage_v", "psu_input_v")},
+    **{name: VOLTAGE for name in ("phase_voltage_v", "line_voltage_v", "voltage_v", "outlet_voltage_v", "psu_input_v")},
 }
 
 
@@ -334,6 +335,13 @@ def members(items: Any) -> list[dict[str, Any]]:
     if not isinstance(items, list):
         return []
     return [item for item in items if isinstance(item, dict) and state_of(item)[0] != "Absent"]
+
+
+def absent_members(items: Any) -> list[dict[str, Any]]:
+    """The dict members of a Redfish array whose Status.State is 'Absent': an empty bay or slot."""
+    if not isinstance(items, list):
+        return []
+    return [item for item in items if isinstance(item, dict) and state_of(item)[0] == "Absent"]
 
 
 def member_names(items: list[dict[str, Any]]) -> list[str]:

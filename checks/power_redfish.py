@@ -1,7 +1,9 @@
 """Out-of-band power readings from Redfish documents (one GET's JSON body each),
 detected by `@odata.type`. Shared rules and helpers: checks/power_readings.py. A reading the
 document should carry and does not is value None with `labels["missing"]`; an empty bay or slot
-(Status.State "Absent") is no reading at all. Units are converted to W, A, V, C, L/min and say so
+(Status.State "Absent") is no reading and no failure of the document: it is recorded as the text
+psu_state "Absent" (labels psu) and named in the warnings, so a bay the inventory expected full
+shows as empty rather than vanishing. Units are converted to W, A, V, C, L/min and say so
 in `labels["source_unit"]` when the source used another.
 
 `redfish_power` (node):
@@ -9,8 +11,9 @@ in `labels["source_unit"]` when the source used another.
     power_capacity_w, power_w_min/max/avg and sampling_period_s (PowerMetrics, IntervalInMin x 60),
     labels control (Name, else MemberId); PowerSupplies[] -> psu_input_w (PowerInputWatts),
     psu_output_w (PowerOutputWatts, else LastPowerOutputWatts with labels source), psu_capacity_w,
-    psu_health (text), labels psu.
-  PowerSubsystem -> power_capacity_w (CapacityWatts); PowerSupply -> psu_capacity_w, psu_health;
+    psu_health (text), labels psu; an empty bay -> psu_state "Absent".
+  PowerSubsystem -> power_capacity_w (CapacityWatts); PowerSupply -> psu_capacity_w, psu_health
+    (an empty bay: psu_state "Absent" only);
   PowerSupplyMetrics -> psu_input_w, psu_output_w (InputPowerWatts/OutputPowerWatts.Reading),
     psu_input_v, psu_input_a; EnvironmentMetrics -> power_w (PowerWatts.Reading), labels control
     (the chassis); Sensor with ReadingType Power -> power_w, labels sensor.
@@ -25,6 +28,7 @@ from typing import Any
 from checks.base import EvidenceError, Measurement
 from checks.parsers import Parsed, register_parser
 from checks.power_readings import (
+    absent_members,
     fact,
     finish,
     measure,
@@ -124,12 +128,21 @@ def _supplies(items: list[dict[str, Any]]) -> list[Measurement]:
     return out
 
 
+def absent_bay(name: str) -> tuple[Measurement, str]:
+    """An empty power-supply bay: a fact (not a reading, not a failure) and the warning naming it."""
+    return fact("psu_state", "Absent", psu=name), f"power supply {name!r}: bay empty (Status.State Absent)"
+
+
 def _legacy_power(doc: dict[str, Any]) -> tuple[list[Measurement], list[str]]:
     if not isinstance(doc.get("PowerControl"), list) and not isinstance(doc.get("PowerSupplies"), list):
         raise EvidenceError("Redfish Power document has no PowerControl or PowerSupplies array")
     out = _controls(doc) + _supplies(members(doc.get("PowerSupplies")))
     readings = [m for m in out if m.name in ("power_w", "psu_input_w") and m.value is not None]
     warnings = [] if readings else ["no power reading: no PowerConsumedWatts and no PowerInputWatts"]
+    for name in member_names(absent_members(doc.get("PowerSupplies"))):
+        empty, why = absent_bay(name)
+        out.append(empty)
+        warnings.append(why)
     return out, warnings
 
 
@@ -141,6 +154,9 @@ def _power_subsystem(doc: dict[str, Any]) -> tuple[list[Measurement], list[str]]
 
 def _power_supply(doc: dict[str, Any]) -> tuple[list[Measurement], list[str]]:
     name = resource_id(doc, "PowerSupplies")
+    if state_of(doc)[0] == "Absent":
+        empty, why = absent_bay(name)
+        return [empty], [why]
     if "PowerInputWatts" in doc or "LastPowerOutputWatts" in doc:  # a legacy Power.PowerSupply member
         return _supplies([doc]), []
     out = [measure("psu_capacity_w", v, "W", psu=name) for v in [reading(doc, "PowerCapacityWatts")] if v is not None]

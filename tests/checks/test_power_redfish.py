@@ -122,8 +122,10 @@ def test_it_reads_a_real_cisco_cimc_power_resource() -> None:
 def test_it_records_a_real_chassis_without_readings_as_missing_never_as_zero() -> None:
     text = (FIXTURES / "power/redfish_power_cisco_ucsx-9508_no_readings_iserver.json").read_text()
     parsed = parse_output("redfish_power", text)
-    assert all(m.value is None and m.labels["missing"] for m in parsed.measurements)
-    # Absent blades and bays are no reading at all; the four present controls and two supplies are missing.
+    readings = [m for m in parsed.measurements if m.name != "psu_state"]
+    assert all(m.value is None and m.labels["missing"] for m in readings)
+    # Absent blades and bays are no reading at all; the four present controls and two supplies are
+    # missing; the four empty bays are named as such, not dropped and not failures.
     controls = [m.labels["control"] for m in parsed.measurements if m.name == "power_w"]
     assert controls == [
         "Chassis Power Control",
@@ -135,7 +137,12 @@ def test_it_records_a_real_chassis_without_readings_as_missing_never_as_zero() -
         "Power Supply 1",
         "Power Supply 4",
     ]
-    assert parsed.warnings == ["no power reading: no PowerConsumedWatts and no PowerInputWatts"]
+    empty = [(m.text, m.labels["psu"]) for m in parsed.measurements if m.name == "psu_state"]
+    assert empty == [("Absent", f"Power Supply {n}") for n in (2, 3, 5, 6)]
+    assert parsed.warnings == [
+        "no power reading: no PowerConsumedWatts and no PowerInputWatts",
+        *(f"power supply 'Power Supply {n}': bay empty (Status.State Absent)" for n in (2, 3, 5, 6)),
+    ]
 
 
 def test_it_reads_a_power_sensor_in_kilowatts_and_an_untyped_legacy_document() -> None:
@@ -146,6 +153,24 @@ def test_it_reads_a_power_sensor_in_kilowatts_and_an_untyped_legacy_document() -
     ]
     untyped = parse_redfish_power(json.dumps({"PowerControl": [{"PowerConsumedWatts": "69"}]}))
     assert [(m.name, m.value, m.labels) for m in untyped.measurements] == [("power_w", 69.0, {"control": "0"})]
+
+
+def test_it_records_an_empty_bay_of_a_legacy_power_resource_and_reads_the_rest() -> None:
+    rows = table("redfish_power", "redfish-power/dmtf-telemetry-Chassis-1-Power-bay3-absent.json")
+    bay3 = {"psu": "Power Supply Bay 3"}
+    assert rows[-1] == ("psu_state", "Absent", "", bay3)
+    assert ("power_w", 8000.0, "W", {"control": "System Power Control"}) in rows
+    assert [r[:2] for r in rows if r[0] == "psu_output_w"] == [("psu_output_w", 192.0), ("psu_output_w", 190.0)]
+    assert not any(r[3].get("psu") == "Power Supply Bay 3" for r in rows[:-1])  # an empty bay has no reading
+    text = (FIXTURES / "redfish-power/dmtf-telemetry-Chassis-1-Power-bay3-absent.json").read_text(encoding="utf-8")
+    why = "power supply 'Power Supply Bay 3': bay empty (Status.State Absent)"
+    assert parse_output("redfish_power", text).warnings == [why]
+
+
+def test_it_records_an_empty_power_supply_bay_instead_of_refusing_the_document() -> None:
+    assert table("redfish_power", "redfish-power/dmtf-rackmount1-PowerSupplies-Bay2-absent.json") == [
+        ("psu_state", "Absent", "", {"psu": "Bay2"})
+    ]
 
 
 # --- redfish_pdu -----------------------------------------------------------------------------------
@@ -161,6 +186,9 @@ def test_it_reads_a_three_phase_mains_circuit() -> None:
         ("phase_power_w", 198.4, "W", {"phase": "L1", **ac1}),
         ("phase_power_w", 231.5, "W", {"phase": "L2", **ac1}),
         ("phase_power_w", 58.1, "W", {"phase": "L3", **ac1}),
+        ("phase_power_w", 738.9, "W", {"phase": "L1-L2", **ac1}),
+        ("phase_power_w", 748.3, "W", {"phase": "L2-L3", **ac1}),
+        ("phase_power_w", 759.6, "W", {"phase": "L3-L1", **ac1}),
         ("rated_current_a", 40.0, "A", ac1),
         ("phase_current_a", 8.02, "A", {"phase": "L1", **ac1}),
         ("phase_current_a", 8.66, "A", {"phase": "L2", **ac1}),
@@ -239,6 +267,83 @@ def test_it_reads_a_single_phase_circuit_from_its_plain_current_and_voltage() ->
         ("phase_current_a", 12.5, {"phase": "L1", "source": "CurrentAmps", **b}),
         ("phase_voltage_v", 230.0, {"phase": "L1", "source": "Voltage", **b}),
     ]
+
+
+@pytest.mark.parametrize(
+    ("relative", "row"),
+    [
+        (
+            "redfish-pdu/dmtf-pdu-Sensor-CurrentA.json",
+            ("phase_current_a", 8.92, "A", {"sensor": "CurrentA", "phase": "L1"}),
+        ),
+        (
+            "redfish-pdu/dmtf-pdu-TransferSwitches-1-Sensor-CurrentA.json",
+            ("phase_current_a", 8.92, "A", {"sensor": "CurrentA", "phase": "L1"}),
+        ),
+        (
+            "redfish-pdu/dmtf-pdu-Sensor-VoltageAL1L2.json",
+            ("line_voltage_v", 119.27, "V", {"sensor": "VoltageAL1L2", "phase": "L1-L2"}),
+        ),
+        (
+            "redfish-pdu/dmtf-pdu-Sensor-VoltageAL1N.json",
+            ("phase_voltage_v", 119.27, "V", {"sensor": "VoltageAL1N", "phase": "L1"}),
+        ),
+    ],
+    ids=["chassis-current", "power-distribution-current", "line-to-line-voltage", "line-to-neutral-voltage"],
+)
+def test_it_reads_a_single_pdu_sensor(relative: str, row: tuple[Any, ...]) -> None:
+    assert table("redfish_pdu", relative) == [row]
+
+
+@pytest.mark.parametrize(
+    ("reading_type", "context", "units", "expected"),
+    [
+        ("Current", "Line3", "mA", ("phase_current_a", 8.5, {"phase": "L3", "source_unit": "mA"})),
+        ("Current", "Neutral", "A", ("neutral_current_a", 8500.0, {"electrical_context": "Neutral"})),
+        ("Current", "Total", "A", ("current_a", 8500.0, {"electrical_context": "Total"})),
+        ("Voltage", "Line2ToLine3", "V", ("line_voltage_v", 8500.0, {"phase": "L2-L3"})),
+        ("Voltage", "Line3ToNeutral", "V", ("phase_voltage_v", 8500.0, {"phase": "L3"})),
+        ("Power", "Line3ToLine1", "kW", ("phase_power_w", 8.5e6, {"phase": "L3-L1", "source_unit": "kW"})),
+        ("Power", "Total", "W", ("power_w", 8500.0, {"electrical_context": "Total"})),
+    ],
+)
+def test_it_maps_a_pdu_sensor_by_its_electrical_context(
+    reading_type: str, context: str, units: str, expected: tuple[str, float, dict[str, str]]
+) -> None:
+    doc = json.loads((FIXTURES / "redfish-pdu/dmtf-pdu-Sensor-CurrentA.json").read_text(encoding="utf-8"))
+    doc.update(ReadingType=reading_type, ElectricalContext=context, ReadingUnits=units, Reading=8500)
+    (m,) = parse_redfish_pdu(json.dumps(doc)).measurements
+    name, value, labels = expected
+    assert (m.name, m.value, {k: v for k, v in m.labels.items() if k != "invalid"}) == (
+        name,
+        pytest.approx(value),
+        {"sensor": "CurrentA", **labels},
+    )
+
+
+def test_it_reads_a_line_to_line_branch_circuit() -> None:
+    a = {"circuit": "A", "circuit_type": "Branch"}
+    assert table("redfish_pdu", "redfish-pdu/dmtf-pdu-TransferSwitches-1-Branches-A.json") == [
+        ("branch_power_w", 1050.5, "W", a),
+        ("phase_power_w", 1050.5, "W", {"phase": "L1-L2", **a}),
+        ("rated_current_a", 16.0, "A", a),
+        ("phase_current_a", 5.19, "A", {"phase": "L1", **a}),
+        ("line_voltage_v", 202.4, "V", {"phase": "L1-L2", **a}),
+        ("breaker_state", "Normal", "", a),
+    ]
+    doc = json.loads((FIXTURES / "redfish-pdu/dmtf-pdu-TransferSwitches-1-Branches-A.json").read_text(encoding="utf-8"))
+    del doc["PowerWatts"]  # the branch's power is then its line-to-line load's
+    rows = [(m.name, m.value, m.labels) for m in parse_redfish_pdu(json.dumps(doc)).measurements]
+    assert rows[0] == ("branch_power_w", 1050.5, {"source": "sum of PolyPhasePowerWatts Line*ToLine*", **a})
+
+
+def test_it_reads_a_plain_voltage_of_a_circuit_without_neutral_as_line_to_line() -> None:
+    doc = json.loads((FIXTURES / "redfish-pdu/dmtf-pdu-TransferSwitches-1-Branches-A.json").read_text(encoding="utf-8"))
+    doc["Voltage"] = doc.pop("PolyPhaseVoltage")["Line1ToLine2"]  # TwoPhase3Wire: L1, L2, PE
+    rows = [(m.name, m.value, m.labels) for m in parse_redfish_pdu(json.dumps(doc)).measurements]
+    a = {"circuit": "A", "circuit_type": "Branch"}
+    assert ("line_voltage_v", 202.4, {"phase": "L1-L2", "source": "Voltage", **a}) in rows
+    assert not [r for r in rows if r[0] == "phase_voltage_v"]
 
 
 # --- redfish_cdu -----------------------------------------------------------------------------------
@@ -379,8 +484,36 @@ def _connector(**readings: Any) -> str:
         ),
         ("redfish_power", '{"PowerControl": [{"PowerConsumedWatts": Infinity}]}', "power_w"),
         ("redfish_power", '{"PowerSupplies": [{"PowerInputWatts": 1e308}]}', "psu_input_w"),
+        (
+            "redfish_pdu",
+            json.dumps(
+                {"@odata.type": "#Sensor.v1_12_0.Sensor", "ReadingType": "Current", "ElectricalContext": "Line2"}
+                | {"Reading": 1e6, "ReadingUnits": "A"}
+            ),
+            "phase_current_a",
+        ),
+        (
+            "redfish_pdu",
+            json.dumps(
+                {"@odata.type": "#Sensor.v1_12_0.Sensor", "ReadingType": "Voltage", "ElectricalContext": "Line1ToLine2"}
+                | {"Reading": 11, "ReadingUnits": "kV"}
+            ),
+            "line_voltage_v",
+        ),
     ],
-    ids=["negative-flow", "gigawatt-heat", "900C", "nan-return", "MA-phase", "11kV", "negative-W", "inf-W", "1e308-W"],
+    ids=[
+        "negative-flow",
+        "gigawatt-heat",
+        "900C",
+        "nan-return",
+        "MA-phase",
+        "11kV",
+        "negative-W",
+        "inf-W",
+        "1e308-W",
+        "MA-sensor",
+        "11kV-line-sensor",
+    ],
 )
 def test_it_flags_an_impossible_value(kind: str, text: str, name: str) -> None:
     parsed = parse_output(kind, text)
@@ -421,6 +554,26 @@ def test_flag_impossible_counts_and_keeps_an_earlier_reason() -> None:
 
 # --- documents that hold nothing, or are not what they claim ---------------------------------------
 
+
+@pytest.mark.parametrize(
+    ("kind", "doc"),
+    [
+        ("redfish_pdu", {"@odata.type": "#Sensor.v1_12_0.Sensor", "ReadingType": "Current", "ElectricalContext": [1]}),
+        ("redfish_pdu", {"@odata.type": "#Sensor.v1_12_0.Sensor", "ReadingType": "Voltage", "ReadingUnits": {"x": 1}}),
+        ("redfish_pdu", {"@odata.type": "#Sensor.v1_12_0.Sensor", "ReadingType": "Power", "Reading": "many"}),
+        ("redfish_power", {"PowerSupplies": [{"Status": {"State": "Absent"}}, {"Status": "Absent"}, "Absent"]}),
+        ("redfish_power", {"@odata.type": "#PowerSupply.v1_6_0.PowerSupply", "Status": {"State": "Absent"}}),
+    ],
+    ids=["context-list", "units-object", "reading-text", "odd-absent-members", "absent-untitled-bay"],
+)
+def test_it_never_passes_a_hostile_variant_of_the_new_forms(kind: str, doc: dict[str, Any]) -> None:
+    try:
+        parsed = parse_output(kind, json.dumps(doc))
+    except EvidenceError:
+        return
+    assert all(m.value is None for m in parsed.measurements)  # nothing here is a reading
+
+
 NESTED = '{"PowerControl": ' + "[" * 100_000 + "]" * 100_000 + "}"
 
 
@@ -452,6 +605,7 @@ def test_it_refuses_a_redfish_document_it_cannot_read(kind: str, text: str, why:
         ("redfish_cdu", {"@odata.type": "#EnvironmentMetrics.v1_5_0.EnvironmentMetrics"}),
         ("redfish_cdu", {"@odata.type": "#LeakDetection.v1_2_0.LeakDetection", "LeakDetectorGroups": []}),
         ("redfish_pdu", {"@odata.type": "#PowerDistribution.v1_6_0.PowerDistribution", "Id": "1"}),
+        ("redfish_pdu", {"@odata.type": "#Sensor.v1_12_0.Sensor", "ReadingType": "Humidity", "Reading": 30}),
     ],
     ids=[
         "power-no-arrays",
@@ -460,6 +614,7 @@ def test_it_refuses_a_redfish_document_it_cannot_read(kind: str, text: str, why:
         "empty-env",
         "no-detectors",
         "bare-pdu",
+        "pdu-sensor-wrong-type",
     ],
 )
 def test_it_refuses_a_document_with_no_reading(kind: str, doc: dict[str, Any]) -> None:
