@@ -118,12 +118,15 @@ def test_it_draws_host_bandwidth_per_gpu_and_peer_copies_with_the_slow_ones_mark
 
     host, peers = heatmaps(figure)
     assert host["x"] == ["host to device", "device to host"] and host["y"] == [f"GPU {g}" for g in range(4)]
-    assert cell(host, "GPU 0", "host to device") == 12.35
+    assert cell(host, "GPU 0", "host to device", "customdata") == 12.35
     assert cell(host, "GPU 2", "host to device", "text") == "12.3"
     assert "threshold: &gt;= 12.32" in cell(host, "GPU 2", "host to device", "hovertext")
     assert peers["x"] == peers["y"] == ["0", "1", "2", "3"]
     assert cell(peers, "0", "0") is None, "a GPU with itself is no measurement"
-    assert (host["zmin"], peers["zmin"]) == (0.0, 0.0), "bandwidth is coloured from zero"
+    assert cell(host, "GPU 2", "host to device") < 0 < cell(host, "GPU 0", "host to device"), "by the floor"
+    assert cell(peers, "3", "0") < 0 < cell(peers, "0", "1")
+    assert host["zmin"] == -host["zmax"] and peers["zmin"] == -peers["zmax"], "centred on the threshold"
+    assert "vs threshold" in host["colorbar"]["title"]["text"]
     crosses = marks(figure)
     assert ("x", "host to device", "GPU 2") in crosses
     slow_pairs = {(src, dst) for axis, dst, src in crosses if axis == "x2"}
@@ -142,11 +145,15 @@ def test_it_draws_rdma_bandwidth_per_port_with_the_slow_pair_marked(viewer, run)
     assert reverse("charts:result_figure", args=[result.pk]) in page
     bandwidth, latency, per_gpu = heatmaps(figure)
     assert bandwidth["y"] == HOSTS and bandwidth["x"] == [f"mlx5_{n}" for n in range(8)]
-    assert cell(bandwidth, "n02", "mlx5_1") == 98.04 and cell(bandwidth, "n01", "mlx5_1") == 392.34
+    assert cell(bandwidth, "n02", "mlx5_1", "customdata") == 98.04
+    assert cell(bandwidth, "n01", "mlx5_1", "customdata") == 392.34
+    assert cell(bandwidth, "n02", "mlx5_1") == pytest.approx(98.04 / 360 * 100 - 100), "% short of 360"
+    assert bandwidth["colorbar"]["title"]["text"] == "vs threshold<br>&gt;= 360 Gb/s"
     hover = cell(bandwidth, "n02", "mlx5_1", "hovertext")
     assert "server: n03" in hover and "threshold: &gt;= 360" in hover and "98.04 Gb/s" in hover
     assert ("x", "mlx5_1", "n02") in marks(figure)
-    assert cell(latency, "n01", "mlx5_0") == 0.98
+    assert cell(latency, "n01", "mlx5_0", "customdata") == 0.98
+    assert cell(latency, "n01", "mlx5_0") > 0, "under its latency ceiling: to spare"
     assert per_gpu["x"] == ["per GPU"] and per_gpu["y"] == HOSTS
     assert figure["layout"]["title"]["text"] == f"rdma-bw on {run.node_set}"
 
