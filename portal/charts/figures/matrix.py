@@ -1,5 +1,6 @@
 """Matrices of one result: one heatmap per declared matrix (checks/presentation.py MatrixChart),
-stacked, each with its own colour bar; out-of-spec cells are outlined in red.
+stacked, each with its own colour bar. A value is coloured by its distance from the threshold its result
+recorded (red short of it, blue past it), and out-of-spec cells are outlined in red.
 
 Every label, text and threshold comes from node output: each is escaped (common._escape) before it
 reaches a tick, a cell or a hover, where plotly would render a few HTML tags.
