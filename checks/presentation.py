@@ -21,8 +21,10 @@ Row = Mapping[str, Any]
 # series names: portal/charts/selectors/capacity.py). "matrix": one heatmap per `MatrixChart` the kind
 # declares in `Presentation.matrices` (portal/charts/selectors/matrix.py).
 CHART_FAMILIES = ("", "nccl", "burn_in", "dlc", "filesystem", "ecc", "capacity", "matrix")
-# How a matrix colours its cells: "value" on a continuous scale from 0 (bandwidth, latency), "rank" one
-# colour per rank of an ordinal scale, nearest first (a link distance), named by `MatrixChart.ranks`.
+# How a matrix colours its cells: "value" by the distance from each cell's recorded threshold (">= 360":
+# red short of it, blue past it), or on a scale from 0 where the cells have no such threshold
+# (bandwidth, latency); "rank" one colour per rank of an ordinal scale, nearest first (a link distance),
+# named by `MatrixChart.ranks`.
 MATRIX_COLOURS = ("value", "rank")
 
 # A group check that judges subjects of its own besides its nodes (a rack, a PDU phase, a cooling

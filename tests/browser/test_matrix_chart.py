@@ -64,6 +64,59 @@ def test_it_draws_the_topology_heatmap_with_the_far_nics_marked(live_server, pag
     assert errors == [], f"console errors: {errors}"
 
 
+def test_it_colours_a_host_bandwidth_cell_under_its_floor_red(live_server, page, shot, make_user) -> None:
+    """One GPU's host copy 10% under its floor: its cell is drawn red on the screen, its neighbours (just
+    over the same floor) blue, and its hover still says the value and the floor."""
+    from portal.inventory.models import Cluster, Node
+    from tests.portal.matrix_helpers import matrix_run, record_host_bw_one_slow
+
+    cluster = Cluster.objects.create(name="c1", profile="H100-SXM-8", transport="local")
+    Node.objects.bulk_create(Node(cluster=cluster, hostname=f"n{i:02d}") for i in range(1, 5))
+    result = record_host_bw_one_slow(matrix_run(cluster))
+    make_user("vic", "viewer")
+    log_in(page, live_server.url, "vic")
+
+    page.goto(f"{live_server.url}/results/{result.pk}/")
+    drawn = assert_plotly_rendered(page, "#result-charts")
+    assert "vs threshold>= 10 GB/s>= 12.3 GB/s" in drawn["text"], "the floors in the colour bar"
+    page.locator("#result-chart").scroll_into_view_if_needed()
+    slow, fast, other = (_cell_pixel(page, row, 0) for row in (2, 0, 3))
+    shot("host-bandwidth-one-cell-under-its-floor")
+    assert _red(slow), f"GPU 2 host to device, 10% under the floor, is drawn {slow}"
+    assert _blue(fast) and _blue(other), f"the GPUs just over the floor are drawn {fast} and {other}"
+
+    x, y = page.evaluate(CELL_CENTRE_JS, [2, 0])
+    hover = _hover(page, x, y)
+    assert "11.07 GB/s" in hover and "threshold: >= 12.3" in hover and "10.0% short of the threshold" in hover
+
+
+def _cell_pixel(page: Page, row: int, col: int) -> tuple[int, int, int]:
+    """The colour drawn a third of the way into the cell (row, col), clear of its centred text and its
+    outline, read from a one-pixel screenshot."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    x, y = page.evaluate(CELL_CENTRE_JS, [row, col])
+    width = page.evaluate("() => document.querySelector('#result-chart')._fullLayout.xaxis._length")
+    ncols = page.evaluate("() => document.querySelector('#result-chart').data[0].x.length")
+    x -= width / ncols / 3
+    sx, sy = page.evaluate("() => [window.scrollX, window.scrollY]")
+    png = page.screenshot(full_page=True, clip={"x": x + sx, "y": y + sy, "width": 1, "height": 1})
+    r, g, b = Image.open(BytesIO(png)).convert("RGB").getpixel((0, 0))
+    return r, g, b
+
+
+def _red(rgb: tuple[int, int, int]) -> bool:
+    r, g, b = rgb
+    return r > 140 and r > g + 50 and r > b + 50
+
+
+def _blue(rgb: tuple[int, int, int]) -> bool:
+    r, _, b = rgb
+    return b > r + 10
+
+
 def _hover(page: Page, x: float, y: float, tries: int = 6) -> str:
     """The hover text of the cell at (x, y). plotly answers mouse moves, and a busy machine can draw
     the figure after the first one: move off and back onto the cell until the text shows."""

@@ -9,6 +9,7 @@ from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.inventory.models import Cluster, Node
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, Scope
+from tests.checks import test_host_bw as host_bw
 from tests.checks import test_rdma_bw as rdma
 from tests.checks import test_topology as topology
 
@@ -59,3 +60,20 @@ def record_rdma(run: Run, rates: dict[tuple[str, str, str], float]) -> CheckResu
         result=claimed, claim="t-rdma", verdict=verdict, measurements=measurements, node_set=run.node_set
     )
     return CheckResult.objects.get(pk=result.pk)
+
+
+# GPU2's host-to-device copy 10% under a floor of 12.30 GB/s (11.07 in the real T4 capture's row, its SUM
+# moved with it); the other GPUs read 12.33-12.35, just over it.
+H2D_FLOOR = 12.30
+SLOW_H2D = 11.07
+
+
+def record_host_bw_one_slow(run: Run, host: str = "n02") -> CheckResult:
+    """A host-bw result judged from the real 4x T4 nvbandwidth capture, GPU 2's host-to-device copy
+    10% under its floor and every other cell in spec (peer floor 1 GB/s)."""
+    stdout = host_bw.text(host_bw.T4).replace(host_bw.T4_H2D_ROW, " 0     12.35     12.34     11.07     12.33", 1)
+    stdout = stdout.replace(host_bw.T4_H2D_SUM, "SUM host_to_device_memcpy_ce 48.09", 1)
+    measurements, verdict = host_bw.judge(
+        stdout, gpus=4, profile=None, min_h2d_gbps=H2D_FLOOR, min_d2h_gbps=10.0, min_d2d_gbps=1.0
+    )
+    return record_node(run, host, "host-bw", verdict, measurements)

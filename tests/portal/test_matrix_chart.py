@@ -14,8 +14,8 @@ from django.urls import reverse
 from checks.base import FAIL
 from checks.presentation import MatrixChart, Presentation
 from checks.topology import RANK_NAMES
-from portal.charts.figures.matrix import MAX_OUTLINES, matrix_figure
-from portal.charts.selectors.matrix import MatrixResult, build_matrix, matrix_result
+from portal.charts.figures.matrix import FAIL_SCALE, MAX_OUTLINES, PASS_SCALE, margin_pct, matrix_figure
+from portal.charts.selectors.matrix import Cell, MatrixResult, build_matrix, matrix_result
 from portal.runs.models import CheckResult, Run, Scope
 from portal.runs.models import Measurement as Row
 from tests.checks import test_host_bw as host_bw
@@ -23,8 +23,10 @@ from tests.portal.matrix_helpers import (
     H100_TOPO,
     HOSTILE,
     HOSTS,
+    SLOW_H2D,
     far_nic,
     matrix_run,
+    record_host_bw_one_slow,
     record_node,
     record_rdma,
     record_topology,
@@ -118,18 +120,35 @@ def test_it_draws_host_bandwidth_per_gpu_and_peer_copies_with_the_slow_ones_mark
 
     host, peers = heatmaps(figure)
     assert host["x"] == ["host to device", "device to host"] and host["y"] == [f"GPU {g}" for g in range(4)]
-    assert cell(host, "GPU 0", "host to device") == 12.35
+    assert cell(host, "GPU 0", "host to device", "customdata") == 12.35
     assert cell(host, "GPU 2", "host to device", "text") == "12.3"
     assert "threshold: &gt;= 12.32" in cell(host, "GPU 2", "host to device", "hovertext")
     assert peers["x"] == peers["y"] == ["0", "1", "2", "3"]
     assert cell(peers, "0", "0") is None, "a GPU with itself is no measurement"
-    assert (host["zmin"], peers["zmin"]) == (0.0, 0.0), "bandwidth is coloured from zero"
+    assert cell(host, "GPU 2", "host to device") < 0 < cell(host, "GPU 0", "host to device"), "by the floor"
+    assert cell(peers, "3", "0") < 0 < cell(peers, "0", "1")
+    assert host["zmin"] == -host["zmax"] and peers["zmin"] == -peers["zmax"], "centred on the threshold"
+    assert "vs threshold" in host["colorbar"]["title"]["text"]
     crosses = marks(figure)
     assert ("x", "host to device", "GPU 2") in crosses
     slow_pairs = {(src, dst) for axis, dst, src in crosses if axis == "x2"}
     assert slow_pairs == {("3", "0"), ("1", "0"), ("0", "2"), ("2", "0")}  # the check's reason names these
     titles = [a["text"] for a in figure["layout"]["annotations"]]
     assert titles[0].startswith("Host copy bandwidth per GPU (GB/s)") and titles[1].startswith("GPU peer copy")
+
+
+def test_a_host_copy_10_percent_under_its_floor_is_on_the_failing_side_of_the_scale(viewer, run) -> None:
+    host, _ = heatmaps(figure_of(viewer, record_host_bw_one_slow(run)))
+
+    assert cell(host, "GPU 2", "host to device") == pytest.approx(-10.0), "10% short of 12.30"
+    assert all(0 < cell(host, f"GPU {g}", "host to device") < 1 for g in (0, 1, 3)), "just over the floor"
+    scale = host["colorscale"]
+    assert (host["zmin"], host["zmax"]) == (-40, 40) and scale[0] == [0.0, FAIL_SCALE[0]], "d2h 31% over: a span of 40%"
+    assert scale[1][0] < 0.5 and scale[2] == [0.5, PASS_SCALE[0]], "red stops just short of the threshold"
+    assert host["colorbar"]["ticktext"][2] == "threshold"
+    assert host["colorbar"]["title"]["text"] == "vs threshold<br>&gt;= 10 GB/s<br>&gt;= 12.3 GB/s"
+    hover = cell(host, "GPU 2", "host to device", "hovertext")
+    assert f"{SLOW_H2D} GB/s" in hover and "threshold: &gt;= 12.3" in hover and "10.0% short of" in hover
 
 
 def test_it_draws_rdma_bandwidth_per_port_with_the_slow_pair_marked(viewer, run) -> None:
@@ -142,11 +161,15 @@ def test_it_draws_rdma_bandwidth_per_port_with_the_slow_pair_marked(viewer, run)
     assert reverse("charts:result_figure", args=[result.pk]) in page
     bandwidth, latency, per_gpu = heatmaps(figure)
     assert bandwidth["y"] == HOSTS and bandwidth["x"] == [f"mlx5_{n}" for n in range(8)]
-    assert cell(bandwidth, "n02", "mlx5_1") == 98.04 and cell(bandwidth, "n01", "mlx5_1") == 392.34
+    assert cell(bandwidth, "n02", "mlx5_1", "customdata") == 98.04
+    assert cell(bandwidth, "n01", "mlx5_1", "customdata") == 392.34
+    assert cell(bandwidth, "n02", "mlx5_1") == pytest.approx(98.04 / 360 * 100 - 100), "% short of 360"
+    assert bandwidth["colorbar"]["title"]["text"] == "vs threshold<br>&gt;= 360 Gb/s"
     hover = cell(bandwidth, "n02", "mlx5_1", "hovertext")
     assert "server: n03" in hover and "threshold: &gt;= 360" in hover and "98.04 Gb/s" in hover
     assert ("x", "mlx5_1", "n02") in marks(figure)
-    assert cell(latency, "n01", "mlx5_0") == 0.98
+    assert cell(latency, "n01", "mlx5_0", "customdata") == 0.98
+    assert cell(latency, "n01", "mlx5_0") > 0, "under its latency ceiling: to spare"
     assert per_gpu["x"] == ["per GPU"] and per_gpu["y"] == HOSTS
     assert figure["layout"]["title"]["text"] == f"rdma-bw on {run.node_set}"
 
@@ -259,6 +282,39 @@ def test_it_outlines_a_bounded_number_of_cells() -> None:
     assert len(figure["layout"]["shapes"]) == MAX_OUTLINES
     assert "outlined in red: out of spec (900)" in figure["layout"]["annotations"][1]["text"]
     assert "out of spec" in figure["data"][1]["hovertext"][29][29], "every out-of-spec cell says so in its hover"
+
+
+def test_a_margin_is_past_a_floor_or_under_a_ceiling() -> None:
+    assert margin_pct(Cell(11.0, threshold=">= 10")) == pytest.approx(10.0)
+    assert margin_pct(Cell(9.0, threshold=">= 10")) == pytest.approx(-10.0)
+    assert margin_pct(Cell(4.0, threshold="<= 5")) == pytest.approx(20.0), "a latency under its ceiling"
+    assert margin_pct(Cell(6.0, threshold="<= 5")) == pytest.approx(-20.0)
+    assert margin_pct(Cell(-9.0, threshold=">= -10")) == pytest.approx(10.0), "a negative bound keeps the side"
+    for no in (Cell(3.0, threshold=">= 0"), Cell(3.0, threshold="PXB"), Cell(None, threshold=">= 1"), Cell(3.0)):
+        assert margin_pct(no) is None
+
+
+def test_a_matrix_without_thresholds_keeps_its_scale_from_zero() -> None:
+    chart = MatrixChart("m", ("d2d_gbps",), "src", "dst", unit="GB/s")
+    rows = [
+        row("d2d_gbps", 5.0, labels={"src": "0", "dst": "1"}),
+        row("d2d_gbps", 9.0, labels={"src": "1", "dst": "0"}),
+    ]
+    heat = matrix_figure(MatrixResult(title="t", matrices=[build_matrix(chart, {"d2d_gbps": rows})]))["data"][0]
+    assert (heat["zmin"], heat["zmax"], heat["z"][0][1]) == (0.0, 9.0, 5.0), "the value from 0"
+    assert heat["colorscale"][0] == [0.0, "rgb(247,251,255)"] and heat["colorbar"]["title"]["text"] == "GB/s"
+
+
+def test_an_out_of_spec_cell_is_red_whatever_its_margin_and_far_cells_are_clipped() -> None:
+    chart = MatrixChart("m", ("d2d_gbps",), "src", "dst", unit="GB/s")
+    rows = [
+        row("d2d_gbps", 10.0, labels={"src": "0", "dst": "1"}, threshold="> 10", ok=False),  # met exactly
+        row("d2d_gbps", 900.0, labels={"src": "1", "dst": "0"}, threshold="> 10", ok=True),
+    ]
+    heat = matrix_figure(MatrixResult(title="t", matrices=[build_matrix(chart, {"d2d_gbps": rows})]))["data"][0]
+    assert (heat["zmin"], heat["zmax"]) == (-100, 100) and heat["z"][1][0] == 100, "clipped at +100%"
+    assert heat["colorbar"]["ticktext"][-1] == "\u2265 +100%"
+    assert -1 < heat["z"][0][1] < 0, "on the red side, near the threshold"
 
 
 def test_a_declaration_is_checked_when_it_is_made() -> None:
