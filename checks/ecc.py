@@ -210,7 +210,7 @@ class EccHealth(ProbeCheck):
             )),
             Remedy("ecc-remap", RESET_GPU, ("remap_pending", "retired_pages_pending")),
             Remedy("ecc-mode", ENABLE_ECC, ("ecc_enabled", "ecc_pending_enabled")),
-            Remedy("xid", "see the Xid catalogue", ("xid",), action_of=xid_action),
+            Remedy("xid", "see the Xid catalogue", ("xid", "sxid"), action_of=xid_action),
         ),
     )  # fmt: skip
     # NVML's ECC counters, remapped rows and retired pages are counts; the mode and repair states
@@ -235,6 +235,7 @@ class EccHealth(ProbeCheck):
         ),
         # NVIDIA Xid catalog codes are positive integers (1..159 today); SXid codes are larger.
         "xid": Rule("an Xid code", low=1, integer=True),
+        "sxid": Rule("an SXid code", low=1, integer=True),
     }
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
@@ -307,7 +308,7 @@ class EccHealth(ProbeCheck):
         groups: dict[tuple[str, str, int, str], list[Measurement]] = {}
         fatal: dict[int, str] = {}
         for m in measurements:
-            if m.name != "xid" or m.value is None:
+            if m.name not in ("xid", "sxid") or m.value is None:
                 continue
             code = int(m.value)
             severity = m.labels.get("severity", XID_WARN)

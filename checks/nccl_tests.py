@@ -11,8 +11,12 @@ format is read, by the column names of the table's header:
 - before 2.13 the leading columns depend on the collective (all_gather / sendrecv:
   `size count type`; broadcast / scatter / gather: `+ root`; all_reduce / reduce_scatter /
   alltoall: `+ redop`, left blank by alltoall, so its rows are one token short; reduce:
-  `+ redop root`), the last column of each placement is `error`,
+  `+ redop root`), the last column of each placement is `error` (older versions print there the
+  largest deviation as a float, `0e+00`, judged by the tool's own summary; see `Placement`),
   rank lines have no `Group`, and the footer may lack its leading '#'.
+
+Ranks are counted by their numbers (0..n-1), not by their lines: a shared output often elides the
+middle of a long "# Rank" list with a `...` line (`NcclReport.rank_count`).
 
 What a complete run prints last is its summary, "# Out of bounds values : N OK|FAILED" and
 "# Avg bus bandwidth : X" (src/util.cu writeResultFooter): without both, the run stopped early
