@@ -54,6 +54,9 @@ def measurements_from(report: NcclReport, *, peak_min_bytes: int, collective: st
         missing = {"missing": "no '# Avg bus bandwidth' footer"}
         out.append(Measurement(name="busbw_avg_reported", value=None, unit="GB/s", labels=missing))
     out.append(_wrong(report))
+    deltas = [p.delta for r in report.rows for p in r.placements.values() if p.delta is not None]
+    if deltas:  # recorded, not judged: the tool judged it against its tolerance (the summary)
+        out.append(Measurement(name="error_max", value=max(deltas)))
     out += _ranks(report)
     out.append(_collective(report, collective))
     if report.nccl_version:
@@ -92,7 +95,7 @@ def _wrong(report: NcclReport) -> Measurement:
     counts = [p.wrong for r in report.rows for p in r.placements.values() if p.wrong is not None]
     deltas = [p.delta for r in report.rows for p in r.placements.values() if p.delta is not None]
     if not counts and deltas:
-        return _wrong_from_summary(report, max(deltas))
+        return _wrong_from_summary(report)
     if not counts:
         why = "#wrong is N/A: results were not validated (run with -c 1)"
         return Measurement(name="wrong", value=None, labels={"missing": why})
@@ -101,10 +104,10 @@ def _wrong(report: NcclReport) -> Measurement:
     return Measurement(name="wrong", value=float(sum(counts)), labels=labels)
 
 
-def _wrong_from_summary(report: NcclReport, largest: float) -> Measurement:
+def _wrong_from_summary(report: NcclReport) -> Measurement:
     """Before 2.13 the rows print the largest deviation, not a count (checks/nccl_tests.py Placement):
     the tool's own count against its tolerance is the "Out of bounds values" summary."""
-    labels = {"source": "Out of bounds values summary", "max_error": f"{largest:g}"}
+    labels = {"source": "Out of bounds values summary"}
     if report.out_of_bounds is None:
         labels["missing"] = "the rows print the largest error, not a count, and the summary is missing"
         return Measurement(name="wrong", value=None, labels=labels)

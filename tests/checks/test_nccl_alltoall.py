@@ -121,7 +121,7 @@ def test_it_reads_an_old_alltoall_whose_error_column_is_a_float_and_trusts_its_s
     assert (out.wrong, out.delta, inplace.wrong, inplace.delta, report.rows[0].redop) == (None, 0.0, None, 1.0, "")
     assert cli.main(["parse", "nccl", str(OLD_FLOAT_ERROR)]) == 0
     found = {m["name"]: m for m in json.loads(capsys.readouterr().out)["measurements"]}
-    assert (found["wrong"]["value"], found["wrong"]["labels"]["max_error"]) == (0, "1")
+    assert (found["wrong"]["value"], found["error_max"]["value"]) == (0, 1)
     assert found["busbw_avg_reported"]["value"] == 0.507636
 
 
