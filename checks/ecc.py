@@ -25,7 +25,10 @@ filtered by time; the whole current boot when NodeContext.since is None).
 Events map to GPUs through the probe's pci_bus_id. A `critical` event (per
 checks/xid.XID_CATALOGUE) or a code in `xid_fail_codes` fails ("GPU 3: Xid 79
 (GPU has fallen off the bus) at ..."), a `warn` event warns, `info` is
-recorded only, codes in `xid_ignore_codes` are recorded and not judged. A
+recorded only, codes in `xid_ignore_codes` are recorded and not judged.
+NVSwitch SXid events (`sxid` measurements, checks/xid.SXID_CATALOGUE; the
+driver's own "Fatal" is never judged milder) are judged the same way and
+named by switch ("NVSwitch 0000:06:00: SXid 20034 (...)"). A
 kernel log that cannot be read (no journalctl and no dmesg, permission
 denied, journalctl blind to the system journal) is `error` "kernel log
 unreadable: ...", never a silent pass. A GPU that stopped answering the probe

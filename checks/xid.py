@@ -267,7 +267,7 @@ def catalogue_entry(kind: str, code: int, message: str = "") -> XidInfo:
 
 
 def xid_action(row: Mapping[str, Any]) -> str:
-    """The catalogue's action for a stored `xid` measurement row (the triage view's "what to do")."""
+    """The catalogue's action for a stored `xid` or `sxid` measurement row (the triage view's "what to do")."""
     labels = row.get("labels") or {}
     if row.get("value") is None:
         return "look the code up in NVIDIA's Xid catalog"
@@ -403,7 +403,7 @@ def xid_measurements(events: list[XidEvent], gpu_by_pci: dict[str, int] | None =
 
 @register_parser("dmesg")
 def parse_dmesg(text: str) -> Parsed:
-    """`dmesg` (any time format) or `journalctl -k` output -> one `xid` measurement per event."""
+    """`dmesg` (any time format) or `journalctl -k` output -> one `xid` / `sxid` measurement per event."""
     events, recognised = parse_kernel_log(text)
     if not recognised and not events:
         first = next((line.strip() for line in text.splitlines() if line.strip()), "")
