@@ -25,7 +25,10 @@ filtered by time; the whole current boot when NodeContext.since is None).
 Events map to GPUs through the probe's pci_bus_id. A `critical` event (per
 checks/xid.XID_CATALOGUE) or a code in `xid_fail_codes` fails ("GPU 3: Xid 79
 (GPU has fallen off the bus) at ..."), a `warn` event warns, `info` is
-recorded only, codes in `xid_ignore_codes` are recorded and not judged. A
+recorded only, codes in `xid_ignore_codes` are recorded and not judged.
+NVSwitch SXid events (`sxid` measurements, checks/xid.SXID_CATALOGUE; the
+driver's own "Fatal" is never judged milder) are judged the same way and
+named by switch ("NVSwitch 0000:06:00: SXid 20034 (...)"). A
 kernel log that cannot be read (no journalctl and no dmesg, permission
 denied, journalctl blind to the system journal) is `error` "kernel log
 unreadable: ...", never a silent pass. A GPU that stopped answering the probe
@@ -210,7 +213,7 @@ class EccHealth(ProbeCheck):
             )),
             Remedy("ecc-remap", RESET_GPU, ("remap_pending", "retired_pages_pending")),
             Remedy("ecc-mode", ENABLE_ECC, ("ecc_enabled", "ecc_pending_enabled")),
-            Remedy("xid", "see the Xid catalogue", ("xid",), action_of=xid_action),
+            Remedy("xid", "see the Xid catalogue", ("xid", "sxid"), action_of=xid_action),
         ),
     )  # fmt: skip
     # NVML's ECC counters, remapped rows and retired pages are counts; the mode and repair states
@@ -235,6 +238,7 @@ class EccHealth(ProbeCheck):
         ),
         # NVIDIA Xid catalog codes are positive integers (1..159 today); SXid codes are larger.
         "xid": Rule("an Xid code", low=1, integer=True),
+        "sxid": Rule("an SXid code", low=1, integer=True),
     }
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
@@ -307,7 +311,7 @@ class EccHealth(ProbeCheck):
         groups: dict[tuple[str, str, int, str], list[Measurement]] = {}
         fatal: dict[int, str] = {}
         for m in measurements:
-            if m.name != "xid" or m.value is None:
+            if m.name not in ("xid", "sxid") or m.value is None:
                 continue
             code = int(m.value)
             severity = m.labels.get("severity", XID_WARN)

@@ -374,23 +374,7 @@ class NcclGroupCheck(GroupCheck, _NcclBase):
         t, floor_note = self.judged_thresholds(thresholds, group)
         hosts = group.hostnames
         where = f" across {_names(hosts)}"
-        findings: list[Finding] = []
-        facts = {m.name: m for m in measurements}
-        ranks, nodes = facts.get("ranks"), facts.get("nodes")
-        if ranks is None or ranks.value is None or nodes is None or nodes.value is None:
-            findings.append(Finding(ERROR, f"no '# Rank ... device' lines: cannot tell which nodes ran{where}"))
-        else:
-            nodes.threshold, nodes.ok = f"== {len(hosts)}", int(nodes.value) == len(hosts)
-            if not nodes.ok:
-                seen = facts["hosts"].text if "hosts" in facts else ""
-                reason = f"ran on {int(nodes.value)} node(s) ({seen}), expected {len(hosts)}{where}"
-                findings.append(Finding(ERROR, reason))
-            expected = _expected_ranks(group)
-            if expected is not None:
-                ranks.threshold, ranks.ok = f"== {expected}", int(ranks.value) == expected
-                if not ranks.ok:
-                    reason = f"ran {int(ranks.value)} ranks, expected {expected} (one per GPU){where}"
-                    findings.append(Finding(ERROR, reason))
+        findings = _coverage({m.name: m for m in measurements}, group, where)
         findings += self.judge(measurements, t, where=where, floor_note=floor_note)
         verdict = Verdict.from_findings(findings, pass_reason=_pass_reason(measurements, t) + where)
         # One run over the whole group cannot say which node is slow: node_verdicts stays empty and
@@ -422,6 +406,29 @@ class NcclAllReduceMulti(NcclGroupCheck):
         # peaks at 182.8 GB/s at 1 GiB.
         "A100-SXM-8": {"min_busbw_gbps": 150.0},
     }
+
+
+def _coverage(facts: dict[str, Measurement], group: GroupContext, where: str) -> list[Finding]:
+    """Did the run cover the group: its hosts (from the rank lines) and one rank per GPU."""
+    hosts = group.hostnames
+    findings: list[Finding] = []
+    ranks, nodes = facts.get("ranks"), facts.get("nodes")
+    if ranks is None or ranks.value is None:
+        return [Finding(ERROR, f"no '# Rank ... device' lines: cannot tell which nodes ran{where}")]
+    if nodes is None or nodes.value is None:
+        why = (nodes.labels.get("missing") if nodes is not None else None) or "no hosts in the rank lines"
+        findings.append(Finding(ERROR, f"{why}: cannot tell which nodes ran{where}"))
+    else:
+        nodes.threshold, nodes.ok = f"== {len(hosts)}", int(nodes.value) == len(hosts)
+        if not nodes.ok:
+            seen = facts["hosts"].text if "hosts" in facts else ""
+            findings.append(Finding(ERROR, f"ran on {int(nodes.value)} node(s) ({seen}), expected {len(hosts)}{where}"))
+    expected = _expected_ranks(group)
+    if expected is not None:
+        ranks.threshold, ranks.ok = f"== {expected}", int(ranks.value) == expected
+        if not ranks.ok:
+            findings.append(Finding(ERROR, f"ran {int(ranks.value)} ranks, expected {expected} (one per GPU){where}"))
+    return findings
 
 
 def _common_gpus(group: GroupContext) -> int | None:

@@ -54,6 +54,9 @@ def measurements_from(report: NcclReport, *, peak_min_bytes: int, collective: st
         missing = {"missing": "no '# Avg bus bandwidth' footer"}
         out.append(Measurement(name="busbw_avg_reported", value=None, unit="GB/s", labels=missing))
     out.append(_wrong(report))
+    deltas = [p.delta for r in report.rows for p in r.placements.values() if p.delta is not None]
+    if deltas:  # recorded, not judged: the tool judged it against its tolerance (the summary)
+        out.append(Measurement(name="error_max", value=max(deltas)))
     out += _ranks(report)
     out.append(_collective(report, collective))
     if report.nccl_version:
@@ -90,6 +93,9 @@ def _wrong(report: NcclReport) -> Measurement:
     """#wrong summed row by row (table_problems refused negative counts, so none can cancel
     another, and a summary that disagrees with the rows); missing when results were not validated."""
     counts = [p.wrong for r in report.rows for p in r.placements.values() if p.wrong is not None]
+    deltas = [p.delta for r in report.rows for p in r.placements.values() if p.delta is not None]
+    if not counts and deltas:
+        return _wrong_from_summary(report)
     if not counts:
         why = "#wrong is N/A: results were not validated (run with -c 1)"
         return Measurement(name="wrong", value=None, labels={"missing": why})
@@ -98,15 +104,31 @@ def _wrong(report: NcclReport) -> Measurement:
     return Measurement(name="wrong", value=float(sum(counts)), labels=labels)
 
 
+def _wrong_from_summary(report: NcclReport) -> Measurement:
+    """Before 2.13 the rows print the largest deviation, not a count (checks/nccl_tests.py Placement):
+    the tool's own count against its tolerance is the "Out of bounds values" summary."""
+    labels = {"source": "Out of bounds values summary"}
+    if report.out_of_bounds is None:
+        labels["missing"] = "the rows print the largest error, not a count, and the summary is missing"
+        return Measurement(name="wrong", value=None, labels=labels)
+    return Measurement(name="wrong", value=float(report.out_of_bounds), labels=labels)
+
+
 def _ranks(report: NcclReport) -> list[Measurement]:
-    """Ranks, nodes, hosts and GPU models from the "# Rank ... device" lines."""
+    """Ranks, nodes, hosts and GPU models from the "# Rank ... device" lines. Ranks are counted by
+    their numbers (the highest + 1); when some lines are left out, the hosts that ran them are
+    unknown, so `nodes` is missing rather than the count of the hosts that happen to be listed."""
     if not report.ranks:
         return [Measurement(name="ranks", value=None, labels={"missing": "no '# Rank ... device' lines"})]
-    out = [
-        Measurement(name="ranks", value=float(len(report.ranks))),
-        Measurement(name="nodes", value=float(len(report.hosts))),
-        Measurement(name="hosts", text=",".join(report.hosts)),
-    ]
+    count, unlisted = report.rank_count, report.ranks_unlisted
+    if unlisted:
+        why = f"{unlisted} of {count} ranks have no '# Rank' line (left out of the output): which hosts ran is unknown"
+        ranks = Measurement(name="ranks", value=float(count), labels={"listed": str(len(report.ranks))})
+        nodes = Measurement(name="nodes", value=None, labels={"missing": why, "listed": str(len(report.hosts))})
+    else:
+        ranks = Measurement(name="ranks", value=float(count))
+        nodes = Measurement(name="nodes", value=float(len(report.hosts)))
+    out = [ranks, nodes, Measurement(name="hosts", text=",".join(report.hosts))]
     models = sorted({r.model for r in report.ranks if r.model})
     if models:
         out.append(Measurement(name="gpu_models", text=",".join(models)))

@@ -11,8 +11,12 @@ format is read, by the column names of the table's header:
 - before 2.13 the leading columns depend on the collective (all_gather / sendrecv:
   `size count type`; broadcast / scatter / gather: `+ root`; all_reduce / reduce_scatter /
   alltoall: `+ redop`, left blank by alltoall, so its rows are one token short; reduce:
-  `+ redop root`), the last column of each placement is `error`,
+  `+ redop root`), the last column of each placement is `error` (older versions print there the
+  largest deviation as a float, `0e+00`, judged by the tool's own summary; see `Placement`),
   rank lines have no `Group`, and the footer may lack its leading '#'.
+
+Ranks are counted by their numbers (0..n-1), not by their lines: a shared output often elides the
+middle of a long "# Rank" list with a `...` line (`NcclReport.rank_count`).
 
 What a complete run prints last is its summary, "# Out of bounds values : N OK|FAILED" and
 "# Avg bus bandwidth : X" (src/util.cu writeResultFooter): without both, the run stopped early
@@ -78,7 +82,11 @@ class Placement:
     time_us: float | None
     algbw: float | None
     busbw: float | None
-    wrong: int | None  # None: N/A (validation disabled)
+    wrong: int | None  # None: N/A (validation disabled), or a format that prints the error, not a count
+    # Before 2.13 the `error` column is the largest deviation found (src/common.cu: "%5.0le" of
+    # maxDelta, e.g. `0e+00`, `2e-06`), not a count: the tool judges it against its own tolerance,
+    # and its verdict is the "Out of bounds values" summary. Some versions star a result past it.
+    delta: float | None = None
 
 
 @dataclass
@@ -113,6 +121,9 @@ class Layout:
 
     leading: dict[str, int]
     placements: tuple[tuple[str, dict[str, int]], ...]
+    # The last column is named `error` (before 2.13: the largest deviation, a float) rather than
+    # `#wrong` (a count): only then is a float in it read.
+    deviation: bool = False
 
     @property
     def width(self) -> int:
@@ -141,7 +152,7 @@ def layout_of(header: list[str]) -> Layout | None:
         if set(cols) != {"time", "algbw", "busbw", "wrong"}:
             return None
         placements.append((name, cols))
-    return Layout(leading=leading, placements=tuple(placements))
+    return Layout(leading=leading, placements=tuple(placements), deviation="error" in header)
 
 
 def _guess_layout(tokens: list[str]) -> Layout:
@@ -183,6 +194,18 @@ class NcclReport:
         return seen
 
     @property
+    def rank_count(self) -> int:
+        """How many ranks ran: nccl-tests numbers them 0..n-1 (src/common.cu: rank =
+        proc*nThreads*nGpus + i), so the highest one listed counts them even where an edited output
+        left lines out (a `...` in place of ranks 2-125)."""
+        return max((r.rank for r in self.ranks), default=-1) + 1
+
+    @property
+    def ranks_unlisted(self) -> int:
+        """Rank numbers below the highest with no '# Rank' line: which hosts ran them is unknown."""
+        return self.rank_count - len({r.rank for r in self.ranks})
+
+    @property
     def complete(self) -> bool:
         """The run printed its closing summary: every size ran."""
         return self.out_of_bounds is not None and self.avg_busbw is not None
@@ -213,8 +236,17 @@ def _number(token: str) -> float | None:
     return None if token.upper() == "N/A" else float(token)
 
 
-def _count(token: str) -> int | None:
-    return None if token.upper() == "N/A" else int(token)
+def _wrong(token: str, deviation: bool) -> tuple[int | None, float | None]:
+    """(#wrong, largest error) of one `#wrong` / `error` cell: '0' -> (0, None); in an `error` column
+    '2e-06' -> (None, 2e-06) (the old format's deviation, judged by the summary) and '1e+00*' -> (1, 1.0)
+    (starred: the tool counted this result wrong); 'N/A' -> (None, None). ValueError otherwise."""
+    if token.upper() == "N/A":
+        return None, None
+    if token.lstrip("+-").isdigit() or not deviation:
+        return int(token), None
+    starred = token.endswith("*")
+    delta = float(token.removesuffix("*"))
+    return (1 if starred else None), delta
 
 
 def _openmpi_error(text: str) -> str:
@@ -330,7 +362,7 @@ def _row(tokens: list[str], layout: Layout) -> Row | None:
                 _number(tokens[cols["time"]]),
                 _number(tokens[cols["algbw"]]),
                 _number(tokens[cols["busbw"]]),
-                _count(tokens[cols["wrong"]]),
+                *_wrong(tokens[cols["wrong"]], layout.deviation),
             )
             for name, cols in layout.placements
         }
@@ -354,6 +386,8 @@ _BW_RULE = evidence.UNIT_RULES["GB/s"]
 # whose time is a kernel launch, so algbw can exceed every physical bound while busbw (the traffic,
 # x 2(n-1)/n = 0) cannot. Finite and non-negative, then.
 ALGBW_RULE = evidence.Rule("an algorithm bandwidth", low=0.0)
+# The old format's error column: an absolute deviation, finite and non-negative.
+_DELTA_RULE = evidence.Rule("a deviation", low=0.0)
 
 
 def table_problems(report: NcclReport) -> list[str]:
@@ -384,6 +418,8 @@ def _cell_problems(row: Row) -> list[str]:
             if value is not None and (why := evidence.number_problem(label, value, rule, where=place, unit=unit)):
                 found.append(why)
         if p.wrong is not None and (why := evidence.number_problem("#wrong", p.wrong, evidence.COUNT, where=place)):
+            found.append(why)
+        if p.delta is not None and (why := evidence.number_problem("error", p.delta, _DELTA_RULE, where=place)):
             found.append(why)
     return found
 
@@ -423,7 +459,7 @@ def infer_collective(report: NcclReport) -> str:
     size = count x type size x ranks tell most apart; before 2.13 only alltoall leaves its redop
     blank. Ties stay unnamed (''): from 2.13 all_gather and alltoall print the same columns, and
     scatter and gather always do."""
-    n = len(report.ranks)
+    n = report.rank_count
     layout = report.layout
     if n < 2 or layout is None:
         return ""

@@ -65,7 +65,7 @@ COMPLETION_MARKERS: dict[str, tuple[re.Pattern[str], str]] = {
 }
 
 
-# Parser kinds whose measurements are events (dmesg: one `xid` per Xid/SXid line).
+# Parser kinds whose measurements are events (dmesg: one `xid` per Xid, one `sxid` per SXid event).
 EVENT_LOGS = frozenset({"dmesg"})
 
 

@@ -10,8 +10,10 @@ Kernel log lines come in several timestamp styles, all understood here:
                                                 `--decode`'s `kern  :warn  : ` prefix)
 - `2026-11-30T15:00:00+0000 host kernel: ...`   `journalctl -o short-iso` (+ `-precise`)
 
-One `xid` Measurement per event line: value = the code; `gpu` = the GPU index when the caller
-maps the PCI address (probe `pci_bus_id`), else None; `text` = the driver's message; labels:
+One `xid` Measurement per GPU event and one `sxid` Measurement per NVSwitch event (its follow-up
+`Severity ...` / `Data {...}` lines folded into it, labels `device` "nvswitch1", `link` "48" and
+`detail`): value = the code; `gpu` = the GPU index when the caller maps the PCI address (probe
+`pci_bus_id`), else None (always None for an SXid); `text` = the driver's message; labels:
 `kind` (xid|sxid), `pci` (normalised `dddd:bb:dd`, function dropped), `severity`
 (critical|warn|info, from `XID_CATALOGUE` / `SXID_CATALOGUE`), `meaning`, `time` (ISO 8601 when
 the line says when, else the raw stamp) and `time_format` (iso|ctime|monotonic|syslog).
@@ -47,7 +49,7 @@ INFO = "info"
 XID_DOC = "NVIDIA Xid Errors doc, Xid catalog (docs.nvidia.com/deploy/xid-errors)"
 DEBUG_GUIDE = "NVIDIA GPU Debug Guidelines (docs.nvidia.com/deploy/gpu-debug-guidelines)"
 MEMORY_DOC = "NVIDIA GPU Memory Error Management / Dynamic Page Retirement docs"
-NVSWITCH_DOC = "NVIDIA Fabric Manager user guide, NVSwitch SXid errors"
+NVSWITCH_DOC = "NVIDIA Fabric Manager user guide (DU-09883-001), NVSwitch SXid errors"
 
 
 @dataclass(frozen=True)
@@ -132,9 +134,35 @@ XID_CATALOGUE: dict[int, XidInfo] = {
     158: XidInfo("GPU fatal timeout", CRITICAL, "reset the GPU", XID_DOC),
 }
 
+# SXid codes: the Fabric Manager user guide (DU-09883-001_v1.3, "Non-Fatal NVSwitch SXid Errors" and
+# "Fatal NVSwitch SXid Errors") as leptonai/gpud transcribes it (components/accelerator/nvidia/sxid/
+# sxid.go at 09b59a5b). Its corrected single-bit ECC codes have "no guest VM impact" (the NVSwitch
+# corrects them): on new hardware, a warning worth a look, like Xid 92. Its fatal codes ask to restart
+# the system and, when the SXid returns, to inspect and repair the NVSwitch: critical.
+_SBE = "NVSwitch single-bit ECC error (corrected by the switch)"
+_SBE_ACTION = "none for the workload; watch for recurrence on new hardware"
+_SBE_CODES = (11012, 11021, 11022, 11023, 12021, 12023, 15008, 15011, 19049, 19055, 19057, 19059, 19062, 19065,
+              19068, 19071, 24001)  # fmt: skip
+_FATAL_ACTION = "reboot the node to reset the NVSwitch; inspect and repair it if the SXid returns"
 SXID_CATALOGUE: dict[int, XidInfo] = {
     11004: XidInfo("NVSwitch ingress invalid ACL", CRITICAL, "reset the NVSwitch tray / node", NVSWITCH_DOC),
+    **{code: XidInfo(_SBE, WARN, _SBE_ACTION, NVSWITCH_DOC) for code in _SBE_CODES},
     12028: XidInfo("NVSwitch egress non-posted PRIV error", WARN, "watch for recurrence", NVSWITCH_DOC),
+    15001: XidInfo("NVSwitch route buffer over/underflow", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    15006: XidInfo("NVSwitch route transdone over/underflow", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    15009: XidInfo("NVSwitch route GLT double-bit ECC error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    15010: XidInfo("NVSwitch route parity error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    15012: XidInfo("NVSwitch route incoming double-bit ECC error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    15013: XidInfo("NVSwitch route credit parity error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    19047: XidInfo("NVSwitch NCISOC header double-bit ECC error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    19048: XidInfo("NVSwitch NCISOC data double-bit ECC error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    19054: XidInfo("NVSwitch HDR RAM double-bit ECC error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    19056: XidInfo("NVSwitch DAT0 RAM double-bit ECC error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    19058: XidInfo("NVSwitch DAT1 RAM double-bit ECC error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    19060: XidInfo("NVSwitch CREQ RAM header double-bit ECC error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    19061: XidInfo("NVSwitch CREQ RAM data double-bit ECC error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    19063: XidInfo("NVSwitch response RAM header double-bit ECC error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
+    19064: XidInfo("NVSwitch response RAM data double-bit ECC error", CRITICAL, _FATAL_ACTION, NVSWITCH_DOC),
     20034: XidInfo("NVSwitch LTSSM fault (NVLink link down)", CRITICAL, "check the NVLink / trunk link", NVSWITCH_DOC),
     22013: XidInfo("NVSwitch minion link DLREQ fault", CRITICAL, "reset the NVSwitch tray / node", NVSWITCH_DOC),
 }
@@ -159,6 +187,7 @@ _SXID_DEVICE = re.compile(r"nvidia-(?P<device>nvswitch\d+):?\s+SXid\b")
 _SXID_CONTINUATION = re.compile(r"^(Severity \d+\b|Data \{)")
 _SXID_LINK = re.compile(r"\bLink (?P<link>\d+)\b")
 _SXID_ENGINE = re.compile(r"\bEngine instance (?P<link>\d+)\b")
+_SXID_FATAL = re.compile(r"^(Fatal|Non-fatal)\b", re.IGNORECASE)  # the driver's own word on the head line
 
 
 # Xid 144-149 (decoded in checks/xid_nvlink5.py):
@@ -238,7 +267,7 @@ def catalogue_entry(kind: str, code: int, message: str = "") -> XidInfo:
 
 
 def xid_action(row: Mapping[str, Any]) -> str:
-    """The catalogue's action for a stored `xid` measurement row (the triage view's "what to do")."""
+    """The catalogue's action for a stored `xid` or `sxid` measurement row (the triage view's "what to do")."""
     labels = row.get("labels") or {}
     if row.get("value") is None:
         return "look the code up in NVIDIA's Xid catalog"
@@ -364,14 +393,17 @@ def xid_measurements(events: list[XidEvent], gpu_by_pci: dict[str, int] | None =
         for name in ("device", "link", "detail"):
             if getattr(e, name):
                 labels[name] = getattr(e, name)
+        if e.kind == "sxid" and (word := _SXID_FATAL.match(e.message)):
+            labels["driver_severity"] = "Fatal" if word[1].lower() == "fatal" else "Non-fatal"
         gpu = mapping.get(e.pci) if e.kind == "xid" else None
-        out.append(Measurement(name="xid", value=float(e.code), gpu=gpu, text=e.message, labels=labels))
+        # An NVSwitch event is its own measurement (`sxid`): it names a switch, never a GPU.
+        out.append(Measurement(name=e.kind, value=float(e.code), gpu=gpu, text=e.message, labels=labels))
     return out
 
 
 @register_parser("dmesg")
 def parse_dmesg(text: str) -> Parsed:
-    """`dmesg` (any time format) or `journalctl -k` output -> one `xid` measurement per event."""
+    """`dmesg` (any time format) or `journalctl -k` output -> one `xid` / `sxid` measurement per event."""
     events, recognised = parse_kernel_log(text)
     if not recognised and not events:
         first = next((line.strip() for line in text.splitlines() if line.strip()), "")

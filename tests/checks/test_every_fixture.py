@@ -41,6 +41,7 @@ KINDS: dict[str, str] = {
     "power/redfish_power_*.json": "redfish_power",
     "mdtest/*.txt": "mdtest",
     "nccl-tests/*_perf_*.txt": "nccl",
+    "nccl-alltoall/*.txt": "nccl",
     "nvbandwidth/*.txt": "nvbandwidth",
     "perftest/*.txt": "perftest",
     "nvidia-smi/*.xml": "nvidia_smi_xml",

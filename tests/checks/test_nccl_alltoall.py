@@ -15,7 +15,7 @@ from checks import get_check, localise
 from checks.base import ERROR, FAIL, PASS, WARN, CommandOutput, GroupContext, NodeContext, run_group_check
 from checks.nccl import PEAK_ENV, hostfile_path
 from checks.nccl_alltoall import floor_scale
-from checks.nccl_tests import infer_collective, parse_report
+from checks.nccl_tests import infer_collective, parse_report, wrong_rows
 from checks.profiles import resolve_thresholds
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 from worker.ssh import LocalTransport, NodeTarget
@@ -23,6 +23,9 @@ from worker.ssh import LocalTransport, NodeTarget
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-alltoall"
 RTX_2NODE = "alltoall_perf-2nodes-16ranks-rtx6000d-cx8-full-sweep.txt"
 GB300_RACK = "alltoall_perf-gb300-16hosts-64ranks-1rack-oci.txt"
+GB300_2RACKS = "alltoall_perf-gb300-32hosts-128ranks-2racks-oci.txt"
+OLD_FORMAT = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-tests"
+OLD_FLOAT_ERROR = OLD_FORMAT / "alltoall_perf_8node_v100_error_column_float_issue78.txt"
 RTX_HOSTS = ("R6KD-CX8aaS-GPU-11", "R6KD-CX8aaS-GPU-12")
 KIND = "nccl_alltoall_multi"
 FAST = {"min_bytes": "1M", "max_bytes": "1G", "peak_min_bytes": "512M", "iters": 5, "warmup_iters": 1}
@@ -59,13 +62,16 @@ def h100() -> dict[str, Any]:
     [
         # busbw = algbw x 15/16 (16 ranks); the peak over sizes >= 1 GiB (41.19 at 512 MiB is below it).
         (RTX_2NODE, 41.14, 1 << 30, 16, 2, 21.1462),
-        # The doc elided ranks 2-61 ("..."): 4 rank lines, 2 hosts; busbw = algbw x 63/64 at 16 GiB.
-        (GB300_RACK, 666.92, 16 << 30, 4, 2, 370.718),
+        # The doc elided ranks 2-61 ("..."): 4 rank lines, the highest Rank 63, so 64 ranks; which
+        # hosts ran the unlisted ones is unknown (nodes missing). busbw = algbw x 63/64 at 16 GiB.
+        (GB300_RACK, 666.92, 16 << 30, 64, None, 370.718),
+        # 32 hosts x 4 GB300 over two racks, ranks 2-125 elided: Rank 127 -> 128 ranks.
+        (GB300_2RACKS, 47.67, 16 << 30, 128, None, 28.0844),
     ],
 )
 def test_it_parses_the_real_alltoall_outputs_from_the_command_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, peak: float, size: int, ranks: int, nodes: int,
-    avg: float,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, peak: float, size: int, ranks: int,
+    nodes: int | None, avg: float,
 ) -> None:  # fmt: skip
     assert cli.main(["parse", "nccl", str(FIXTURES / name)]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -78,8 +84,10 @@ def test_it_parses_the_real_alltoall_outputs_from_the_command_line(
 def test_the_busbw_of_the_fixtures_is_algbw_times_n_minus_1_over_n() -> None:
     """nccl-tests' alltoall factor (doc/PERFORMANCE.md): the parser reads busbw as printed, and the
     printed numbers hold to it (16 ranks: 15/16; the GB300 run's 64 ranks: 63/64)."""
-    for name, n in ((RTX_2NODE, 16), (GB300_RACK, 64)):
-        for row in parse_report(fixture(name)).rows:
+    for name, n in ((RTX_2NODE, 16), (GB300_RACK, 64), (GB300_2RACKS, 128)):
+        report = parse_report(fixture(name))
+        assert report.rank_count == n
+        for row in report.rows:
             p = row.placements["out-of-place"]
             assert p.busbw == pytest.approx(p.algbw * (n - 1) / n, abs=0.011), (name, row.size)
 
@@ -94,6 +102,52 @@ def test_it_names_an_old_format_alltoall_from_its_blank_redop() -> None:
     first, last = report.rows[0], report.rows[-1]
     assert (first.redop, first.root, last.placements["out-of-place"].busbw) == ("", None, 41.03)
     assert (report.named, infer_collective(report)) == ("", "alltoall")
+
+
+def test_it_counts_the_ranks_of_a_run_whose_rank_lines_were_elided_by_their_numbers() -> None:
+    report = parse_report(fixture(GB300_2RACKS))
+    assert ([r.rank for r in report.ranks], report.hosts) == ([0, 1, 126, 127], ["GPU-5705", "GPU-1631"])
+    assert (report.rank_count, report.ranks_unlisted) == (128, 124)
+
+
+def test_it_reads_an_old_alltoall_whose_error_column_is_a_float_and_trusts_its_summary(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Before 2.13 `error` is the largest deviation ("%5.0le"), not a count; alltoall's in-place 1e+00
+    is not a validation (later versions print N/A there) and the tool's summary says 0 out of bounds."""
+    report = parse_report(OLD_FLOAT_ERROR.read_text())
+    assert report.unreadable == [] and len(report.rows) == 2
+    out, inplace = report.rows[0].placements["out-of-place"], report.rows[0].placements["in-place"]
+    assert (out.wrong, out.delta, inplace.wrong, inplace.delta, report.rows[0].redop) == (None, 0.0, None, 1.0, "")
+    assert cli.main(["parse", "nccl", str(OLD_FLOAT_ERROR)]) == 0
+    found = {m["name"]: m for m in json.loads(capsys.readouterr().out)["measurements"]}
+    assert (found["wrong"]["value"], found["error_max"]["value"]) == (0, 1)
+    assert found["busbw_avg_reported"]["value"] == 0.507636
+
+
+def test_an_elided_run_over_32_hosts_cannot_say_which_nodes_ran() -> None:
+    hosts = tuple(f"GPU-{i}" for i in range(32))
+    check = get_check(KIND)
+    params = check.make_params({})
+    write, run = check.group_commands(params, group(*hosts, gpus=4))
+    outputs = [CommandOutput(write, "", "", 0), CommandOutput(run, fixture(GB300_2RACKS), "", 0)]
+    measurements, verdict = run_group_check(check, None, h100(), outputs, group(*hosts, gpus=4))
+    assert verdict.status == ERROR
+    assert "124 of 128 ranks have no '# Rank' line" in verdict.reason
+    ranks = next(m for m in measurements if m.name == "ranks")
+    assert (ranks.value, ranks.ok) == (128, True)  # 32 hosts x 4 GPUs: the count itself is right
+
+
+def test_a_starred_old_error_counts_as_a_wrong_result() -> None:
+    # Some pre-2.13 versions star a result past the tolerance ("%5.0le%s", error ? "*" : "").
+    text = (
+        OLD_FLOAT_ERROR.read_text()
+        .replace("0.51  0e+00   519562", "0.51  3e+00*  519562")
+        .replace("Out of bounds values : 0 OK", "Out of bounds values : 1 FAILED")
+    )
+    report = parse_report(text)
+    assert report.rows[0].placements["out-of-place"].wrong == 1
+    assert wrong_rows(report) == ["256 MiB out-of-place: 1"]
 
 
 # --- group verdicts on the real output ----------------------------------------------------------

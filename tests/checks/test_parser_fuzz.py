@@ -45,7 +45,7 @@ FIXTURE_GLOBS: dict[str, tuple[str, ...]] = {
     "ipmitool_dcmi_power": ("ipmitool-dcmi/dcmi-*.txt", "power/dcmi_*.txt"),
     "ipmitool_sdr": ("ipmitool/*.txt",),
     "ipmitool_sdr_power": ("ipmitool-dcmi/sdr-*.txt", "power/sdr_*.txt"),
-    "nccl": ("nccl-tests/*_perf_*.txt",),
+    "nccl": ("nccl-tests/*_perf_*.txt", "nccl-alltoall/*.txt"),
     "nvbandwidth": ("nvbandwidth/*.txt",),
     "perftest": ("perftest/*.txt",),
     "nvidia_smi_fabric": ("nvidia-smi-fabric/nvidia-smi-q-*.txt",),

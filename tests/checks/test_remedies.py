@@ -52,3 +52,8 @@ def test_the_xid_remedy_reads_the_catalogue_per_code() -> None:
     assert remedy.action_for({"value": 79.0, "text": "", "labels": {}}) == xid_action({"value": 79.0, "labels": {}})
     assert "catalog" in xid_action({"value": 99999.0, "labels": {}})
     assert "catalog" in xid_action({"value": None, "labels": {}})
+    sxid = presentation_of("ecc_health").remedy_for("sxid")
+    assert sxid.cause == "xid"
+    assert (
+        sxid.action_for({"value": 20034.0, "text": "", "labels": {"kind": "sxid"}}) == "check the NVLink / trunk link"
+    )

@@ -98,7 +98,7 @@ def test_it_fails_ecc_health_on_the_nvswitch_sxids_naming_each_switch() -> None:
     assert verdict.status == FAIL
     for switch in ("0000:05:00", "0000:06:00", "0000:07:00"):
         assert f"NVSwitch {switch}: SXid 20034 (NVSwitch LTSSM fault (NVLink link down))" in verdict.reason
-    sxids = [m for m in measurements if m.name == "xid" and m.labels["kind"] == "sxid"]
+    sxids = [m for m in measurements if m.name == "sxid"]
     assert len(sxids) == 5
     assert all(m.ok is False for m in sxids)
 
@@ -112,3 +112,42 @@ def test_it_parses_the_fixture_through_the_cli_guard() -> None:
         "nvswitch2",
         "nvswitch0",
     ]
+
+
+def test_each_nvswitch_event_is_an_sxid_measurement_with_code_switch_and_driver_severity() -> None:
+    parsed = parse_output("dmesg", FIXTURE.read_text())
+    assert [m.name for m in parsed.measurements] == ["xid", "sxid", "sxid", "sxid", "sxid", "sxid"]
+    first = parsed.measurements[1]
+    assert (first.value, first.gpu, first.text) == (20034.0, None, "Fatal, Link 48 LTSSM Fault Up")
+    assert {k: first.labels[k] for k in ("kind", "pci", "device", "link", "severity", "driver_severity")} == {
+        "kind": "sxid",
+        "pci": "0000:06:00",
+        "device": "nvswitch1",
+        "link": "48",
+        "severity": CRITICAL,
+        "driver_severity": "Fatal",
+    }
+    # The headless "Severity 1 Engine instance 60" report says neither Fatal nor Non-fatal.
+    assert "driver_severity" not in parsed.measurements[3].labels
+
+
+@pytest.mark.parametrize(
+    ("code", "word", "severity", "meaning"),
+    [
+        # Fabric Manager guide via gpud sxid.go: a corrected single-bit ECC error, no workload impact.
+        (19049, "Non-fatal", WARN, "NVSwitch single-bit ECC error (corrected by the switch)"),
+        # ... and a fatal double-bit one: reboot, inspect the switch if it returns.
+        (19054, "Fatal", CRITICAL, "NVSwitch HDR RAM double-bit ECC error"),
+    ],
+)
+def test_it_takes_the_sxid_meaning_and_severity_from_the_fabric_manager_table(
+    code: int, word: str, severity: str, meaning: str
+) -> None:
+    line = f"[1.0] nvidia-nvswitch3: SXid (PCI:0000:88:00.0): {code}, {word}, Link 12 whatever the driver says"
+    (m,) = parse_output("dmesg", line).measurements
+    assert (m.name, m.labels["severity"], m.labels["meaning"], m.labels["driver_severity"]) == (
+        "sxid",
+        severity,
+        meaning,
+        word,
+    )

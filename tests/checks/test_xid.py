@@ -84,6 +84,7 @@ def test_it_reads_iso_decoded_dmesg_and_ignores_other_kernel_lines() -> None:
 def test_it_reads_monotonic_stamps_and_sxids() -> None:
     ms = parse_dmesg(fixture("dmesg_xid94_xid64_sxid_pcie_limited_imbue.txt")).measurements
     assert [(int(m.value), m.labels["kind"]) for m in ms] == [(94, "xid"), (64, "xid"), (12028, "sxid")]
+    assert [m.name for m in ms] == ["xid", "xid", "sxid"]  # the NVSwitch event is its own measurement
     assert ms[1].labels["severity"] == CRITICAL  # all reserved rows remapped: RMA candidate
     assert (ms[2].labels["pci"], ms[2].labels["severity"]) == ("0000:85:00", "warn")
     assert ms[0].labels["time"] == "2397166.983093"

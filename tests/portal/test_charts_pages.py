@@ -246,6 +246,8 @@ def test_it_shows_ecc_counts_per_gpu_and_xid_events_escaped(viewer, run) -> None
     add_measurement(result, "ecc_volatile_uncorrected", value=0, gpu=4)
     add_measurement(result, "xid", value=79, gpu=5, text="GPU has fallen off the bus <b>x</b>",
                     labels={"severity": "critical", "time": "2025-01-01T00:00:00", "pci": "0000:b5:00.0"})  # fmt: skip
+    add_measurement(result, "sxid", value=20034, text="Fatal, Link 48 LTSSM Fault Up",
+                    labels={"kind": "sxid", "severity": "critical", "pci": "0000:06:00"})  # fmt: skip
 
     page = viewer.get(reverse("runs:result_detail", args=[result.pk])).content.decode()
     table = viewer.get(reverse("charts:result_ecc", args=[result.pk])).content.decode()
@@ -254,6 +256,7 @@ def test_it_shows_ecc_counts_per_gpu_and_xid_events_escaped(viewer, run) -> None
     assert "volatile uncorr." in table
     assert 'class="num bad"' in table
     assert "XID 79" in table and "critical" in table and "2025-01-01T00:00:00" in table
+    assert "SXID 20034" in table and "Fatal, Link 48 LTSSM Fault Up" in table and "Xid events (2)" in table
     assert "&lt;b&gt;x&lt;/b&gt;" in table and "<b>x</b>" not in table
     assert viewer.get(reverse("charts:result_figure", args=[result.pk])).status_code == 404
 

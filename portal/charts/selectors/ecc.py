@@ -24,6 +24,8 @@ ECC_COLUMNS = (
 
 
 _COUNTERS = frozenset(name for name, _ in ECC_COLUMNS)
+# Kernel log events: GPU Xids and NVSwitch SXids (checks/xid.py), shown in one table.
+XID_NAMES = ("xid", "sxid")
 
 
 def in_ecc_table(kind: str) -> Callable[[Measurement], bool] | None:
@@ -32,7 +34,7 @@ def in_ecc_table(kind: str) -> Callable[[Measurement], bool] | None:
     out instead of showing them twice. None for the other families."""
     if chart_kind(kind) != "ecc":
         return None
-    return lambda m: m.name == "xid" or (m.name in _COUNTERS and m.gpu is not None)
+    return lambda m: m.name in XID_NAMES or (m.name in _COUNTERS and m.gpu is not None)
 
 
 @dataclass
@@ -53,7 +55,7 @@ def ecc_result(*, result: CheckResult, xid_limit: int = 200) -> EccData:
         cells.setdefault(m.gpu, {})[m.name] = m
     present = [(n, label) for n, label in ECC_COLUMNS if any(n in c for c in cells.values())]
     rows = [(gpu, [cells[gpu].get(n) for n, _ in present]) for gpu in sorted(cells)]
-    xid_qs = Measurement.objects.filter(result=result, name="xid").order_by("id")
+    xid_qs = Measurement.objects.filter(result=result, name__in=XID_NAMES).order_by("id")
     xids = list(xid_qs[:xid_limit])
     return EccData(
         columns=[label for _, label in present],
