@@ -6,7 +6,9 @@ client or server exited badly or was stopped at its deadline, its output does no
 (checks/perftest.py), it ran on another HCA than planned, or GPUDirect was asked for (--use_cuda)
 and either end's output shows no GPU buffer. It is `fail` when it ran and is out of spec: its
 bandwidth at the largest size below `min_bw_gbps`, its typical latency above
-`max_lat_typical_us`, or its link type not the expected one.
+`max_lat_typical_us`, or its link type not the expected one. Its peak (`pair_bw_peak_gbps`) is
+recorded, never judged; where perftest measured none (duration mode prints 0.00) it is value None
+with `labels["not_measured"]`, never 0 Gb/s.
 
 Localisation, per rail, on the ring (each port is measured twice, as client of its successor and as
 server of its predecessor, against two partners):
