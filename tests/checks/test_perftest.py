@@ -25,6 +25,7 @@ CUDA_CLIENT = "ib_write_bw-a-use_cuda-a100-ib-k8s-client.txt"
 CUDA_SERVER = "ib_write_bw-a-use_cuda-a100-ib-k8s-server.txt"
 DOCS = "ib_write_bw-a-use_cuda-dmabuf-roce100g-gpu-operator-docs-complete.txt"
 DURATION = "ib_write_bw-D60-use_cuda-dmabuf-a40-roce-duration-client.txt"
+UD_DURATION = "ib_send_bw-D10-UD-roce-cpufreq-warning-duration-mbps.txt"
 CUT = (
     "ib_write_bw-a-use_cuda-dmabuf-roce100g-gpu-operator-docs.txt",
     "ib_read_lat-roce-sriov-vf-cpufreq-warnings-spiderpool.txt",
@@ -159,6 +160,19 @@ def test_a_duration_mode_peak_is_recorded_as_not_measured_never_zero() -> None:
     assert one(measured_text(real), "bw_peak_gbps", 65536).value == 182.01
 
 
+def test_a_duration_run_with_a_cpu_warning_before_its_row_reads_both_ways() -> None:
+    parsed = parse_output("perftest", read(UD_DURATION))
+    ms = parsed.measurements
+    assert one(ms, "bw_peak_gbps", 4096).value is None
+    avg = one(ms, "bw_avg_gbps", 4096)
+    assert avg.value == round(11288.12 * MIB_PER_S_IN_GBPS, 4) and avg.labels["converted_from"] == "MB/sec"
+    assert one(ms, "msg_rate_mpps", 4096).value == 2.88976
+    assert [w for w in parsed.warnings if w.startswith("skipped")] == [
+        "skipped in the result table (a warning, not a row): Conflicting CPU frequency values detected: "
+        "800.565000 != 3311.538000. CPU Frequency is not max."
+    ]
+
+
 def measured_text(text: str) -> list[Measurement]:
     return parse_output("perftest", text).measurements
 
@@ -202,7 +216,7 @@ def test_it_refuses_the_captures_cut_before_the_closing_line(name: str) -> None:
         parse_perftest(read(name))
 
 
-@pytest.mark.parametrize("name", [NDR, HDR, MBPS, LAT])
+@pytest.mark.parametrize("name", [NDR, HDR, MBPS, LAT, UD_DURATION])
 def test_it_refuses_a_table_cut_anywhere(name: str) -> None:
     text = read(name)
     closing = text.rstrip().rfind("\n")
