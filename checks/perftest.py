@@ -67,7 +67,7 @@ _INTEGER = re.compile(r"^\d+$")
 # Lines perftest and libibverbs print among the result rows that are not rows (module docstring).
 _TABLE_NOTE = re.compile(
     r"^(Conflicting CPU frequency values detected: [\d.]+ != [\d.]+\. CPU Frequency is not max\.$"
-    r"|WARNING: |libibverbs: Warning: )"
+    r"|(?i:warning): |libibverbs: Warning: )"
 )
 # perftest_parameters.c, duration mode and --run_infinitely: the peak column then holds 0.00.
 _NO_PEAK = re.compile(r"^WARNING: BW peak won't be measured in this run\.$", re.MULTILINE)
