@@ -11,8 +11,14 @@ What one output holds (perftest src/perftest_parameters.h and .c):
   "Host allocation selected, calling memalign allocator ..." and "... for type CUDA_MEM_MALLOC";
 - the results: a column header ("#bytes #iterations BW peak[Gb/sec] BW average[Gb/sec]
   MsgRate[Mpps]", or "t_min[usec] ... 99.9% percentile[usec]"), one row per message size, and a
-  closing dashed line (RESULT_LINE, printed after the last size). Warnings ("Conflicting CPU
-  frequency values detected ...") may be printed between rows; they are kept as warnings.
+  closing dashed line (RESULT_LINE, printed after the last size). Known warnings may be printed
+  between the column header and the rows or between rows: get_clock.c's "Conflicting CPU frequency
+  values detected: A != B. CPU Frequency is not max." (once per size, without -F), perftest's own
+  "WARNING: ..." lines and libibverbs' "libibverbs: Warning: ...". They are skipped and kept as
+  warnings, each saying it was skipped; any other line in the table that is not a row is refused.
+- in duration mode (-D) and with --run_infinitely perftest measures no peak: it prints
+  " WARNING: BW peak won't be measured in this run." (perftest_parameters.c) and 0.00 in the peak
+  column. That 0.00 is not a measurement: the peak is recorded as not measured (below).
 
 Units. Without `--report_gbits` perftest reports bandwidth in MB/sec, where a MB is 2^20 bytes
 (print_report_bw: `format_factor = (report_fmt == MBS) ? 0x100000 : 125000000`, since commit
@@ -22,7 +28,10 @@ is converted (x 2^20 x 8 / 10^9) and its measurement says so (`labels["converted
 
 Measurements (`perftest_measurements`):
 - bandwidth tests: `bw_peak_gbps`, `bw_avg_gbps` (Gb/s) and `msg_rate_mpps` (Mpps) per size row,
-  label `size_bytes`; the largest size's rows also carry `labels["largest"] = "1"`;
+  label `size_bytes`; the largest size's rows also carry `labels["largest"] = "1"`. Where perftest
+  measured no peak (its "BW peak won't be measured" warning, or a 0.00 peak under a non-zero
+  average, which no real peak can be), `bw_peak_gbps` is value None with `labels["not_measured"]`
+  saying why, never 0;
 - latency tests: `lat_min_us`, `lat_max_us`, `lat_typical_us`, `lat_avg_us`, `lat_stdev_us`,
   `lat_p99_us`, `lat_p99_9_us` (us) per size row, where printed;
 - facts: `perftest_test` (the banner), `device`, `link_type`, `transport_type` (text), `mtu_bytes`,
@@ -55,6 +64,14 @@ _CLOSING = re.compile(r"^-{87,}$")
 _PAIR = re.compile(r"(?P<key>[A-Za-z][\w*./-]*(?: [\w*./-]+)*?)\s*:\s*(?P<value>\S+)")
 _COLUMN = re.compile(r"#\w+|[\w.%]+(?: [\w.%]+)?\[[^\]]*\]")
 _INTEGER = re.compile(r"^\d+$")
+# Lines perftest and libibverbs print among the result rows that are not rows (module docstring).
+_TABLE_NOTE = re.compile(
+    r"^(Conflicting CPU frequency values detected: [\d.]+ != [\d.]+\. CPU Frequency is not max\.$"
+    r"|(?i:warning): |libibverbs: Warning: )"
+)
+# perftest_parameters.c, duration mode and --run_infinitely: the peak column then holds 0.00.
+_NO_PEAK = re.compile(r"^WARNING: BW peak won't be measured in this run\.$", re.MULTILINE)
+NO_PEAK_WHY = "perftest measured no BW peak (duration mode -D or --run_infinitely: it prints 0.00)"
 
 # Column header token -> column key. Bandwidth columns carry their unit in brackets.
 _COLUMNS: dict[str, str] = {
@@ -143,6 +160,8 @@ class PerftestRun:
     rows: list[dict[str, float]]
     cuda: CudaFacts
     warnings: list[str] = field(default_factory=list)
+    # perftest said it measured no peak (duration mode): the peak column's 0.00 is no value.
+    no_peak: bool = False
 
     @property
     def device(self) -> str:
@@ -184,7 +203,9 @@ def parse_perftest(text: str) -> PerftestRun:
     if any(_BANNER.match(line) for line in lines[end:]):
         raise EvidenceError("more than one perftest report in one output")
     kind = "bw" if banner["kind"] == "BW" else "lat"
-    return PerftestRun(banner["test"], kind, header, unit, columns, rows, cuda, warnings)
+    run = PerftestRun(banner["test"], kind, header, unit, columns, rows, cuda, warnings)
+    run.no_peak = kind == "bw" and _NO_PEAK.search("\n".join(lines)) is not None
+    return run
 
 
 def _no_banner(text: str) -> str:
@@ -263,10 +284,14 @@ def _rows(lines: list[str], index: int, columns: list[str]) -> tuple[list[dict[s
         fields = line.split()
         if not fields:
             continue
-        if not _INTEGER.match(fields[0]):
-            warnings.append(line[:200])
-            continue
-        rows.append(_row(fields, columns))
+        if _INTEGER.match(fields[0]):
+            rows.append(_row(fields, columns))
+        elif re.fullmatch(r"-+", line):
+            continue  # RESULT_LINE cut short by the end of the output: the table stays unclosed
+        elif _TABLE_NOTE.match(line):
+            warnings.append(f"skipped in the result table (a warning, not a row): {line[:200]}")
+        else:
+            raise EvidenceError(f"perftest result table: {line[:80]!r} is neither a result row nor a known warning")
     raise EvidenceError(
         f"perftest result table not closed after {len(rows)} rows (no closing dashed line: the run stopped or "
         "the output was cut)"
@@ -310,12 +335,23 @@ def _row_measurements(run: PerftestRun, row: dict[str, float], labels: dict[str,
     for key, (name, unit) in BANDWIDTH_NAMES.items():
         if key not in row:
             continue
+        if key == "bw_peak" and not peak_measured(run, row):
+            out.append(Measurement(name=name, value=None, unit=unit, labels={**labels, "not_measured": NO_PEAK_WHY}))
+            continue
         m = Measurement(name=name, value=row[key], unit=unit, labels=dict(labels))
         if unit == "Gb/s" and run.unit != "Gb/sec":
             m.value = round(row[key] * BW_UNITS[run.unit], 4)
             m.labels["converted_from"] = run.unit
         out.append(m)
     return out
+
+
+def peak_measured(run: PerftestRun, row: dict[str, float]) -> bool:
+    """Whether a row's peak is a measurement: perftest said it measured none, or printed a 0.00 peak
+    under a non-zero average (a peak is never below the average: that 0 is perftest's "not measured")."""
+    if run.kind != "bw" or "bw_peak" not in row:
+        return False
+    return not run.no_peak and not (row["bw_peak"] == 0 and row.get("bw_avg", 0.0) > 0)
 
 
 def _facts(run: PerftestRun) -> list[Measurement]:
@@ -346,6 +382,8 @@ def _facts(run: PerftestRun) -> list[Measurement]:
 def parse_perftest_output(text: str) -> Parsed:
     run = parse_perftest(text)
     warnings = list(run.warnings)
+    if run.kind == "bw" and any(not peak_measured(run, row) for row in run.rows):
+        warnings.append(f"BW peak not measured: {NO_PEAK_WHY}; recorded as missing, not 0")
     if run.kind == "bw" and run.unit != "Gb/sec":
         warnings.append(f"bandwidth printed in {run.unit} (2^20 bytes/s); converted to Gb/s (10^9 bits/s)")
     return Parsed(perftest_measurements(run), warnings)

@@ -6,7 +6,9 @@ client or server exited badly or was stopped at its deadline, its output does no
 (checks/perftest.py), it ran on another HCA than planned, or GPUDirect was asked for (--use_cuda)
 and either end's output shows no GPU buffer. It is `fail` when it ran and is out of spec: its
 bandwidth at the largest size below `min_bw_gbps`, its typical latency above
-`max_lat_typical_us`, or its link type not the expected one.
+`max_lat_typical_us`, or its link type not the expected one. Its peak (`pair_bw_peak_gbps`) is
+recorded, never judged; where perftest measured none (duration mode prints 0.00) it is value None
+with `labels["not_measured"]`, never 0 Gb/s.
 
 Localisation, per rail, on the ring (each port is measured twice, as client of its successor and as
 server of its predecessor, against two partners):
@@ -37,7 +39,7 @@ from checks.base import (
     Verdict,
     worst_status,
 )
-from checks.perftest import PerftestRun, failure_line, parse_perftest
+from checks.perftest import NO_PEAK_WHY, PerftestRun, failure_line, parse_perftest, peak_measured
 from checks.rdma_plan import BW, LAT, RUNNER_SCHEMA, Pair, RdmaBwParams
 
 # perftest reached its partner over the out-of-band TCP exchange, then the HCAs could not bring the
@@ -179,8 +181,12 @@ def _measure(result: PairResult, runs: dict[str, PerftestRun], t: RdmaBwThreshol
         result.bw_gbps = bw
         size = {"size_bytes": str(int(row["bytes"]))}
         bw_m = Measurement(name="pair_bw_gbps", value=bw, unit="Gb/s", labels={**labels, **size})
-        peak = round(client.gbps(row["bw_peak"]), 4)
-        result.measurements += [bw_m, Measurement("pair_bw_peak_gbps", peak, "Gb/s", labels={**labels, **size})]
+        peak_m = Measurement("pair_bw_peak_gbps", None, "Gb/s", labels={**labels, **size})
+        if peak_measured(client, row):
+            peak_m.value = round(client.gbps(row["bw_peak"]), 4)
+        else:
+            peak_m.labels["not_measured"] = NO_PEAK_WHY  # duration mode: its 0.00 is no peak, never 0 Gb/s
+        result.measurements += [bw_m, peak_m]
         if t.min_bw_gbps is not None:
             bw_m.threshold, bw_m.ok = f">= {t.min_bw_gbps:g}", bw >= t.min_bw_gbps
             if not bw_m.ok:

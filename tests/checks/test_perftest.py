@@ -24,6 +24,8 @@ ROCE_LAT = "ib_read_lat-roce-sriov-vf-cpufreq-warnings-spiderpool-complete.txt"
 CUDA_CLIENT = "ib_write_bw-a-use_cuda-a100-ib-k8s-client.txt"
 CUDA_SERVER = "ib_write_bw-a-use_cuda-a100-ib-k8s-server.txt"
 DOCS = "ib_write_bw-a-use_cuda-dmabuf-roce100g-gpu-operator-docs-complete.txt"
+DURATION = "ib_write_bw-D60-use_cuda-dmabuf-a40-roce-duration-client.txt"
+UD_DURATION = "ib_send_bw-D10-UD-roce-cpufreq-warning-duration-mbps.txt"
 CUT = (
     "ib_write_bw-a-use_cuda-dmabuf-roce100g-gpu-operator-docs.txt",
     "ib_read_lat-roce-sriov-vf-cpufreq-warnings-spiderpool.txt",
@@ -124,6 +126,57 @@ def test_it_reads_the_roce_sriov_latency_past_verbs_and_cpu_warnings() -> None:
     assert len([w for w in parsed.warnings if "Conflicting CPU" in w]) == 2
 
 
+def test_it_names_each_warning_it_skips_between_the_column_header_and_the_row() -> None:
+    parsed = parse_output("perftest", read(ROCE_LAT))
+    skipped = [w for w in parsed.warnings if w.startswith("skipped in the result table")]
+    assert len(skipped) == 2 and all("Conflicting CPU frequency values detected: 2200.000000" in w for w in skipped)
+    assert len([m for m in parsed.measurements if m.name == "lat_typical_us"]) == 1
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["Segmentation fault", "x 1000 6.66 20.37 6.74 6.82 0.78 7.15 20.37", "Conflicting CPU frequency values"],
+)
+def test_it_refuses_a_line_in_the_table_that_is_neither_a_row_nor_a_known_warning(line: str) -> None:
+    text = read(ROCE_LAT)
+    row = text.index("         2       1000")
+    with pytest.raises(EvidenceError, match="neither a result row nor a known warning"):
+        parse_perftest(text[:row] + f"        {line}\n" + text[row:])
+
+
+def test_a_duration_mode_peak_is_recorded_as_not_measured_never_zero() -> None:
+    parsed = parse_output("perftest", read(DURATION))
+    ms = parsed.measurements
+    peak = one(ms, "bw_peak_gbps", 65536)
+    assert peak.value is None and "duration mode" in peak.labels["not_measured"]
+    assert one(ms, "bw_avg_gbps", 65536).value == 181.46 and one(ms, "msg_rate_mpps", 65536).value == 0.3461
+    assert one(ms, "gpu_buffer").value == 1 and one(ms, "gpu_buffer").labels["gpu_name"] == "NVIDIA A40"
+    assert any("BW peak not measured" in w and "not 0" in w for w in parsed.warnings)
+    # Without perftest's warning line a 0.00 peak under a 181 Gb/s average is still no peak.
+    quiet = read(DURATION).replace(" WARNING: BW peak won't be measured in this run.\n", "")
+    assert one(measured_text(quiet), "bw_peak_gbps", 65536).value is None
+    # A measured peak is kept: the same output with a real peak printed.
+    real = quiet.replace("0.00               181.46", "182.01               181.46")
+    assert one(measured_text(real), "bw_peak_gbps", 65536).value == 182.01
+
+
+def test_a_duration_run_with_a_cpu_warning_before_its_row_reads_both_ways() -> None:
+    parsed = parse_output("perftest", read(UD_DURATION))
+    ms = parsed.measurements
+    assert one(ms, "bw_peak_gbps", 4096).value is None
+    avg = one(ms, "bw_avg_gbps", 4096)
+    assert avg.value == round(11288.12 * MIB_PER_S_IN_GBPS, 4) and avg.labels["converted_from"] == "MB/sec"
+    assert one(ms, "msg_rate_mpps", 4096).value == 2.88976
+    assert [w for w in parsed.warnings if w.startswith("skipped")] == [
+        "skipped in the result table (a warning, not a row): Conflicting CPU frequency values detected: "
+        "800.565000 != 3311.538000. CPU Frequency is not max."
+    ]
+
+
+def measured_text(text: str) -> list[Measurement]:
+    return parse_output("perftest", text).measurements
+
+
 def test_it_sees_the_gpu_buffer_of_a_use_cuda_run_on_both_ends() -> None:
     for name in (CUDA_CLIENT, CUDA_SERVER):
         gpu = one(measured(name), "gpu_buffer")
@@ -163,7 +216,7 @@ def test_it_refuses_the_captures_cut_before_the_closing_line(name: str) -> None:
         parse_perftest(read(name))
 
 
-@pytest.mark.parametrize("name", [NDR, HDR, MBPS, LAT])
+@pytest.mark.parametrize("name", [NDR, HDR, MBPS, LAT, UD_DURATION])
 def test_it_refuses_a_table_cut_anywhere(name: str) -> None:
     text = read(name)
     closing = text.rstrip().rfind("\n")

@@ -187,6 +187,23 @@ def test_it_passes_a_healthy_ndr_fabric() -> None:
     assert all(v.status == PASS for v in verdict.node_verdicts.values())
 
 
+def test_a_duration_mode_pair_has_no_peak_and_is_judged_on_its_average() -> None:
+    params = RdmaBwParams()
+
+    def duration(host: str, proc: dict) -> None:
+        if proc["role"] == "bw_client":
+            text = " WARNING: BW peak won't be measured in this run.\n" + proc["stdout"]
+            proc["stdout"] = text.replace("392.38", "0.00")
+
+    ms, verdict, _ = judge(outputs(params, edit=duration), params)
+    assert verdict.status == PASS, verdict.reason
+    peaks = [m for m in ms if m.name == "pair_bw_peak_gbps"]
+    assert len(peaks) == 32 and all(m.value is None and "duration mode" in m.labels["not_measured"] for m in peaks)
+    assert all(m.value == 392.34 for m in ms if m.name == "pair_bw_gbps")
+    healthy, _, _ = judge(outputs(params), params)
+    assert {m.value for m in healthy if m.name == "pair_bw_peak_gbps"} == {392.38}
+
+
 def test_it_blames_a_degraded_hca_slow_both_ways() -> None:
     params = RdmaBwParams()
     # gpu03's mlx5_2 trained at 200 Gb/s: slow as server of gpu02 and as client of gpu04.
