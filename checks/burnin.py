@@ -54,7 +54,17 @@ from checks.burnin_telemetry import telemetry_measurements
 from checks.evidence import COUNT, Rule
 from checks.gpu_burn import burn_measurements, parse_gpu_burn_text
 from checks.power_soak_data import PROFILE_THRESHOLDS as SOAK_PROFILES
-from checks.presentation import CertificateChart, KeyMetric, OutlierMetric, Presentation, PromMetric, TrendRule, lowest
+from checks.presentation import (
+    REPLACE_FAULTY_GPU,
+    CertificateChart,
+    KeyMetric,
+    OutlierMetric,
+    Presentation,
+    PromMetric,
+    Remedy,
+    TrendRule,
+    lowest,
+)
 from checks.sampling import SAMPLING_LABEL, load_sampling
 
 # ----------------------------------------------------------------------------- the check
@@ -183,6 +193,9 @@ class BurnIn(Check):
     presentation: ClassVar[Presentation] = Presentation(
         chart="burn_in",
         rank=20,
+        # Wrong results under load, or a worker that died: the GPU itself (Gflop/s, throttling and
+        # ECC keep the general fallback: their cause may be cooling or power, not the GPU).
+        remedies=(Remedy("compute", REPLACE_FAULTY_GPU, ("errors", "tool_verdict", "iterations")),),
         key_metrics=(
             KeyMetric(
                 "gflops",
@@ -419,6 +432,7 @@ def _judge_errors(facts: _Facts, thresholds: Any, index: int) -> list[Finding]:
     errors = facts.value("errors", index)
     iterations = facts.value("iterations", index)
     if iterations == -1:
+        facts.get("iterations", index).ok = False
         findings.append(Finding(FAIL, f"GPU {index}: gpu_burn worker died"))
     count = facts.get("errors", index)
     wrapped = count.labels.get("wrapped")
@@ -436,6 +450,9 @@ def _judge_errors(facts: _Facts, thresholds: Any, index: int) -> list[Finding]:
         findings.append(
             Finding(ERROR, f"GPU {index}: compute error count unreadable ({facts.missing('errors', index)})")
         )
+    if verdict == "FAULTY":
+        said = facts.get("tool_verdict", index)
+        said.threshold, said.ok = "== OK", False  # the triage's evidence and remedy for this GPU
     if verdict == "FAULTY" and not wrapped and (errors is None or errors <= thresholds.max_compute_errors):
         findings.append(Finding(FAIL, f"GPU {index}: gpu_burn verdict FAULTY"))
     return findings

@@ -375,7 +375,12 @@ class NcclGroupCheck(GroupCheck, _NcclBase):
         hosts = group.hostnames
         where = f" across {_names(hosts)}"
         findings = _coverage({m.name: m for m in measurements}, group, where)
-        findings += self.judge(measurements, t, where=where, floor_note=floor_note)
+        if findings:
+            # The run spanned other nodes than the group's, or no one can tell which: its numbers
+            # prove nothing of the group (the floor is the group's), so they are not judged.
+            findings.append(Finding(ERROR, f"results not judged: the run's span is not the group's{where}"))
+        else:
+            findings += self.judge(measurements, t, where=where, floor_note=floor_note)
         verdict = Verdict.from_findings(findings, pass_reason=_pass_reason(measurements, t) + where)
         # One run over the whole group cannot say which node is slow: node_verdicts stays empty and
         # the executor's localisation by halves (checks/localise.py) names the node.

@@ -196,6 +196,8 @@ COLD_PLATE = "check the cold plate and the coolant loop (flow, inlet temperature
 REINSTALL_DRIVER = "reinstall the pinned driver (re-image the node to the cluster's pinned software)"
 RESET_GPU = "reset the GPU (nvidia-smi -r) to apply the pending remap, then re-run"
 ENABLE_ECC = "enable ECC (nvidia-smi -e 1) and reboot"
+# gpu_burn compares each GPU's results with a reference: a mismatch is the GPU computing wrong.
+REPLACE_FAULTY_GPU = "RMA: replace the GPU (it computed wrong results under load: gpu_burn errors or FAULTY)"
 GPU_MISSING = "reseat the GPU that is missing or not the profile's model; RMA if it stays missing"
 LOOK_AT_RESULT = "read the result's evidence, fix the node, then re-run"
 # An `error` result: Kiln could not tell (the check never ran to a verdict). Every kind shares these:

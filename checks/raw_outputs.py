@@ -6,7 +6,8 @@ its `parse` looks for. Where Kiln runs the tool inside a wrapper (gpu_burn under
 probe, dmesg/journalctl under the kernel-log script), the raw output is placed in the wrapper's
 document exactly as the wrapper would have carried it, and nothing else is made up: no telemetry
 samples, no probe document. A check that needs more evidence than the one output then says so
-through its own no-evidence rules (`error`); it never passes on what is missing.
+through its own no-evidence rules (`error`; `fail` when the output alone proves a fault, the
+missing evidence named in its reason); it never passes on what is missing.
 """
 
 from __future__ import annotations

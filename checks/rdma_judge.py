@@ -76,8 +76,12 @@ class PairResult:
     measurements: list[Measurement] = field(default_factory=list)
 
     def add(self, status: str, reason: str) -> None:
+        before = self.status
         self.status = worst_status([self.status, status])
-        self.reasons.append(reason)
+        if self.status != before:
+            self.reasons.insert(0, reason)  # `reason` shows the first: the one that set the status
+        else:
+            self.reasons.append(reason)
 
     @property
     def reason(self) -> str:
@@ -259,6 +263,7 @@ def node_verdicts(hostnames: list[str], findings: dict[str, list[tuple[str, str]
             verdicts[host] = Verdict(PASS, f"{host}: {rails} HCAs within spec as client and as server")
             continue
         status = worst_status([s for s, _ in found])
+        found = [f for f in found if f[0] == status] + [f for f in found if f[0] != status]
         text = "; ".join(reason for _, reason in found[:2]) + (f"; and {len(found) - 2} more" if len(found) > 2 else "")
         verdicts[host] = Verdict(status, f"{host}: {text}")
     return verdicts

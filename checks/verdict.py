@@ -14,8 +14,15 @@ ERROR = "error"  # could not tell: unreachable, timed out, unparseable, missing 
 SKIPPED = "skipped"
 
 VERDICT_STATUSES = (PASS, WARN, FAIL, ERROR, SKIPPED)
-# Worst first: the overall verdict of several findings is the worst one.
-_SEVERITY = {ERROR: 4, FAIL: 3, WARN: 2, PASS: 1, SKIPPED: 0}
+# The overall verdict of several findings is the worst one. A proven fault outranks "could not
+# tell": a GPU shown faulty needs its hardware action whatever else went unmeasured, and the
+# missing evidence stays named in the reason (Verdict.from_findings). `error` is the verdict
+# only where nothing is proven out of spec; it still outranks warn and pass.
+_SEVERITY = {FAIL: 4, ERROR: 3, WARN: 2, PASS: 1, SKIPPED: 0}
+# How many reasons of one kind a verdict's reason quotes before "and N more".
+_SHOWN = 5
+# Prefix of the missing evidence that a `fail` verdict also names.
+ALSO_UNTOLD = "and could not tell: "
 
 
 @dataclass
@@ -40,13 +47,21 @@ class Verdict:
         worst = max(_SEVERITY[f.status] for f in problems)
         top = [f for f in problems if _SEVERITY[f.status] == worst]
         status = top[0].status
-        reason = "; ".join(f.reason for f in top[:5])
-        if len(top) > 5:
-            reason += f"; and {len(top) - 5} more"
+        reason = _joined([f.reason for f in top])
+        untold = [f.reason for f in problems if f.status == ERROR]
+        if status == FAIL and untold:
+            reason += f"; {ALSO_UNTOLD}{_joined(untold)}"
         return cls(status=status, reason=reason, findings=findings)
 
 
+def _joined(reasons: list[str]) -> str:
+    shown = "; ".join(reasons[:_SHOWN])
+    return shown + (f"; and {len(reasons) - _SHOWN} more" if len(reasons) > _SHOWN else "")
+
+
 def worst_status(statuses: list[str]) -> str:
+    """The status of several verdicts: `fail` (a proven fault) over `error` over warn, pass and
+    skipped; `error` when there are none (nothing judged is never a pass)."""
     if not statuses:
         return ERROR
     return max(statuses, key=lambda s: _SEVERITY.get(s, 0))

@@ -19,6 +19,7 @@ from checks import get_check, run_check
 from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, EvidenceError, NodeContext
 from checks.gpu_burn import ERRORS_WRAPPED, parse_gpu_burn
 from checks.profiles import resolve_thresholds
+from checks.raw_outputs import RAW_JUDGES
 from checks.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA
 from checks.sampling_columns import ROWS_SCHEMA
 
@@ -227,3 +228,23 @@ def test_it_errors_on_a_garbled_progress_record_instead_of_reading_half_of_it() 
         parse_gpu_burn(garbled)
     _, verdict = judge(sampling_doc(garbled, 8))
     assert verdict.status == ERROR
+
+
+def test_a_real_output_with_faulty_gpus_and_no_telemetry_fails_naming_the_missing_telemetry() -> None:
+    """Judged as `python -m checks judge gpu_burn FILE` judges it (checks/raw_outputs.py): no
+    telemetry at all. The GPUs gpu_burn proved faulty make it `fail` (the hardware action), not
+    `error`; the reason still says the telemetry could not be judged."""
+    text = fixture(ISSUE_12)
+    raw = RAW_JUDGES["gpu_burn"]
+    node = NodeContext(hostname="gpu001", expected_gpus=16)
+    _, verdict = run_check(get_check(raw.check), None, resolve_thresholds(raw.check, "generic"), raw.build(text), node)
+    assert verdict.status == FAIL
+    assert verdict.reason.startswith("GPU 0: gpu_burn verdict FAULTY; GPU 1: compute errors (gpu_burn's error counter")
+    assert verdict.reason.endswith(
+        "; and could not tell: no telemetry samples during the burn (no telemetry: judged from a gpu_burn output "
+        "file alone)"
+    )
+    assert [f.status for f in verdict.findings].count(FAIL) == 16
+    assert [f.reason for f in verdict.findings if f.status == ERROR] == [
+        "no telemetry samples during the burn (no telemetry: judged from a gpu_burn output file alone)"
+    ]

@@ -211,8 +211,10 @@ def test_it_errors_on_an_unmeasured_pair() -> None:
     na = text(T4).replace(" 0       N/A     10.24      9.99     10.24", " 0       N/A     10.24       N/A     10.24", 1)
     na = na.replace("SUM device_to_device_memcpy_read_ce 121.93", "SUM device_to_device_memcpy_read_ce 111.94", 1)
     measurements, verdict = judge(na, gpus=4)
-    assert verdict.status == ERROR
-    assert "peer copies not measured in device_to_device_memcpy_read_ce (N/A): GPU 0 -> GPU 2" in verdict.reason
+    # The T4 is below the H100 floors (a proven fault); the unmeasured pair is still named.
+    assert verdict.status == FAIL
+    untold = "and could not tell: peer copies not measured in device_to_device_memcpy_read_ce (N/A): GPU 0 -> GPU 2"
+    assert untold in verdict.reason
     pair = next(m for m in by(measurements, "d2d_gbps") if m.labels["src"] == "0" and m.labels["dst"] == "2")
     assert pair.value is None and "N/A" in pair.labels["missing"]
 

@@ -314,7 +314,8 @@ def test_it_finalizes_a_run_with_its_worst_status(cluster, make_run) -> None:
     [
         (["pass", "pass"], "pass"),
         (["pass", "warn"], "warn"),
-        (["fail", "error"], "error"),
+        (["fail", "error"], "fail"),  # a proven fault outranks "could not tell"
+        (["warn", "error"], "error"),
         (["pass", "skipped"], "pass"),
         (["pass", "cancelled", "fail"], "cancelled"),
     ],

@@ -64,8 +64,9 @@ SERIES = ("cluster_power_w", "rack_power_w")
 HEADROOM_FRAC = 0.8
 # Racks per row when no position is known: a row of 12 cells fits a 1,400 px page (Kiln convention).
 PER_ROW = 12
-# Worst first: error (could not tell), fail, warn, pass (checks/verdict.py's order); none recorded first.
-SEVERITY = {"": 5, "error": 4, "fail": 3, "warn": 2, "pass": 1}
+# Worst first: fail (a proven fault), error (could not tell), warn, pass (checks/verdict.py's
+# order); none recorded first.
+SEVERITY = {"": 5, "fail": 4, "error": 3, "warn": 2, "pass": 1}
 
 Key = tuple[str, ...]
 Row = Mapping[str, Any]
@@ -248,7 +249,7 @@ class CapacityData:
 
     @property
     def nodes(self) -> list[Subject]:
-        """Worst first: by verdict (error, fail, warn, pass), then by peak power, highest first."""
+        """Worst first: by verdict (fail, error, warn, pass), then by peak power, highest first."""
         return sorted(self.of("node"), key=lambda s: (-s.severity, -(s.value("node_peak_power_w") or -1.0), s.key))
 
     @property

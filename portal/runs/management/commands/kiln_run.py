@@ -3,8 +3,8 @@
 Without --wait it prints the run's id at once (with --json: `{"run": ID, "status": "queued"}`), so
 a script can follow or cancel (`kiln_cancel ID`) what it started. With --wait (or --inline) it
 prints the verdicts when the run ends, and exits 0 when everything passed (warnings included), 1
-when anything failed, 2 when anything errored or was cancelled (error wins over fail: "could not
-tell" must not read as a plain failure).
+when anything failed (a proven fault wins over "could not tell": the run's table and reason still
+count what errored), 2 when the run was cancelled or something errored and nothing failed.
 """
 
 from __future__ import annotations
@@ -110,8 +110,10 @@ class Command(BaseCommand):
 
 def exit_code(run: Run) -> int:
     statuses = set(run.results.values_list("status", flat=True))
-    if statuses & {Status.ERROR, Status.CANCELLED}:
-        return 2
+    if Status.CANCELLED in statuses or run.status == Status.CANCELLED:
+        return 2  # stopped before the end: not a finished judgement either way
     if Status.FAIL in statuses:
         return 1
+    if Status.ERROR in statuses:
+        return 2
     return 0
