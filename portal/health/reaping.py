@@ -18,6 +18,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import DatabaseError
+
 from portal.health import conf
 
 logger = logging.getLogger(__name__)
@@ -50,6 +52,11 @@ class ReaperLoop:
             if touched:
                 logger.info("reaper: touched run(s) %s", touched)
             return touched
+        except DatabaseError as exc:
+            # The database away or not migrated yet: one line each pass, not a traceback burying
+            # the worker's log (its last lines are what `make up` shows when a worker dies).
+            logger.error("reaper pass failed: %s: %s; trying again in %ss", type(exc).__name__, exc, self.interval_s)
+            return []
         except Exception:
             logger.exception("reaper pass failed; trying again in %ss", self.interval_s)
             return []
