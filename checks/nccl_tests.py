@@ -184,6 +184,7 @@ class NcclReport:
     failures: list[str] = field(default_factory=list)  # "Test NCCL failure ..." lines
     unreadable: list[str] = field(default_factory=list)  # rows that look like table rows but do not parse
     warnings: list[str] = field(default_factory=list)
+    ranks_elided: bool = False  # a `...` line among the rank lines
 
     @property
     def hosts(self) -> list[str]:
@@ -195,10 +196,13 @@ class NcclReport:
 
     @property
     def rank_count(self) -> int:
-        """How many ranks ran: nccl-tests numbers them 0..n-1 (src/common.cu: rank =
-        proc*nThreads*nGpus + i), so the highest one listed counts them even where an edited output
-        left lines out (a `...` in place of ranks 2-125)."""
-        return max((r.rank for r in self.ranks), default=-1) + 1
+        """How many ranks ran: one '# Rank' line each. Where an edited output says it left lines
+        out (a `...` in place of ranks 2-125), the highest one listed counts them: nccl-tests numbers
+        ranks 0..n-1 (src/common.cu: rank = proc*nThreads*nGpus + i). Without that mark a missing
+        line is not inferred: a garbled rank line must not count as a rank that ran."""
+        if self.ranks_elided:
+            return max((r.rank for r in self.ranks), default=-1) + 1
+        return len(self.ranks)
 
     @property
     def ranks_unlisted(self) -> int:
@@ -305,6 +309,9 @@ def parse_report(text: str) -> NcclReport:
             report.avg_busbw = float(m.group(1))
             # NCCL_TESTS_MIN_BW set on the node: the tool judged the average itself (and exits 1).
             report.avg_failed = m.group(2).upper() == "FAILED"
+            continue
+        if line.lstrip("#").strip() == "..." and report.ranks and not report.rows:
+            report.ranks_elided = True  # an edited output: rank lines left out in the middle
             continue
         if line.startswith("#"):
             _header_line(report, line)

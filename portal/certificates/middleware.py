@@ -66,9 +66,12 @@ class VerificationAdmissionMiddleware:
             return self.get_response(request)
         user_id = _user_id(request)
         if user_id is None:
-            # Answered before the body is read: the CSRF check would otherwise parse an anonymous
-            # upload (up to the size limit) only to refuse it.
-            return _anonymous(request)
+            # An anonymous upload is answered before its body is read: the CSRF check would otherwise
+            # parse it (up to the size limit) only to refuse it. A small form goes on to the usual
+            # refusals (400 for unreadable input, then the login page).
+            if request.content_type == "multipart/form-data":
+                return _anonymous(request)
+            return self.get_response(request)
         refused = uploads.refusal(request)  # a 400 MiB body gets its 413 (and is not read), not a 429
         if refused is not None:
             return refused

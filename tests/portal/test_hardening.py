@@ -117,9 +117,18 @@ def test_it_answers_400_to_unreadable_input_on_every_url_for_every_role(clients)
                     response = client.generic(method, target, data, content_type)
                 else:
                     response = client.post(target, data)
-                if not _refused(response):
+                if not (_refused(response) or _upload_refused_unread(name, role, method, response)):
                     failures.append(f"{name} {role} {what}: {response.status_code}")
     assert not failures, failures
+
+
+# An anonymous upload to these is answered (the login page, 401) before its body is read at all
+# (tests/certificates/test_verify_bounds.py): nothing in it can reach the database.
+UNREAD_ANONYMOUS_UPLOADS = {"certificate_verify": 302, "certificate-verify": 401}
+
+
+def _upload_refused_unread(name: str, role: str, method: str, response) -> bool:
+    return role == "anonymous" and method == "POST" and UNREAD_ANONYMOUS_UPLOADS.get(name) == response.status_code
 
 
 def test_it_says_what_was_refused(clients) -> None:

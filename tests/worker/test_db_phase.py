@@ -8,13 +8,15 @@ import time
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from checks.base import Command, CommandOutput
 from portal.runs.execution import execute_node
 from portal.runs.models import CheckResult
 from tests.portal.conftest import cluster, make_run, quick_plan  # noqa: F401 (fixtures)
 from worker.db import configure_worker_database, db_phase, ledger_close, ledger_open, release_connection
+
+APP_NAME = "kiln-test-db-phase"
 
 
 class WaitingTransport:
@@ -84,10 +86,14 @@ def test_it_holds_at_most_the_configured_connections_across_many_node_tasks(
     make_run,  # noqa: F811
     fake_nodes,
     settings,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from portal.inventory.models import Node
 
     settings.KILN_WORKER_DB_CONNECTIONS = 2
+    # Only this test's connections are counted: another process on the test database (a worker or
+    # beat of a test running beside this one, whose reaper thread connects every pass) is not these.
+    monkeypatch.setitem(connections.settings["default"].setdefault("OPTIONS", {}), "application_name", APP_NAME)
     Node.objects.bulk_create(Node(cluster=cluster, hostname=f"m{i:02d}") for i in range(12))
     run = make_run(cluster)
     node_ids = list(cluster.nodes.values_list("pk", flat=True))
@@ -107,8 +113,9 @@ def test_it_holds_at_most_the_configured_connections_across_many_node_tasks(
             while not stop.is_set():
                 row = conn.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
-                    " AND backend_type = 'client backend'",  # not a query's parallel workers
-                    (database,),
+                    " AND backend_type = 'client backend'"  # not a query's parallel workers
+                    " AND application_name = %s",
+                    (database, APP_NAME),
                 ).fetchone()
                 peak = max(peak, row[0])
                 time.sleep(0.005)
