@@ -55,6 +55,7 @@ from checks.base import (
 from checks.evidence import ERRNO, Rule
 from checks.fio import fio_measurements, load_fio_json
 from checks.fs_judge import (
+    FsAggregateThresholds,
     aggregate_finding,
     deficits,
     fio_sum,
@@ -308,23 +309,6 @@ class FsAggregateParams(FsParams):
         super().__post_init__()
         if not 1 <= self.fio_server_port <= 65535:
             raise ParamsError(f"param 'fio_server_port': not a TCP port: {self.fio_server_port}")
-
-
-@dataclass
-class FsAggregateThresholds:
-    # None = not judged unless the profile or the site sets a number (aggregate throughput is a
-    # property of the storage system bought, not of the GPU node model).
-    min_aggregate_write_gbps: float | None = None
-    min_aggregate_read_gbps: float | None = None
-    # A node this far below the median node in the same concurrent run is the odd one out (client
-    # NIC, cabling, mount options). Conservative default; tune per site.
-    max_node_deficit_pct: float | None = 30.0
-
-    def __post_init__(self) -> None:
-        for name in ("min_aggregate_write_gbps", "min_aggregate_read_gbps", "max_node_deficit_pct"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ParamsError(f"threshold {name!r}: must be >= 0 or None")
 
 
 def _job_file(params: FsParams) -> str:
