@@ -200,8 +200,19 @@ class Check:
     commands/parse/evaluate. Register with `@register`."""
 
     key: ClassVar[str]
+    # The catalog entry (portal/catalog): what people see and pick. `name` and `description` are
+    # the check definition's; `slug` names the definition and stays stable once released (databases
+    # hold definitions by slug): set by `register` from the key ("burn_in" -> "burn-in") unless set.
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    slug: ClassVar[str] = ""
+    # Offered in the catalog as a built-in definition. False: a kind that runs only where something
+    # else asks for it (a plan built by code, a test), never picked by people.
+    catalogued: ClassVar[bool] = True
+    # Params that make the check run on the simulated testbed (testbed/sim) in seconds instead of
+    # hours: the demo cluster's plans, the integration tests and the fuzz test use them. Each value
+    # carries a comment saying why it is still enough to judge.
+    simulator_params: ClassVar[dict[str, Any]] = {}
     Params: ClassVar[type]
     Thresholds: ClassVar[type]
     # Exit codes that mean "the tool ran and printed its evidence". Anything
@@ -298,8 +309,29 @@ REGISTRY: dict[str, type[Check]] = {}
 def register(cls: type[Check]) -> type[Check]:
     if cls.key in REGISTRY:
         raise ValueError(f"check kind {cls.key!r} registered twice")
+    if not cls.__dict__.get("slug"):
+        cls.slug = cls.key.replace("_", "-")
+    taken = [k for k, c in REGISTRY.items() if c.slug == cls.slug]
+    if taken:
+        raise ValueError(f"check kind {cls.key!r}: slug {cls.slug!r} is already {taken[0]!r}'s")
     REGISTRY[cls.key] = cls
     return cls
+
+
+def catalogued() -> list[type[Check]]:
+    """The kinds offered in the catalog, by slug."""
+    return sorted((c for c in REGISTRY.values() if c.catalogued), key=lambda c: c.slug)
+
+
+def by_slug(slug: str) -> type[Check] | None:
+    """The registered kind whose catalog slug is `slug` (None: no such kind)."""
+    return next((c for c in REGISTRY.values() if c.slug == slug), None)
+
+
+def simulator_params(slug: str) -> dict[str, Any]:
+    """The simulator-speed params of the kind with catalog slug `slug` ({}: none, or no such kind)."""
+    cls = by_slug(slug)
+    return dict(cls.simulator_params) if cls is not None else {}
 
 
 def get_group_check(key: str) -> GroupCheck:

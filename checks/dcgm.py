@@ -281,9 +281,7 @@ class DcgmDiagThresholds:
 class DcgmDiag(Check):
     key: ClassVar[str] = "dcgm_diag"
     name: ClassVar[str] = "DCGM diagnostics"
-    description: ClassVar[str] = (
-        "dcgmi diag -r LEVEL -j: every DCGM test must pass on every GPU; skipped is not passed."
-    )
+    description: ClassVar[str] = "dcgmi diag; Skip and Not Run are never a pass."
     Params: ClassVar[type] = DcgmDiagParams
 
     # The run level's usual time (EXPECTED_S) already includes dcgmi's start-up.

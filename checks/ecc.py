@@ -181,8 +181,10 @@ _COUNTERS = (
 @register
 class EccHealth(ProbeCheck):
     key: ClassVar[str] = "ecc_health"
-    name: ClassVar[str] = "ECC health"
-    description: ClassVar[str] = "ECC mode, ECC error counters, row remapping / page retirement state per GPU."
+    name: ClassVar[str] = "ECC and Xid"
+    description: ClassVar[str] = (
+        "No uncorrectable ECC errors, no pending or failed row remap, ECC enabled, no Xid since the run began."
+    )
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = EccThresholds
     presentation: ClassVar[Presentation] = Presentation(

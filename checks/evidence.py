@@ -27,10 +27,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from checks.base import Measurement
+
+class Measurement(Protocol):
+    """What these rules read of a checks.base.Measurement (a protocol: base imports this module)."""
+
+    name: str
+    value: float | None
+    unit: str
+    gpu: int | None
+    labels: dict[str, str]
+
 
 PREFIX = "impossible evidence"
 

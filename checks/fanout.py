@@ -3,8 +3,9 @@ connection, while the worker samples the facility's Redfish endpoints (the heat 
 
 A `FanOutCheck` declares:
 - `node_commands(params, group, node)`: what one node runs, starting at `group.start_at`;
-- `start_delay_s(params, node_count)`: how long before the common start the commands are sent, so
-  that every node's command has begun by then;
+- params `start_slack_s` and `start_per_node_s`: `start_delay_s(params, node_count)` (here) is how
+  long before the common start the commands are sent, so that every node's command has begun by
+  then;
 - `facility_readers`: per endpoint kind ("pdu", "loop"), the Redfish link whose members are read
   every interval and the pure function that turns those members' documents into readings;
 - `judge_fan_out(params, thresholds, per_node, facility, group)`: measurements, a GroupVerdict with
@@ -36,6 +37,7 @@ from checks.base import (
     GroupVerdict,
     Measurement,
     NodeContext,
+    ParamsError,
     Series,
 )
 
@@ -62,6 +64,11 @@ class FanOutCheck(GroupCheck):
     facility_readers: ClassVar[dict[str, FacilityReader]] = {}
     # The group context carries the cluster's facility model (portal/facility facility_snapshot).
     needs_facility: ClassVar[bool] = False
+    # The node-side program that waits for the common start (the probe, the perftest runner)
+    # refuses a start more than 600 s ahead (a wrong clock); 10 s under it for the commands' transit.
+    MAX_START_DELAY_S: ClassVar[float] = 590.0
+    # What a run over too many nodes should do instead, named in the refusal.
+    fewer_nodes_advice: ClassVar[str] = "run fewer nodes at once"
 
     def group_commands(self, params: Any, group: GroupContext) -> list[Command]:
         return self.node_commands(params, group, group.launcher)
@@ -81,7 +88,16 @@ class FanOutCheck(GroupCheck):
         raise NotImplementedError
 
     def start_delay_s(self, params: Any, node_count: int) -> float:
-        raise NotImplementedError
+        """Seconds between sending the commands and the common start: a slack, and a share per node
+        (the executor opens one connection per node in turn). Params `start_slack_s` and
+        `start_per_node_s` set it; too many nodes for the node program's limit is refused."""
+        delay = float(params.start_slack_s + params.start_per_node_s * node_count)
+        if delay > self.MAX_START_DELAY_S:
+            raise ParamsError(
+                f"{node_count} nodes need a {delay:.0f} s start delay, over the {self.MAX_START_DELAY_S:.0f} s limit "
+                f"of the program that waits for the start: {self.fewer_nodes_advice}, or lower start_per_node_s"
+            )
+        return delay
 
     def judge_fan_out(
         self,

@@ -55,6 +55,7 @@ from checks.base import (
 from checks.evidence import ERRNO, Rule
 from checks.fio import fio_measurements, load_fio_json
 from checks.fs_judge import (
+    FsAggregateThresholds,
     aggregate_finding,
     deficits,
     fio_sum,
@@ -194,8 +195,11 @@ FS_KEY_METRICS = (
 @register
 class FsThroughput(Check):
     key: ClassVar[str] = "fs_throughput"
-    name: ClassVar[str] = "Filesystem throughput (per node)"
-    description: ClassVar[str] = "Sequential write then read with fio on the parallel filesystem mount, per node."
+    name: ClassVar[str] = "Filesystem (node)"
+    description: ClassVar[str] = "fio sequential write and read per node."
+    # 64 MiB per job, 2 jobs: the simulated fio writes nothing to disk and prints modelled rates
+    # (testbed/sim/tools/fio); two jobs still make the per-job sums the judge reads.
+    simulator_params: ClassVar[dict[str, Any]] = {"size": "64M", "numjobs": 2}
     Params: ClassVar[type] = FsParams
 
     def declared_s(self, params: Any) -> float:
@@ -310,23 +314,6 @@ class FsAggregateParams(FsParams):
             raise ParamsError(f"param 'fio_server_port': not a TCP port: {self.fio_server_port}")
 
 
-@dataclass
-class FsAggregateThresholds:
-    # None = not judged unless the profile or the site sets a number (aggregate throughput is a
-    # property of the storage system bought, not of the GPU node model).
-    min_aggregate_write_gbps: float | None = None
-    min_aggregate_read_gbps: float | None = None
-    # A node this far below the median node in the same concurrent run is the odd one out (client
-    # NIC, cabling, mount options). Conservative default; tune per site.
-    max_node_deficit_pct: float | None = 30.0
-
-    def __post_init__(self) -> None:
-        for name in ("min_aggregate_write_gbps", "min_aggregate_read_gbps", "max_node_deficit_pct"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ParamsError(f"threshold {name!r}: must be >= 0 or None")
-
-
 def _job_file(params: FsParams) -> str:
     lines = [
         "[global]",
@@ -350,10 +337,10 @@ def _job_file(params: FsParams) -> str:
 @register
 class FsAggregate(GroupCheck):
     key: ClassVar[str] = "fs_aggregate"
-    name: ClassVar[str] = "Filesystem aggregate throughput"
-    description: ClassVar[str] = (
-        "All selected nodes write then read at once (fio client/server); aggregate and per-node rates."
-    )
+    name: ClassVar[str] = "Filesystem (aggregate)"
+    description: ClassVar[str] = "fio on every node at once (client/server); aggregate bandwidth and the slow node."
+    # As fs_throughput: 64 MiB per job, 2 jobs per node.
+    simulator_params: ClassVar[dict[str, Any]] = {"size": "64M", "numjobs": 2}
     Params: ClassVar[type] = FsAggregateParams
     Thresholds: ClassVar[type] = FsAggregateThresholds
     presentation: ClassVar[Presentation] = Presentation(chart="filesystem", rank=41, key_metrics=FS_KEY_METRICS)

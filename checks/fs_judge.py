@@ -4,15 +4,30 @@ fs_aggregate's group verdict in steps (job errors, per-node rates, aggregate, no
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from checks.base import ERROR, FAIL, PASS, WARN, Finding, GroupContext, GroupVerdict, Measurement, Verdict
-
-if TYPE_CHECKING:  # filesystem.py imports this module
-    from checks.filesystem import FsAggregateThresholds
+from checks.base import ERROR, FAIL, PASS, WARN, Finding, GroupContext, GroupVerdict, Measurement, ParamsError, Verdict
 
 GB = 1e9  # thresholds are decimal GB/s, as storage vendors quote them
 DIRECTIONS = ("write", "read")
+
+
+# Beside the steps that judge them: filesystem.py imports both, nothing imports back.
+@dataclass
+class FsAggregateThresholds:
+    # None = not judged unless the profile or the site sets a number (aggregate throughput is a
+    # property of the storage system bought, not of the GPU node model).
+    min_aggregate_write_gbps: float | None = None
+    min_aggregate_read_gbps: float | None = None
+    # A node this far below the median node in the same concurrent run is the odd one out (client
+    # NIC, cabling, mount options). Conservative default; tune per site.
+    max_node_deficit_pct: float | None = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("min_aggregate_write_gbps", "min_aggregate_read_gbps", "max_node_deficit_pct"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ParamsError(f"threshold {name!r}: must be >= 0 or None")
 
 
 def gbps(value: float | None) -> str:

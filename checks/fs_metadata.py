@@ -239,7 +239,9 @@ _SHOWN = (("file_creation", "File creation"), ("file_stat", "File stat"), ("file
 class FsMetadata(Check):
     key: ClassVar[str] = "fs_metadata"
     name: ClassVar[str] = "Filesystem metadata (node)"
-    description: ClassVar[str] = "mdtest per node: small-file create, stat, read and remove rates against floors."
+    description: ClassVar[str] = (
+        "mdtest per node: small-file create, stat, read and remove rates against the filesystem class's floors."
+    )
     Params: ClassVar[type] = FsMetadataParams
     Thresholds: ClassVar[type] = FsMetadataThresholds
     presentation: ClassVar[Presentation] = Presentation(

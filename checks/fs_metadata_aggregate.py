@@ -112,7 +112,9 @@ def _launch_findings(measurements: list[Measurement], group: GroupContext) -> li
 class FsMetadataAggregate(GroupCheck):
     key: ClassVar[str] = "fs_metadata_aggregate"
     name: ClassVar[str] = "Filesystem metadata (aggregate)"
-    description: ClassVar[str] = "One mdtest across every node at once (mpirun): the metadata rates under load."
+    description: ClassVar[str] = (
+        "One mdtest across every node at once (mpirun): the metadata service's rates under the whole load."
+    )
     Params: ClassVar[type] = FsMetadataParams
     Thresholds: ClassVar[type] = FsMetadataAggregateThresholds
     # fs_metadata's history keys: the group's value stays off the node pages (group_value_on_node).

@@ -144,7 +144,7 @@ class GpuConfig(Check):
     key: ClassVar[str] = "gpu_config"
     name: ClassVar[str] = "GPU node configuration"
     description: ClassVar[str] = (
-        "Persistence, MIG, application clocks, NVSwitch fabric and fabric manager, PCIe ACS and IOMMU mode."
+        "Persistence, MIG, application clocks, NVSwitch fabric and fabric manager, PCIe ACS off and IOMMU mode."
     )
     Params: ClassVar[type] = GpuConfigParams
     Thresholds: ClassVar[type] = GpuConfigThresholds

@@ -129,10 +129,10 @@ def requested_tests(argv: tuple[str, ...]) -> list[str]:
 @register
 class HostBandwidth(Check):
     key: ClassVar[str] = "host_bw"
-    name: ClassVar[str] = "Host and peer copy bandwidth (nvbandwidth)"
+    name: ClassVar[str] = "Host and peer copy bandwidth"
     description: ClassVar[str] = (
-        "nvbandwidth copy-engine memcpy per GPU: host-to-device and device-to-host bandwidth (the "
-        "GPU's PCIe link) and GPU-to-GPU copies; a slow GPU is named with its PCIe link."
+        "nvbandwidth copy-engine memcpy: host-to-device and device-to-host per GPU (a slow one is named "
+        "with its PCIe link), and GPU-to-GPU copies per pair."
     )
     Params: ClassVar[type] = HostBwParams
     Thresholds: ClassVar[type] = HostBwThresholds

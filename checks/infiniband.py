@@ -195,7 +195,7 @@ IB_CONSENSUS_NAMES = ("ports_active", "port_rate_min")  # what ib_consensus comp
 class IbPorts(Check):
     key: ClassVar[str] = "ib_ports"
     name: ClassVar[str] = "InfiniBand ports"
-    description: ClassVar[str] = "Compute-fabric HCA ports: state, rate and count (ibstat)."
+    description: ClassVar[str] = "Expected count of active ports at the expected rate."
     Params: ClassVar[type] = IbParams
     Thresholds: ClassVar[type] = IbThresholds
     presentation: ClassVar[Presentation] = Presentation(remedies=(Remedy("link", RESEAT_LINK),))

@@ -58,7 +58,7 @@ class InventoryThresholds:
 class GpuInventory(ProbeCheck):
     key: ClassVar[str] = "gpu_inventory"
     name: ClassVar[str] = "GPU inventory"
-    description: ClassVar[str] = "GPU count, models, driver and CUDA versions, GPU identities (UUID, serial)."
+    description: ClassVar[str] = "GPU count, model and driver match the profile, and every node agrees with its peers."
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = InventoryThresholds
     # The GPU identities a certificate names for each node.

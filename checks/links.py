@@ -118,8 +118,8 @@ class LinksThresholds:
 @register
 class GpuLinks(ProbeCheck):
     key: ClassVar[str] = "gpu_links"
-    name: ClassVar[str] = "GPU links (PCIe, NVLink)"
-    description: ClassVar[str] = "PCIe generation/width per GPU and NVLinks active per GPU, at full speed."
+    name: ClassVar[str] = "GPU links"
+    description: ClassVar[str] = "PCIe generation and width, NVLink status."
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = LinksThresholds
     presentation: ClassVar[Presentation] = Presentation(remedies=(Remedy("link", RESEAT_LINK),))

@@ -39,10 +39,8 @@ class NcclAlltoallMulti(NcclGroupCheck):
     key: ClassVar[str] = "nccl_alltoall_multi"
     name: ClassVar[str] = "NCCL all-to-all (across nodes)"
     description: ClassVar[str] = (
-        "nccl-tests alltoall_perf across nodes from a launcher (mpirun with a hostfile, or srun), one GPU "
-        "per rank: the expert-parallel traffic pattern that loads the fabric's bisection; bus bandwidth "
-        "against a per-GPU network floor scaled to the node count, zero wrong results; a slow group is "
-        "bisected to the node."
+        "alltoall_perf across the run's nodes (expert-parallel traffic, the fabric's bisection) against a"
+        " per-GPU network floor; a slow run is bisected to the node at fault."
     )
     collective: ClassVar[str] = "alltoall"
     floor_threshold: ClassVar[str] = "min_gpu_net_gbps"

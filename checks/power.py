@@ -50,7 +50,7 @@ class PowerThresholds:
 class GpuPowerLimit(ProbeCheck):
     key: ClassVar[str] = "gpu_power_limit"
     name: ClassVar[str] = "GPU power limit"
-    description: ClassVar[str] = "Each GPU's enforced power limit is at least its rated board power."
+    description: ClassVar[str] = "Each GPU's enforced power limit is at least its rated board power (no leftover cap)."
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = PowerThresholds
     evidence: ClassVar[dict[str, Rule]] = {

@@ -289,18 +289,17 @@ NOTHING = Presentation()
 def presentation_of(kind: str) -> Presentation:
     """The declaration of a check kind; an unknown kind (a result of a check since removed) shows
     nothing rather than breaking a page."""
-    from checks.base import REGISTRY
+    import checks  # the package fills its registry; checks.base imports this module
 
-    cls = REGISTRY.get(kind)
+    cls = checks.REGISTRY.get(kind)
     return getattr(cls, "presentation", NOTHING) if cls is not None else NOTHING
 
 
 def presented() -> list[tuple[str, Presentation]]:
     """(kind, presentation) of every registered kind, by rank then kind."""
-    import checks  # noqa: F401  (importing the package registers every check)
-    from checks.base import REGISTRY
+    import checks  # importing the package registers every check
 
-    pairs = [(kind, getattr(cls, "presentation", NOTHING)) for kind, cls in REGISTRY.items()]
+    pairs = [(kind, getattr(cls, "presentation", NOTHING)) for kind, cls in checks.REGISTRY.items()]
     return sorted(pairs, key=lambda kp: (kp[1].rank, kp[0]))
 
 

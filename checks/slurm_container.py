@@ -204,9 +204,11 @@ class SlurmContainer(Check):
     key: ClassVar[str] = "slurm_container"
     name: ClassVar[str] = "Slurm container path"
     description: ClassVar[str] = (
-        "srun with the site's pyxis/enroot image on the node: every GPU, its UUID and the host's driver "
-        "visible inside the container, and a short NCCL run there with zero wrong results."
+        "srun with the site's pyxis/enroot image (param image): every GPU, its UUID and the host's driver"
+        " inside the container, and a short NCCL run there."
     )
+    # The site's image has no default; the simulated srun runs any image (testbed/sim/tools/srun).
+    simulator_params: ClassVar[dict[str, Any]] = {"image": "nvcr.io#nvidia/pytorch:24.05-py3"}
     Params: ClassVar[type] = SlurmContainerParams
     Thresholds: ClassVar[type] = SlurmContainerThresholds
     presentation: ClassVar[Presentation] = Presentation(rank=66)

@@ -126,10 +126,8 @@ def parse_os_release(text: str) -> dict[str, str]:
 @register
 class SoftwareConsistency(ProbeCheck):
     key: ClassVar[str] = "sw_consistency"
-    name: ClassVar[str] = "Software and firmware consistency"
-    description: ClassVar[str] = (
-        "Kernel, OS, driver, CUDA, VBIOS and NIC firmware; the odd node out across the cluster."
-    )
+    name: ClassVar[str] = "Software and firmware"
+    description: ClassVar[str] = "Driver, CUDA, VBIOS, kernel, OS and NIC firmware; the odd node out is flagged."
     Params: ClassVar[type] = SoftwareParams
     Thresholds: ClassVar[type] = SoftwareThresholds
     # The odd node out is judged against its peers (no per-measurement threshold): one remedy.

@@ -7,12 +7,54 @@ NVML thresholds, sibling spread, thermal throttling, coolant sensors and the pas
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from checks.base import ERROR, FAIL, WARN, Finding, Measurement
+from checks.base import ERROR, FAIL, WARN, Finding, Measurement, ParamsError
 
-if TYPE_CHECKING:  # thermal.py imports this module
-    from checks.thermal import DlcThresholds
+
+# The thresholds live beside the steps that judge them: thermal.py imports both, nothing imports back.
+@dataclass
+class DlcThresholds:
+    # Degrees C to keep between the GPU core and NVML's slowdown threshold (H100 SXM: 87 C, read
+    # by the probe per GPU) at idle and in the steady state under load. NVIDIA publishes no margin;
+    # 10 C is a conservative default; tune per site.
+    min_margin_c: float | None = 10.0
+    # Degrees C between HBM and NVML's memory max-operating threshold (H100: 95 C, read by the
+    # probe). Conservative default; tune per site.
+    min_memory_margin_c: float | None = 5.0
+    # A GPU this much hotter than its siblings' median under the same load: cold plate / flow
+    # problem (DLC GPUs on one loop normally sit within a few C). Conservative default; tune.
+    max_sibling_delta_c: float | None = 8.0
+    # Any sw/hw thermal slowdown sample during the load fails.
+    allow_thermal_throttle: bool = False
+    # Coolant outlet - inlet under load. DLC loops are typically designed for a ~10 C rise;
+    # 15 C is a conservative default; tune to the CDU design.
+    max_coolant_delta_t_c: float | None = 15.0
+    # ASHRAE TC 9.9 liquid cooling classes: W45 allows facility supply water up to 45 C (W+ above);
+    # a secondary loop inlet above that is out of any standard class. Tune to the site's class.
+    max_coolant_inlet_c: float | None = 45.0
+    # Fewer samples per phase is no evidence.
+    min_samples: int = 2
+    # Which BMC sensors the coolant rules judge, when the cluster's settings["sensors"] does not
+    # name them (names are vendor specific). Here, not in Params, because evaluate() judges with
+    # thresholds only; a sensor output is judged whenever the plan asked for one.
+    inlet_sensor: str = "Coolant Inlet"
+    outlet_sensor: str = "Coolant Outlet"
+    leak_sensor: str = "Leak Detect"
+
+    def __post_init__(self) -> None:
+        if self.min_samples < 1:
+            raise ParamsError("threshold 'min_samples': must be >= 1")
+        for name in (
+            "min_margin_c",
+            "min_memory_margin_c",
+            "max_sibling_delta_c",
+            "max_coolant_delta_t_c",
+            "max_coolant_inlet_c",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ParamsError(f"threshold {name!r}: must be >= 0 or None")
 
 
 def no_samples_reason(measurements: list[Measurement]) -> str:

@@ -119,7 +119,8 @@ class GpuNicTopology(Check):
     key: ClassVar[str] = "topology"
     name: ClassVar[str] = "GPU-NIC topology"
     description: ClassVar[str] = (
-        "Each GPU's nearest NIC on the PCIe tree (nvidia-smi topo -m); the node wired unlike its peers."
+        "Each GPU's nearest NIC on the PCIe tree (nvidia-smi topo -m) within the allowed link; the odd "
+        "node out is flagged."
     )
     Params: ClassVar[type] = TopologyParams
     Thresholds: ClassVar[type] = TopologyThresholds

@@ -1,4 +1,8 @@
-"""Writes for the check catalog: the built-in definitions and plans, with stable slugs."""
+"""Writes for the check catalog: the built-in definitions and plans, with stable slugs.
+
+Each built-in definition is a registered check kind that declares itself `catalogued`: its slug,
+name and description come from the check class (checks/base.py), and so do the params that run it
+at simulator speed (`simulator_params`)."""
 
 from __future__ import annotations
 
@@ -6,110 +10,8 @@ from typing import Any
 
 from django.db import transaction
 
+from checks.base import catalogued, simulator_params
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
-
-# slug -> (kind, name, description). A new check adds its line here and to the plans below.
-BUILTIN_CHECKS: dict[str, tuple[str, str, str]] = {
-    "gpu-inventory": (
-        "gpu_inventory",
-        "GPU inventory",
-        "GPU count, model and driver match the profile, and every node agrees with its peers.",
-    ),
-    "sw-consistency": (
-        "sw_consistency",
-        "Software and firmware",
-        "Driver, CUDA, VBIOS, kernel, OS and NIC firmware; the odd node out is flagged.",
-    ),
-    "gpu-links": ("gpu_links", "GPU links", "PCIe generation and width, NVLink status."),
-    "ib-ports": ("ib_ports", "InfiniBand ports", "Expected count of active ports at the expected rate."),
-    "rdma-bw": (
-        "rdma_bw",
-        "RDMA bandwidth per rail",
-        "perftest ib_write_bw/ib_write_lat from every HCA to the same HCA of the next node; names a slow port or pair.",
-    ),
-    "nccl-allreduce": (
-        "nccl_allreduce",
-        "NCCL all-reduce (node)",
-        "nccl-tests all_reduce_perf over the node's GPUs: peak bus bandwidth at large sizes, #wrong.",
-    ),
-    "burn-in": (
-        "burn_in",
-        "Burn-in",
-        "gpu_burn under NVML telemetry: errors, Gflop/s, throttling, new ECC errors.",
-    ),
-    "dlc-temperature": (
-        "dlc_temperature",
-        "DLC temperature",
-        "Idle and under-load temperatures vs the slowdown threshold, sibling delta, coolant sensors.",
-    ),
-    "fs-throughput": ("fs_throughput", "Filesystem (node)", "fio sequential write and read per node."),
-    "ecc-health": (
-        "ecc_health",
-        "ECC and Xid",
-        "No uncorrectable ECC errors, no pending or failed row remap, ECC enabled, no Xid since the run began.",
-    ),
-    "nccl-allreduce-multi": (
-        "nccl_allreduce_multi",
-        "NCCL all-reduce (across nodes)",
-        "all_reduce_perf across the run's nodes from a launcher; a slow run is bisected to the node at fault.",
-    ),
-    "nccl-alltoall-multi": (
-        "nccl_alltoall_multi",
-        "NCCL all-to-all (across nodes)",
-        "alltoall_perf across the run's nodes (expert-parallel traffic, the fabric's bisection) against a "
-        "per-GPU network floor; a slow run is bisected to the node at fault.",
-    ),
-    "fs-aggregate": (
-        "fs_aggregate",
-        "Filesystem (aggregate)",
-        "fio on every node at once (client/server); aggregate bandwidth and the slow node.",
-    ),
-    "fs-metadata": (
-        "fs_metadata",
-        "Filesystem metadata (node)",
-        "mdtest per node: small-file create, stat, read and remove rates against the filesystem class's floors.",
-    ),
-    "fs-metadata-aggregate": (
-        "fs_metadata_aggregate",
-        "Filesystem metadata (aggregate)",
-        "One mdtest across every node at once (mpirun): the metadata service's rates under the whole load.",
-    ),
-    "dcgm-diag": ("dcgm_diag", "DCGM diagnostics", "dcgmi diag; Skip and Not Run are never a pass."),
-    "power-soak": (
-        "power_soak",
-        "Power and cooling heat soak",
-        "Every node burns all GPUs at once: node, rack, PDU phase, A/B feed, UPS and cooling loop "
-        "judged against the facility model.",
-    ),
-    "gpu-power-limit": (
-        "gpu_power_limit",
-        "GPU power limit",
-        "Each GPU's enforced power limit is at least its rated board power (no leftover cap).",
-    ),
-    "gpu-config": (
-        "gpu_config",
-        "GPU node configuration",
-        "Persistence, MIG, application clocks, NVSwitch fabric and fabric manager, PCIe ACS off and IOMMU mode.",
-    ),
-    "topology": (
-        "topology",
-        "GPU-NIC topology",
-        "Each GPU's nearest NIC on the PCIe tree (nvidia-smi topo -m) within the allowed link; "
-        "the odd node out is flagged.",
-    ),
-    "host-bw": (
-        "host_bw",
-        "Host and peer copy bandwidth",
-        "nvbandwidth copy-engine memcpy: host-to-device and device-to-host per GPU (a slow one is named "
-        "with its PCIe link), and GPU-to-GPU copies per pair.",
-    ),
-    "slurm-container": (
-        "slurm_container",
-        "Slurm container path",
-        "srun with the site's pyxis/enroot image (param image): every GPU, its UUID and the host's driver "
-        "inside the container, and a short NCCL run there.",
-    ),
-}
 
 # Plan slug -> (name, description, [(check slug, param overrides)]) in order. `quick` holds the
 # fast checks; `acceptance` is the full plan. ECC/Xid runs after the load checks in acceptance, so
@@ -171,45 +73,9 @@ BUILTIN_PLANS: dict[str, tuple[str, str, list[tuple[str, dict[str, Any]]]]] = {
 }
 
 
-# The acceptance plan at simulator speed: seconds per check instead of hours (the demo cluster's
-# `demo-acceptance` plan, and the integration tests).
-FAST_PARAMS: dict[str, dict[str, Any]] = {
-    "nccl-allreduce": {"min_bytes": "1M", "max_bytes": "1G", "peak_min_bytes": "512M", "iters": 5, "warmup_iters": 1},
-    "nccl-allreduce-multi": {
-        "min_bytes": "1M",
-        "max_bytes": "1G",
-        "peak_min_bytes": "512M",
-        "iters": 5,
-        "warmup_iters": 1,
-    },
-    "nccl-alltoall-multi": {
-        "min_bytes": "1M",
-        "max_bytes": "1G",
-        "peak_min_bytes": "512M",
-        "iters": 5,
-        "warmup_iters": 1,
-    },
-    "burn-in": {"duration_s": 3, "sample_interval_s": 0.5},
-    # 5 s of load: the simulated GPUs ramp to steady load in 1.5 s (testbed/sim/fake_nvml.c), and the
-    # check judges the last part of the load samples; 3 s left too few steady samples when the
-    # machine was busy (a hot GPU judged on its ramp passed).
-    "dlc-temperature": {"idle_s": 2, "load_s": 5, "sensor_source": "ipmitool"},
-    "fs-throughput": {"size": "64M", "numjobs": 2},
-    "fs-aggregate": {"size": "64M", "numjobs": 2},
-    # The simulated ib_write_lat answers at once: its window need not cover CUDA start-up (the
-    # servers' start slack stays at its default, so a busy worker still has every server listening).
-    "rdma-bw": {"lat_timeout_s": 8, "bw_timeout_s": 30},
-    # 60 samples at the check's default 1 Hz (checks/power_soak.py): the judge needs 54 (90% coverage,
-    # at least 40: checks/power_soak_data.py), 15 in the steady window. The BMC readings are a compiled simulator
-    # (testbed/sim/fake_ipmitool.c, ~1 ms of CPU each): the Python one (~50 ms each) lost up to 15% of
-    # the readings of eight nodes at 1 Hz on a busy 2-core machine, so the demo had sampled every 2 s.
-    "power-soak": {"duration_s": 60, "sample_interval_s": 1.0},
-}
-
-
 @transaction.atomic
 def fast_plan_ensure(*, slug: str, name: str, source: str = "acceptance") -> TestPlan:
-    """A copy of a built-in plan with FAST_PARAMS applied (for simulated clusters)."""
+    """A copy of a built-in plan with each check's `simulator_params` applied (for simulated clusters)."""
     base = TestPlan.objects.get(slug=source)
     plan, _ = TestPlan.objects.update_or_create(
         slug=slug, defaults={"name": name, "description": f"{base.name} at simulator speed.", "builtin": False}
@@ -220,7 +86,7 @@ def fast_plan_ensure(*, slug: str, name: str, source: str = "acceptance") -> Tes
             plan=plan,
             check_definition=item.check_definition,
             order=item.order,
-            param_overrides={**item.param_overrides, **FAST_PARAMS.get(item.check_definition.slug, {})},
+            param_overrides={**item.param_overrides, **simulator_params(item.check_definition.slug)},
             threshold_overrides=item.threshold_overrides,
         )
     return plan
@@ -230,11 +96,12 @@ def fast_plan_ensure(*, slug: str, name: str, source: str = "acceptance") -> Tes
 def builtin_catalog_ensure() -> None:
     """Create or refresh the built-in definitions and plans. Idempotent; user plans are untouched."""
     definitions: dict[str, CheckDefinition] = {}
-    for slug, (kind, name, description) in BUILTIN_CHECKS.items():
+    for cls in catalogued():
         definition, _ = CheckDefinition.objects.update_or_create(
-            slug=slug, defaults={"kind": kind, "name": name, "description": description, "builtin": True}
+            slug=cls.slug,
+            defaults={"kind": cls.key, "name": cls.name, "description": cls.description, "builtin": True},
         )
-        definitions[slug] = definition
+        definitions[cls.slug] = definition
     for slug, (name, description, items) in BUILTIN_PLANS.items():
         plan, _ = TestPlan.objects.update_or_create(
             slug=slug, defaults={"name": name, "description": description, "builtin": True}

@@ -1,8 +1,10 @@
 """Simulated GPU node tools: a fake libnvidia-ml.so.1 and a fake nvidia-smi.
 
 A simulated node is a process environment (see `node_env`) whose PATH finds the fake nvidia-smi,
-whose LD_LIBRARY_PATH finds the fake NVML (loaded by the real pynvml), and whose KILN_SIM_STATE
-names a key=value state file describing the node and its injected faults:
+whose LD_LIBRARY_PATH finds the fake NVML (loaded by the real pynvml), whose KILN_SIM_STATE
+names a key=value state file describing the node and its injected faults, and whose KILN_NODE_ROOT
+names the node's own file tree (`<state file>.root`: its sysfs, testbed/sim/node_root.py), which
+`write_state` writes for the state and a test may then write a fault into (`write_node_file`):
 
     build = build_simulator(Path("testbed/build/sim"))
     write_state(state_file, node="gpu01", ecc_uncorrectable_gpu=3)
@@ -87,6 +89,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from testbed.sim.node_root import NODE_ROOT_ENV, write_tree
+from testbed.sim.node_root import node_root as node_root  # re-exported: tests reach a node's tree here
+from testbed.sim.node_root import write_node_file as write_node_file
 
 SIM_DIR = Path(__file__).resolve().parent
 NVML_SOURCE = SIM_DIR / "fake_nvml.c"
@@ -322,6 +328,7 @@ def write_state(path: Path, *, node: str, **faults: str | int) -> None:
         if os.path.exists(tmp_name):
             os.unlink(tmp_name)
         raise
+    write_tree(path, values)
 
 
 def read_state(path: Path) -> dict[str, str]:
@@ -346,4 +353,5 @@ def node_env(paths: SimPaths, state_file: Path) -> dict[str, str]:
         "PATH": f"{paths.bin_dir}:{python_dir}:/usr/bin:/bin",
         "LD_LIBRARY_PATH": str(paths.lib_dir),
         "KILN_SIM_STATE": str(Path(state_file).resolve()),
+        NODE_ROOT_ENV: str(node_root(state_file)),
     }

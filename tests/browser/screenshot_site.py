@@ -5,7 +5,7 @@ The demo cluster (8 simulated nodes, demo03 with ECC errors on GPU 5, demo06 on 
 - run B, the `triage` plan (inventory, software, ECC, NCCL) in an open campaign: its campaign page
   shows the two triage lines;
 - run A, the `shots` plan (the quick sweep with load temperatures, plus burn-in, filesystem, topology
-  and multi-node NCCL at simulator speed, FAST_PARAMS: one result for each chart family) in a second
+  and multi-node NCCL at simulator speed (simulator_params): one result for each chart family) in a second
   campaign, whose three failures are waived, signed by both sides and certified;
 - run C, the `triage` plan, left running: demo01 done, demo02's first check on its node, the rest
   waiting or queued (the live-run test then runs demo03's checks while the page is open);
@@ -70,15 +70,15 @@ def _plan(slug: str, name: str, items: list[tuple[str, dict[str, Any]]]) -> Any:
 
 
 def _plans() -> tuple[Any, Any]:
+    from checks.base import simulator_params
     from portal.catalog.models import TestPlan
-    from portal.catalog.services import FAST_PARAMS
 
     quick = [(i.check_definition.slug, i.param_overrides) for i in TestPlan.objects.get(slug="quick").items.all()]
-    # Load temperatures too (the DLC chart's idle and load columns). Shorter than FAST_PARAMS (2 s + 5 s,
+    # Load temperatures too (the DLC chart's idle and load columns). Shorter than its simulator_params (2 s + 5 s,
     # sized to judge a hot GPU on its steady state): these pages need both phases drawn, not a verdict.
     quick = [(s, DLC_PARAMS if s == "dlc-temperature" else p) for s, p in quick]
     extra = ["burn-in", "fs-throughput", "topology", "nccl-allreduce-multi"]
-    shots = _plan("shots", "Screenshots (every chart)", quick + [(s, FAST_PARAMS.get(s, {})) for s in extra])
+    shots = _plan("shots", "Screenshots (every chart)", quick + [(s, simulator_params(s)) for s in extra])
     nccl = dict(quick)["nccl-allreduce"]
     sweep = [("gpu-inventory", {}), ("sw-consistency", {}), ("ecc-health", {}), ("nccl-allreduce", nccl)]
     triage = _plan("triage", "Triage sweep", sweep)

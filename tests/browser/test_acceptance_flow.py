@@ -1,7 +1,7 @@
 """Issue 4's "Done when", in the browser: start an acceptance run, watch it live, open each chart kind,
 find the outlier node, compare the run with an earlier one, export the results.
 
-The acceptance plan runs at simulator speed (FAST_PARAMS) on the 8-node sshd testbed, executed by a
+The acceptance plan runs at simulator speed (each check's simulator_params) on the 8-node sshd testbed, executed by a
 real Celery worker process. gpu05 gets slow NVLink (busbw x 0.9): it stays above the plan's NCCL floor
 but lags its peers, so it must come out as `warn: outlier`. gpu07 raises Xid 79 on GPU 4.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import GroupCheck, get_check
-from portal.catalog.services import BUILTIN_CHECKS, BUILTIN_PLANS
+from checks.base import GroupCheck, by_slug
+from portal.catalog.services import BUILTIN_PLANS
 from tests.browser.conftest import (
     COUNT_SWAPS_JS,
     GRID_CELLS_JS,
@@ -41,8 +41,9 @@ NCCL_FLOOR = {"min_busbw_gbps": 400}  # the customer's floor: a node 10 % slow p
 @pytest.fixture
 def plans(testbed_cluster):
     """The acceptance plan at simulator speed, and a short nightly sweep (NCCL + ECC) for the earlier run."""
+    from checks.base import simulator_params
     from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
-    from portal.catalog.services import FAST_PARAMS, fast_plan_ensure
+    from portal.catalog.services import fast_plan_ensure
 
     acceptance = fast_plan_ensure(slug="acceptance-fast", name="Acceptance (fast)")
     acceptance.items.filter(check_definition__slug="nccl-allreduce").update(threshold_overrides=NCCL_FLOOR)
@@ -52,7 +53,7 @@ def plans(testbed_cluster):
             plan=nightly,
             check_definition=CheckDefinition.objects.get(slug=slug),
             order=order,
-            param_overrides=FAST_PARAMS.get(slug, {}),
+            param_overrides=simulator_params(slug),
             threshold_overrides=NCCL_FLOOR if slug == "nccl-allreduce" else {},
         )
     # Two racks of four, so the rack heatmap has a layout to draw.
@@ -181,7 +182,8 @@ def test_it_accepts_a_cluster_from_the_browser(
     assert download.suggested_filename == f"kiln-run-{run_id}-results.csv"
     exported = list(csv.DictReader(Path(download.path()).read_text().splitlines()))
     slugs = [slug for slug, _ in BUILTIN_PLANS["acceptance"][2]]
-    groups = sum(1 for slug in slugs if isinstance(get_check(BUILTIN_CHECKS[slug][0]), GroupCheck))
+    kinds = [by_slug(slug) for slug in slugs]
+    groups = sum(1 for kind in kinds if kind is not None and issubclass(kind, GroupCheck))
     assert len(exported) == 8 * (len(slugs) - groups) + groups, "every node result and every group result"
     assert {r["run_id"] for r in exported} == {str(run_id)}
     by_key = {(r["node"], r["check"]): r for r in exported}

@@ -1,6 +1,6 @@
 """Open a result of a run started from the browser and check its plotly chart rendered.
 
-The plan holds the built-in NCCL all-reduce and burn-in checks at simulator speed (FAST_PARAMS) and
+The plan holds the built-in NCCL all-reduce and burn-in checks at simulator speed (each check's simulator_params) and
 runs on two nodes of the sshd testbed, executed by a real Celery worker process.
 """
 
@@ -15,8 +15,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 @pytest.fixture
 def charts_plan(testbed_cluster):
+    from checks.base import simulator_params
     from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
-    from portal.catalog.services import FAST_PARAMS
 
     plan = TestPlan.objects.create(slug="charts", name="Charts plan")
     for order, slug in enumerate(["nccl-allreduce", "burn-in"]):
@@ -24,7 +24,7 @@ def charts_plan(testbed_cluster):
             plan=plan,
             check_definition=CheckDefinition.objects.get(slug=slug),
             order=order,
-            param_overrides=FAST_PARAMS[slug],
+            param_overrides=simulator_params(slug),
         )
     return plan
 

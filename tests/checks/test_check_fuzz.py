@@ -1,6 +1,7 @@
 """Every check kind in checks.REGISTRY on hostile inputs: never `pass`, never a crash.
 
-Seeds are real outputs: each check's own commands run once on a healthy simulated node (testbed
+Seeds are real outputs: each check's own commands, with the params its class declares for the
+simulator (`simulator_params`), run once on a healthy simulated node (testbed
 simulators, the real probe on the fake NVML), where every check passes on the H100 profile; the
 DCGM check, whose tool has no simulator, starts from its real captured output
 (tests/fixtures/dcgmi). Each seed is then made hostile, deterministically:
@@ -51,22 +52,6 @@ from worker.ssh import LocalTransport, NodeTarget
 PROFILE = "H100-SXM-8"
 HOSTS = ("gpu01", "gpu02")
 DCGMI = Path(__file__).resolve().parents[1] / "fixtures" / "dcgmi" / "dcgmi_diag_r4_text_allpass_gcm.txt"
-# Simulator-speed params (as portal/catalog/services.FAST_PARAMS): seconds, not hours.
-FAST: dict[str, dict[str, Any]] = {
-    "burn_in": {"duration_s": 2, "sample_interval_s": 0.5},
-    "dlc_temperature": {"idle_s": 1, "load_s": 2, "sensor_source": "ipmitool"},
-    "nccl_allreduce": {"min_bytes": "1M", "max_bytes": "1G", "peak_min_bytes": "512M", "iters": 5, "warmup_iters": 1},
-    "nccl_allreduce_multi": {
-        "min_bytes": "1M", "max_bytes": "1G", "peak_min_bytes": "512M", "iters": 5, "warmup_iters": 1,
-    },
-    "nccl_alltoall_multi": {
-        "min_bytes": "1M", "max_bytes": "1G", "peak_min_bytes": "512M", "iters": 5, "warmup_iters": 1,
-    },
-    "fs_throughput": {"size": "64M", "numjobs": 2},
-    "fs_aggregate": {"size": "64M", "numjobs": 2},
-    # A site param with no default (checks/slurm_container.py): the simulated srun runs any image.
-    "slurm_container": {"image": "nvcr.io#nvidia/pytorch:24.05-py3"},
-}  # fmt: skip
 TEXT_BAD = ("nan", "inf", "-inf", "1e308", "-1e308", "-1")
 JSON_BAD = ("NaN", "Infinity", "-Infinity", "1e999", "-1e308", "-1")
 NUMBER = re.compile(r"(?<![\w.+-])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
@@ -103,7 +88,7 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Seed]:
         if issubclass(cls, FanOutCheck):
             continue  # every node at once for minutes: fuzzed in tests/checks/test_power_soak_check.py
         check = cls()
-        overrides = dict(FAST.get(key, {}))
+        overrides = dict(cls.simulator_params)  # seconds, not hours: the class declares them
         if key.startswith("fs_"):
             overrides["path"] = str(root / "fs")
         params = check.make_params(resolve_params(key, PROFILE, overrides))

@@ -305,9 +305,9 @@ def test_the_simulator_honours_mds_slow_when_run_directly(tmp_path: Path) -> Non
 
 
 def test_it_is_in_the_catalog() -> None:
-    from portal.catalog.services import BUILTIN_CHECKS
+    from checks.base import REGISTRY, by_slug, catalogued
 
-    assert BUILTIN_CHECKS["fs-metadata"][0] == "fs_metadata"
+    assert by_slug("fs-metadata") is REGISTRY["fs_metadata"] in catalogued()
 
 
 def test_it_declares_history_outliers_and_metrics_without_a_chart() -> None:

@@ -323,9 +323,9 @@ def test_it_runs_read_only_argv_commands() -> None:
 
 
 def test_it_is_in_the_catalog() -> None:
-    from portal.catalog.services import BUILTIN_CHECKS
+    from checks.base import REGISTRY, by_slug, catalogued
 
-    assert BUILTIN_CHECKS["gpu-config"][0] == "gpu_config"
+    assert by_slug("gpu-config") is REGISTRY["gpu_config"] in catalogued()
 
 
 # --- the simulated node ----------------------------------------------------------------------------

@@ -345,6 +345,6 @@ def test_the_timeout_of_a_hung_step_is_an_error() -> None:
 
 
 def test_it_is_in_the_catalog() -> None:
-    from portal.catalog.services import BUILTIN_CHECKS
+    from checks.base import REGISTRY, by_slug, catalogued
 
-    assert BUILTIN_CHECKS["slurm-container"][0] == "slurm_container"
+    assert by_slug("slurm-container") is REGISTRY["slurm_container"] in catalogued()

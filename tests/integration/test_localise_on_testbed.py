@@ -19,8 +19,8 @@ from ClusterShell.NodeSet import NodeSet
 from django.conf import settings
 from django.core.management import call_command
 
+from checks.base import simulator_params
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
-from portal.catalog.services import FAST_PARAMS
 from portal.runs import rawoutput
 from portal.runs.models import CheckResult, Measurement
 
@@ -57,7 +57,7 @@ def slow_cluster(testbed_factory, transactional_db):
     TestPlanItem.objects.create(
         plan=plan,
         check_definition=CheckDefinition.objects.get(slug="nccl-allreduce-multi"),
-        param_overrides=FAST_PARAMS["nccl-allreduce-multi"],
+        param_overrides=simulator_params("nccl-allreduce-multi"),
     )
     tb.set_faults(SLOW, net_slow_factor=0.3)  # a slow port: every multi-node run with it is slow
     yield tb, cluster

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from checks.base import REGISTRY, Command, CommandOutput, NodeContext, get_check
+from checks.base import REGISTRY, Command, CommandOutput, NodeContext
 from worker.shared_reads import SharedReads
 from worker.ssh import PgidCallback, UnreachableError
 
@@ -151,13 +151,15 @@ def test_it_closes_the_transport_and_passes_other_calls_through() -> None:
 
 
 def quick_plan_commands() -> list[Command]:
-    from portal.catalog.services import BUILTIN_CHECKS, BUILTIN_PLANS
+    from checks.base import by_slug
+    from portal.catalog.services import BUILTIN_PLANS
 
     _, _, items = BUILTIN_PLANS["quick"]
     commands = []
     for slug, overrides in items:
-        kind = BUILTIN_CHECKS[slug][0]
-        check = get_check(kind)
+        cls = by_slug(slug)
+        assert cls is not None, slug
+        check = cls()
         params = check.make_params({**check.default_params(), **overrides})
         commands += check.commands(params, NodeContext(hostname="n1", since=1.7e9))
     return commands

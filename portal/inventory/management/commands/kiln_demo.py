@@ -15,8 +15,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from checks.base import simulator_params
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
-from portal.catalog.services import FAST_PARAMS, fast_plan_ensure
+from portal.catalog.services import fast_plan_ensure
 from portal.facility.demo import demo_facility_ensure
 from portal.inventory.models import Cluster, Node
 from testbed.sim import build_simulator, node_env, write_state
@@ -50,7 +51,7 @@ def _with_soak(plan: TestPlan) -> None:
     last = plan.items.order_by("-order").values_list("order", flat=True).first() or 0
     soak = CheckDefinition.objects.get(slug="power-soak")
     TestPlanItem.objects.create(
-        plan=plan, check_definition=soak, order=last + 1, param_overrides=FAST_PARAMS["power-soak"]
+        plan=plan, check_definition=soak, order=last + 1, param_overrides=simulator_params("power-soak")
     )
 
 
