@@ -62,6 +62,7 @@ class PowerSoakParams:
     # gpu_burn -tc: tensor-core GEMM keeps an H100 at its board power limit, the highest sustained
     # draw gpu_burn's modes reach (the soak is about power, not FP64 correctness).
     use_tensor_cores: bool = True
+    # The tool on the nodes' PATH (gpu-burn's build names it gpu_burn); a full path where it is not.
     gpu_burn_path: str = "gpu_burn"
     # Seconds before the common start, so that every node's command has begun by then: 5 s, plus
     # 0.25 s per node for the connects and execs the worker's threads make in parallel (paramiko:

@@ -456,7 +456,7 @@ SPECTACULAR_SETTINGS: dict[str, Any] = {
     "DESCRIPTION": (
         "Clusters, nodes, plans, runs and their results, campaigns, certificates, health and schedules.\n\n"
         "Authenticate with `Authorization: Token <secret>` (or `Bearer <secret>`): create a token on the "
-        "API tokens page or with `manage.py kiln_token USERNAME`. Roles are the pages': viewer reads, "
+        "API tokens page or with `kiln user token USERNAME`. Roles are the pages': viewer reads, "
         "operator writes inventory and runs, approver waives.\n\n"
         "**There is no signing endpoint.** Signing off a certificate stays a human action of an approver "
         "in the browser, so a leaked API token can never sign a certificate."
