@@ -1,4 +1,4 @@
-"""power_soak: the whole-cluster heat soak (Kiln issue 13, item 3).
+"""power_soak: the whole-cluster heat soak of the power-and-cooling acceptance.
 
 Every node of the run starts gpu_burn on all its GPUs at the same moment, under the probe's
 sampling mode with node power (`python3 - --sample 1 --node-power --start-at EPOCH -- gpu_burn
@@ -54,10 +54,10 @@ MAX_START_DELAY_S = 590.0
 
 @dataclass
 class PowerSoakParams:
-    # Issue 13 item 3: 30 min by default (the steady window, the last quarter, is then 7.5 min);
-    # the demo's plan sets a short one.
+    # 30 min by default, the power-and-cooling acceptance's soak length (the steady window, the
+    # last quarter, is then 7.5 min); the demo's plan sets a short one.
     duration_s: int = 1800
-    # Issue 13 item 2: node power sampled at 1 Hz, time-aligned with NVML.
+    # Node power sampled at 1 Hz, time-aligned with NVML's samples (one time base for every reading).
     sample_interval_s: float = 1.0
     # gpu_burn -tc: tensor-core GEMM keeps an H100 at its board power limit, the highest sustained
     # draw gpu_burn's modes reach (the soak is about power, not FP64 correctness).
