@@ -193,7 +193,7 @@ CELERY_WORKER_POOL = env.str("KILN_WORKER_POOL", default="threads")
 # pdsh and clush fan out to every node at once. Past that the process's Python (one core under the
 # GIL) is the limit: the quick plan costs the worker ~0.09 s of CPU per node (SSH, parsing,
 # recording; bench/bench_fanout.py), so one process keeps up with 64 nodes whose checks take more
-# than ~6 s; add worker processes (README, "Sizing") rather than threads. Prefork: the CPU count.
+# than ~6 s; add worker processes (docs/operations/workers-and-sizing.md) rather than threads. Prefork: the CPU count.
 CELERY_WORKER_CONCURRENCY = env.int(
     "KILN_WORKER_CONCURRENCY", default=64 if CELERY_WORKER_POOL in ("threads", "gevent", "eventlet") else 0
 ) or (os.cpu_count() or 1)
@@ -271,7 +271,7 @@ KILN_LOST_MESSAGE_S = env.float("KILN_LOST_MESSAGE_S", default=60)
 KILN_SSH_KEEPALIVE_S = env.float("KILN_SSH_KEEPALIVE_S", default=5)
 KILN_SSH_KEEPALIVE_COUNT = env.int("KILN_SSH_KEEPALIVE_COUNT", default=3)
 
-# --- Retention (portal/runs/retention.py, README "Retention") ----------------------------------------
+# --- Retention (portal/runs/retention.py, docs/operations/retention.md) ---------------------
 # Days a finished run keeps its raw output (the compressed bytes behind the download; the display
 # copy is cut to an excerpt) and its full-resolution telemetry (the charts' 1,500-point view stays).
 # 90: a quarter outlasts an acceptance campaign (weeks from first run to certificate,
