@@ -6,7 +6,7 @@ Brings up one testbed (real sshd in network namespaces, `python -m testbed`) of 
 asked (default sizes 8, 16, 32, 64) and, for each size, on its first N nodes, `--repeat` times in
 turn (median reported):
   - kiln: the built-in `quick` plan, started as the portal starts it (services.run_start) and run by
-    ONE real worker process started as the README says, `celery -A worker worker`, with no pool or
+    ONE real worker process started as the docs say, `celery -A worker worker`, with no pool or
     concurrency flag and no KILN_WORKER_* variable: the defaults. Time = the run's finished_at less
     its created_at (both stamped by Kiln). Meanwhile pg_stat_activity is sampled every 20 ms: the
     worker's connections (application_name `kiln-worker`, client backends) at most at once, and how
@@ -150,7 +150,7 @@ class ConnectionSampler(threading.Thread):
 
 
 class Worker:
-    """`celery -A worker worker` exactly as the README says (plus --loglevel=INFO for its log)."""
+    """`celery -A worker worker` exactly as the docs say (plus --loglevel=INFO for its log)."""
 
     def __init__(self, log_path: Path, env: dict[str, str], overrides: dict[str, str]) -> None:
         self.log_path = log_path

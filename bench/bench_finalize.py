@@ -12,8 +12,8 @@ Printed per size (medians): wall time of run_finalize without the node-health ev
 its commit triggers; of that, the cross-node pass (consensus and outliers, outside the run's row
 lock) and the rest (the aggregates and the close, the latter under the lock); its queries at the
 first close and at a later one; then the health evaluation on commit on its own, with its queries
-(the first close makes every node's health row: on SQLite, batches of 999 parameters). Before
-issue 10 closing took 8,750 queries and 6.7 s at 1,250 nodes (one COUNT per result inside the lock).
+(the first close makes every node's health row: on SQLite, batches of 999 parameters). Once,
+closing took 8,750 queries and 6.7 s at 1,250 nodes (one COUNT per result inside the lock).
 Target: a query count that does not grow with the node count.
 """
 

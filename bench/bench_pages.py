@@ -14,7 +14,7 @@ count of one request.
 Pages: the run page (full HTML), the grid fragment htmx fetches (HX-Request), the live poll of an
 active run (the summary plus the rows changed in the last seconds), and a node page
 (/clusters/<name>/nodes/<hostname>/ when the URL exists, else the cluster page).
-Target (issue 4): under 300 ms and a query count that does not grow with the node count.
+Target: under 300 ms and a query count that does not grow with the node count.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seeds history shaped like real runs for bench/bench_history.py (issue 12).
+"""Seeds history shaped like real runs for bench/bench_history.py (a month of runs at 1,250 nodes).
 
 The shapes come from Kiln itself, not from guesses: the demo acceptance plan runs once, inline, on
 four simulated nodes (the testbed's simulator: the same parsers, measurements, series and raw

@@ -95,6 +95,8 @@ class BurnInParams:
     # None = duration + max(120 s, 5%): the before/after probes, gpu_burn's start-up and its
     # 30 s SIGTERM grace (gpu-burn SIGTERM_TIMEOUT_THRESHOLD_SECS) all fit.
     timeout_s: int | None = None
+
+    # The tool on the node's PATH (gpu-burn's build names it gpu_burn); a full path where it is not.
     gpu_burn_path: str = "gpu_burn"
     # gpu_burn -c FILE: compare.ptx is looked up in the working directory unless given.
     compare_kernel: str = ""

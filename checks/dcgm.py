@@ -259,7 +259,7 @@ EXPECTED_S = {1: 30, 2: 120, 3: 1800, 4: 5400}
 class DcgmDiagParams:
     level: int = 1  # quick sweeps; acceptance plans use 3 (or 4)
     timeout_s: int | None = None  # None = by level (DEFAULT_TIMEOUTS_S)
-    dcgmi_path: str = "dcgmi"
+    dcgmi_path: str = "dcgmi"  # DCGM's command-line tool on the node's PATH; a full path where it is not
 
     def __post_init__(self) -> None:
         if self.level not in DEFAULT_TIMEOUTS_S:

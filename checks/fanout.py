@@ -1,5 +1,5 @@
 """Fan-out group checks: every node runs its own commands at one common moment, each over its own
-connection, while the worker samples the facility's Redfish endpoints (the heat soak, issue 13).
+connection, while the worker samples the facility's Redfish endpoints (the heat soak).
 
 A `FanOutCheck` declares:
 - `node_commands(params, group, node)`: what one node runs, starting at `group.start_at`;

@@ -97,6 +97,9 @@ class FsParams:
     # direct=1, small enough for a sweep.
     size: str = "1G"
     direct: bool = True  # O_DIRECT: measure the filesystem, not the page cache
+    # Linux native asynchronous I/O, the fio engine that keeps several O_DIRECT requests in flight
+    # (fio HOWTO, "ioengine"); 16 in flight per job keeps a parallel-filesystem client busy with
+    # 1 MiB requests. Conservative default; tune per site.
     ioengine: str = "libaio"
     iodepth: int = 16
     # None = size-based (each job writes/reads `size` once); N = time_based runs of N s per phase.

@@ -72,6 +72,7 @@ class NcclThresholds:
 
 @dataclass
 class NcclMultiParams:
+    # nccl-tests' all-reduce benchmark on the launcher's PATH; a full path where it is not.
     binary: str = "all_reduce_perf"
     # 8 B .. 8 GiB by x2, as in the 2-node H100 fixture (mpirun -np 16 -npernode 8 ... -b 8 -e 8G -f 2 -g 1).
     min_bytes: str = "8"

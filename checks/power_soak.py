@@ -1,4 +1,4 @@
-"""power_soak: the whole-cluster heat soak (Kiln issue 13, item 3).
+"""power_soak: the whole-cluster heat soak of the power-and-cooling acceptance.
 
 Every node of the run starts gpu_burn on all its GPUs at the same moment, under the probe's
 sampling mode with node power (`python3 - --sample 1 --node-power --start-at EPOCH -- gpu_burn
@@ -50,14 +50,15 @@ from checks.sampling import JUDGED_CLOCK_REASONS, SAMPLING_LABEL
 
 @dataclass
 class PowerSoakParams:
-    # Issue 13 item 3: 30 min by default (the steady window, the last quarter, is then 7.5 min);
-    # the demo's plan sets a short one.
+    # 30 min by default, the power-and-cooling acceptance's soak length (the steady window, the
+    # last quarter, is then 7.5 min); the demo's plan sets a short one.
     duration_s: int = 1800
-    # Issue 13 item 2: node power sampled at 1 Hz, time-aligned with NVML.
+    # Node power sampled at 1 Hz, time-aligned with NVML's samples (one time base for every reading).
     sample_interval_s: float = 1.0
     # gpu_burn -tc: tensor-core GEMM keeps an H100 at its board power limit, the highest sustained
     # draw gpu_burn's modes reach (the soak is about power, not FP64 correctness).
     use_tensor_cores: bool = True
+    # The tool on the nodes' PATH (gpu-burn's build names it gpu_burn); a full path where it is not.
     gpu_burn_path: str = "gpu_burn"
     # Seconds before the common start, so that every node's command has begun by then: 5 s, plus
     # 0.25 s per node for the connects and execs the worker's threads make in parallel (paramiko:

@@ -50,14 +50,14 @@ class SoakThresholds:
     # programme spec); using the floor overstates currents slightly, the safe side.
     power_factor: float = 0.95
     # Largest deviation of one phase's current from the mean phase current, as a fraction of the mean
-    # (NEMA MG-1 14.36's unbalance definition); 10% is the default of Kiln issue 13 (PDU phases "must
-    # be balanced"). None = not judged.
+    # (NEMA MG-1 14.36's unbalance definition); 10%: "PDU phases must be balanced" (an integrator's
+    # GPU-cluster acceptance checklist) as a number; conservative default, tune per site. None = not judged.
     phase_imbalance_max: float | None = 0.10
-    # A UPS must carry at least 120% of the measured peak of the racks it carries (Kiln issue 13, from
-    # an integrator's GPU-cluster acceptance checklist).
+    # A UPS must carry at least 120% of the measured peak of the racks it carries (an integrator's
+    # GPU-cluster acceptance checklist).
     ups_margin: float = 1.2
-    # Direct liquid cooling must remove at least 80% of the heat (Kiln issue 13, the integrator's
-    # checklist; DLC HGX designs capture ~80-90% in liquid, the rest goes to room air). None = not judged.
+    # Direct liquid cooling must remove at least 80% of the heat (an integrator's GPU-cluster
+    # acceptance checklist; DLC HGX designs capture ~80-90% in liquid, the rest goes to room air). None = not judged.
     dlc_capture_min: float | None = 0.8
     # A loop that "removes" more than 125% of the electrical power of its racks is not measuring them
     # (energy balance: flow-meter and delta-T sensor error of a few percent each, plus heat the liquid

@@ -1,4 +1,4 @@
-"""The `power-soak` heat soak's judgement (Kiln issue 13, item 3): pure Python over the facility model
+"""The `power-soak` heat soak's judgement: pure Python over the facility model
 and the soak's 1 Hz samples. A GroupCheck wraps it; this module runs no command.
 
 `judge_soak(facility, samples, thresholds)` returns a SoakResult: one SoakFinding per subject

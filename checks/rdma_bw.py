@@ -1,4 +1,4 @@
-"""rdma_bw: RDMA bandwidth (and latency) of every HCA port, rail by rail (Kiln issue 14, item 1).
+"""rdma_bw: RDMA bandwidth (and latency) of every HCA port, rail by rail.
 
 perftest between node pairs: on every rail, mlx5_k of one node writes to mlx5_k of its partner
 (`ib_write_bw -d mlx5_k -p PORT -F --report_gbits -a`, with `--use_cuda=GPU` for GPUDirect RDMA
@@ -60,7 +60,7 @@ PROFILE_THRESHOLDS: dict[str, dict[str, Any]] = {
     # conf/nd96isr_h200_v5.conf `check_ib_bw_gdr 360`; ND H100 v5 uses 375,
     # conf/nd96isr_h100_v5.conf); a healthy NDR pair reaches 392 Gb/s
     # (tests/fixtures/perftest/ib_write_bw-cx7-ndr400-b2b-dac.txt). 200 Gb/s per GPU over the node's
-    # rails: the integrator checklist of Kiln issue 14.
+    # rails: an integrator's GPU-cluster acceptance checklist.
     "H100-SXM-8": {"min_bw_gbps": 360.0, "min_bw_per_gpu_gbps": 200.0, "link_type": "IB"},
     "H200-SXM-8": {"min_bw_gbps": 360.0, "min_bw_per_gpu_gbps": 200.0, "link_type": "IB"},
     # 8x ConnectX-6 HDR 200 Gb/s, one per GPU (HGX A100). 185 Gb/s per pair: Azure's GPUDirect floor

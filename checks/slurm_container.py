@@ -108,8 +108,8 @@ class SlurmContainerParams:
     # node. "" = not set: the check errors without running srun.
     image: str = ""
     partition: str = ""  # "" = the cluster's default partition
-    account: str = ""
-    reservation: str = ""
+    account: str = ""  # "" = the SSH user's default Slurm account
+    reservation: str = ""  # "" = no reservation (an acceptance often runs in one: name it)
     # Ask for the node's GPUs through GRES (--gpus-per-node): without it a cgroup-constrained
     # step sees no GPU. Off for sites that give whole nodes without GPU GRES.
     request_gpus: bool = True

@@ -161,7 +161,7 @@ else:
     _queue, _control = broker_dirs(DATA_DIR)
     # A host in the URL, though the transport ignores it: without one kombu logs "No hostname was
     # supplied. Reverting to default 'localhost'" on every connection (kombu/connection.py _info),
-    # which every `kiln_run` printed (issue 16).
+    # which every `kiln_run` printed.
     CELERY_BROKER_URL = "filesystem://localhost/"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue),
@@ -186,14 +186,14 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # is overridden by this setting, a Celery quirk: use KILN_WORKER_POOL=prefork instead).
 # Threads: a node task is seconds to hours of waiting on SSH around milliseconds of Python, so a
 # thread per node is enough, where a prefork process per node cost ~60 MB each (64 slots: 3.9 GB
-# PSS, issue 10). Celery time limits are not enforced on threads; what bounds a task instead is in
+# PSS, measured). Celery time limits are not enforced on threads; what bounds a task instead is in
 # worker/timeouts.py.
 CELERY_WORKER_POOL = env.str("KILN_WORKER_POOL", default="threads")
 # Nodes one worker process drives at once. 64: one worker keeps a 64-node sweep fully parallel, as
 # pdsh and clush fan out to every node at once. Past that the process's Python (one core under the
 # GIL) is the limit: the quick plan costs the worker ~0.09 s of CPU per node (SSH, parsing,
 # recording; bench/bench_fanout.py), so one process keeps up with 64 nodes whose checks take more
-# than ~6 s; add worker processes (README, "Sizing") rather than threads. Prefork: the CPU count.
+# than ~6 s; add worker processes (docs/operations/workers-and-sizing.md) rather than threads. Prefork: the CPU count.
 CELERY_WORKER_CONCURRENCY = env.int(
     "KILN_WORKER_CONCURRENCY", default=64 if CELERY_WORKER_POOL in ("threads", "gevent", "eventlet") else 0
 ) or (os.cpu_count() or 1)
@@ -271,10 +271,10 @@ KILN_LOST_MESSAGE_S = env.float("KILN_LOST_MESSAGE_S", default=60)
 KILN_SSH_KEEPALIVE_S = env.float("KILN_SSH_KEEPALIVE_S", default=5)
 KILN_SSH_KEEPALIVE_COUNT = env.int("KILN_SSH_KEEPALIVE_COUNT", default=3)
 
-# --- Retention (portal/runs/retention.py, README "Retention") ----------------------------------------
+# --- Retention (portal/runs/retention.py, docs/operations/retention.md) ---------------------
 # Days a finished run keeps its raw output (the compressed bytes behind the download; the display
 # copy is cut to an excerpt) and its full-resolution telemetry (the charts' 1,500-point view stays).
-# 90: issue 12's value; a quarter outlasts an acceptance campaign (weeks from first run to certificate,
+# 90: a quarter outlasts an acceptance campaign (weeks from first run to certificate,
 # re-runs included) and leaves time to re-parse old outputs after a parser fix. 0 or empty: keep.
 # Runs in a campaign, certified or not, and runs still active are never touched.
 KILN_RETENTION_RAW_OUTPUT_DAYS = env.int("KILN_RETENTION_RAW_OUTPUT_DAYS", default=90) or None
@@ -282,7 +282,7 @@ KILN_RETENTION_TELEMETRY_DAYS = env.int("KILN_RETENTION_TELEMETRY_DAYS", default
 # Characters of each display copy (stdout, stderr) kept once the raw output is gone: 4,096, what a
 # terminal shows on about two screens (80 x 25 each); head 3/4 and tail 1/4 like the display cut.
 KILN_RETENTION_OUTPUT_EXCERPT = env.int("KILN_RETENTION_OUTPUT_EXCERPT", default=4096)
-# Months of measurements kept; empty (the default): forever, as issue 12 says (history and trends
+# Months of measurements kept; empty (the default): forever (history and trends
 # read them). When set, whole month partitions older than that are dropped on PostgreSQL, never
 # one holding a certified or campaign result or an active run's (portal/runs/partitions.py).
 KILN_RETENTION_MEASUREMENT_MONTHS = env.int("KILN_RETENTION_MEASUREMENT_MONTHS", default=0) or None
@@ -456,7 +456,7 @@ SPECTACULAR_SETTINGS: dict[str, Any] = {
     "DESCRIPTION": (
         "Clusters, nodes, plans, runs and their results, campaigns, certificates, health and schedules.\n\n"
         "Authenticate with `Authorization: Token <secret>` (or `Bearer <secret>`): create a token on the "
-        "API tokens page or with `manage.py kiln_token USERNAME`. Roles are the pages': viewer reads, "
+        "API tokens page or with `kiln user token USERNAME`. Roles are the pages': viewer reads, "
         "operator writes inventory and runs, approver waives.\n\n"
         "**There is no signing endpoint.** Signing off a certificate stays a human action of an approver "
         "in the browser, so a leaked API token can never sign a certificate."

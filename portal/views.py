@@ -299,7 +299,7 @@ def result_raw_output(request: HttpRequest, result_id: int, stream: str) -> Stre
     if stored.compressed is None:
         raise Http404(
             "no raw output is stored for this result (nothing ran, it was recorded before Kiln kept it, "
-            "or retention removed it: README, Retention)"
+            "or retention removed it: see Retention in the documentation)"
         )
     response = StreamingHttpResponse(rawoutput.unpack(stored.compressed), content_type="application/octet-stream")
     response["Content-Disposition"] = f'attachment; filename="kiln-result-{result_id}.{stream}"'

@@ -120,7 +120,7 @@ def make_user(db):
 class WorkerProcess:
     """A real `celery -A worker worker` process on the test database and broker.
 
-    With no `pool` and no `concurrency` it runs exactly what the README tells users to run: the
+    With no `pool` and no `concurrency` it runs exactly what the docs tell users to run: the
     settings' defaults (a threads pool of KILN_WORKER_CONCURRENCY). `pool="prefork"` sets
     KILN_WORKER_POOL for it (Celery overrides a bare --pool=prefork with the configured pool).
     `queues` are its `-Q` (a site's worker; none: the default queue), `name` its `-n` node name

@@ -8,7 +8,7 @@ at the end of each (on the threads pool, a close hands the connection back to th
 connection pool: `configure_worker_database`). At most KILN_WORKER_DB_CONNECTIONS threads of one
 process are inside a phase at once; the others wait their turn (a phase takes milliseconds). One
 worker process therefore holds at most that many PostgreSQL connections, whatever its concurrency:
-the sizing rule of the README's deployment section.
+the sizing rule of docs/operations/workers-and-sizing.md.
 
 Any database use on a worker thread outside a phase (a heartbeat, a lease renewal, a cancel check)
 borrows one of the pool's connections until that thread closes it: put such work in a phase of its

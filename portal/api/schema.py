@@ -17,5 +17,5 @@ class TokenAuthenticationScheme(OpenApiAuthenticationExtension):
             "in": "header",
             "name": "Authorization",
             "description": "`Token <secret>` or `Bearer <secret>`; create one on the API tokens page or with "
-            "`manage.py kiln_token USERNAME`.",
+            "`kiln user token USERNAME`.",
         }

@@ -39,30 +39,30 @@ BUILTIN_PLANS: dict[str, tuple[str, str, list[tuple[str, dict[str, Any]]]]] = {
         [
             ("gpu-inventory", {}),
             ("sw-consistency", {}),
-            # Issue 14: how the node is set up for GPU work (fabric, ACS, IOMMU, clocks) and wired
+            # How the node is set up for GPU work (fabric, ACS, IOMMU, clocks) and wired
             # (each GPU's NIC on its own PCIe switch), before any load runs on it.
             ("gpu-config", {}),
             ("topology", {}),
             ("gpu-links", {}),
             ("host-bw", {}),
             ("ib-ports", {}),
-            # Issue 14: every rail's RDMA bandwidth and latency, each HCA to its peer on the next node.
+            # Every rail's RDMA bandwidth and latency, each HCA to its peer on the next node.
             ("rdma-bw", {}),
             ("nccl-allreduce", {}),
             # 12 h at full tensor-core load: infant-mortality burn-in before handover.
             ("burn-in", {"duration_s": 43200, "use_tensor_cores": True}),
             ("dlc-temperature", {}),
             ("fs-throughput", {}),
-            # Issue 14: data loading is small files: metadata rates per node.
+            # Data loading is small files: metadata rates per node.
             ("fs-metadata", {}),
             ("ecc-health", {}),
             ("nccl-allreduce-multi", {}),
-            # Issue 14: expert-parallel traffic, the test of the fabric's bisection.
+            # Expert-parallel traffic, the test of the fabric's bisection.
             ("nccl-alltoall-multi", {}),
             ("fs-aggregate", {}),
         ],
     ),
-    # Issue 13: the integrated systems test of power and cooling, run once the facility model
+    # The integrated systems test of power and cooling, run once the facility model
     # (racks, PDUs, UPS, loops) is entered; separate from node acceptance because it needs every
     # node at once and the facility's own people on site.
     "power-cooling": (

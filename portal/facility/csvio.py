@@ -1,6 +1,6 @@
 """The facility CSV: one file, one header, a `type` column (rack, pdu, feed, ups, loop) saying which
-of the other columns a row uses. Reading (parse) is pure; export reads the database. The README's
-"Facility" section documents the format.
+of the other columns a row uses. Reading (parse) is pure; export reads the database. The format is
+documented in docs/operations/facility.md.
 
 Credentials are never in it: an export leaves them out, and an import refuses credential columns
 (a CSV of passwords outlives the upload: downloads folders, tickets, shell history); set them on the

@@ -1,4 +1,4 @@
-"""The facility model the power-and-cooling acceptance judges against (Kiln issue 13): racks with
+"""The facility model the power-and-cooling acceptance judges against: racks with
 their power and cooling budgets, rack PDUs with their feeds, phases and breakers, which node draws
 from which PDU phase, UPSes and the racks they carry, cooling loops (CDUs) and the racks they serve.
 

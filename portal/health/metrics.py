@@ -25,7 +25,7 @@ measurement families above: all bounded by the inventory (nodes x GPUs x kinds),
 The measurement families are rendered when a run that judged a node finishes (node_samples, stored
 as NodeMetrics rows by portal/health/services/exported.py); a scrape streams those rows, in family
 order, after the health families read live. `cluster` limits a scrape to one cluster (one scrape
-job per cluster, or a federating Prometheus per site: README "Prometheus").
+job per cluster, or a federating Prometheus per site: docs/operations/monitoring.md).
 """
 
 from __future__ import annotations

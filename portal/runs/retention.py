@@ -1,4 +1,4 @@
-"""Retention: what a finished run keeps as it ages (README "Retention").
+"""Retention: what a finished run keeps as it ages (docs/operations/retention.md).
 
 - Raw output (CheckResult.stdout_raw/stderr_raw, up to 2 x 16 MiB compressed per result) is removed
   KILN_RETENTION_RAW_OUTPUT_DAYS after the run finished; the display copies are cut to an excerpt of
@@ -250,8 +250,8 @@ def retention_schedule_ensure() -> None:
             "interval": None,
             "enabled": True,
             "description": (
-                "Retention (README): removes old raw output, thins old full-resolution telemetry, makes the "
-                "coming months' measurement partitions; never touches campaign or active runs."
+                "Retention (see the documentation): removes old raw output, thins old full-resolution telemetry, "
+                "makes the coming months' measurement partitions; never touches campaign or active runs."
             ),
         },
     )

@@ -42,7 +42,7 @@ scales with flow ** 0.8 (Dittus-Boelter, Nu ~ Re^0.8; Incropera, Fundamentals of
 Transfer, eq. 8.60), so at lower flow less of the heat reaches the liquid and the rest goes to the
 room's air. Return = supply + heat / (flow x density x specific heat). The fault `low_flow` (e.g.
 0.3) scales the flow: the return temperature rises (less flow for the heat still captured) and the
-captured share falls (0.9 x 0.3 ** 0.8 = 34% of node power, below the 80% DLC rule of issue 13).
+captured share falls (0.9 x 0.3 ** 0.8 = 34% of node power, below the soak's 80% DLC rule).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ WATER_SPECIFIC_HEAT_KJ_PER_KG_K = 4.178
 # Facility water supply: ASHRAE TC 9.9 liquid cooling class W32 allows up to 32 C supply; 30 C is
 # the DMTF public-cooling-unit mockup's primary supply reading (tests/fixtures/redfish-cdu/).
 SUPPLY_C = 30.0
-# The healthy loop's liquid share of node power: issue 13's model (~0.9), above its 80% DLC rule.
+# The healthy loop's liquid share of node power: ~0.9 (DLC HGX designs capture ~80-90%), above the 80% rule.
 CAPTURE = 0.9
 # Dittus-Boelter exponent (Nu ~ Re^0.8, turbulent flow): heat transfer against flow.
 FLOW_EXPONENT = 0.8

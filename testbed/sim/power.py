@@ -40,7 +40,7 @@ GPU_THROTTLED_MW = 480000.0
 GPU_LIMIT_W = 700.0
 DEFAULT_CAP_W = 500.0
 # Platform overhead of an HGX H100 8-GPU node besides its GPUs (2 CPUs, DDR5, 8 ConnectX-7 NICs,
-# 4 NVSwitches, fans, PSU losses): issue 13's stated model, ~900 W idle and ~1,500 W under a GPU burn
+# 4 NVSwitches, fans, PSU losses): a model of ~900 W idle and ~1,500 W under a GPU burn
 # (the CPUs stay lightly loaded). For scale: NVIDIA's DGX H100 datasheet gives 10.2 kW maximum system
 # power, of which 8 x 700 W are GPUs.
 PLATFORM_IDLE_W = 900.0

@@ -1,4 +1,4 @@
-"""Issue 4's "Done when", in the browser: start an acceptance run, watch it live, open each chart kind,
+"""The acceptance path in the browser: start an acceptance run, watch it live, open each chart kind,
 find the outlier node, compare the run with an earlier one, export the results.
 
 The acceptance plan runs at simulator speed (each check's simulator_params) on the 8-node sshd testbed, executed by a
@@ -89,7 +89,7 @@ def test_it_accepts_a_cluster_from_the_browser(
     assert {s for cells in page.evaluate(GRID_CELLS_JS).values() for s in cells} & {"queued", "waiting", "running"}
     page.wait_for_function(PROGRESS_SEEN_JS, timeout=30_000)
     shot("run-live")
-    # 150 s: the plan's RDMA pairs, all-to-all and metadata checks (issue 14) add half a minute.
+    # 150 s: the plan's RDMA pairs, all-to-all and metadata checks add half a minute.
     assert wait_for_run_end(page, timeout_s=150) == "fail", "gpu07's Xid fails the run"
     assert page.evaluate("window.__kilnMarker") == 1, "no reload while watching"
     shot("run-final")

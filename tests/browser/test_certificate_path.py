@@ -1,4 +1,4 @@
-"""Issue 5's "Done when", in the browser: the whole handover path on the demo cluster (local transport,
+"""The whole handover path in the browser on the demo cluster (local transport,
 simulated nodes), driven through the pages like a person.
 
 An operator opens a campaign and runs it: demo03 (uncorrectable ECC) and demo06 (wrong driver) fail.

@@ -1,4 +1,4 @@
-"""A run's NCCL, fleet distribution and rack charts in Chromium at 1280 px (issue 16): the NCCL floor is
+"""A run's NCCL, fleet distribution and rack charts in Chromium at 1280 px: the NCCL floor is
 drawn from the size the check judged (1 GiB), not across the small sizes; the distribution says its
 equal values in words and shows every point; the rack heatmap of a constant temperature is one
 colour, says so, and shows each node's value in its cell; the picker offers judged metrics under

@@ -1,4 +1,4 @@
-"""A node's history charts in Chromium at 1280 and 1920 px (issue 16): every chart fits inside its box
+"""A node's history charts in Chromium at 1280 and 1920 px: every chart fits inside its box
 and the window (the right column was clipped), a one-run chart's time ticks read to the minute (not
 `12:47:36.9885`), and a point's hover names the node, the line and the value with its unit.
 Screenshots under test-artifacts/browser/."""

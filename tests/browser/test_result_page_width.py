@@ -1,4 +1,4 @@
-"""A result page with wide per-GPU tables in Chromium at 1280 and 1920 px (issue 16): nothing runs off
+"""A result page with wide per-GPU tables in Chromium at 1280 and 1920 px: nothing runs off
 the right edge of the page; a table wider than the page scrolls inside its own box. Screenshots under
 test-artifacts/browser/."""
 

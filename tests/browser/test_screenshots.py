@@ -1,4 +1,4 @@
-"""Screenshots as tests (issue 16, item 8): every main page in Chromium at 1280 and 1920 px, saved as
+"""Screenshots as tests: every main page in Chromium at 1280 and 1920 px, saved as
 test-artifacts/screenshots/<width>/<page>.png, and on each page:
 - the page is no wider than the window (the window without its vertical scrollbar), and nothing runs
   past the right edge of its column (what is in <main>: main's content box; the header: the window)

@@ -1,4 +1,4 @@
-"""The campaign page links what it names (issue 16): node names to the node's page, open checks to
+"""The campaign page links what it names: node names to the node's page, open checks to
 their result, runs to the run, and breadcrumbs back to the cluster."""
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def cpu_hog() -> Iterator[int]:
 def _check_certificate(made: subprocess.CompletedProcess[str], out: Path, env: dict[str, str]) -> None:
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
     assert "PASS WITH WAIVERS" in made.stdout and out.exists()
-    # Issue 16's "Done when": the demo acceptance run triages to exactly the two demo faults.
+    # What the demo is for: the demo acceptance run triages to exactly the two demo faults.
     after = made.stdout.split("triage of run #", 1)[1].splitlines()[1:]
     triage = list(itertools.takewhile(lambda line: line.startswith(("FAIL ", "ERROR ")), after))
     assert len(triage) == 2, made.stdout

@@ -1,4 +1,4 @@
-"""The certificate PDF reads as finished (issue 16): numbers in people's units and never in e-notation,
+"""The certificate PDF reads as finished: numbers in people's units and never in e-notation,
 a threshold written like its values, idle and load apart, a cover page with the verdict and the node
 counts, serials shown, table headers repeated on every page a table runs onto, and the "Signed at"
 timestamps and hashes each whole in their own column."""

@@ -1,6 +1,6 @@
 """A synthetic heat soak for tests/checks/test_power_soak_judge.py: 12 nodes in 3 racks, 6 PDUs (an A
 and a B PDU per rack, 3-phase, 230 V, 63 A), one UPS and one water loop, 120 s at 1 Hz, and the
-four planted faults of Kiln issue 13 (a node drawing 30% over its GPUs, a phase overloaded by
+four faults a soak must catch (a node drawing 30% over its GPUs, a phase overloaded by
 mis-cabling, a low-flow loop, an undersized UPS) as switches."""
 
 from __future__ import annotations

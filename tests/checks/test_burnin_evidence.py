@@ -26,7 +26,7 @@ from checks.sampling_columns import ROWS_SCHEMA
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-burn"
 A100 = "gpu_burn_8xA100-80GB_doubles_tc.txt"
 ISSUE_12 = "gpu_burn_16gpu_negative_error_counts_warning_issue12.txt"
-WRAPPED_GPUS = [1, 2, 3, 4, 9, 11, 14]  # "-524288000  (WARNING!)" in issue 12's error column
+WRAPPED_GPUS = [1, 2, 3, 4, 9, 11, 14]  # "-524288000  (WARNING!)" in wilicc/gpu-burn issue 12's error column
 
 
 def fixture(name: str) -> str:

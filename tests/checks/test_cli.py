@@ -100,7 +100,7 @@ def test_it_exits_2_on_a_file_that_is_not_nvidia_smi_xml(tmp_path: Path) -> None
     assert "not nvidia-smi XML" in result.stderr
 
 
-# --- issue 9: every parser kind, judged or refused in one line ----------------------------------
+# --- every parser kind, judged or refused in one line -------------------------------------------
 
 
 def test_it_judges_raw_gpu_burn_and_ibstat_which_it_used_to_call_unknown() -> None:

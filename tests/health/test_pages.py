@@ -66,7 +66,7 @@ def test_it_shows_counts_failing_nodes_and_transitions(
     assert "last 5 results of that check that passed or warned" in page  # the rule, not where it is coded
     overview = client.get(reverse("health:overview")).content.decode()
     assert 'href="/health/clusters/c1/"' in overview
-    assert "(1 failed or unreachable)" in overview and " out)" not in overview  # issue 16: "(1 out)" said nothing
+    assert "(1 failed or unreachable)" in overview and " out)" not in overview  # "(1 out)" said nothing
 
 
 def test_a_node_page_shows_its_health_transitions_and_scheduler_actions(

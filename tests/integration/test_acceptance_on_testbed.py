@@ -32,7 +32,7 @@ FAULTS: list[tuple[str, dict, str, list[str]]] = [
     ("gpu09", {"ib_port_down": "mlx5_3", "ib_port_rate": "mlx5_2:200"}, "ib-ports", ["mlx5_3", "mlx5_2"]),
     ("gpu10", {"xid": 79, "xid_gpu": 4}, "ecc-health", ["GPU 4", "79"]),
     ("gpu11", {"driver": "535.104.05"}, "gpu-inventory", ["535.104.05"]),
-    # Issue 14: a GPU whose NIC sits across the CPU socket, the fabric manager down, ACS left on.
+    # Node setup faults: a GPU whose NIC sits across the CPU socket, the fabric manager down, ACS left on.
     ("gpu04", {"topo_nic_far_gpu": 3}, "topology", ["GPU3", "mlx5_3"]),
     ("gpu05", {"fabric_manager_down": 1}, "gpu-config", ["fabric"]),
     ("gpu08", {"acs_on": 1}, "gpu-config", ["ACS"]),
@@ -131,7 +131,7 @@ def test_it_fails_exactly_the_faulty_nodes_on_the_right_check(acceptance_testbed
         for word in words:
             assert word in reason, (hostname, check, reason)
 
-    # The node checks of issue 14 fail exactly their planted nodes: no other fault leaks into them.
+    # The setup, wiring and fabric checks fail exactly their planted nodes: no other fault leaks into them.
     for check in EXACT_CHECKS:
         failing = {h for h, checks in statuses.items() if checks[check][0] != "pass"}
         assert failing == {h for h, _, c, _ in FAULTS if c == check}, (check, failing)

@@ -1,4 +1,4 @@
-"""The worker as the README starts it (`celery -A worker worker`, no flags) on the sshd testbed: every
+"""The worker as the docs start it (`celery -A worker worker`, no flags) on the sshd testbed: every
 node at once on threads, one SSH connection per node, the probe once per node, and at most
 KILN_WORKER_DB_CONNECTIONS PostgreSQL connections for the whole worker."""
 

@@ -1,5 +1,5 @@
 """Localisation by halves on a 32-node sshd testbed: one slow node among 32 is named in at most 6
-rounds (issue 12), by a real Celery worker over real SSH, with the simulated mpirun and
+rounds, by a real Celery worker over real SSH, with the simulated mpirun and
 all_reduce_perf run from the launcher.
 
 The rounds are counted from what the launcher ran: every recorded mpirun command carries its

@@ -1,6 +1,6 @@
-"""The heat soak on a 12-node sshd testbed with 3 racks, 6 PDUs and one loop (issue 13's "Done
-when"): a real Celery worker starts gpu_burn under the probe on every node at one moment over SSH,
-reads the nodes' BMC power (simulated `ipmitool dcmi power reading`), and samples the PDUs and the
+"""The heat soak on a 12-node sshd testbed with 3 racks, 6 PDUs and one loop: a real Celery worker
+starts gpu_burn under the probe on every node at one moment over SSH, reads the nodes' BMC power
+(simulated `ipmitool dcmi power reading`), and samples the PDUs and the
 CDU over Redfish from the testbed's facility service, which runs in a namespace of its own (gpu13)
 and whose readings follow the nodes' simulated load.
 

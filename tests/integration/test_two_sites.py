@@ -44,7 +44,7 @@ ACCEPTED = re.compile(r"Accepted publickey for \S+ from (\S+) port (\d+)")
 def site_workers(real_services, transactional_db, tmp_path: Path) -> Iterator[dict[str, WorkerProcess]]:
     _flush_broker()
     workers = {q: WorkerProcess(tmp_path / f"{q}.log", queues=[q], name=f"{q}@%h") for q in SERVED}
-    workers["default"] = WorkerProcess(tmp_path / "default.log")  # `celery -A worker worker`, as the README has it
+    workers["default"] = WorkerProcess(tmp_path / "default.log")  # `celery -A worker worker`, as the docs have it
     try:
         for worker in workers.values():
             worker.start()

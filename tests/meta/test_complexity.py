@@ -1,6 +1,6 @@
 """The complexity ceiling: no function of Kiln's code over 20 (radon's cyclomatic complexity).
 
-KNOWN_OVER lists the functions that were over it when this test was added (issue 11): a debt, each to
+KNOWN_OVER lists the functions that were over it when this test was added: a debt, each to
 be split, never a place to add one. The test fails for a function over 20 that is not listed, for a
 listed one that grew, and for a listed one that is gone or back under the ceiling (then delete its
 line, so that the list only shrinks).
@@ -21,7 +21,7 @@ PACKAGES = ("portal", "checks", "worker", "testbed", "bench")
 # The simulated node tools: Python scripts without the .py suffix (copied to the testbed's nodes).
 SCRIPTS = "testbed/sim/tools"
 
-KNOWN_OVER: dict[str, int] = {}  # all paid (issue 11); keep it empty
+KNOWN_OVER: dict[str, int] = {}  # all paid; keep it empty
 
 
 def python_files() -> list[Path]:

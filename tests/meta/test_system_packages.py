@@ -1,5 +1,6 @@
 """One list of Debian packages (requirements/debian.txt): .ci/run installs every scope, the image the
-runtime scope, and the README's prerequisites table names exactly the same packages. The runtime scope
+runtime scope, and the docs' prerequisites table (docs/reference/system-packages.md) names exactly the
+same packages. The runtime scope
 is enough to issue a certificate: every library and font file WeasyPrint maps to lay out a PDF belongs
 to a package that scope installs, directly or as a dependency."""
 
@@ -25,8 +26,12 @@ def _packages(*scopes: str) -> list[str]:
     return done.stdout.split()
 
 
-def _readme_table() -> str:
-    text = (REPO / "README.md").read_text()
+# The prerequisites table; README.md points to it.
+PACKAGES_PAGE = REPO / "docs" / "reference" / "system-packages.md"
+
+
+def _packages_table() -> str:
+    text = PACKAGES_PAGE.read_text()
     start = text.index("Prerequisites (")
     end = text.index("\n\n", text.index("\n|", start))
     return text[start:end]
@@ -42,8 +47,8 @@ def test_it_lists_each_package_once_in_a_known_scope() -> None:
     assert done.returncode == 2 and "unknown scope 'prod'" in done.stderr
 
 
-def test_the_readme_table_names_the_same_packages() -> None:
-    first_column = [row.split("|")[1] for row in _readme_table().splitlines() if row.startswith("| ")]
+def test_the_docs_table_names_the_same_packages() -> None:
+    first_column = [row.split("|")[1] for row in _packages_table().splitlines() if row.startswith("| ")]
     named = {name for cell in first_column for name in re.findall(r"`([a-z0-9][a-z0-9.+-]+)`", cell)}
     assert named == set(_packages(*SCOPES))
 

@@ -1,4 +1,4 @@
-"""Text that reaches a page names no source file (issue 16: the health page said "see
+"""Text that reaches a page names no source file (the health page once said "see
 portal/health/trends.py"). Users read what a rule does on the page, not where it is coded."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run and result charts on seeded results (issue 16, item 3): the fleet pickers offer only the metrics
+"""Run and result charts on seeded results: the fleet pickers offer only the metrics
 the checks declare judged, grouped by check; the NCCL curve is drawn against the floor recorded on
 its own result, over the sizes that floor judged."""
 

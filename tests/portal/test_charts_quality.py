@@ -1,4 +1,4 @@
-"""Charts at dashboard quality (issue 16, item 3), on the pure figure builders: each series against its
+"""Charts at dashboard quality, on the pure figure builders: each series against its
 own threshold and only where it applies, time axes without sub-second noise, hovers naming node, GPU
 and value, equal values said in words, and an honest rack colour scale."""
 

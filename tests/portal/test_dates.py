@@ -1,4 +1,4 @@
-"""One date format on every page: ISO 8601 with the zone (issue 16: pages mixed "Dec. 1, 2026,
+"""One date format on every page: ISO 8601 with the zone (pages used to mix "Dec. 1, 2026,
 12:56 p.m." and ISO)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Result, run and node pages as a new user reads them (issue 16): wide tables in a scroll box, the
+"""Result, run and node pages as a new user reads them: wide tables in a scroll box, the
 ECC counters once, measurements named by their labels, links and breadcrumbs between the pages."""
 
 from __future__ import annotations

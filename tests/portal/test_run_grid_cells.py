@@ -1,4 +1,4 @@
-"""What the run grid says (issue 16): node names link to the node's page, the "Why" column names the
+"""What the run grid says: node names link to the node's page, the "Why" column names the
 check and says each reason once, only the check on the node shows "running", and the badges count
 the cells the grid shows."""
 

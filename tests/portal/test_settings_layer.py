@@ -131,7 +131,7 @@ def test_an_empty_kiln_env_file_reads_no_dot_env_and_a_missing_named_one_is_an_e
 
 
 def test_the_embedded_broker_sends_a_task_without_kombus_no_hostname_warning(tmp_path: Path) -> None:
-    """Issue 16: every `kiln_run` on the embedded default printed kombu's "No hostname was supplied.
+    """Every `kiln_run` on the embedded default used to print kombu's "No hostname was supplied.
     Reverting to default 'localhost'" when it sent the run's tasks (kombu logs it for a broker URL
     without a host). This sends a run task as run_start does, in a process of its own."""
     from portal.runs.broker import pending_in_folder

@@ -29,7 +29,7 @@ def test_it_runs_a_threads_pool_of_64_by_default() -> None:
 
 def test_celery_without_flags_takes_the_pool_and_concurrency_from_the_settings() -> None:
     """`celery worker` passes its --pool default ('prefork') and no --concurrency: Celery must
-    replace both with the configured values, or the README's command would run prefork x cores."""
+    replace both with the configured values, or the documented command would run prefork x cores."""
     pool = WorkersPool().convert("prefork", None, cli_context())
     assert pool_name(pool) == "threads"
     assert _concurrency_value(cli_context(), None, None) == 64

@@ -1,4 +1,4 @@
-"""Dates on pages: ISO 8601 with the time zone (issue 16: pages mixed "Dec. 1, 2026, 12:56 p.m." and
+"""Dates on pages: ISO 8601 with the time zone (pages used to mix "Dec. 1, 2026, 12:56 p.m." and
 ISO). Django's English formats replaced, so a datetime printed without a filter reads the same as
 the `when` filter's (portal/runs/templatetags/kiln.py). `T` is the zone's name (UTC, CET)."""
 

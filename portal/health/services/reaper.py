@@ -130,7 +130,7 @@ def reaper_lock(name: str) -> Iterator[bool]:
     keeps it. With a Redis broker (production): a key that expires after one reaper interval,
     so a pass cut short by SIGKILL delays the next by at most that (a pass outliving it may meet
     another: harmless, every rule's update is conditional); Redis, not a PostgreSQL session lock,
-    because workers may reach PostgreSQL through PgBouncer in transaction mode (README, "Sizing").
+    because workers may reach PostgreSQL through PgBouncer in transaction mode (docs/operations/workers-and-sizing.md).
     Embedded broker (one host): an flock in the data folder. Any other broker: a PostgreSQL
     session advisory lock."""
     from worker.celery import app

@@ -1,4 +1,4 @@
-"""Kiln's own node CSV (README, "Command line"): a header row naming Node fields, `hostname`
+"""Kiln's own node CSV (docs/user-guide/command-line.md): a header row naming Node fields, `hostname`
 required. A column present sets its field on every row (an empty cell clears it); a column
 absent leaves the field as it is."""
 

@@ -27,7 +27,7 @@ def num(value: float | None) -> str:
     if float(value).is_integer():
         return str(int(value))
     text = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
-    return formatting.number(value) if "e" in text else text  # never e-notation (issue 16)
+    return formatting.number(value) if "e" in text else text  # never e-notation: people read 12000, not 1.2e+04
 
 
 @register.filter

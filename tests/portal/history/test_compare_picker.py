@@ -1,4 +1,4 @@
-"""The compare page offers the cluster's recent runs to pick (issue 16: run IDs were typed by hand);
+"""The compare page offers the cluster's recent runs to pick (run IDs used to be typed by hand);
 typed IDs keep working."""
 
 from __future__ import annotations

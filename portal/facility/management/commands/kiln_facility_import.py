@@ -1,4 +1,4 @@
-"""kiln_facility_import CLUSTER FILE: import a facility CSV (README, "Facility"); all rows or none."""
+"""kiln_facility_import CLUSTER FILE: import a facility CSV (docs/operations/facility.md); all rows or none."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """kiln_user add NAME --role R [--side vendor|customer] [--email E] [--password-stdin] | list |
 set-role NAME --role R [--side S] | disable NAME | enable NAME
 
-Roles and sides are explained in README ("Users, roles and sides"); the writes are portal/users.py.
+Roles and sides are explained in docs/user-guide/users-and-roles.md; the writes are portal/users.py.
 `kiln user token ...` is the API's kiln_token command (the `kiln` CLI forwards it there).
 """
 

@@ -1,6 +1,6 @@
 """kiln_retention [--dry-run] [--json]
 
-Applies the retention policy once (portal/runs/retention.py; README "Retention"), as the daily task
+Applies the retention policy once (portal/runs/retention.py; docs/operations/retention.md), as the daily task
 `kiln.retention` does: removes old raw output, thins old full-resolution telemetry, keeps the
 measurement partitions ahead (PostgreSQL). Prints its progress, then what it removed; with
 --dry-run, what it would remove, changing nothing.
