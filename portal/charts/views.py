@@ -82,7 +82,7 @@ def result_figure(request: HttpRequest, result_id: int) -> JsonResponse:
 @role_required(VIEWER)
 def result_ecc(request: HttpRequest, result_id: int) -> HttpResponse:
     result = _result(result_id)
-    if selectors.chart_kind(result.kind) != "ecc":
+    if selectors.in_ecc_table(result.kind) is None:
         raise Http404("not an ECC/Xid result")
     return render(request, "charts/_ecc_table.html", {"result": result, "ecc": selectors.ecc_result(result=result)})
 
@@ -206,9 +206,7 @@ def run_rack(request: HttpRequest, run_id: int) -> HttpResponse:
     if metric not in valid:
         metric = "status"
     data = selectors.run_rack(run=run, metric=metric)
-    name = metric.partition(":")[2].partition("@")[0]
-    better = selectors.worst_aggregate(name) == "min"  # lower is worse -> higher is better
-    figure = figures.rack_figure(data, higher_is_better=better) if data.cells else None
+    figure = figures.rack_figure(data, higher_is_better=data.higher_is_better) if data.cells else None
     return _page(
         request,
         run,
