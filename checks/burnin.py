@@ -205,6 +205,7 @@ class BurnIn(Check):
                 TelemetryPanel("sm_clock_mhz", "SM clock", "MHz"),
             ),
             spans="throttle_event",
+            spans_panel="sm_clock_mhz",  # a throttle is a clock held down
             # The NVML slowdown temperature: burn-in does not store it; the DLC and inventory checks do.
             limit=("slowdown_temp", "gpu_temp_slowdown"),
         ),

@@ -217,12 +217,14 @@ class TelemetryPanel:
 @dataclass(frozen=True)
 class TelemetryChart:
     """The telemetry of one result (family "burn_in"): its `panels`, in order, the spans of the
-    measurement `spans` (labels start_t and end_t, the text its reason) shaded, and a line at the
+    measurement `spans` (labels start_t and end_t, the text its reason) shaded and marked on top of
+    `spans_panel`, and a line at the
     lowest value of the `limit` measurements recorded on the node in the same run (any kind)."""
 
     panels: tuple[TelemetryPanel, ...]
     spans: str = ""
     limit: tuple[str, ...] = ()
+    spans_panel: str = ""  # the panel whose top carries the spans' markers (the last when "")
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def burn_in(throttles: list[ThrottleSpan]) -> BurnInData:
         (name, label, unit, [Trace(gpu, x, [float(gpu + v) for v in range(4)], 4) for gpu in range(8)])
         for name, label, unit in (("temp_gpu", "temp", "C"), ("power_w", "power", "W"), ("sm_clock_mhz", "clk", "MHz"))
     ]
-    return BurnInData("burn", panels, throttles, slowdown_c=87.0, max_points=1500)
+    return BurnInData("burn", panels, throttles, slowdown_c=87.0, max_points=1500, spans_panel="sm_clock_mhz")
 
 
 def test_it_stacks_burn_in_panels_with_one_trace_per_gpu_and_the_slowdown_line() -> None:

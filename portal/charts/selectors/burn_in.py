@@ -42,6 +42,7 @@ class BurnInData:
     stored_points: int = 0
     drawn_points: int = 0
     node: str = ""  # named in every hover
+    spans_panel: str = ""  # the panel (series name) the throttle markers sit on
 
 
 def _declared(result: CheckResult) -> TelemetryChart:
@@ -80,6 +81,7 @@ def burn_in_result(*, result: CheckResult, max_points: int = MAX_POINTS) -> Burn
         stored_points=stored,
         drawn_points=drawn,
         node=result.node.hostname,
+        spans_panel=declared.spans_panel,
     )
 
 
