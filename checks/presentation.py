@@ -16,10 +16,12 @@ from typing import Any
 # A stored measurement as the portal hands it over (a Measurement row as values()).
 Row = Mapping[str, Any]
 
-# Chart families the portal can draw for one result (portal/charts); "" = no chart. "capacity": a
-# whole-cluster power and cooling result, drawn on the cluster's capacity page (its measurement and
-# series names: portal/charts/selectors/capacity.py). "matrix": one heatmap per `MatrixChart` the kind
-# declares in `Presentation.matrices` (portal/charts/selectors/matrix.py).
+# Chart families the portal can draw for one result (portal/charts/families.py); "" = no chart. Each
+# family is a generic renderer and reads only the names its declaration gives: "nccl" the `curves`
+# series by x against `series_threshold`, "burn_in" the `telemetry` panels, "dlc" the `phase_bars`,
+# "filesystem" the run's `throughput`, "ecc" the `counters` table, "capacity" (a whole-cluster power
+# and cooling result, drawn on the cluster's capacity page) the `capacity` layout, "matrix" one
+# heatmap per `MatrixChart` in `matrices`. A family and its declaration go together.
 CHART_FAMILIES = ("", "nccl", "burn_in", "dlc", "filesystem", "ecc", "capacity", "matrix")
 # How a matrix colours its cells: "value" by the distance from each cell's recorded threshold (">= 360":
 # red short of it, blue past it), or on a scale from 0 where the cells have no such threshold
