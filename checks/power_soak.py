@@ -117,10 +117,10 @@ class PowerSoak(FanOutCheck):
         rank=60,
         capacity=CapacityLayout(
             measures=(
-                *(
-                    CapacityMeasure("node", role, f"node_{role}_power_w")
-                    for role in ("peak", "steady", "gpu", "non_gpu")
-                ),
+                CapacityMeasure("node", "peak", "node_peak_power_w"),
+                CapacityMeasure("node", "steady", "node_steady_power_w"),
+                CapacityMeasure("node", "gpu", "node_gpu_power_w"),
+                CapacityMeasure("node", "non_gpu", "node_non_gpu_power_w"),
                 CapacityMeasure("rack", "peak", "rack_peak_power_w"),
                 CapacityMeasure("rack", "steady", "rack_steady_power_w"),
                 CapacityMeasure("pdu_phase", "current", "phase_peak_current_a"),

@@ -285,9 +285,6 @@ class CapacityLayout:
     cluster_series: str
     rack_series: str
 
-    def name_of(self, subject: str, role: str) -> str:
-        return next((m.name for m in self.measures if (m.subject, m.role) == (subject, role)), "")
-
 
 # What to do about a fault, one wording per idea (the triage view, its CSV and RMA text). A check
 # names the remedy of its out-of-spec measurements with these; the Xid catalogue (checks/xid.py)
