@@ -191,9 +191,10 @@ class MatrixChart:
 
 @dataclass(frozen=True)
 class FleetMetric:
-    """How a measurement compares across nodes (fleet distribution, rack heatmap) when no key metric,
-    outlier or trend of the kind already says: `better` "higher" or "lower", and how a node's GPUs
-    fold into its one value (`gpu_agg`: "min" or "max", the worst GPU, or "sum" for counts)."""
+    """How a measurement compares across nodes (fleet distribution, rack heatmap) where no key metric
+    of the kind says (it wins over an outlier's or a trend's direction, which give no folding of
+    their own): `better` "higher" or "lower", and how a node's GPUs fold into its one value
+    (`gpu_agg`: "min" or "max", the worst GPU, or "sum" for counts)."""
 
     name: str
     better: str = "higher"
@@ -220,8 +221,8 @@ class TelemetryPanel:
 class TelemetryChart:
     """The telemetry of one result (family "burn_in"): its `panels`, in order, the spans of the
     measurement `spans` (labels start_t and end_t, the text its reason) shaded and marked on top of
-    `spans_panel`, and a line at the
-    lowest value of the `limit` measurements recorded on the node in the same run (any kind)."""
+    `spans_panel`, and a line at the lowest value of the `limit` measurements recorded on the node in
+    the same run (any kind)."""
 
     panels: tuple[TelemetryPanel, ...]
     spans: str = ""
@@ -363,8 +364,8 @@ class Presentation:
     phase_bars: PhaseBars | None = None
     throughput: ThroughputChart | None = None
     capacity: CapacityLayout | None = None
-    # Fleet comparison (distribution, rack heatmap) of fleet metrics no key metric, outlier or trend
-    # gives a direction (`direction`).
+    # Fleet comparison (distribution, rack heatmap) of fleet metrics no key metric gives a direction
+    # and a per-GPU folding (`direction`).
     fleet: tuple[FleetMetric, ...] = ()
 
     def __post_init__(self) -> None:

@@ -44,6 +44,8 @@ def run_filesystem(*, run: Run) -> FsData:
     items: dict[str, tuple[str, ThroughputChart]] = {}  # scope -> the plan item whose floors are drawn
     for kind, scope, item_key, hostname, name, value, labels in rows:
         t = declared[kind]
+        if name not in (t.write, t.read, t.total_write, t.total_read):  # another kind's name
+            continue
         items[scope] = (item_key, t)
         gbps = None if value is None else value / 1e9
         ddir = "write" if name in (t.write, t.total_write) else "read"
