@@ -29,6 +29,12 @@ class FsData:
     has_aggregate: bool = False
 
 
+def _direction(declared: ThroughputChart, name: str) -> str:
+    """The direction ("write" or "read") of a name the kind declares, else ""."""
+    return {declared.write: "write", declared.total_write: "write", declared.read: "read",
+            declared.total_read: "read"}.get(name, "") if name else ""  # fmt: skip
+
+
 def run_filesystem(*, run: Run) -> FsData:
     """Per-node write/read rates of the run's filesystem results, with the plan's floors: a node
     check's rates (each node alone), and a group check's per-node rates and total (all nodes at
@@ -44,11 +50,11 @@ def run_filesystem(*, run: Run) -> FsData:
     items: dict[str, tuple[str, ThroughputChart]] = {}  # scope -> the plan item whose floors are drawn
     for kind, scope, item_key, hostname, name, value, labels in rows:
         t = declared[kind]
-        if name not in (t.write, t.read, t.total_write, t.total_read):  # another kind's name
+        ddir = _direction(t, name)
+        if not ddir:  # another kind's name
             continue
         items[scope] = (item_key, t)
         gbps = None if value is None else value / 1e9
-        ddir = "write" if name in (t.write, t.total_write) else "read"
         labels = labels or {}
         if scope != Scope.GROUP:
             if not labels:  # the node's own total; per-job rows carry a job label
