@@ -57,15 +57,18 @@ from checks.power_soak_data import PROFILE_THRESHOLDS as SOAK_PROFILES
 from checks.presentation import (
     REPLACE_FAULTY_GPU,
     CertificateChart,
+    FleetMetric,
     KeyMetric,
     OutlierMetric,
     Presentation,
     PromMetric,
     Remedy,
+    TelemetryChart,
+    TelemetryPanel,
     TrendRule,
     lowest,
 )
-from checks.sampling import SAMPLING_LABEL, load_sampling
+from checks.sampling import NODE_POWER_SERIES, SAMPLING_LABEL, load_sampling
 
 # ----------------------------------------------------------------------------- the check
 
@@ -196,6 +199,20 @@ class BurnIn(Check):
     presentation: ClassVar[Presentation] = Presentation(
         chart="burn_in",
         rank=20,
+        telemetry=TelemetryChart(
+            panels=(
+                TelemetryPanel("temp_gpu", "GPU temperature", "C"),
+                TelemetryPanel("power_w", "Power", "W"),
+                # One curve per node, stored when the burn-in sampled node power (param node_power).
+                TelemetryPanel(NODE_POWER_SERIES, "Node power (BMC)", "W", optional=True),
+                TelemetryPanel("sm_clock_mhz", "SM clock", "MHz"),
+            ),
+            spans="throttle_event",
+            spans_panel="sm_clock_mhz",  # a throttle is a clock held down
+            # The NVML slowdown temperature: burn-in does not store it; the DLC and inventory checks do.
+            limit=("slowdown_temp", "gpu_temp_slowdown"),
+        ),
+        fleet=(FleetMetric("temp_max", better="lower", gpu_agg="max"),),
         # Wrong results under load, or a worker that died: the GPU itself (Gflop/s, throttling and
         # ECC keep the general fallback: their cause may be cooling or power, not the GPU).
         remedies=(Remedy("compute", REPLACE_FAULTY_GPU, ("errors", "tool_verdict", "iterations")),),

@@ -58,7 +58,18 @@ from checks.base import (
     register,
 )
 from checks.evidence import COUNT, FLAG, Rule
-from checks.presentation import ENABLE_ECC, RESET_GPU, RMA, KeyMetric, Presentation, PromMetric, Remedy, TrendRule
+from checks.presentation import (
+    ENABLE_ECC,
+    RESET_GPU,
+    RMA,
+    CounterTable,
+    FleetMetric,
+    KeyMetric,
+    Presentation,
+    PromMetric,
+    Remedy,
+    TrendRule,
+)
 from checks.probe_check import (
     PROBE_EVIDENCE,
     Facts,
@@ -190,6 +201,27 @@ class EccHealth(ProbeCheck):
     presentation: ClassVar[Presentation] = Presentation(
         chart="ecc",
         rank=50,
+        counters=CounterTable(
+            columns=(
+                ("ecc_volatile_uncorrected", "volatile uncorr."),
+                ("ecc_volatile_corrected", "volatile corr."),
+                ("ecc_aggregate_uncorrected", "aggregate uncorr."),
+                ("ecc_aggregate_corrected", "aggregate corr."),
+                ("remapped_rows_uncorrectable", "remapped rows uncorr."),
+                ("remapped_rows_correctable", "remapped rows corr."),
+                ("remap_pending", "remap pending"),
+                ("remap_failure", "remap failure"),
+                ("retired_pages_single_bit", "retired pages SBE"),
+                ("retired_pages_double_bit", "retired pages DBE"),
+                ("retired_pages_pending", "retired pending"),
+            ),
+            # Kernel log events: GPU Xids and NVSwitch SXids (checks/xid.py), shown in one table.
+            events=("xid", "sxid"),
+        ),
+        fleet=(
+            FleetMetric("ecc_aggregate_uncorrected", better="lower", gpu_agg="sum"),
+            FleetMetric("ecc_aggregate_corrected", better="lower", gpu_agg="sum"),
+        ),
         key_metrics=(
             KeyMetric(
                 "ecc_corrected", "ECC corrected errors (volatile)", "ecc_volatile_corrected", "errors",

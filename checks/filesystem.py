@@ -67,7 +67,15 @@ from checks.fs_judge import (
     missing_results,
     node_rates,
 )
-from checks.presentation import CertificateChart, KeyMetric, OutlierMetric, Presentation, PromMetric, total_else_sum
+from checks.presentation import (
+    CertificateChart,
+    KeyMetric,
+    OutlierMetric,
+    Presentation,
+    PromMetric,
+    ThroughputChart,
+    total_else_sum,
+)
 
 FIO_LABEL = "fio"
 _SIZE = re.compile(r"^\d+(\.\d+)?[KMGTP]?(i?B)?$", re.IGNORECASE)
@@ -213,6 +221,9 @@ class FsThroughput(Check):
     presentation: ClassVar[Presentation] = Presentation(
         chart="filesystem",
         rank=40,
+        throughput=ThroughputChart(
+            "write_bw_sum", "read_bw_sum", min_write="min_write_gbps", min_read="min_read_gbps"
+        ),
         key_metrics=FS_KEY_METRICS,
         prometheus=(
             PromMetric("write_bw", FS_PROM, "fio sequential bandwidth", "direction", "write"),
@@ -346,7 +357,20 @@ class FsAggregate(GroupCheck):
     simulator_params: ClassVar[dict[str, Any]] = {"size": "64M", "numjobs": 2}
     Params: ClassVar[type] = FsAggregateParams
     Thresholds: ClassVar[type] = FsAggregateThresholds
-    presentation: ClassVar[Presentation] = Presentation(chart="filesystem", rank=41, key_metrics=FS_KEY_METRICS)
+    presentation: ClassVar[Presentation] = Presentation(
+        chart="filesystem",
+        rank=41,
+        key_metrics=FS_KEY_METRICS,
+        # Each node's rates (rows labelled node) and the total of all at once, against the total's floors.
+        throughput=ThroughputChart(
+            "write_bw_sum",
+            "read_bw_sum",
+            total_write="aggregate_write_bw",
+            total_read="aggregate_read_bw",
+            min_write="min_aggregate_write_gbps",
+            min_read="min_aggregate_read_gbps",
+        ),
+    )
     evidence: ClassVar[dict[str, Rule]] = {"job_error": ERRNO}
     min_nodes: ClassVar[int] = 2
     # fio exits 1 when a client failed (e.g. could not connect) but still prints the JSON of the

@@ -55,7 +55,7 @@ from checks.filesystem import safe_name
 from checks.fs_metadata_floors import FS_CLASSES, JUDGED, floor_for
 from checks.mdtest import RATE, SMALL_READ
 from checks.parsers import parse_output
-from checks.presentation import KeyMetric, OutlierMetric, Presentation, PromMetric, lowest
+from checks.presentation import FleetMetric, KeyMetric, OutlierMetric, Presentation, PromMetric, lowest
 
 MDTEST_LABEL = "mdtest"
 DIR_PREFIX = "kiln-mdtest-"
@@ -258,6 +258,8 @@ class FsMetadata(Check):
             OutlierMetric(f"md_{op}", words(op), (f"{op}_rate",), "ops/s", True, lowest(f"{op}_rate"))
             for op, _ in _SHOWN
         ),
+        # Every judged rate is a floor: the slowest node is the worst.
+        fleet=tuple(FleetMetric(f"{op}_rate") for op in JUDGED),
     )
     # A cached stat() is a system call of at least ~100 ns, so a core serves at most ~10^7 ops/s and
     # a node of a few hundred cores a few 10^9: 10^10 ops/s from one node is not a reading.

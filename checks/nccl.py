@@ -281,6 +281,7 @@ class NcclAllReduce(_NcclBase):
     presentation: ClassVar[Presentation] = Presentation(
         chart="nccl",
         rank=10,
+        curves="busbw",
         key_metrics=(BUSBW_KEY_METRIC,),
         series_threshold=BUSBW_FLOOR,
         trends=(TrendRule("busbw_peak", -1, 0.03, True, "NCCL busbw falling", "GB/s"),),
@@ -405,7 +406,7 @@ class NcclAllReduceMulti(NcclGroupCheck):
     )
     Thresholds: ClassVar[type] = NcclThresholds
     presentation: ClassVar[Presentation] = Presentation(
-        chart="nccl", rank=11, key_metrics=(BUSBW_KEY_METRIC,), series_threshold=BUSBW_FLOOR
+        chart="nccl", rank=11, key_metrics=(BUSBW_KEY_METRIC,), curves="busbw", series_threshold=BUSBW_FLOOR
     )
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         # Conservative default; tune per site. 2-node all_reduce busbw is bound by the nodes' NICs:

@@ -49,6 +49,7 @@ class NcclAlltoallMulti(NcclGroupCheck):
     presentation: ClassVar[Presentation] = Presentation(
         chart="nccl",
         rank=12,
+        curves="busbw",
         series_threshold=BUSBW_FLOOR,
         key_metrics=(
             KeyMetric(

@@ -44,7 +44,7 @@ from checks.fanout import FacilityReader, FanOutCheck
 from checks.power_soak_data import PROFILE_THRESHOLDS, SoakThresholds
 from checks.power_soak_judge import SOAK_EVIDENCE, judge_soak, soak_charts
 from checks.power_soak_samples import FACILITY_READERS, Assembled, assemble, facility_errors
-from checks.presentation import CertificateSection, Presentation, SubjectKind
+from checks.presentation import CapacityLayout, CapacityMeasure, CertificateSection, Presentation, SubjectKind
 from checks.sampling import JUDGED_CLOCK_REASONS, SAMPLING_LABEL
 
 
@@ -118,6 +118,29 @@ class PowerSoak(FanOutCheck):
     presentation: ClassVar[Presentation] = Presentation(
         chart="capacity",
         rank=60,
+        capacity=CapacityLayout(
+            measures=(
+                CapacityMeasure("node", "peak", "node_peak_power_w"),
+                CapacityMeasure("node", "steady", "node_steady_power_w"),
+                CapacityMeasure("node", "gpu", "node_gpu_power_w"),
+                CapacityMeasure("node", "non_gpu", "node_non_gpu_power_w"),
+                CapacityMeasure("rack", "peak", "rack_peak_power_w"),
+                CapacityMeasure("rack", "steady", "rack_steady_power_w"),
+                CapacityMeasure("pdu_phase", "current", "phase_peak_current_a"),
+                CapacityMeasure("pdu_phase", "imbalance", "pdu_phase_imbalance"),
+                CapacityMeasure("feed", "capacity", "feed_capacity_w"),
+                CapacityMeasure("ups", "capacity", "ups_capacity_w"),
+                CapacityMeasure("ups", "load", "ups_peak_load_w"),
+                CapacityMeasure("loop", "supply", "loop_supply_c"),
+                CapacityMeasure("loop", "return", "loop_return_c"),
+                CapacityMeasure("loop", "flow", "loop_flow_lpm"),
+                CapacityMeasure("loop", "heat", "loop_heat_removed_w"),
+                CapacityMeasure("loop", "power", "loop_power_w"),
+                CapacityMeasure("loop", "capture", "loop_capture_ratio"),
+            ),
+            cluster_series="cluster_power_w",
+            rack_series="rack_power_w",
+        ),
         certificate_section=CertificateSection(
             title="Power and cooling",
             subjects=(

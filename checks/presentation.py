@@ -16,10 +16,12 @@ from typing import Any
 # A stored measurement as the portal hands it over (a Measurement row as values()).
 Row = Mapping[str, Any]
 
-# Chart families the portal can draw for one result (portal/charts); "" = no chart. "capacity": a
-# whole-cluster power and cooling result, drawn on the cluster's capacity page (its measurement and
-# series names: portal/charts/selectors/capacity.py). "matrix": one heatmap per `MatrixChart` the kind
-# declares in `Presentation.matrices` (portal/charts/selectors/matrix.py).
+# Chart families the portal can draw for one result (portal/charts/families.py); "" = no chart. Each
+# family is a generic renderer and reads only the names its declaration gives: "nccl" the `curves`
+# series by x against `series_threshold`, "burn_in" the `telemetry` panels, "dlc" the `phase_bars`,
+# "filesystem" the run's `throughput`, "ecc" the `counters` table, "capacity" (a whole-cluster power
+# and cooling result, drawn on the cluster's capacity page) the `capacity` layout, "matrix" one
+# heatmap per `MatrixChart` in `matrices`. A family and its declaration go together.
 CHART_FAMILIES = ("", "nccl", "burn_in", "dlc", "filesystem", "ecc", "capacity", "matrix")
 # How a matrix colours its cells: "value" by the distance from each cell's recorded threshold (">= 360":
 # red short of it, blue past it), or on a scale from 0 where the cells have no such threshold
@@ -187,6 +189,104 @@ class MatrixChart:
             raise ValueError(f"matrix {self.title!r}: one column title per measurement")
 
 
+@dataclass(frozen=True)
+class FleetMetric:
+    """How a measurement compares across nodes (fleet distribution, rack heatmap) where no key metric
+    of the kind says (it wins over an outlier's or a trend's direction, which give no folding of
+    their own): `better` "higher" or "lower", and how a node's GPUs fold into its one value
+    (`gpu_agg`: "min" or "max", the worst GPU, or "sum" for counts)."""
+
+    name: str
+    better: str = "higher"
+    gpu_agg: str = "min"
+
+
+BETTER = ("higher", "lower")
+GPU_FOLDS = ("min", "max", "sum")
+
+
+@dataclass(frozen=True)
+class TelemetryPanel:
+    """One panel of a telemetry chart (family "burn_in"): the stored series `series`, one trace per
+    GPU (per node when stored without a GPU), titled `label` in `unit`. An `optional` panel is drawn
+    only when the result has such a series."""
+
+    series: str
+    label: str
+    unit: str
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class TelemetryChart:
+    """The telemetry of one result (family "burn_in"): its `panels`, in order, the spans of the
+    measurement `spans` (labels start_t and end_t, the text its reason) shaded and marked on top of
+    `spans_panel`, and a line at the lowest value of the `limit` measurements recorded on the node in
+    the same run (any kind)."""
+
+    panels: tuple[TelemetryPanel, ...]
+    spans: str = ""
+    limit: tuple[str, ...] = ()
+    spans_panel: str = ""  # the panel whose top carries the spans' markers (the last when "")
+
+
+@dataclass(frozen=True)
+class CounterTable:
+    """A per-GPU table of counters and a list of events (family "ecc"): `columns` (measurement,
+    column title) in order, one row per GPU; `events` the measurements listed one per line, most
+    severe first. The result page's own measurement table leaves both out."""
+
+    columns: tuple[tuple[str, str], ...]
+    events: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PhaseBars:
+    """Per-GPU bars of one measurement by its `phase` label, idle and `load` (family "dlc"), against
+    the per-GPU `limit` measurement, with each GPU's load value against its siblings' median.
+    `margin` and `sibling` name the plan thresholds drawn as the allowed margin and delta."""
+
+    measurement: str
+    limit: str
+    load: str = "load"
+    margin: str = ""
+    sibling: str = ""
+
+
+@dataclass(frozen=True)
+class ThroughputChart:
+    """Write and read rates per node (family "filesystem"), in B/s: `write`/`read` each node's own
+    total (the row without labels; a group check's rows name the node), `total_write`/`total_read`
+    the group's whole total. `min_write`/`min_read` name the plan thresholds (GB/s) drawn as floors."""
+
+    write: str
+    read: str
+    total_write: str = ""
+    total_read: str = ""
+    min_write: str = ""
+    min_read: str = ""
+
+
+@dataclass(frozen=True)
+class CapacityMeasure:
+    """A measurement the capacity page reads (family "capacity"): of which subject kind ("node",
+    "rack", "pdu_phase", "feed", "ups", "loop") and under which `role` the page shows it."""
+
+    subject: str
+    role: str
+    name: str
+
+
+@dataclass(frozen=True)
+class CapacityLayout:
+    """What the capacity page reads of a result (family "capacity"): its measurements by subject and
+    role, the cluster's power series and the per-rack power series (label rack)."""
+
+    measures: tuple[CapacityMeasure, ...]
+    cluster_series: str
+    rack_series: str
+
+
 # What to do about a fault, one wording per idea (the triage view, its CSV and RMA text). A check
 # names the remedy of its out-of-spec measurements with these; the Xid catalogue (checks/xid.py)
 # words its own actions per code.
@@ -254,8 +354,19 @@ class Presentation:
     certificate_section: CertificateSection | None = None
     # Chart family "matrix": the heatmaps of a result, in order (declared with that family only).
     matrices: tuple[MatrixChart, ...] = ()
-    # Series charts (family "nccl"): the threshold each result's curve is drawn against.
+    # Series charts (family "nccl"): the stored series drawn (x against y), and the threshold each
+    # result's curve is drawn against.
+    curves: str = ""
     series_threshold: SeriesThreshold | None = None
+    # What the other families draw (one each, declared with its family only).
+    telemetry: TelemetryChart | None = None
+    counters: CounterTable | None = None
+    phase_bars: PhaseBars | None = None
+    throughput: ThroughputChart | None = None
+    capacity: CapacityLayout | None = None
+    # Fleet comparison (distribution, rack heatmap) of fleet metrics no key metric gives a direction
+    # and a per-GPU folding (`direction`).
+    fleet: tuple[FleetMetric, ...] = ()
 
     def __post_init__(self) -> None:
         if self.chart not in CHART_FAMILIES:
@@ -265,6 +376,63 @@ class Presentation:
         for chart in self.certificate_charts:
             if chart.style not in ("curves", "bars"):
                 raise ValueError(f"certificate chart {chart.title!r}: unknown style {chart.style!r}")
+        for family, declared in self._family_parts().items():
+            if bool(declared) != (self.chart == family):
+                raise ValueError(f"chart family {family!r} and its declaration go together: declare both or neither")
+        for m in self.fleet:
+            if m.better not in BETTER or m.gpu_agg not in GPU_FOLDS:
+                raise ValueError(f"fleet metric {m.name!r}: better in {BETTER}, gpu_agg in {GPU_FOLDS}")
+
+    def _family_parts(self) -> dict[str, object]:
+        """Each family's own declaration: a kind draws with a family exactly when it declares it."""
+        return {
+            "nccl": self.curves,
+            "burn_in": self.telemetry,
+            "ecc": self.counters,
+            "dlc": self.phase_bars,
+            "filesystem": self.throughput,
+            "capacity": self.capacity,
+        }
+
+    def charted_names(self) -> frozenset[str]:
+        """Every measurement and series name the kind's charts read (the portal holds none of its own)."""
+        names: set[str] = {self.curves} if self.curves else set()
+        if self.series_threshold is not None:
+            names.add(self.series_threshold.measurement)
+        for matrix in self.matrices:
+            names |= {*matrix.measurements, matrix.marks}
+        if self.telemetry is not None:
+            names |= {p.series for p in self.telemetry.panels} | {self.telemetry.spans, *self.telemetry.limit}
+        if self.counters is not None:
+            names |= {n for n, _ in self.counters.columns} | set(self.counters.events)
+        if self.phase_bars is not None:
+            names |= {self.phase_bars.measurement, self.phase_bars.limit}
+        if self.throughput is not None:
+            t = self.throughput
+            names |= {t.write, t.read, t.total_write, t.total_read}
+        if self.capacity is not None:
+            names |= {m.name for m in self.capacity.measures}
+            names |= {self.capacity.cluster_series, self.capacity.rack_series}
+        names |= {n for c in self.certificate_charts for n in c.names}
+        return frozenset(names - {""})
+
+    def direction(self, name: str) -> FleetMetric | None:
+        """How `name` compares across nodes: a key metric's direction and folding, else the kind's
+        `fleet` entry, else an outlier's or a trend's direction (the worst GPU by it). None: not
+        declared (tests/checks hold every fleet metric to one)."""
+        for km in self.key_metrics:
+            if km.name == name:
+                return FleetMetric(name, km.better, km.gpu_agg)
+        for m in self.fleet:
+            if m.name == name:
+                return m
+        for o in self.outliers:
+            if name in o.names:
+                return FleetMetric(name, "higher", "min") if o.low_is_bad else FleetMetric(name, "lower", "max")
+        for t in self.trends:
+            if t.name == name:
+                return FleetMetric(name, "lower", "max") if t.direction > 0 else FleetMetric(name, "higher", "min")
+        return None
 
     def fleet_metrics(self) -> frozenset[str]:
         """The measurement names worth comparing across a run's nodes (the fleet distribution and

@@ -50,6 +50,7 @@ from checks.presentation import (
     COLD_PLATE,
     KeyMetric,
     OutlierMetric,
+    PhaseBars,
     Presentation,
     PromMetric,
     Remedy,
@@ -139,6 +140,9 @@ class DlcTemperature(Check):
     Thresholds: ClassVar[type] = DlcThresholds
     presentation: ClassVar[Presentation] = Presentation(
         chart="dlc",
+        phase_bars=PhaseBars(
+            "temp_gpu_steady", "slowdown_temp", margin="min_margin_c", sibling="max_sibling_delta_c"
+        ),
         remedies=(Remedy("thermal", COLD_PLATE),),
         rank=30,
         key_metrics=(

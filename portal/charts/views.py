@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.cache import cache
@@ -12,6 +12,7 @@ from django.shortcuts import get_object_or_404, render
 
 from checks.presentation import presented
 from portal.charts import figures, selectors
+from portal.charts.families import family_of
 from portal.inventory.models import Cluster
 from portal.roles import VIEWER
 from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run
@@ -33,22 +34,6 @@ def _fleet_defaults() -> tuple[tuple[str, str], ...]:
 KEY_METRICS = _fleet_defaults()
 
 
-def _burn_in_figure(result: CheckResult) -> dict[str, Any]:
-    data = selectors.burn_in_result(result=result)
-    figure = figures.burn_in_figure(data)
-    figure["meta"] = {"stored_points": data.stored_points, "drawn_points": data.drawn_points}
-    return figure
-
-
-# Chart family -> the figure of one result (families drawn per run have none here).
-RESULT_FIGURES: dict[str, Callable[[CheckResult], dict[str, Any]]] = {
-    "nccl": lambda result: figures.nccl_figure(selectors.nccl_result(result=result)),
-    "burn_in": _burn_in_figure,
-    "dlc": lambda result: figures.dlc_figure(selectors.dlc_result(result=result)),
-    "matrix": lambda result: figures.matrix_figure(selectors.matrix_result(result=result)),
-}
-
-
 def _result(result_id: int) -> CheckResult:
     return get_object_or_404(CheckResult.objects.select_related("run", "node"), pk=result_id)
 
@@ -60,7 +45,8 @@ def _run(run_id: int) -> Run:
 def result_figure_data(result: CheckResult) -> dict[str, Any]:
     """The figure JSON of one result. A finished result never changes, so its (downsampled)
     figure is cached: a 24 h burn-in is read and downsampled once."""
-    build = RESULT_FIGURES.get(selectors.chart_kind(result.kind))
+    family = family_of(result)
+    build = family.figure if family is not None else None
     if build is None:
         raise Http404("no chart for this kind of result")
     finished = result.finished_at if result.status not in ACTIVE_STATUSES else None
@@ -82,7 +68,7 @@ def result_figure(request: HttpRequest, result_id: int) -> JsonResponse:
 @role_required(VIEWER)
 def result_ecc(request: HttpRequest, result_id: int) -> HttpResponse:
     result = _result(result_id)
-    if selectors.chart_kind(result.kind) != "ecc":
+    if selectors.in_ecc_table(result.kind) is None:
         raise Http404("not an ECC/Xid result")
     return render(request, "charts/_ecc_table.html", {"result": result, "ecc": selectors.ecc_result(result=result)})
 
@@ -206,9 +192,7 @@ def run_rack(request: HttpRequest, run_id: int) -> HttpResponse:
     if metric not in valid:
         metric = "status"
     data = selectors.run_rack(run=run, metric=metric)
-    name = metric.partition(":")[2].partition("@")[0]
-    better = selectors.worst_aggregate(name) == "min"  # lower is worse -> higher is better
-    figure = figures.rack_figure(data, higher_is_better=better) if data.cells else None
+    figure = figures.rack_figure(data, higher_is_better=data.higher_is_better) if data.cells else None
     return _page(
         request,
         run,

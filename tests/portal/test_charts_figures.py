@@ -17,8 +17,8 @@ from portal.charts.selectors import (
     RackData,
     ThrottleSpan,
     Trace,
+    metric_direction,
     robust_z,
-    worst_aggregate,
 )
 
 SIZES = [float(2**e) for e in range(20, 31)]
@@ -65,7 +65,7 @@ def burn_in(throttles: list[ThrottleSpan]) -> BurnInData:
         (name, label, unit, [Trace(gpu, x, [float(gpu + v) for v in range(4)], 4) for gpu in range(8)])
         for name, label, unit in (("temp_gpu", "temp", "C"), ("power_w", "power", "W"), ("sm_clock_mhz", "clk", "MHz"))
     ]
-    return BurnInData("burn", panels, throttles, slowdown_c=87.0, max_points=1500)
+    return BurnInData("burn", panels, throttles, slowdown_c=87.0, max_points=1500, spans_panel="sm_clock_mhz")
 
 
 def test_it_stacks_burn_in_panels_with_one_trace_per_gpu_and_the_slowdown_line() -> None:
@@ -173,11 +173,18 @@ def test_it_scores_robustly_and_ignores_a_flat_fleet() -> None:
     assert robust_z([1.0, 2.0]) == [None, None]
 
 
-def test_it_reduces_per_gpu_metrics_to_the_worst_gpu() -> None:
-    assert worst_aggregate("gflops") == "min"
-    assert worst_aggregate("busbw_peak") == "min"
-    assert worst_aggregate("temp_gpu_steady") == "max"
-    assert worst_aggregate("ecc_volatile_uncorrected") == "max"
+def test_it_folds_per_gpu_metrics_as_each_kind_declares() -> None:
+    def fold(kind: str, metric: str) -> tuple[str, str]:
+        declared = metric_direction(kind=kind, metric=metric)
+        return declared.better, declared.gpu_agg
+
+    assert fold("burn_in", "gflops") == ("higher", "min")
+    assert fold("nccl_allreduce", "busbw_peak") == ("higher", "min")
+    assert fold("dlc_temperature", "temp_gpu_steady") == ("lower", "max")
+    assert fold("ecc_health", "ecc_volatile_uncorrected") == ("lower", "sum")
+    # Names that read like "worse when higher" but whose kinds say otherwise.
+    assert fold("gpu_power_limit", "power_limit_w") == ("higher", "min")
+    assert fold("topology", "gpu_nearest_nic_link") == ("lower", "max")
 
 
 def rack(metric: str = "status") -> RackData:

@@ -269,6 +269,18 @@ def test_it_embeds_the_runs_filesystem_chart_on_an_fs_result(viewer, run) -> Non
     assert reverse("charts:run_filesystem_figure", args=[run.pk]) in page
 
 
+def test_each_result_page_shows_its_declared_familys_section(viewer, run) -> None:
+    def page(kind: str) -> str:
+        return viewer.get(reverse("runs:result_detail", args=[result_of(run, kind).pk])).content.decode()
+
+    nccl, burn, dlc = page("nccl_allreduce"), page("burn_in"), page("dlc_temperature")
+    for kind, html in (("nccl_allreduce", nccl), ("burn_in", burn), ("dlc_temperature", dlc)):
+        assert reverse("charts:result_figure", args=[result_of(run, kind).pk]) in html
+    assert f"{reverse('charts:run_nccl', args=[run.pk])}?check=nccl-allreduce" in nccl  # every node's curve
+    assert "shaded: throttle events" in burn and reverse("charts:run_nccl", args=[run.pk]) not in burn
+    assert reverse("charts:run_nccl", args=[run.pk]) not in dlc
+
+
 # --- run pages ------------------------------------------------------------------------------------------
 
 

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from portal.charts.selectors import BurnInData
 
 NODE_COLOUR = "#57606a"  # the node's own curve (BMC power): grey, apart from every GPU's colour
-CLOCK_PANEL = "sm_clock_mhz"  # throttle markers sit on top of it
 
 
 def _compact_x(value: float | None) -> float | int | None:
@@ -131,7 +130,7 @@ def _throttle_shading(data: BurnInData) -> list[dict[str, Any]]:
 def _throttle_markers(data: BurnInData) -> dict[str, Any]:
     """A marker per throttle event at the top of the clock panel (else the last), naming GPU and reason."""
     names = [name for name, _, _, _ in data.panels]
-    row = names.index(CLOCK_PANEL) + 1 if CLOCK_PANEL in names else len(names)
+    row = names.index(data.spans_panel) + 1 if data.spans_panel in names else len(names)
     axis = "" if row == 1 else str(row)
     clock = [t for _, _, _, panel in data.panels[row - 1 : row] for t in panel]
     top = max((y for t in clock for y in t.y if y is not None), default=0)

@@ -47,7 +47,7 @@ def _ups_line(fig: go.Figure, y_kw: float, text: str, dash: str) -> None:
 def ups_limits(ups: Subject) -> tuple[float | None, float | None, float | None]:
     """(capacity W, the most the peak may be W = capacity / margin, the margin) of one UPS. The margin
     is what its judgement used: the required capacity (its threshold) over the peak it carried."""
-    capacity, required, peak = ups.value("ups_capacity_w"), ups.limit("ups_capacity_w"), ups.value("ups_peak_load_w")
+    capacity, required, peak = ups.value("capacity"), ups.limit("capacity"), ups.value("load")
     if capacity is None or required is None or not peak:
         return capacity, None, None
     # The threshold is written to the watt: to 3 decimals the ratio is the configured margin (1.2).
@@ -95,12 +95,12 @@ def _phase_label(phase: Subject) -> str:
 def phase_figure(data: CapacityData) -> dict[str, Any] | None:
     """Peak current per PDU phase (bars, coloured by the phase's verdict, with the number on each),
     and the continuous-load limit of each (80% of its breaker) as a red mark on its bar."""
-    phases = [p for p in data.of("pdu_phase") if p.value("phase_peak_current_a") is not None]
+    phases = [p for p in data.of("pdu_phase") if p.value("current") is not None]
     if not phases:
         return None
     x = [[_escape(p.key[0]) for p in phases], [_phase_label(p) for p in phases]]
-    peaks = [p.value("phase_peak_current_a") for p in phases]
-    limits = [p.limit("phase_peak_current_a") for p in phases]
+    peaks = [p.value("current") for p in phases]
+    limits = [p.limit("current") for p in phases]
     hover = [
         f"PDU {_escape(p.key[0])} phase {_escape(_phase_label(p))}: {peak:.1f} A"
         + (f", limit {limit:.1f} A" if limit is not None else ", no limit judged")
@@ -133,12 +133,12 @@ def phase_figure(data: CapacityData) -> dict[str, Any] | None:
 
 def capture_figure(data: CapacityData) -> dict[str, Any] | None:
     """Each loop's share of the nodes' heat carried by the liquid (%), against its minimum (80% for DLC)."""
-    loops = [loop for loop in data.of("loop") if loop.value("loop_capture_ratio") is not None]
+    loops = [loop for loop in data.of("loop") if loop.value("capture") is not None]
     if not loops:
         return None
     names = [_escape(loop.key[0]) for loop in loops]
-    ratios = [100 * (loop.value("loop_capture_ratio") or 0.0) for loop in loops]
-    minimums = [m * 100 if (m := loop.limit("loop_capture_ratio")) is not None else None for loop in loops]
+    ratios = [100 * (loop.value("capture") or 0.0) for loop in loops]
+    minimums = [m * 100 if (m := loop.limit("capture")) is not None else None for loop in loops]
     fig = _new(
         title={"text": "Heat captured by the liquid per cooling loop"},
         xaxis={**_AXIS, "type": "category"},

@@ -7,23 +7,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from checks.sampling import NODE_POWER_SERIES
+from checks.presentation import TelemetryChart, presentation_of
 from portal.charts.lttb import downsample
 from portal.charts.selectors.common import (
     MAX_POINTS,
     is_float,
 )
 from portal.runs.models import CheckResult, Measurement, Series
-
-BURN_METRICS = (
-    ("temp_gpu", "GPU temperature", "C"),
-    ("power_w", "Power", "W"),
-    # One curve per node (gpu None), stored when the burn-in sampled node power (param node_power).
-    (NODE_POWER_SERIES, "Node power (BMC)", "W"),
-    ("sm_clock_mhz", "SM clock", "MHz"),
-)
-# Panels drawn only when the result has such a series: most burn-ins read no node power.
-OPTIONAL_PANELS = frozenset({NODE_POWER_SERIES})
 
 
 @dataclass
@@ -52,30 +42,35 @@ class BurnInData:
     stored_points: int = 0
     drawn_points: int = 0
     node: str = ""  # named in every hover
+    spans_panel: str = ""  # the panel (series name) the throttle markers sit on
+
+
+def _declared(result: CheckResult) -> TelemetryChart:
+    return presentation_of(result.kind).telemetry or TelemetryChart(panels=())
 
 
 def burn_in_result(*, result: CheckResult, max_points: int = MAX_POINTS) -> BurnInData:
-    """Temperature, power and SM clock per GPU, and the node's power when it was sampled, each trace
-    LTTB-downsampled to `max_points`."""
-    names = [name for name, _, _ in BURN_METRICS]
-    by_name: dict[str, list[Trace]] = {name: [] for name in names}
+    """The panels the kind declares (checks/presentation.py TelemetryChart: temperature, power, SM
+    clock per GPU, the node's power when it was sampled), each trace LTTB-downsampled to
+    `max_points`, with the declared throttle spans and slowdown line."""
+    declared = _declared(result)
+    by_name: dict[str, list[Trace]] = {p.series: [] for p in declared.panels}
     stored = drawn = 0
-    rows = Series.objects.filter(result=result, name__in=names).order_by("gpu", "id")
+    rows = Series.objects.filter(result=result, name__in=list(by_name)).order_by("gpu", "id")
     for s in rows.only("name", "gpu", "count", "x_packed", "y_packed", "view_packed"):
         # The stored view (VIEW_POINTS, LTTB) when there is one; older series from every point.
         x, y = downsample(*s.view(), max_points)
         stored += s.count
         drawn += len(x)
         by_name[s.name].append(Trace(gpu=s.gpu, x=x, y=y, points=s.count))
+    spans = Measurement.objects.filter(result=result, name=declared.spans).only("gpu", "text", "labels")
     throttles = [
         ThrottleSpan(gpu=m.gpu, reason=m.text, start=float(m.labels["start_t"]), end=float(m.labels["end_t"]))
-        for m in Measurement.objects.filter(result=result, name="throttle_event").only("gpu", "text", "labels")
+        for m in spans
         if is_float((m.labels or {}).get("start_t")) and is_float((m.labels or {}).get("end_t"))
     ]
     panels = [
-        (name, label, unit, by_name[name])
-        for name, label, unit in BURN_METRICS
-        if by_name[name] or name not in OPTIONAL_PANELS
+        (p.series, p.label, p.unit, by_name[p.series]) for p in declared.panels if by_name[p.series] or not p.optional
     ]
     return BurnInData(
         title=f"{result.item_key} on {result.node.hostname}: telemetry per GPU",
@@ -86,19 +81,21 @@ def burn_in_result(*, result: CheckResult, max_points: int = MAX_POINTS) -> Burn
         stored_points=stored,
         drawn_points=drawn,
         node=result.node.hostname,
+        spans_panel=declared.spans_panel,
     )
 
 
 def slowdown_threshold(*, result: CheckResult) -> float | None:
     """The NVML slowdown temperature of the result's node: burn-in does not store it, so it comes
-    from the same run's DLC or inventory result on that node (one query), else from the probe
+    from the measurements the kind names (`TelemetryChart.limit`: the same run's DLC or inventory
+    result on that node, one query), else from the probe
     document in the result's own stdout when it was kept whole. The lowest GPU's value."""
     values = [
         v
         for v in Measurement.objects.filter(
             result__run_id=result.run_id,
             result__node_id=result.node_id,
-            name__in=("slowdown_temp", "gpu_temp_slowdown"),
+            name__in=_declared(result).limit,
             value__isnull=False,
         ).values_list("value", flat=True)
         if v is not None  # excluded by the query; narrows the type

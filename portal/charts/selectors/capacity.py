@@ -1,16 +1,13 @@
 """A cluster's capacity page: its latest finished whole-cluster power and cooling result (chart family
-"capacity", checks/presentation.py; the heat soak, checks/power_soak.py) read into plain data for
+"capacity", checks/presentation.py) read into plain data for
 portal/charts/figures/capacity.py and templates/charts/capacity.html.
 
-What a result of the family records (its contract with this module):
-- measurements labelled by subject: node_peak_power_w, node_steady_power_w, node_gpu_power_w,
-  node_non_gpu_power_w (labels node, rack); rack_peak_power_w ("<= BUDGET W"), rack_steady_power_w
-  (rack); phase_peak_current_a ("<= LIMIT A", 80% of the breaker) and pdu_phase_imbalance (pdu, rack,
-  feed, phase); feed_capacity_w (">= PEAK W"; rack, feed, pdu); ups_capacity_w (">= REQUIRED W", the
-  margin times the peak) and ups_peak_load_w (ups; rack "r1,r2"); loop_supply_c, loop_return_c,
-  loop_flow_lpm, loop_heat_removed_w, loop_power_w, loop_capture_ratio (">= MIN") (loop; rack);
-- one SUBJECT_VERDICT row per subject other than a node; each node's verdict in the attribution;
-- series cluster_power_w (W over s) and rack_power_w (label rack).
+What a result of the family records (its contract with this module): the measurements its kind
+declares (checks/presentation.py CapacityLayout), each labelled by its subject (KEYS) and read under
+its declared role (a rack's "peak" with its threshold "<= BUDGET W", a UPS's "capacity" with
+">= REQUIRED W" and "load", a PDU phase's "current" with "<= LIMIT A", a loop's "capture" with
+">= MIN", ...); one SUBJECT_VERDICT row per subject other than a node; each node's verdict in the
+attribution; the declared cluster power series (W over s) and per-rack series (label rack).
 
 A result is read in two queries whatever its node count (its measurements, its series), plus one for
 the rack positions when a lookup is given.
@@ -28,7 +25,7 @@ from urllib.parse import quote
 from django.db.models import F, QuerySet
 from django.urls import reverse
 
-from checks.presentation import SUBJECT_VERDICT, kinds_charted
+from checks.presentation import SUBJECT_VERDICT, CapacityLayout, kinds_charted, presentation_of
 from portal.charts.figures.common import natural
 from portal.inventory.models import Cluster
 from portal.runs.models import CheckResult, Measurement, Scope, Series, Status
@@ -38,16 +35,6 @@ FAMILY = "capacity"
 FINISHED = (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR)
 RESULTS_LISTED = 50  # soaks offered by the picker: a year of weekly soaks (Kiln convention)
 
-# Measurement name -> the kind of subject it describes.
-MEASURES = {
-    **dict.fromkeys(("node_peak_power_w", "node_steady_power_w", "node_gpu_power_w", "node_non_gpu_power_w"), "node"),
-    **dict.fromkeys(("rack_peak_power_w", "rack_steady_power_w"), "rack"),
-    **dict.fromkeys(("phase_peak_current_a", "pdu_phase_imbalance"), "pdu_phase"),
-    "feed_capacity_w": "feed",
-    **dict.fromkeys(("ups_capacity_w", "ups_peak_load_w"), "ups"),
-    **dict.fromkeys(("loop_supply_c", "loop_return_c", "loop_flow_lpm", "loop_heat_removed_w"), "loop"),
-    **dict.fromkeys(("loop_power_w", "loop_capture_ratio"), "loop"),
-}
 # Subject kind -> the labels that name one subject.
 KEYS = {
     "node": ("node",),
@@ -57,7 +44,6 @@ KEYS = {
     "ups": ("ups",),
     "loop": ("loop",),
 }
-SERIES = ("cluster_power_w", "rack_power_w")
 # A rack's peak against its budget: at most 80% is the headroom a continuous load keeps on its
 # circuits (NEC 210.19(A)(1)/210.20(A), the same rule the soak applies to breakers); above 100% it
 # is over budget.
@@ -143,7 +129,8 @@ def limit_of(threshold: str) -> float | None:
 
 @dataclass
 class Subject:
-    """One judged subject: its verdict ("" when the result recorded none) and its measurements."""
+    """One judged subject: its verdict ("" when the result recorded none) and its measurements by
+    declared role ("peak", "capacity", ...)."""
 
     kind: str
     key: Key
@@ -153,12 +140,12 @@ class Subject:
     values: dict[str, Row] = field(default_factory=dict)
     url: str = ""  # a node's history page
 
-    def value(self, name: str) -> float | None:
-        row = self.values.get(name)
+    def value(self, role: str) -> float | None:
+        row = self.values.get(role)
         return float(row["value"]) if row is not None and row["value"] is not None else None
 
-    def limit(self, name: str) -> float | None:
-        row = self.values.get(name)
+    def limit(self, role: str) -> float | None:
+        row = self.values.get(role)
         return limit_of(row["threshold"]) if row is not None else None
 
     def label(self, name: str) -> str:
@@ -180,11 +167,11 @@ class RackView:
 
     @property
     def peak_w(self) -> float | None:
-        return self.subject.value("rack_peak_power_w")
+        return self.subject.value("peak")
 
     @property
     def budget_w(self) -> float | None:
-        return self.subject.limit("rack_peak_power_w")
+        return self.subject.limit("peak")
 
     @property
     def utilisation(self) -> float | None:
@@ -250,7 +237,7 @@ class CapacityData:
     @property
     def nodes(self) -> list[Subject]:
         """Worst first: by verdict (fail, error, warn, pass), then by peak power, highest first."""
-        return sorted(self.of("node"), key=lambda s: (-s.severity, -(s.value("node_peak_power_w") or -1.0), s.key))
+        return sorted(self.of("node"), key=lambda s: (-s.severity, -(s.value("peak") or -1.0), s.key))
 
     @property
     def others(self) -> list[Subject]:
@@ -262,11 +249,15 @@ def _key(kind: str, labels: Mapping[str, Any]) -> Key:
     return tuple(str(labels.get(name, "")) for name in KEYS.get(kind, ("subject_name",)))
 
 
+def _layout(result: CheckResult) -> CapacityLayout:
+    return presentation_of(result.kind).capacity or CapacityLayout((), "", "")
+
+
 def _subjects(result: CheckResult) -> dict[str, dict[Key, Subject]]:
     """Every subject of the result from one query of its measurements, plus the nodes' attribution."""
     found: dict[str, dict[Key, Subject]] = {}
-    names = [*MEASURES, SUBJECT_VERDICT]
-    rows = Measurement.objects.filter(result=result, name__in=names).order_by("id")
+    measures = {m.name: m for m in _layout(result).measures}
+    rows = Measurement.objects.filter(result=result, name__in=[*measures, SUBJECT_VERDICT]).order_by("id")
     for row in rows.values("name", "value", "text", "unit", "threshold", "ok", "labels"):
         labels = row["labels"] or {}
         if row["name"] == SUBJECT_VERDICT:
@@ -274,9 +265,9 @@ def _subjects(result: CheckResult) -> dict[str, dict[Key, Subject]]:
             subject = found.setdefault(kind, {}).setdefault(_key(kind, labels), Subject(kind, _key(kind, labels)))
             subject.status, subject.reason, subject.labels = str(labels.get("status", "")), row["text"], dict(labels)
             continue
-        kind = MEASURES[row["name"]]
-        key = _key(kind, labels)
-        found.setdefault(kind, {}).setdefault(key, Subject(kind, key)).values[row["name"]] = {**row, "labels": labels}
+        measure = measures[row["name"]]
+        kind, key = measure.subject, _key(measure.subject, labels)
+        found.setdefault(kind, {}).setdefault(key, Subject(kind, key)).values[measure.role] = {**row, "labels": labels}
     nodes = found.setdefault("node", {})
     for host, verdict in (result.attribution or {}).items():
         subject = nodes.setdefault((host,), Subject("node", (host,)))
@@ -285,10 +276,12 @@ def _subjects(result: CheckResult) -> dict[str, dict[Key, Subject]]:
 
 
 def _curves(result: CheckResult) -> tuple[Curve | None, dict[str, Curve]]:
+    layout = _layout(result)
     cluster, racks = None, {}
-    for s in Series.objects.filter(result=result, name__in=SERIES).only("name", "labels", *_PACKED).order_by("id"):
+    names = (layout.cluster_series, layout.rack_series)
+    for s in Series.objects.filter(result=result, name__in=names).only("name", "labels", *_PACKED).order_by("id"):
         x, y = s.view()
-        if s.name == "cluster_power_w":
+        if s.name == layout.cluster_series:
             cluster = Curve(x, y)
         else:
             racks[str((s.labels or {}).get("rack", ""))] = Curve(x, y)

@@ -30,6 +30,14 @@ def item_thresholds(run: Run, item_key: str) -> dict[str, Any]:
     return {}
 
 
+def item_kind(run: Run, item_key: str) -> str:
+    """The check kind of a plan item, from the run's snapshot."""
+    for item in (run.plan_snapshot or {}).get("items", []):
+        if item.get("key") == item_key:
+            return str(item.get("kind", ""))
+    return ""
+
+
 def robust_z(values: list[float]) -> list[float | None]:
     """Each value's robust z-score, (x - median) / (1.4826 * MAD), sign kept; the scale is the runs
     app's (portal/runs/outliers.py, which judges the run-level verdicts) so chart labels and

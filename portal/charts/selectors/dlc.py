@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from checks.presentation import PhaseBars, presentation_of
 from portal.charts.selectors.common import (
     item_thresholds,
 )
@@ -25,8 +26,11 @@ class DlcData:
 
 
 def dlc_result(*, result: CheckResult) -> DlcData:
+    """The kind's declared per-GPU measurement idle and under load against its per-GPU limit
+    (checks/presentation.py PhaseBars: steady temperature against the slowdown temperature)."""
+    declared = presentation_of(result.kind).phase_bars or PhaseBars("", "")
     rows = Measurement.objects.filter(
-        result=result, name__in=("temp_gpu_steady", "slowdown_temp"), gpu__isnull=False
+        result=result, name__in=(declared.measurement, declared.limit), gpu__isnull=False
     ).values_list("name", "gpu", "value", "labels")
     idle: dict[int, float | None] = {}
     load: dict[int, float | None] = {}
@@ -34,9 +38,9 @@ def dlc_result(*, result: CheckResult) -> DlcData:
     for name, gpu, value, labels in rows:
         if gpu is None:  # excluded by the query; narrows the type
             continue
-        if name == "slowdown_temp":
+        if name == declared.limit:
             slowdown[gpu] = value
-        elif (labels or {}).get("phase") == "load":
+        elif (labels or {}).get("phase") == declared.load:
             load[gpu] = value
         else:
             idle[gpu] = value
@@ -53,8 +57,8 @@ def dlc_result(*, result: CheckResult) -> DlcData:
         idle=[idle.get(g) for g in gpus],
         load=[load.get(g) for g in gpus],
         slowdown=[slowdown.get(g) for g in gpus],
-        margin_c=t.get("min_margin_c"),
+        margin_c=t.get(declared.margin),
         sibling_delta=deltas,
-        max_sibling_delta_c=t.get("max_sibling_delta_c"),
+        max_sibling_delta_c=t.get(declared.sibling),
         node=result.node.hostname,
     )

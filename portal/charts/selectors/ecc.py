@@ -1,40 +1,23 @@
-"""ECC counters per GPU and Xid events of one result."""
+"""A result's declared per-GPU counters (ECC) and events (Xid) as a table."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from portal.charts.selectors.common import chart_kind
+from checks.presentation import presentation_of
 from portal.runs.models import CheckResult, Measurement
-
-ECC_COLUMNS = (
-    ("ecc_volatile_uncorrected", "volatile uncorr."),
-    ("ecc_volatile_corrected", "volatile corr."),
-    ("ecc_aggregate_uncorrected", "aggregate uncorr."),
-    ("ecc_aggregate_corrected", "aggregate corr."),
-    ("remapped_rows_uncorrectable", "remapped rows uncorr."),
-    ("remapped_rows_correctable", "remapped rows corr."),
-    ("remap_pending", "remap pending"),
-    ("remap_failure", "remap failure"),
-    ("retired_pages_single_bit", "retired pages SBE"),
-    ("retired_pages_double_bit", "retired pages DBE"),
-    ("retired_pages_pending", "retired pending"),
-)
-
-
-_COUNTERS = frozenset(name for name, _ in ECC_COLUMNS)
-# Kernel log events: GPU Xids and NVSwitch SXids (checks/xid.py), shown in one table.
-XID_NAMES = ("xid", "sxid")
 
 
 def in_ecc_table(kind: str) -> Callable[[Measurement], bool] | None:
-    """For a result of the ECC chart family: which of its measurements the ECC table shows (the
-    per-GPU counters and every Xid event), so the result page's own measurement table leaves them
-    out instead of showing them twice. None for the other families."""
-    if chart_kind(kind) != "ecc":
+    """For a result whose kind declares a counter table (checks/presentation.py CounterTable): which
+    of its measurements the table shows (the per-GPU counters and every event), so the result page's
+    own measurement table leaves them out instead of showing them twice. None for other kinds."""
+    table = presentation_of(kind).counters
+    if table is None:
         return None
-    return lambda m: m.name in XID_NAMES or (m.name in _COUNTERS and m.gpu is not None)
+    counters, events = frozenset(n for n, _ in table.columns), frozenset(table.events)
+    return lambda m: m.name in events or (m.name in counters and m.gpu is not None)
 
 
 @dataclass
@@ -46,16 +29,19 @@ class EccData:
 
 
 def ecc_result(*, result: CheckResult, xid_limit: int = 200) -> EccData:
-    """Counters per GPU (only the columns present) and the Xid events, most severe first."""
-    names = [name for name, _ in ECC_COLUMNS]
+    """The kind's declared counters per GPU (only the columns present) and its events, most severe
+    first. Empty for a kind that declares no counter table."""
+    table = presentation_of(result.kind).counters
+    columns = table.columns if table is not None else ()
+    events = table.events if table is not None else ()
     cells: dict[int, dict[str, Measurement]] = {}
-    for m in Measurement.objects.filter(result=result, name__in=names, gpu__isnull=False):
+    for m in Measurement.objects.filter(result=result, name__in=[n for n, _ in columns], gpu__isnull=False):
         if m.gpu is None:  # excluded by the query; narrows the type
             continue
         cells.setdefault(m.gpu, {})[m.name] = m
-    present = [(n, label) for n, label in ECC_COLUMNS if any(n in c for c in cells.values())]
+    present = [(n, label) for n, label in columns if any(n in c for c in cells.values())]
     rows = [(gpu, [cells[gpu].get(n) for n, _ in present]) for gpu in sorted(cells)]
-    xid_qs = Measurement.objects.filter(result=result, name__in=XID_NAMES).order_by("id")
+    xid_qs = Measurement.objects.filter(result=result, name__in=events).order_by("id")
     xids = list(xid_qs[:xid_limit])
     return EccData(
         columns=[label for _, label in present],

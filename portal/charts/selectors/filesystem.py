@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.presentation import kinds_charted
+from checks.presentation import ThroughputChart, kinds_charted, presentation_of
 from portal.charts.figures.common import natural
 from portal.charts.selectors.common import (
     item_thresholds,
@@ -29,34 +29,44 @@ class FsData:
     has_aggregate: bool = False
 
 
+def _direction(declared: ThroughputChart, name: str) -> str:
+    """The direction ("write" or "read") of a name the kind declares, else ""."""
+    return {declared.write: "write", declared.total_write: "write", declared.read: "read",
+            declared.total_read: "read"}.get(name, "") if name else ""  # fmt: skip
+
+
 def run_filesystem(*, run: Run) -> FsData:
     """Per-node write/read rates of the run's filesystem results, with the plan's floors: a node
     check's rates (each node alone), and a group check's per-node rates and total (all nodes at
     once). The kinds are those charted as "filesystem" (checks/presentation.py). One query."""
-    rows = Measurement.objects.filter(
-        result__run=run,
-        result__kind__in=kinds_charted("filesystem"),
-        name__in=("write_bw_sum", "read_bw_sum", "aggregate_write_bw", "aggregate_read_bw"),
-    ).values_list("result__scope", "result__item_key", "result__node__hostname", "name", "value", "labels")
+    declared = {kind: t for kind in kinds_charted("filesystem") if (t := presentation_of(kind).throughput)}
+    names = {n for t in declared.values() for n in (t.write, t.read, t.total_write, t.total_read) if n}
+    rows = Measurement.objects.filter(result__run=run, result__kind__in=list(declared), name__in=names).values_list(
+        "result__kind", "result__scope", "result__item_key", "result__node__hostname", "name", "value", "labels"
+    )
     alone: dict[str, dict[str, float | None]] = {}
     together: dict[str, dict[str, float | None]] = {}
     aggregate: dict[str, float | None] = {}
-    items: dict[str, str] = {}  # scope -> the plan item whose floors are drawn
-    for scope, item_key, hostname, name, value, labels in rows:
-        items[scope] = item_key
+    items: dict[str, tuple[str, ThroughputChart]] = {}  # scope -> the plan item whose floors are drawn
+    for kind, scope, item_key, hostname, name, value, labels in rows:
+        t = declared[kind]
+        ddir = _direction(t, name)
+        if not ddir:  # another kind's name
+            continue
+        items[scope] = (item_key, t)
         gbps = None if value is None else value / 1e9
-        ddir = "write" if "write" in name else "read"
         labels = labels or {}
         if scope != Scope.GROUP:
             if not labels:  # the node's own total; per-job rows carry a job label
                 alone.setdefault(hostname, {})[ddir] = gbps
-        elif name.startswith("aggregate_"):
+        elif name in (t.total_write, t.total_read):
             aggregate[ddir] = gbps
         elif labels.get("node") and "job" not in labels:
             together.setdefault(labels["node"], {})[ddir] = gbps
     nodes = sorted(set(alone) | set(together), key=natural)
-    node_t = item_thresholds(run, items.get("node", ""))
-    agg_t = item_thresholds(run, items.get("group", ""))
+    node_key, node_decl = items.get(Scope.NODE, ("", ThroughputChart("", "")))
+    group_key, group_decl = items.get(Scope.GROUP, ("", ThroughputChart("", "")))
+    node_t, agg_t = item_thresholds(run, node_key), item_thresholds(run, group_key)
     return FsData(
         title=f"Filesystem throughput, run #{run.pk}",
         nodes=nodes,
@@ -66,9 +76,9 @@ def run_filesystem(*, run: Run) -> FsData:
         concurrent_read=[together.get(n, {}).get("read") for n in nodes],
         aggregate_write=aggregate.get("write"),
         aggregate_read=aggregate.get("read"),
-        min_write=node_t.get("min_write_gbps"),
-        min_read=node_t.get("min_read_gbps"),
-        min_aggregate_write=agg_t.get("min_aggregate_write_gbps"),
-        min_aggregate_read=agg_t.get("min_aggregate_read_gbps"),
+        min_write=node_t.get(node_decl.min_write),
+        min_read=node_t.get(node_decl.min_read),
+        min_aggregate_write=agg_t.get(group_decl.min_write),
+        min_aggregate_read=agg_t.get(group_decl.min_read),
         has_aggregate=bool(together or aggregate),
     )

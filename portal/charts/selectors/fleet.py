@@ -2,30 +2,28 @@
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from checks.presentation import presentation_of
+from checks.presentation import FleetMetric, presentation_of
 from portal.charts.figures.common import natural
 from portal.charts.selectors.common import (
     MIN_DEVIATION,
     OUTLIER_Z,
+    item_kind,
     robust_z,
 )
 from portal.formatting import unit_shown
 from portal.runs.models import Measurement, Run, RunMetric, Scope
 
-# Per-GPU metrics become one point per node: the worst GPU. For these names "worst" is the highest
-# (heat, errors, latency); for everything else (bandwidth, Gflop/s, clocks) it is the lowest.
-_HIGHER_IS_WORSE = re.compile(r"temp|error|ecc|xid|remap|retired|lat|wrong|pending|throttle|slowdown|failure|power")
 
-
-def worst_aggregate(metric: str) -> str:
-    """'max' or 'min': how a per-GPU metric is reduced to one value per node."""
-    return "max" if _HIGHER_IS_WORSE.search(metric) else "min"
+def metric_direction(*, kind: str, metric: str) -> FleetMetric:
+    """Whether higher is better for `metric` and how a node's GPUs fold into one value: the kind's
+    declaration (checks/presentation.py Presentation.direction). Every metric offered is declared
+    (tests/checks); one asked for by hand that is not reads higher-is-better, the lowest GPU."""
+    return presentation_of(kind).direction(metric) or FleetMetric(metric)
 
 
 @dataclass
@@ -114,6 +112,7 @@ class Distribution:
     per: str  # "node" or "gpu"
     aggregate: str  # how GPUs were reduced per node ("" when per GPU or node-level)
     points: list[Point]
+    better: str = "higher"  # the kind's declared direction: "higher" or "lower"
     threshold: str = ""
     z_limit: float = OUTLIER_Z
 
@@ -151,15 +150,23 @@ def _points(rows: list[dict[str, Any]], *, by_gpu: bool, how: str) -> list[Point
         by_node: dict[str, list[tuple[float, int | None]]] = {}
         for r in rows:
             by_node.setdefault(r["node"], []).append((r["value"], r["gpu"]))
-        reduce = max if how == "max" else min
-        # The worst GPU keeps its index: the hover names the GPU that set the node's value.
-        picked = {node: reduce(values, key=lambda v: v[0]) if how else values[0] for node, values in by_node.items()}
-        points = [Point(node, value, gpu) for node, (value, gpu) in picked.items()]
+        points = [Point(node, *_fold(values, how)) for node, values in by_node.items()]
     points.sort(key=lambda p: (natural(p.node), p.gpu if p.gpu is not None else -1))
     median = statistics.median([p.value for p in points]) if points else None
     for point, z in zip(points, robust_z([p.value for p in points]), strict=True):
         point.z, point.median = z, median
     return points
+
+
+def _fold(values: list[tuple[float, int | None]], how: str) -> tuple[float, int | None]:
+    """A node's GPUs as one value: the worst GPU by `how` ("min", "max"), keeping its index (the
+    hover names the GPU that set the node's value), or the sum of counts (no one GPU); a node-level
+    value as it is."""
+    if how == "sum":
+        return sum(v for v, _ in values), None
+    if how in ("min", "max"):
+        return (max if how == "max" else min)(values, key=lambda v: v[0])
+    return values[0]
 
 
 def _shared_threshold(rows: list[dict[str, Any]]) -> str:
@@ -173,7 +180,8 @@ def run_distribution(*, run: Run, item_key: str, metric: str, phase: str = "", p
     rows = run_metric_values(run=run, item_key=item_key, metric=metric, phase=phase)
     per_gpu = any(r["gpu"] is not None for r in rows)
     by_gpu = per_gpu and per == "gpu"
-    how = worst_aggregate(metric) if per_gpu and not by_gpu else ""
+    declared = metric_direction(kind=item_kind(run, item_key), metric=metric)
+    how = declared.gpu_agg if per_gpu and not by_gpu else ""
     phase_text = f" ({phase})" if phase else ""
     per_text = " per GPU" if by_gpu else (f", {how} over GPUs per node" if how else " per node")
     return Distribution(
@@ -185,5 +193,6 @@ def run_distribution(*, run: Run, item_key: str, metric: str, phase: str = "", p
         per="gpu" if by_gpu else "node",
         aggregate=how,
         points=_points(rows, by_gpu=by_gpu, how=how),
+        better=declared.better,
         threshold=_shared_threshold(rows),
     )

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from checks.presentation import kinds_charted
+from checks.presentation import kinds_charted, presentation_of
 from portal.runs.models import CheckResult, Measurement, Run, Series
 
 
@@ -22,9 +22,14 @@ def run_chart_links(*, run: Run) -> list[RunChartLink]:
     """Links to the run-level charts that have data in this run: one query."""
     from django.urls import reverse
 
-    kinds = dict(
-        Series.objects.filter(result__run=run, name="busbw").values_list("result__item_key", "result__kind").distinct()
-    )
+    curves = {kind: presentation_of(kind).curves for kind in kinds_charted("nccl")}
+    kinds = {
+        item_key: kind
+        for item_key, kind, name in Series.objects.filter(result__run=run, result__kind__in=list(curves))
+        .values_list("result__item_key", "result__kind", "name")
+        .distinct()
+        if name == curves[kind]
+    }
     fs = Measurement.objects.filter(result__run=run, result__kind__in=kinds_charted("filesystem")).exists()
     links = [
         RunChartLink(f"NCCL busbw ({key})", reverse("charts:run_nccl", args=[run.pk]) + f"?check={key}")

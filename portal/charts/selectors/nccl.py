@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from checks.presentation import presentation_of
 from portal.charts.figures.fleet import threshold_value
+from portal.charts.selectors.common import item_kind
 from portal.formatting import as_number
 from portal.runs.models import CheckResult, Measurement, Run, Scope, Series
 
@@ -58,28 +59,22 @@ def _judged(kind: str, result_ids: Iterable[int]) -> dict[int, tuple[float | Non
 
 
 def nccl_result(*, result: CheckResult) -> NcclData:
-    """busbw by message size of one NCCL result: one curve per stored series (per pair when the
+    """The declared series (busbw by message size) of one result: one curve per stored series (per pair when the
     series are labelled with one), against the floor the result was judged on."""
-    series = Series.objects.filter(result=result, name="busbw").order_by("id")
+    series = Series.objects.filter(result=result, name=presentation_of(result.kind).curves).order_by("id")
     bound, start = _judged(result.kind, [result.pk]).get(result.pk, (None, None))
     curves = [Curve(_curve_name(result, s), list(s.x), list(s.y), "", bound, start) for s in series]
     where = result.node_set if result.scope == Scope.GROUP else result.node.hostname
     return NcclData(title=f"{result.item_key}: busbw on {where}", curves=curves)
 
 
-def _item_kind(run: Run, item_key: str) -> str:
-    for item in (run.plan_snapshot or {}).get("items", []):
-        if item.get("key") == item_key:
-            return str(item.get("kind", ""))
-    return ""
-
-
 def nccl_run(*, run: Run, item_key: str) -> NcclData:
-    """Every node's (or group's) busbw curve of one NCCL item of a run: two queries."""
+    """Every node's (or group's) curve of the declared series of one item of a run: two queries."""
     from django.urls import reverse
 
+    kind = item_kind(run, item_key)
     rows = list(
-        Series.objects.filter(result__run=run, result__item_key=item_key, name="busbw")
+        Series.objects.filter(result__run=run, result__item_key=item_key, name=presentation_of(kind).curves)
         .select_related("result__node")
         .only(
             "x_packed",
@@ -92,7 +87,7 @@ def nccl_run(*, run: Run, item_key: str) -> NcclData:
         )
         .order_by("result__node__hostname", "id")
     )
-    judged = _judged(_item_kind(run, item_key), {s.result_id for s in rows}) if rows else {}
+    judged = _judged(kind, {s.result_id for s in rows}) if rows else {}
     curves = [
         Curve(
             _curve_name(s.result, s),

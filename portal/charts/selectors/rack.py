@@ -27,6 +27,7 @@ class RackData:
     metric: str  # "status" or "check:metric"
     unit: str
     cells: list[RackCell]
+    higher_is_better: bool = True  # the metric's declared direction (the colours' sense)
 
 
 UNRACKED = "unracked"
@@ -67,12 +68,13 @@ def run_rack(*, run: Run, metric: str = "status") -> RackData:
     statuses = node_statuses(run=run, by_host={hostname: pk for pk, hostname, _, _ in nodes})
     values: dict[str, float] = {}
     unit = ""
+    better = True
     if metric != "status":
         item_key, _, rest = metric.partition(":")
         name, _, phase = rest.partition("@")
         dist = run_distribution(run=run, item_key=item_key, metric=name, phase=phase)
         values = {p.node: p.value for p in dist.points}
-        unit = dist.unit
+        unit, better = dist.unit, dist.better == "higher"
     cluster_name = run.cluster.name
     cells = []
     for pk, hostname, rack, position in nodes:
@@ -90,7 +92,9 @@ def run_rack(*, run: Run, metric: str = "status") -> RackData:
             )
         )
     title = "worst status" if metric == "status" else metric.replace("@", " ")
-    return RackData(title=f"Racks by {title}, run #{run.pk}", metric=metric, unit=unit, cells=cells)
+    return RackData(
+        title=f"Racks by {title}, run #{run.pk}", metric=metric, unit=unit, cells=cells, higher_is_better=better
+    )
 
 
 def node_results_url(*, cluster: str, hostname: str, result_pk: int) -> str:

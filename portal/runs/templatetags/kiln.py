@@ -11,7 +11,6 @@ from django import template
 from django.utils import formats, timezone
 from django.utils.dateparse import parse_datetime
 
-from checks.presentation import presentation_of
 from portal import formatting
 
 register = template.Library()
@@ -83,10 +82,12 @@ def pretty_json(text: str) -> str:
 
 
 @register.filter
-def chart_family(kind: str) -> str:
-    """The chart family a check kind declares (checks/presentation.py): which
-    templates/charts/family/<family>.html shows its result; "" for none."""
-    return presentation_of(kind).chart
+def chart_section(result: Any) -> Any:
+    """How the result page shows a result's charts: its kind's declared chart family
+    (portal/charts/families.py), None for none."""
+    from portal.charts.families import family_of
+
+    return family_of(result)
 
 
 @register.filter
