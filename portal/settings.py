@@ -5,6 +5,7 @@ and the generated secret key (portal/datadir.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -60,6 +61,14 @@ INSTALLED_APPS = [
     "django_filters",
     "portal.api",
 ]
+# The demo (portal/demo: `kiln demo`, the simulated cluster) needs the simulator (testbed/), which a
+# checkout has and the production image leaves out: on where both are importable, unless KILN_DEMO says.
+_DEMO_PRESENT = all(importlib.util.find_spec(name) is not None for name in ("testbed", "portal.demo"))
+KILN_DEMO = env.bool("KILN_DEMO") if env.str("KILN_DEMO", default="") else _DEMO_PRESENT
+if KILN_DEMO and not _DEMO_PRESENT:
+    raise ImproperlyConfigured("KILN_DEMO=1, but this installation has no demo (it comes with a checkout of Kiln)")
+if KILN_DEMO:
+    INSTALLED_APPS.append("portal.demo")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

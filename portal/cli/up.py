@@ -32,7 +32,7 @@ def programs(*, data_dir: Path, host: str, port: int, facility_port: int) -> lis
     demo = data_dir / "demo"
     python, celery, gunicorn = (str(BIN / name) for name in ("python", "celery", "gunicorn"))
     # The demo's PDUs and CDU (Redfish, readings that follow the simulated nodes' load), for the heat
-    # soak and the capacity page: kiln_demo wrote its config (portal/facility/demo.py).
+    # soak and the capacity page: kiln_demo wrote its config (portal/demo/facility.py).
     facility = [python, "-m", "testbed.sim.redfish_facility", "--config", str(demo / "facility.json"),
                 "--state-dir", str(demo / "nodes"), "--port", str(facility_port)]  # fmt: skip
     web = [gunicorn, "portal.wsgi:application", "--bind", f"{host}:{port}", "--workers", str(DEFAULT_WEB_WORKERS),

@@ -15,7 +15,7 @@ from django.utils import timezone
 from checks.base import REGISTRY, Check
 from portal.catalog.models import TestPlan
 from portal.catalog.services import fast_plan_ensure
-from portal.inventory.management.commands.kiln_demo import DEMO_CHECK_OVERHEAD_S, DEMO_NODES, _with_soak
+from portal.demo.management.commands.kiln_demo import DEMO_CHECK_OVERHEAD_S, DEMO_NODES, _with_soak
 from portal.inventory.models import Cluster, Node
 from portal.runs import estimates
 from portal.runs.models import Run, Status

@@ -17,7 +17,7 @@ from django.db import transaction
 
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.catalog.services import FAST_PARAMS, fast_plan_ensure
-from portal.facility.demo import demo_facility_ensure
+from portal.demo.facility import demo_facility_ensure
 from portal.inventory.models import Cluster, Node
 from testbed.sim import build_simulator, node_env, write_state
 
@@ -160,8 +160,8 @@ class Command(BaseCommand):
         self.stdout.write(f"queued the demo heat soak: run {run.pk} (about two minutes)")
 
     def _certificate(self, out: Path, *, healthy: bool) -> None:
-        from portal.certificates.demo import demo_certificate_write
         from portal.certificates.services import CampaignError
+        from portal.demo.certificate import demo_certificate_write
 
         if healthy:
             raise CommandError("--certificate shows a waiver and an exclusion: run it without --healthy")
