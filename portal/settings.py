@@ -215,7 +215,7 @@ KILN_WORKER_DB_CONNECTIONS = env.int("KILN_WORKER_DB_CONNECTIONS", default=4)
 # Slack, in seconds, between a node's summed command budgets and its task's soft time limit
 # (connects, recording results). See worker/timeouts.py.
 KILN_TASK_SLACK_S = env.int("KILN_TASK_SLACK_S", default=60)
-# The port of the demo's Redfish facility service (`make up` starts it there: portal/cli/up.py).
+# The port of the demo's Redfish facility service (`make up` starts it there: portal/demo/up.py).
 KILN_DEMO_FACILITY_PORT = env.int("KILN_DEMO_FACILITY_PORT", default=8470)
 # The broker must not redeliver a task while it is still legitimately running: the visibility
 # timeout is the outermost of the nested timeouts. Default 25 h: a 24 h burn-in plus slack.

@@ -44,7 +44,7 @@ ABSENT: dict[str, str] = {
     "it), not with the production image; in a checkout, KILN_DEMO=0 turns it off",
 }
 
-# Defaults of the servers, as `make up` (portal/cli/up.py) starts them.
+# Defaults of the servers, as `make up` (portal/demo/up.py) starts them.
 DEFAULT_QUEUE = "default"  # worker/celery.py: task_default_queue
 DEFAULT_BIND = "127.0.0.1:8000"  # the Makefile's HOST and PORT
 DEFAULT_WEB_WORKERS = 2  # a demo or a small site (`make up` runs this); docker-compose.yml runs 4 on a production host

@@ -1,9 +1,11 @@
 """The demo stays out of production: no production module reaches the simulator (testbed/) or the
-demo app (portal/demo), the image's build leaves both out, and a portal without them starts: its
-system checks, URL conf and commands, with `kiln demo` saying that the demo is not installed."""
+demo app (portal/demo), nor starts a program of the simulator; the image's build leaves both out;
+and a portal without them starts: its system checks, URL conf and commands, with `kiln demo` saying
+that the demo is not installed."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shlex
@@ -15,7 +17,7 @@ from pathlib import Path
 from setuptools import find_packages
 
 from tests.conftest import REPO
-from tests.meta.imports import import_graph, reachable
+from tests.meta.imports import import_graph, project_modules, reachable
 
 DEMO = ("testbed", "portal.demo")
 
@@ -31,6 +33,26 @@ def test_no_production_module_reaches_the_simulator_or_the_demo() -> None:
     importers = {name: sorted(m for m in graph[name] if _is_demo(m)) for name in production}
     assert {name: named for name, named in importers.items() if named} == {}
     assert [name for name in production if any(_is_demo(m) for m in reachable(graph, name))] == []
+
+
+def _module_strings(path: Path) -> list[str]:
+    """A module's string literals naming a module of the simulator (`python -m testbed.sim...`)."""
+    return [
+        node.value
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and SIMULATOR_MODULE.search(node.value)
+    ]
+
+
+SIMULATOR_MODULE = re.compile(r"\btestbed\.\w")
+
+
+def test_no_production_module_starts_the_simulator() -> None:
+    """Imports aside: no program of the simulator run by name (`make up` starts them: the demo app)."""
+    modules = project_modules()
+    production = [m for m in modules if m.split(".")[0] in ("portal", "worker", "checks") and not _is_demo(m)]
+    assert {m: found for m in production if (found := _module_strings(modules[m]))} == {}
+    assert _module_strings(modules["portal.demo.up"])  # where the demo starts its facility service
 
 
 def test_the_walk_sees_the_demo_reach_the_simulator() -> None:

@@ -2,7 +2,7 @@
 on the embedded default (SQLite and a filesystem broker in the data folder), kept running by the
 supervisor (portal/cli/supervise.py), then the demo's heat soak and what to open.
 
-Run from the checkout as `.venv/bin/python -m portal.cli.up HOST PORT` (the Makefile execs it, so
+Run from the checkout as `.venv/bin/python -m portal.demo.up HOST PORT` (the Makefile execs it, so
 no shell stands between make and this process to die of the Ctrl-C that stops the demo). Ctrl-C or a
 TERM stops everything and exits 0, so make prints no "Error 130/143"; a program that keeps dying
 stops everything and exits 1 after saying which and why.
