@@ -57,7 +57,7 @@ def test_no_production_module_starts_the_simulator() -> None:
 
 def test_the_walk_sees_the_demo_reach_the_simulator() -> None:
     graph = import_graph()
-    assert "testbed.sim" in reachable(graph, "portal.demo.management.commands.kiln_demo")
+    assert "testbed.sim" in reachable(graph, "portal.demo.management.commands.kiln_demo")  # via the cluster
     # Imported inside facility_served() only: the walk sees it all the same.
     assert "testbed.sim.redfish_facility" in graph["portal.demo.facility"]
 
