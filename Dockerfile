@@ -12,11 +12,12 @@ RUN apt-get update && apt-get install -y --no-install-recommends $(bash scripts/
 # against the index, where a newer release than the lock's could be picked for a requested extra.
 COPY requirements/base.txt requirements/build.in requirements/
 RUN pip install --no-cache-dir --no-deps --require-hashes -r requirements/base.txt
+# No simulator (testbed/) and no demo app (portal/demo, left out by .dockerignore): the demo runs from
+# a checkout (`make up`), and the portal's settings leave it out where it is absent.
 COPY pyproject.toml README.md ./
 COPY portal portal
 COPY checks checks
 COPY worker worker
-COPY testbed testbed
 COPY templates templates
 COPY manage.py ./
 COPY scripts/check_lock.py scripts/check_lock.py

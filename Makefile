@@ -59,7 +59,7 @@ up: install
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py kiln_keys init --if-missing --site "Kiln demo ($$(hostname))"
 	KILN_ALLOW_LOCAL_TRANSPORT=$${KILN_ALLOW_LOCAL_TRANSPORT:-1} $(BIN)/python manage.py kiln_demo
-	@exec $(BIN)/python -m portal.cli.up "$(HOST)" "$(PORT)"
+	@exec $(BIN)/python -m portal.demo.up "$(HOST)" "$(PORT)"
 
 # KILN_ENV_FILE empty: the tests never read a developer's .env.
 test: export KILN_ENV_FILE =

@@ -5,6 +5,7 @@ and the generated secret key (portal/datadir.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -60,6 +61,14 @@ INSTALLED_APPS = [
     "django_filters",
     "portal.api",
 ]
+# The demo (portal/demo: `kiln demo`, the simulated cluster) needs the simulator (testbed/), which a
+# checkout has and the production image leaves out: on where both are importable, unless KILN_DEMO says.
+_DEMO_PRESENT = all(importlib.util.find_spec(name) is not None for name in ("testbed", "portal.demo"))
+KILN_DEMO = env.bool("KILN_DEMO") if env.str("KILN_DEMO", default="") else _DEMO_PRESENT
+if KILN_DEMO and not _DEMO_PRESENT:
+    raise ImproperlyConfigured("KILN_DEMO=1, but this installation has no demo (it comes with a checkout of Kiln)")
+if KILN_DEMO:
+    INSTALLED_APPS.append("portal.demo")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -206,7 +215,7 @@ KILN_WORKER_DB_CONNECTIONS = env.int("KILN_WORKER_DB_CONNECTIONS", default=4)
 # Slack, in seconds, between a node's summed command budgets and its task's soft time limit
 # (connects, recording results). See worker/timeouts.py.
 KILN_TASK_SLACK_S = env.int("KILN_TASK_SLACK_S", default=60)
-# The port of the demo's Redfish facility service (`make up` starts it there: portal/cli/up.py).
+# The port of the demo's Redfish facility service (`make up` starts it there: portal/demo/up.py).
 KILN_DEMO_FACILITY_PORT = env.int("KILN_DEMO_FACILITY_PORT", default=8470)
 # The broker must not redeliver a task while it is still legitimately running: the visibility
 # timeout is the outermost of the nested timeouts. Default 25 h: a 24 h burn-in plus slack.

@@ -38,8 +38,13 @@ FORWARDED: dict[str, tuple[str, str]] = {
 }
 # `kiln user token ...` goes to the REST API's own command.
 TOKEN_COMMAND = "kiln_token"
+# Commands of an app that an installation may leave out, and what to say when it did.
+ABSENT: dict[str, str] = {
+    "kiln_demo": "the demo is not part of this installation: it comes with a checkout of Kiln (`make up` starts "
+    "it), not with the production image; in a checkout, KILN_DEMO=0 turns it off",
+}
 
-# Defaults of the servers, as `make up` (portal/cli/up.py) starts them.
+# Defaults of the servers, as `make up` (portal/demo/up.py) starts them.
 DEFAULT_QUEUE = "default"  # worker/celery.py: task_default_queue
 DEFAULT_BIND = "127.0.0.1:8000"  # the Makefile's HOST and PORT
 DEFAULT_WEB_WORKERS = 2  # a demo or a small site (`make up` runs this); docker-compose.yml runs 4 on a production host
@@ -71,7 +76,7 @@ def run_management_command(command: str, argv: list[str]) -> None:
 
     app = get_commands().get(command)
     if app is None:
-        sys.stderr.write(f"{PROG}: this installation has no `{command}` command\n")
+        sys.stderr.write(f"{PROG}: {ABSENT.get(command, f'this installation has no `{command}` command')}\n")
         raise SystemExit(2)
     handler = app if not isinstance(app, str) else load_command_class(app, command)
     handler.run_from_argv(argv)

@@ -1,4 +1,4 @@
-"""Run long-lived programs side by side and keep them running (what `make up` starts: portal/cli/up.py).
+"""Run long-lived programs side by side and keep them running (what `make up` starts: portal/demo/up.py).
 
 Each program runs in a session of its own (its own process group: its children, gunicorn's workers
 or a Celery pool, go with it) with stdout and stderr appended to its log file. When one dies the

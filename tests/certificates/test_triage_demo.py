@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from checks.presentation import REINSTALL_DRIVER, RMA
 from portal.certificates.models import Campaign
-from portal.inventory.management.commands.kiln_demo import demo_serial
+from portal.demo.cluster import demo_serial
 from portal.inventory.models import Node
 from portal.runs.models import Run
 from portal.runs.triage import run_triage

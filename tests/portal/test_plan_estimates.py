@@ -15,7 +15,7 @@ from django.utils import timezone
 from checks.base import REGISTRY, Check
 from portal.catalog.models import TestPlan
 from portal.catalog.services import fast_plan_ensure
-from portal.inventory.management.commands.kiln_demo import DEMO_CHECK_OVERHEAD_S, DEMO_NODES, _with_soak
+from portal.demo.cluster import DEMO_CHECK_OVERHEAD_S, DEMO_NODES, plan_with_soak
 from portal.inventory.models import Cluster, Node
 from portal.runs import estimates
 from portal.runs.models import Run, Status
@@ -145,7 +145,7 @@ def demo_like(db) -> Cluster:
     cluster = Cluster.objects.create(name="sim", profile="H100-SXM-8", transport="local")
     Node.objects.bulk_create(Node(cluster=cluster, hostname=h) for h in DEMO_NODES)
     acceptance = fast_plan_ensure(slug="demo-acceptance", name="Acceptance (demo speed)")
-    _with_soak(acceptance)
+    plan_with_soak(acceptance)
     fast_plan_ensure(slug="demo-power-cooling", name="Power and cooling (demo speed)", source="power-cooling")
     Cluster.objects.filter(pk=cluster.pk).update(acceptance_plan=acceptance, check_overhead_s=DEMO_CHECK_OVERHEAD_S)
     cluster.refresh_from_db()

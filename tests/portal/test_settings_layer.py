@@ -75,7 +75,7 @@ def test_apps_read_django_settings_not_the_environment() -> None:
         "portal/settings.py",
         "portal/wsgi.py",  # DJANGO_SETTINGS_MODULE, before Django
         "portal/cli/main.py",  # the `kiln` command: DJANGO_SETTINGS_MODULE, before Django
-        "portal/cli/up.py",  # `make up`: DJANGO_SETTINGS_MODULE and the demo's local transport, before Django
+        "portal/demo/up.py",  # `make up`: DJANGO_SETTINGS_MODULE and the demo's local transport, before Django
         "portal/certificates/sandbox.py",  # the child's limits, set before Django loads
         "portal/certificates/charts.py",  # kaleido finds Chromium through the environment
         "worker/celery.py",  # DJANGO_SETTINGS_MODULE, before Django

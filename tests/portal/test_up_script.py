@@ -1,4 +1,4 @@
-"""`make up` (portal/cli/up.py): Ctrl-C and TERM stop it cleanly (make once printed
+"""`make up` (portal/demo/up.py): Ctrl-C and TERM stop it cleanly (make once printed
 `*** [Makefile:30: up] Error 143`), a program of it that dies is named and restarted, and a port
 already in use is named before anything starts.
 
@@ -25,7 +25,7 @@ from tests.conftest import REPO
 
 PYTHON_STAND_IN = """#!/bin/bash
 case "$1 $2" in
-  "-m portal.cli.up") exec {python} "$@" ;;  # the supervisor itself, the checkout's (PYTHONPATH)
+  "-m portal.demo.up") exec {python} "$@" ;;  # the supervisor itself, the checkout's (PYTHONPATH)
   "-m testbed.sim.redfish_facility") exec sleep 60 ;;  # the demo's facility service
   *) echo "python $*" ;;  # manage.py kiln_demo --soak, kiln_admin
 esac
@@ -73,7 +73,7 @@ def up_target() -> str:
     decides what make prints when the group is interrupted."""
     lines = (REPO / "Makefile").read_text().splitlines()
     shell = [line for line in lines if line.startswith("SHELL :=")]
-    start = [line for line in lines if line.startswith("\t") and "portal.cli.up" in line]
+    start = [line for line in lines if line.startswith("\t") and "portal.demo.up" in line]
     assert len(shell) == 1 and len(start) == 1, "the Makefile's up target changed: update this test"
     return f"{shell[0]}\nBIN := .venv/bin\nHOST ?= 127.0.0.1\nPORT ?= 8000\nup:\n{start[0]}\n"
 
@@ -156,7 +156,7 @@ def test_a_term_stops_the_supervisor_with_status_0_and_leaves_nothing_running(tm
     report its own "wait: No child processes": not the supervisor's to fix.)"""
     log = tmp_path / "up.out"
     folder = sandbox(tmp_path)
-    argv = [".venv/bin/python", "-m", "portal.cli.up", "127.0.0.1", str(free_port())]
+    argv = [".venv/bin/python", "-m", "portal.demo.up", "127.0.0.1", str(free_port())]
     up = start(argv, folder, log, sandbox_env(tmp_path))
     printed = stop(up, log, signal.SIGTERM)
     assert up.returncode == 0, printed
@@ -166,11 +166,11 @@ def test_a_term_stops_the_supervisor_with_status_0_and_leaves_nothing_running(tm
         assert f"up: starting {name}: " in text and f"up: {name} (pid {started_pids(printed)[name]}) stopped" in text
 
 
-# The real programs, as portal/cli/up.py defines them, but only the worker and the web server: the
+# The real programs, as portal/demo/up.py defines them, but only the worker and the web server: the
 # facility service needs kiln_demo's config and beat a migrated database, neither of which this needs.
 RESTART_DRIVER = """import sys
 from pathlib import Path
-from portal.cli import up
+from portal.demo import up
 from portal.cli.supervise import Supervisor
 data, port = Path(sys.argv[1]), int(sys.argv[2])
 everything = up.programs(data_dir=data, host="127.0.0.1", port=port, facility_port=0)
@@ -243,7 +243,7 @@ def test_a_killed_worker_is_named_with_its_last_log_lines_restarted_and_its_log_
 def test_a_port_in_use_is_named_before_anything_starts(
     settings: object, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from portal.cli import up
+    from portal.demo import up
 
     with socket.create_server(("127.0.0.1", 0)) as busy:
         taken = busy.getsockname()[1]

@@ -39,7 +39,7 @@ def _demo_user(username: str, full_name: str, *groups: str) -> User:
 
 def demo_certificate_issue(*, say: Callable[[str], None]) -> Certificate:
     """Run the demo plan on the demo cluster's in-scope nodes and issue its certificate."""
-    from portal.facility.demo import facility_served
+    from portal.demo.facility import facility_served
     from portal.runs.groups import execute_run_inline
     from portal.runs.triage import run_triage
     from portal.runs.triage_export import summary_text

@@ -2,7 +2,7 @@
 on the embedded default (SQLite and a filesystem broker in the data folder), kept running by the
 supervisor (portal/cli/supervise.py), then the demo's heat soak and what to open.
 
-Run from the checkout as `.venv/bin/python -m portal.cli.up HOST PORT` (the Makefile execs it, so
+Run from the checkout as `.venv/bin/python -m portal.demo.up HOST PORT` (the Makefile execs it, so
 no shell stands between make and this process to die of the Ctrl-C that stops the demo). Ctrl-C or a
 TERM stops everything and exits 0, so make prints no "Error 130/143"; a program that keeps dying
 stops everything and exits 1 after saying which and why.
@@ -32,7 +32,7 @@ def programs(*, data_dir: Path, host: str, port: int, facility_port: int) -> lis
     demo = data_dir / "demo"
     python, celery, gunicorn = (str(BIN / name) for name in ("python", "celery", "gunicorn"))
     # The demo's PDUs and CDU (Redfish, readings that follow the simulated nodes' load), for the heat
-    # soak and the capacity page: kiln_demo wrote its config (portal/facility/demo.py).
+    # soak and the capacity page: kiln_demo wrote its config (portal/demo/facility.py).
     facility = [python, "-m", "testbed.sim.redfish_facility", "--config", str(demo / "facility.json"),
                 "--state-dir", str(demo / "nodes"), "--port", str(facility_port)]  # fmt: skip
     web = [gunicorn, "portal.wsgi:application", "--bind", f"{host}:{port}", "--workers", str(DEFAULT_WEB_WORKERS),
