@@ -17,7 +17,6 @@ COPY portal portal
 COPY checks checks
 COPY worker worker
 COPY testbed testbed
-COPY templates templates
 COPY manage.py ./
 COPY scripts/check_lock.py scripts/check_lock.py
 # Kiln itself: nothing more is resolved (--no-deps), and it is built with the locked setuptools

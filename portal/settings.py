@@ -46,13 +46,16 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_celery_beat",
     "axes",  # login throttling: see "Web hardening" below
+    # The core app: role groups (seeded after the last app's migrate) and the shared templates.
+    "portal",
     "portal.inventory",
-    # Before runs: roles_ensure (runs' post_migrate) gives the role groups the facility permissions.
     "portal.facility",
     "portal.catalog",
     "portal.runs",
     "portal.certificates",
     "portal.health",
+    "portal.charts",
+    "portal.history",
     # The REST API (portal/api) and its OpenAPI schema, docs pages and filters.
     "rest_framework",
     "drf_spectacular",
@@ -94,7 +97,7 @@ LOGOUT_REDIRECT_URL = "login"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],  # each app's own templates/, the shared ones in the core app's (portal/templates/)
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

@@ -33,7 +33,7 @@ from django.utils import timezone
 # buttons, the waiver and signature forms): the widest version of each page.
 USERNAME = "shots"
 NOTE = "GPU 5 swap scheduled; the customer accepts the node meanwhile"
-# The chart families of result pages (templates/charts/family/): each must be among the pages.
+# The chart families of result pages (portal/charts/templates/charts/family/): each must be among the pages.
 RESULT_FAMILIES = ("nccl", "burn_in", "dlc", "ecc", "filesystem", "matrix")
 DLC_PARAMS = {"idle_s": 1, "load_s": 3, "sensor_source": "ipmitool"}
 # The soak's wall time in the data set: long enough to tell from 0 s in the runs list, short enough to wait.

@@ -1,6 +1,6 @@
 """A cluster's capacity page: its latest finished whole-cluster power and cooling result (chart family
 "capacity", checks/presentation.py; the heat soak, checks/power_soak.py) read into plain data for
-portal/charts/figures/capacity.py and templates/charts/capacity.html.
+portal/charts/figures/capacity.py and the charts/capacity.html template.
 
 What a result of the family records (its contract with this module):
 - measurements labelled by subject: node_peak_power_w, node_steady_power_w, node_gpu_power_w,

@@ -85,7 +85,7 @@ def pretty_json(text: str) -> str:
 @register.filter
 def chart_family(kind: str) -> str:
     """The chart family a check kind declares (checks/presentation.py): which
-    templates/charts/family/<family>.html shows its result; "" for none."""
+    charts/family/<family>.html shows its result; "" for none."""
     return presentation_of(kind).chart
 
 
