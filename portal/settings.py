@@ -259,7 +259,7 @@ KILN_LEASE_TTL_S = env.float("KILN_LEASE_TTL_S", default=30)
 KILN_WORKER_BEAT_S = env.float("KILN_WORKER_BEAT_S", default=30)
 if KILN_LEASE_TTL_S < 3 * KILN_HEARTBEAT_S:
     raise ImproperlyConfigured("KILN_LEASE_TTL_S must be at least 3 x KILN_HEARTBEAT_S (a few missed beats)")
-# How often the reaper runs (a thread in each worker and in beat, portal/health/reaping.py): with
+# How often the reaper runs (a thread in each worker and in beat, portal/runs/reaping.py): with
 # the 30 s lease, a lost worker is acted on 30-60 s after its last heartbeat, busy slots or not.
 # A queued check nobody claimed this long after its task was sent is looked for in the broker and
 # sent again when the broker no longer holds it (Redis flushed or restarted). 60 s: a worker with a

@@ -13,11 +13,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.health.services import reap
 from portal.inventory.models import Cluster, Node
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent
-from portal.runs.reaper import MAX_ATTEMPTS
+from portal.runs.reaper import MAX_ATTEMPTS, reap
 from tests.worker.test_ssh import live_members
 
 pytestmark = pytest.mark.django_db
