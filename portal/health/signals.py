@@ -73,7 +73,7 @@ def _step(step: Callable[..., object], run_id: int, attempt: int) -> object:
 
 def migrated(sender: Any, **kwargs: Any) -> None:
     from portal.health.services import node_metrics_backfill
-    from portal.runs.reaper import reaper_schedule_remove
+    from portal.execution.reaper import reaper_schedule_remove
 
     reaper_schedule_remove()
     node_metrics_backfill()

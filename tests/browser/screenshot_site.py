@@ -86,7 +86,7 @@ def _plans() -> tuple[Any, Any]:
 
 
 def _execute(run: Any) -> None:
-    from portal.runs.groups import execute_run_inline
+    from portal.execution.groups import execute_run_inline
 
     nodes = run.results.values_list("node_id", flat=True).distinct()
     # One thread on SQLite: the live server shares its single in-memory connection.
@@ -121,8 +121,8 @@ def _certify(campaign: Any, vendor: User, customer: User) -> Any:
 
 def _live_run(cluster: Any, plan: Any, user: User) -> Any:
     """A run still running: demo01 finished, demo02's checks claimed by a worker, the rest queued."""
+    from portal.execution.execution import execute_node
     from portal.runs import services
-    from portal.runs.execution import execute_node
     from portal.runs.models import CheckResult
 
     run = services.run_start(cluster=cluster, plan=plan, requested_by=user, enqueue=False)

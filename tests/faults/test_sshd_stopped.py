@@ -15,9 +15,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from portal.execution.reaper import reap
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent
-from portal.runs.reaper import reap
 from tests.faults.conftest import state_file
 from tests.faults.helpers import sim_processes, wait_for
 

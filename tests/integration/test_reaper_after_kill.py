@@ -13,9 +13,9 @@ import pytest
 from django.utils import timezone
 
 from portal.catalog.models import TestPlan
+from portal.execution.reaper import reap
 from portal.runs import services
 from portal.runs.models import CheckResult, Run
-from portal.runs.reaper import reap
 from worker.timeouts import node_task_limits
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,5 @@
 """The reaper's liveness rules: it acts on leases, not deadlines. A reaper thread in every worker
-process and one in celery beat run them every KILN_REAPER_INTERVAL_S (portal/runs/reaping.py),
+process and one in celery beat run them every KILN_REAPER_INTERVAL_S (portal/execution/reaping.py),
 outside any pool slot, one process at a time (a lock), before the deadline backstop.
 
 1. A running result whose lease has lapsed lost its worker. If its check had not started a command
@@ -7,7 +7,7 @@ outside any pool slot, one process at a time (a lock), before the deadline backs
    if it had, it is `error` ("worker lost: WORKER, last heartbeat T", portal_fault: the node is not
    to blame), never run twice behind anyone's back.
 2. A queued result whose message is overdue (KILN_LOST_MESSAGE_S after it was sent) and that the
-   broker no longer holds is sent again (portal/runs/broker.py), to the run's queue. When no live
+   broker no longer holds is sent again (portal/execution/broker.py), to the run's queue. When no live
    worker consumes that queue (a site's worker is down, or the cluster names a queue nobody
    serves), the run's log says so once: the checks wait for one, nothing else runs them.
 3. A result whose lease has lapsed with a process group still recorded (its worker died, or its
@@ -20,7 +20,7 @@ Each action is a line in the run's log (RunEvent).
 
 Then the backstop: results stuck past their deadline are marked `error` and their runs finalized
 (reap). One pass of both runs under a lock that spans every process (reaper_pass, the one entry
-point the reaper threads of portal/runs/reaping.py call).
+point the reaper threads of portal/execution/reaping.py call).
 """
 
 from __future__ import annotations
@@ -44,9 +44,10 @@ from django.db.models import Q
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from portal.runs import broker, dispatch, events, leases, queues
-from portal.runs.execution import node_target
-from portal.runs.groups import group_members
+from portal.execution import broker
+from portal.execution.execution import node_target
+from portal.execution.groups import group_members
+from portal.runs import dispatch, events, leases, queues
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run, RunEvent, Scope, Status
 from portal.runs.pairs import group_item_limits
 from portal.runs.queues import run_queue
@@ -61,7 +62,7 @@ logger = logging.getLogger(__name__)
 # (leases.MAX_CLAIMS: a check that kills its worker must not take down worker after worker).
 MAX_ATTEMPTS = leases.MAX_CLAIMS
 # The task an older Kiln sent to stop orphaned process groups on a cluster's own queue; still
-# registered (portal/runs/tasks.py) so that a message left in a queue runs.
+# registered (portal/execution/tasks.py) so that a message left in a queue runs.
 STOP_ORPHANS = "kiln.stop_orphans"
 # Nodes stopped at once: each stop is one SSH connect (~60 ms) and a few seconds at most.
 STOP_PARALLELISM = 16
@@ -363,7 +364,7 @@ def _limits(snapshot: dict[str, Any], node_count: int) -> tuple[float, float]:
 
 
 def reap(*, now: datetime | None = None, orphans: bool = True) -> list[int]:
-    """First the liveness rules (portal/runs/reaper.py: lapsed leases, lost messages, and with
+    """First the liveness rules (portal/execution/reaper.py: lapsed leases, lost messages, and with
     `orphans` the default queue's orphaned node-side processes); then, as a backstop, mark results
     stuck past their deadline as `error` (with the reason), then finalize their runs. Also
     finalizes active runs that have no active result left (a worker died between recording and

@@ -1,5 +1,5 @@
 """The reaper's own threads: one in every Celery worker process and one in celery beat, each
-running a pass (portal/runs/reaper.py reaper_pass) every KILN_REAPER_INTERVAL_S.
+running a pass (portal/execution/reaper.py reaper_pass) every KILN_REAPER_INTERVAL_S.
 
 A thread of the worker's main process, not a task: no check can occupy it, so a worker whose every
 slot holds an hours-long burn-in still reaps its dead sibling's runs, and nothing queues up behind
@@ -8,7 +8,7 @@ broker) lets one pass run at a time; each thread stops orphans only on the queue
 reaches (a worker: the queues it consumes; beat: the default queue, whose SSH keys it has,
 docker-compose.yml).
 The worker's ready and shutdown signals and beat's init start and stop them (connected in
-RunsConfig.ready(): worker/ imports no app).
+ExecutionConfig.ready(): worker/ imports no app).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from portal.runs.reaper import reaper_interval_s, reaper_pass
+from portal.execution.reaper import reaper_interval_s, reaper_pass
 
 logger = logging.getLogger(__name__)
 
