@@ -21,3 +21,6 @@ class HealthConfig(AppConfig):
 
         post_save.connect(signals.run_saved, sender="runs.Run", dispatch_uid="health_run_saved")
         post_migrate.connect(signals.migrated, sender=self, dispatch_uid="health_reaper_schedule")
+        # Register the health tasks in every process: services and signals send them by name (eager
+        # mode runs them in this process).
+        from portal.health import tasks  # noqa: F401

@@ -29,8 +29,8 @@ from django.db.models import F, QuerySet
 from django.urls import reverse
 
 from checks.presentation import SUBJECT_VERDICT, kinds_charted
-from portal.charts.figures.common import natural
 from portal.inventory.models import Cluster
+from portal.ordering import natural_key as natural
 from portal.runs.models import CheckResult, Measurement, Scope, Series, Status
 
 FAMILY = "capacity"

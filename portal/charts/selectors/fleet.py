@@ -9,18 +9,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from checks.presentation import presentation_of
-from portal.charts.figures.common import natural
 from portal.charts.selectors.common import (
     MIN_DEVIATION,
     OUTLIER_Z,
     robust_z,
 )
 from portal.formatting import unit_shown
+from portal.ordering import natural_key as natural
 from portal.runs.models import Measurement, Run, RunMetric, Scope
 
 # Per-GPU metrics become one point per node: the worst GPU. For these names "worst" is the highest
 # (heat, errors, latency); for everything else (bandwidth, Gflop/s, clocks) it is the lowest.
 _HIGHER_IS_WORSE = re.compile(r"temp|error|ecc|xid|remap|retired|lat|wrong|pending|throttle|slowdown|failure|power")
+
+
+def threshold_value(text: str) -> float | None:
+    """The number of a simple threshold string ('>= 460', '<= 0'); None for anything else."""
+    match = re.fullmatch(r"\s*(?:>=|<=|>|<|==)\s*(-?[\d.]+(?:e[+-]?\d+)?)\s*", text or "")
+    return float(match.group(1)) if match else None
 
 
 def worst_aggregate(metric: str) -> str:

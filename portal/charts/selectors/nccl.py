@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from checks.presentation import presentation_of
-from portal.charts.figures.fleet import threshold_value
+from portal.charts.selectors.fleet import threshold_value
 from portal.formatting import as_number
 from portal.runs.models import CheckResult, Measurement, Run, Scope, Series
 
