@@ -1,5 +1,5 @@
-"""The portal's core app: the role groups, and the templates every app extends (portal/templates/:
-base.html, the breadcrumbs, the login pages)."""
+"""The portal's core app: the role groups, the templates every app extends (portal/templates/:
+base.html, the breadcrumbs, the login pages) and the user command (kiln_user)."""
 
 from django.apps import AppConfig, apps
 from django.db.models.signals import post_migrate
