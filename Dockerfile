@@ -18,7 +18,6 @@ COPY pyproject.toml README.md ./
 COPY portal portal
 COPY checks checks
 COPY worker worker
-COPY templates templates
 COPY manage.py ./
 COPY scripts/check_lock.py scripts/check_lock.py
 # Kiln itself: nothing more is resolved (--no-deps), and it is built with the locked setuptools

@@ -74,6 +74,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	KILN_SECRET_KEY=lint-only-throwaway-key $(BIN)/python manage.py makemigrations --check --dry-run
 	$(DEPLOY_ENV) $(BIN)/python manage.py check --deploy --fail-level WARNING
 	$(MKDOCS) build --strict --quiet

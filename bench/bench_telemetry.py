@@ -10,7 +10,7 @@ unreadable reading), the same before/after probe documents and the same gpu_burn
 same measurements and series. The schema 2 document is assembled by the probe's own column code
 (checks/probe/probe.py _Columns) and printed as the probe prints it.
 
-Parse: each output is judged in a fresh worker-like process, as portal/runs/execution.py does it
+Parse: each output is judged in a fresh worker-like process, as portal/execution/execution.py does it
 (run_check, then the check's series), from a CommandOutput holding the text and the bytes the
 transport read. Printed: wall seconds (best of 3), the process's peak RSS (VmHWM: interpreter,
 output text and bytes, and the parse), and, in a second process, the Python allocation peak of
@@ -148,7 +148,7 @@ def parse_in_worker(path: Path, hours: float, interval: float, traced: bool, rep
                                stdout_bytes=data)  # fmt: skip
         started = time.perf_counter()
         measurements, verdict = run_check(check, params, thresholds, [output], NodeContext(hostname="gpu001"))
-        series = check.series([output])  # portal/runs/execution.py series_of
+        series = check.series([output])  # portal/execution/execution.py series_of
         times.append(time.perf_counter() - started)
         counts = (len(series), sum(len(s.y) for s in series))
         del output, series  # the next round starts from nothing read

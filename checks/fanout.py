@@ -11,7 +11,7 @@ A `FanOutCheck` declares:
 - `judge_fan_out(params, thresholds, per_node, facility, group)`: measurements, a GroupVerdict with
   per-node attribution, and the series to store.
 
-The executor (portal/runs/fanout.py) runs the commands and the sampler; `run_fan_out_check` applies
+The executor (portal/execution/fanout.py) runs the commands and the sampler; `run_fan_out_check` applies
 the rules every check obeys (checks/base.py): a parser or judge crash is `error`, impossible
 evidence is `error`, a pass on a truncated output is `error`.
 """

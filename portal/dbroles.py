@@ -42,6 +42,11 @@ def owner_become() -> bool:
     return True
 
 
+def owner_migrating() -> bool:
+    """Whether this process runs as the owner with a runtime role beside it (owner_become)."""
+    return _runtime_user is not None
+
+
 def runtime_role(connection: Any) -> str | None:
     """DATABASE_URL's role while `connection` runs as the owner and the two differ, else None."""
     if _runtime_user is None or connection.vendor != "postgresql":
@@ -119,18 +124,6 @@ def runtime_grant(connection: Any) -> str | None:
         for statement in grants(connection, role):
             cursor.execute(statement)
     return role
-
-
-def partitions_ahead(sender: Any, **kwargs: Any) -> None:
-    """post_migrate with two roles: the runtime role's daily retention task cannot make the coming
-    months' measurement partitions (DDL), so each migrate, as the owner, does."""
-    if _runtime_user is None:
-        return
-    from django.utils import timezone
-
-    from portal.runs import partitions
-
-    partitions.ahead_ensure(now=timezone.now())
 
 
 def on_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:

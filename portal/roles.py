@@ -10,10 +10,14 @@ and a run's plan snapshot is what executes); check definitions and plans are a s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, Group, Permission, User
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 
 VIEWER = "viewer"
 OPERATOR = "operator"
@@ -51,6 +55,24 @@ def has_role(user: User | AnonymousUser, role: str) -> bool:
     if role == VIEWER:
         return bool(names & set(ROLES))
     return role in names
+
+
+View = Callable[..., HttpResponseBase]
+
+
+def role_required(role: str) -> Callable[[View], View]:
+    """Login is enforced by middleware everywhere; this adds the role check (403 otherwise)."""
+
+    def decorator(view: View) -> View:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            if not has_role(request.user, role):
+                raise PermissionDenied(f"this page needs the {role} role")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
 
 
 def roles_ensure() -> None:

@@ -47,13 +47,17 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_celery_beat",
     "axes",  # login throttling: see "Web hardening" below
+    # The core app: role groups (seeded after the last app's migrate) and the shared templates.
+    "portal",
     "portal.inventory",
-    # Before runs: roles_ensure (runs' post_migrate) gives the role groups the facility permissions.
     "portal.facility",
     "portal.catalog",
     "portal.runs",
+    "portal.execution",
     "portal.certificates",
     "portal.health",
+    "portal.charts",
+    "portal.history",
     # The REST API (portal/api) and its OpenAPI schema, docs pages and filters.
     "rest_framework",
     "drf_spectacular",
@@ -103,7 +107,7 @@ LOGOUT_REDIRECT_URL = "login"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],  # each app's own templates/, the shared ones in the core app's (portal/templates/)
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -250,7 +254,7 @@ KILN_ALLOW_LOCAL_TRANSPORT = env.bool("KILN_ALLOW_LOCAL_TRANSPORT", default=Fals
 KILN_SCONTROL_PATH = env.str("KILN_SCONTROL_PATH", default="scontrol")
 KILN_KUBECTL_PATH = env.str("KILN_KUBECTL_PATH", default="kubectl")
 KILN_CONTROLLER_TRANSPORT = env.str("KILN_CONTROLLER_TRANSPORT", default="ssh")
-# Liveness (portal/runs/leases.py, portal/runs/reaper.py, worker/keepalive.py). A running task's
+# Liveness (portal/runs/leases.py, portal/execution/reaper.py, worker/keepalive.py). A running task's
 # results hold a lease that one heartbeat thread per worker process renews in one UPDATE every
 # KILN_HEARTBEAT_S; the same beat reads back which held results were cancelled, so 3 s leaves 7 s of
 # the issue's 10 s cancel bound for SIGTERM, its 5 s grace and SIGKILL.
@@ -265,7 +269,7 @@ KILN_LEASE_TTL_S = env.float("KILN_LEASE_TTL_S", default=30)
 KILN_WORKER_BEAT_S = env.float("KILN_WORKER_BEAT_S", default=30)
 if KILN_LEASE_TTL_S < 3 * KILN_HEARTBEAT_S:
     raise ImproperlyConfigured("KILN_LEASE_TTL_S must be at least 3 x KILN_HEARTBEAT_S (a few missed beats)")
-# How often the reaper runs (a thread in each worker and in beat, portal/health/reaping.py): with
+# How often the reaper runs (a thread in each worker and in beat, portal/execution/reaping.py): with
 # the 30 s lease, a lost worker is acted on 30-60 s after its last heartbeat, busy slots or not.
 # A queued check nobody claimed this long after its task was sent is looked for in the broker and
 # sent again when the broker no longer holds it (Redis flushed or restarted). 60 s: a worker with a

@@ -1,5 +1,1 @@
-"""Kiln's Celery worker: `celery -A worker worker`."""
-
-from worker.celery import app
-
-__all__ = ["app"]
+"""Kiln's Celery worker: `celery -A worker worker` (Celery finds the app in worker/celery.py)."""

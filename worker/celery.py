@@ -32,8 +32,10 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
 )
 # Each app's tasks.py, once Django is set up (Celery's Django fix-up runs django.setup() first): the
-# task modules import models at the top. The portal registers the run tasks in RunsConfig.ready().
-app.autodiscover_tasks(["portal.runs", "portal.health", "portal.certificates"], related_name="tasks")
+# task modules import models at the top. The portal registers the run tasks in ExecutionConfig.ready().
+app.autodiscover_tasks(
+    ["portal.runs", "portal.execution", "portal.health", "portal.certificates"], related_name="tasks"
+)
 
 # Pools that run a task on a thread or greenlet of the worker process: Celery cannot interrupt
 # those, so it ignores soft and hard time limits there (it says nothing; we do, at start).

@@ -71,7 +71,7 @@ def write_atomically(path: Path, data: bytes) -> None:
 class Channel(filesystem.Channel):
     # kombu's two bases name the argument differently (message, payload): no signature fits both.
     def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        # Stock's name: the reaper (portal/runs/broker.py) and older readers match `*.QUEUE.msg`.
+        # Stock's name: the reaper (portal/execution/broker.py) and older readers match `*.QUEUE.msg`.
         name = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
         path = Path(self.data_folder_out) / name
         try:

@@ -46,11 +46,15 @@ class CertificatesConfig(AppConfig):
 
     def ready(self) -> None:
         from portal import dbroles
+        from portal.runs import partitions
 
         # Grants first: _sides_ensure writes through the default (runtime) connection.
         pre_migrate.connect(dbroles.on_migrate, sender=self, dispatch_uid="kiln_runtime_grant_pre")
         post_migrate.connect(dbroles.on_migrate, sender=self, dispatch_uid="kiln_runtime_grant_post")
-        post_migrate.connect(dbroles.partitions_ahead, sender=self, dispatch_uid="kiln_partitions_ahead")
+        post_migrate.connect(partitions.partitions_ahead, sender=self, dispatch_uid="kiln_partitions_ahead")
         post_migrate.connect(_sides_ensure, sender=self)
         pre_migrate.connect(_triggers_lift, sender=self)
         post_migrate.connect(_triggers_ensure, sender=self)
+        # Register the issuing task in every process, so that services send it by name (eager mode
+        # runs it in this process).
+        from portal.certificates import tasks  # noqa: F401  (models must be loaded first: not at module top)

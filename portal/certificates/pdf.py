@@ -1,5 +1,5 @@
-"""The certificate PDF (WeasyPrint, from templates/certificates/pdf/, rendered in parts and joined
-with pypdf), and reading the sealed payload back out of one.
+"""The certificate PDF (WeasyPrint, from the templates in certificates/pdf/, rendered in parts and
+joined with pypdf), and reading the sealed payload back out of one.
 
 The PDF carries two attachments: PAYLOAD_NAME (the exact canonical JSON bytes that were signed) and
 SEAL_NAME (the seal: digest, signature, public key); signing.py then signs the whole document.

@@ -68,7 +68,7 @@ def _summary(payload: dict[str, Any] | None, digests: bool = False) -> dict[str,
 
 
 def _fallback(data: bytes, why: str) -> seal.Verdict:
-    from portal.certificates.verification import looks_like_kiln
+    from portal.certificates.document import looks_like_kiln
 
     if data.startswith(b"%PDF-") and looks_like_kiln(data):
         return seal.Verdict(seal.TAMPERED, f"a Kiln certificate that could not be checked within limits: {why}")
@@ -124,7 +124,7 @@ def _drop() -> dict[str, Any]:
 
 
 def verify_isolated(data: bytes, *, digests: bool = False) -> seal.Verdict:
-    """verification.verify_document in a limited child process (`digests`: see _summary)."""
+    """document.verify_document in a limited child process (`digests`: see _summary)."""
     if len(data) > MAX_INPUT:
         return seal.Verdict(seal.NOT_A_CERTIFICATE, f"larger than {MAX_INPUT // 1024**2} MiB")
     from django.conf import settings
@@ -187,12 +187,12 @@ def main() -> int:
     _limit_self()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     django.setup()
-    from portal.certificates import verification
+    from portal.certificates import document
 
     store = _trust_read(sys.stdin.buffer.readline(MAX_TRUST))
     data = sys.stdin.buffer.read(MAX_INPUT + 1)
     try:
-        verdict = verification.verify_document(data, store)
+        verdict = document.verify_document(data, store)
     except MemoryError:
         print("MemoryError: the PDF needs more memory than the verifier allows", file=sys.stderr)
         return 3

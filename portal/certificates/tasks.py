@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from portal.certificates.services.issuing import CERTIFICATE_ISSUE
 from worker.decorators import kiln_task
 
 logger = logging.getLogger(__name__)
@@ -11,7 +12,7 @@ logger = logging.getLogger(__name__)
 
 # Not re-queued when its worker dies (the default of Kiln tasks): a render that kills its worker
 # (out of memory) would kill every worker in turn. The campaign page offers a retry instead.
-@kiln_task(name="kiln.certificate_issue", reject_on_worker_lost=False, soft_time_limit=3600, time_limit=3660)
+@kiln_task(name=CERTIFICATE_ISSUE, reject_on_worker_lost=False, soft_time_limit=3600, time_limit=3660)
 def certificate_issue_task(self, campaign_id: int) -> str | None:
     """Render, seal and record the certificate both sides signed. A failure is shown on the campaign."""
     from portal.certificates import services

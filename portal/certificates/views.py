@@ -26,10 +26,9 @@ from portal.certificates import export, keys, selectors, services, verification
 from portal.certificates.models import Campaign, Certificate
 from portal.certificates.seal import NOT_A_CERTIFICATE, REVOKED, TAMPERED, UNKNOWN_KEY, VALID
 from portal.inventory.models import Cluster, Node
-from portal.roles import APPROVER, OPERATOR, VIEWER, has_role
+from portal.roles import APPROVER, OPERATOR, VIEWER, has_role, role_required
 from portal.runs.estimates import choices, plan_estimates
 from portal.runs.models import STATUS_COLOURS, Run
-from portal.views import role_required
 
 OPEN_PAGE = 50
 AUDIT_PAGE = 50
@@ -149,7 +148,7 @@ def campaign_detail(request: HttpRequest, campaign_id: int) -> HttpResponse:
 
 def campaign_rows_html(state: selectors.CampaignState) -> list[SafeString]:
     """The state grid's rows, every value escaped. Built here, not in the template: at 1,250 nodes ×
-    8 checks Django's template engine took ~0.6 s on the 10,000 cells (as portal.views.grid_rows_html).
+    8 checks Django's template engine took ~0.6 s on the 10,000 cells (as portal.runs.views.grid_rows_html).
     Node names link to the node's page, cells to their result."""
     prefix, _, suffix = reverse("runs:result_detail", args=[0]).rpartition("/0/")
     prefix, suffix = escape(prefix), escape(suffix)

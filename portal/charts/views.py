@@ -7,16 +7,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.core.cache import cache
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from checks.presentation import presented
 from portal.charts import figures, selectors
 from portal.charts.families import family_of
 from portal.inventory.models import Cluster
-from portal.roles import VIEWER
+from portal.roles import VIEWER, role_required
 from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run
-from portal.views import role_required
 
 
 def _fleet_defaults() -> tuple[tuple[str, str], ...]:
@@ -232,3 +231,16 @@ def cluster_capacity(request: HttpRequest, name: str) -> HttpResponse:
         "colours": STATUS_COLOURS,
     }
     return render(request, "charts/capacity.html", context)
+
+
+def plotly_js(request: HttpRequest) -> FileResponse:
+    """plotly.js from the installed plotly package: air-gapped sites load nothing from a CDN, and the
+    JS always matches the Python figure builder's version."""
+    from pathlib import Path
+
+    import plotly
+
+    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    response = FileResponse(path.open("rb"), content_type="application/javascript")
+    response["Cache-Control"] = f"private, max-age={7 * 24 * 3600}"
+    return response

@@ -40,7 +40,7 @@ def _demo_user(username: str, full_name: str, *groups: str) -> User:
 def demo_certificate_issue(*, say: Callable[[str], None]) -> Certificate:
     """Run the demo plan on the demo cluster's in-scope nodes and issue its certificate."""
     from portal.demo.facility import facility_served
-    from portal.runs.groups import execute_run_inline
+    from portal.execution.groups import execute_run_inline
     from portal.runs.triage import run_triage
     from portal.runs.triage_export import summary_text
 
@@ -57,7 +57,7 @@ def demo_certificate_issue(*, say: Callable[[str], None]) -> Certificate:
     with transaction.atomic():
         run = services.campaign_run_start(campaign=campaign, node_set="", user=operator, enqueue=False)
     say(f"campaign #{campaign.pk}: running {plan.slug} on {run.node_set} (about three minutes)")
-    # One thread per node on SQLite too: its writes are short phases (portal/runs/execution.py) that
+    # One thread per node on SQLite too: its writes are short phases (portal/execution/execution.py) that
     # wait for the one writer (settings: timeout 30 s, IMMEDIATE), and one node at a time made the
     # demo's timed checks (burn-in, DLC idle and load) run back to back: minutes on a busy machine.
     workers = 8 if connection.vendor == "sqlite" else 16

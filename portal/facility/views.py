@@ -29,8 +29,7 @@ from portal.facility.forms import (
 from portal.facility.models import CoolingLoop, Pdu, Rack, Ups
 from portal.inventory.models import Cluster
 from portal.ordering import natural_key
-from portal.roles import OPERATOR, VIEWER, has_role
-from portal.views import role_required
+from portal.roles import OPERATOR, VIEWER, has_role, role_required
 
 NODES_PAGE = 100  # as the cluster page: a page of nodes and their feeds stays small on 1,250 nodes
 

@@ -1,4 +1,4 @@
-"""After handover: node health state, scheduled sweeps, alerts, scheduler hooks, reaper, metrics."""
+"""After handover: node health state, scheduled sweeps, alerts, scheduler hooks, metrics."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ class HealthConfig(AppConfig):
     verbose_name = "Health"
 
     def ready(self) -> None:
-        from celery.signals import beat_init, worker_ready, worker_shutdown
+        from celery.signals import worker_ready, worker_shutdown
 
-        from portal.health import beats, reaping, signals
+        from portal.health import beats, signals
 
         worker_ready.connect(beats.worker_ready, dispatch_uid="health_worker_beat_start")
         worker_shutdown.connect(beats.worker_shutdown, dispatch_uid="health_worker_beat_stop")
-        worker_ready.connect(reaping.worker_ready, dispatch_uid="health_reaper_worker_start")
-        beat_init.connect(reaping.beat_init, dispatch_uid="health_reaper_beat_start")
-        worker_shutdown.connect(reaping.worker_shutdown, dispatch_uid="health_reaper_stop")
 
         post_save.connect(signals.run_saved, sender="runs.Run", dispatch_uid="health_run_saved")
         post_migrate.connect(signals.migrated, sender=self, dispatch_uid="health_reaper_schedule")
+        # Register the health tasks in every process: services and signals send them by name (eager
+        # mode runs them in this process).
+        from portal.health import tasks  # noqa: F401

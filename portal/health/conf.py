@@ -8,9 +8,6 @@ the environment and documents its default):
     KILN_ALERT_RETRY_BASE_S          first retry delay; doubles each attempt (30)
     KILN_WEBHOOK_TIMEOUT_S           webhook POST timeout (10)
     KILN_PORTAL_URL                  base URL put in alerts, e.g. https://kiln.example.org (empty: none)
-    KILN_REAPER_INTERVAL_S           how often each reaper thread runs a pass (30)
-    KILN_REAPER_GRACE_S              extra seconds past a result's hard time limit before it is reaped (120)
-    KILN_REAPER_QUEUE_ALLOWANCE_S    how long a result may wait `queued` on top of its run's limits (21600)
     KILN_HEALTH_TREND_SWEEPS         how many recent results the "at risk" trend rule looks at (5)
     KILN_SCHEDULER_HOOK_TIMEOUT_S    timeout of one scontrol / kubectl command (30)
     KILN_SCHEDULER_HOOK_MAX_ATTEMPTS attempts of one drain/resume before it is `failed` (5)
@@ -54,18 +51,6 @@ def webhook_timeout_s() -> float:
 
 def portal_url() -> str:
     return _get("KILN_PORTAL_URL").rstrip("/")
-
-
-def reaper_interval_s() -> int:
-    return max(5, int(_get("KILN_REAPER_INTERVAL_S")))
-
-
-def reaper_grace_s() -> float:
-    return float(_get("KILN_REAPER_GRACE_S"))
-
-
-def reaper_queue_allowance_s() -> float:
-    return float(_get("KILN_REAPER_QUEUE_ALLOWANCE_S"))
 
 
 def trend_sweeps() -> int:

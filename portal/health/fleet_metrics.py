@@ -20,8 +20,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from portal.health.crontab import crontab_parse
 from portal.health.models import HealthState, Schedule, WorkerBeat
-from portal.health.services import crontab_parse
 from portal.inventory.models import Cluster, Node
 from portal.runs.models import Run
 

@@ -11,6 +11,12 @@ from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
+RUN_CLOSED = "kiln.run_closed"  # the task's name: a contract with messages in flight
+
+# Steps of other apps that follow a run's close, after health's own, as (what, step(run_id=...)):
+# an app above health adds its step in its ready() (history: the run's key values).
+AFTER_CLOSE_STEPS: list[tuple[str, Callable[..., object]]] = []
+
 
 def run_saved(sender: Any, instance: Any, created: bool, update_fields: Any = None, **kwargs: Any) -> None:
     """post_save of runs.Run. run_finalize saves status + finished_at once, when the run closes."""
@@ -34,10 +40,11 @@ def after_close(run_id: int) -> None:
     if not current_task or current_task.request.is_eager or current_task.request.called_directly:
         evaluate(run_id)
         return
-    from portal.health.tasks import run_closed
+    from worker.celery import app
 
     try:
-        run_closed.apply_async(args=(run_id,))
+        # By name: the task calls back into this module.
+        app.signature(RUN_CLOSED).apply_async(args=(run_id,))
     except Exception:
         logger.exception("could not send the after-close task of run %s: running it in this task", run_id)
         evaluate(run_id)
@@ -48,7 +55,6 @@ def evaluate(run_id: int) -> None:
     trends, the nodes' /metrics lines, and the run's key values folded for comparisons (history's,
     run at the same moment). A step's failure is logged and never makes the run look unfinished."""
     from portal.health.services import health_evaluate_run, risks_refresh, run_metrics_refresh
-    from portal.history.services import run_key_values_store
     from portal.runs.dbretry import db_retry
 
     try:
@@ -58,7 +64,7 @@ def evaluate(run_id: int) -> None:
     steps: list[tuple[str, Callable[..., object]]] = [
         ("trends of the nodes", risks_refresh),
         ("/metrics of the nodes", run_metrics_refresh),
-        ("key values", run_key_values_store),
+        *AFTER_CLOSE_STEPS,
     ]
     for what, step in steps:
         try:
@@ -72,7 +78,8 @@ def _step(step: Callable[..., object], run_id: int, attempt: int) -> object:
 
 
 def migrated(sender: Any, **kwargs: Any) -> None:
-    from portal.health.services import node_metrics_backfill, reaper_schedule_remove
+    from portal.execution.reaper import reaper_schedule_remove
+    from portal.health.services import node_metrics_backfill
 
     reaper_schedule_remove()
     node_metrics_backfill()

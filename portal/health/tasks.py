@@ -76,8 +76,8 @@ def scheduler_action_run(self, action_id: int) -> str:
 @kiln_task(name="kiln.reap")
 def reap(self) -> list[int]:
     """One reaper pass on demand, as the default queue's worker (nothing schedules it: the reaper
-    runs in its own threads, portal/health/reaping.py; an older Kiln's queued message still runs)."""
-    from portal.health.services import reaper_pass
+    runs in its own threads, portal/execution/reaping.py; an older Kiln's queued message still runs)."""
+    from portal.execution.reaper import reaper_pass
     from portal.runs.queues import default_queue
 
     return reaper_pass(queues=[default_queue()])

@@ -15,8 +15,7 @@ from portal.health import conf, selectors, services
 from portal.health.forms import HealthSettingsForm, ScheduleForm
 from portal.health.models import HEALTH_COLOURS, ClusterHealthSettings, Schedule
 from portal.inventory.models import Cluster
-from portal.roles import OPERATOR, VIEWER, has_role
-from portal.views import role_required
+from portal.roles import OPERATOR, VIEWER, has_role, role_required
 
 PAGE_SIZE = 50
 

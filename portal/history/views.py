@@ -19,9 +19,8 @@ from portal.health import selectors as health_selectors
 from portal.history import exports, figures, selectors
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
-from portal.roles import OPERATOR, VIEWER, has_role
+from portal.roles import OPERATOR, VIEWER, has_role, role_required
 from portal.runs.models import STATUS_COLOURS, Run, Status
-from portal.views import role_required
 
 PAGE_SIZE = 50
 # Nodes per page of a comparison: each is a row per key metric and changed status (8-10), and the

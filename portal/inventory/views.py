@@ -20,8 +20,7 @@ from portal.inventory.forms import ClusterForm, NodeForm, NodesAddForm, show_err
 from portal.inventory.importers.plan import Action, ImportPlan
 from portal.inventory.models import Cluster, Node, Transport
 from portal.inventory.services import InventoryError, nodes_import_file
-from portal.roles import OPERATOR
-from portal.views import role_required
+from portal.roles import OPERATOR, role_required
 
 FORMAT_CHOICES = [(key, label) for key, (label, _) in importers.FORMATS.items()]
 

@@ -2,14 +2,6 @@ from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
 
-def _seed(sender: AppConfig, **kwargs: object) -> None:
-    from portal.catalog.services import builtin_catalog_ensure
-    from portal.roles import roles_ensure
-
-    builtin_catalog_ensure()
-    roles_ensure()
-
-
 def _retention_schedule(sender: AppConfig, **kwargs: object) -> None:
     from portal.runs.retention import retention_schedule_ensure
 
@@ -22,10 +14,6 @@ class RunsConfig(AppConfig):
     verbose_name = "Runs"
 
     def ready(self) -> None:
-        # After every migrate (runs is the last Kiln app, so all permissions exist by then):
-        # built-in plans and role groups exist, with stable slugs and names.
-        post_migrate.connect(_seed, sender=self)
         post_migrate.connect(_retention_schedule, sender=self, dispatch_uid="runs_retention_schedule")
-        # Register the run tasks with the Celery app in every process (web, commands, tests), so
-        # portal/runs/dispatch.py finds them by name and eager mode runs them in this process.
+        # Register the retention task with the Celery app in every process (web, commands, tests).
         from portal.runs import tasks  # noqa: F401  (models must be loaded first: not at module top)

@@ -4,7 +4,7 @@ Services call these (a run starts, a node's results let a group check go, the re
 work again), and the tasks call those services, so this module names the tasks instead of
 importing them: `app.signature(name)` finds the registered task (and so honours eager mode) and
 falls back to sending by name. The names are a contract with messages in flight and the broker
-inspection (portal/runs/broker.py): never rename them.
+inspection (portal/execution/broker.py): never rename them.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from portal.inventory.models import Cluster, Node
 from portal.runs import packing
+from portal.runs.lttb import downsample
 
 
 class Status(models.TextChoices):
@@ -290,8 +291,6 @@ def points_view(x: Sequence[Any], y: Sequence[Any]) -> bytes:
     illustration: it never stops a result from being recorded."""
     if len(x) <= VIEW_POINTS or len(x) != len(y):
         return b""
-    from portal.charts.lttb import downsample  # pure Python, no Django: no import cycle
-
     try:
         return packing.pack_pair(*downsample(x, y, VIEW_POINTS))
     except (TypeError, ValueError):

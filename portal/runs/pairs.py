@@ -6,7 +6,7 @@ launcher's one connection), the halves that are not within spec are split again,
 suspects are paired with nodes that passed: one slow node among N is named in O(log N) rounds.
 Every sub-run's outputs and measurements are kept, its measurements labelled with its round and
 nodes (and `pair` for a pair), plus one `localise_status` measurement per sub-run. No database
-access here: the group execution (portal/runs/groups.py) records what this returns.
+access here: the group execution (portal/execution/groups.py) records what this returns.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A cluster names the queue of the workers that can reach its nodes (Cluster.queue: a worker at its
 site, `celery -A worker worker -Q site-a`). Every task that opens a connection to a cluster's nodes
 or its controller goes there: node and group tasks (portal/runs/dispatch.py, also when the reaper
-sends them again), the reaper's stop of orphaned process groups (portal/runs/reaper.py) and the
+sends them again), the reaper's stop of orphaned process groups (portal/execution/reaper.py) and the
 scheduler hooks (portal/health/services/state.py). Portal-only work (finalizing, health, alerts,
 certificates, the reaper's database rounds) stays on the default queue.
 

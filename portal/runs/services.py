@@ -100,7 +100,7 @@ def _run_create(
 ) -> Run:
     _check_timeout_nesting(snapshot)
     # A queued result's lease is the time its task may wait in the broker before the reaper looks
-    # for its message (portal/runs/reaper.py); without a broker (inline) there is nothing to lose.
+    # for its message (portal/execution/reaper.py); without a broker (inline) there is nothing to lose.
     queued_lease = leases.queued_lease() if enqueue else None
     with transaction.atomic():
         run = Run.objects.create(

@@ -7,11 +7,10 @@ from django.shortcuts import get_object_or_404
 
 from portal.certificates.models import Campaign
 from portal.certificates.selectors import campaign_state
-from portal.roles import VIEWER
+from portal.roles import VIEWER, role_required
 from portal.runs.models import Run
 from portal.runs.triage import Line, campaign_triage, run_triage
 from portal.runs.triage_export import csv_text, rma_text
-from portal.views import role_required
 
 
 def _download(text: str, *, content_type: str, filename: str) -> HttpResponse:

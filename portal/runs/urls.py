@@ -1,13 +1,19 @@
-"""Run and result pages (included from portal/urls.py; the views live in portal/views.py)."""
+"""Run and result pages (included from portal/urls.py)."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from portal import views
-from portal.runs import triage_views
+from portal.runs import triage_views, views
 
 app_name = "runs"
+
+# The cluster list and the cluster page show runs and verdicts, so their views live here (a cluster
+# knows nothing of runs); portal/urls.py serves them in the "inventory" namespace with the forms.
+cluster_pages = [
+    path("clusters/", views.cluster_list, name="cluster_list"),
+    path("clusters/<str:name>/", views.cluster_detail, name="cluster_detail"),
+]
 
 urlpatterns = [
     path("clusters/<str:name>/run/", views.run_start, name="run_start"),

@@ -33,7 +33,7 @@ from django.utils import timezone
 # buttons, the waiver and signature forms): the widest version of each page.
 USERNAME = "shots"
 NOTE = "GPU 5 swap scheduled; the customer accepts the node meanwhile"
-# The chart families of result pages (templates/charts/family/): each must be among the pages.
+# The chart families of result pages (portal/charts/templates/charts/family/): each must be among the pages.
 RESULT_FAMILIES = ("nccl", "burn_in", "dlc", "ecc", "filesystem", "matrix")
 DLC_PARAMS = {"idle_s": 1, "load_s": 3, "sensor_source": "ipmitool"}
 # The soak's wall time in the data set: long enough to tell from 0 s in the runs list, short enough to wait.
@@ -86,7 +86,7 @@ def _plans() -> tuple[Any, Any]:
 
 
 def _execute(run: Any) -> None:
-    from portal.runs.groups import execute_run_inline
+    from portal.execution.groups import execute_run_inline
 
     nodes = run.results.values_list("node_id", flat=True).distinct()
     # One thread on SQLite: the live server shares its single in-memory connection.
@@ -121,8 +121,8 @@ def _certify(campaign: Any, vendor: User, customer: User) -> Any:
 
 def _live_run(cluster: Any, plan: Any, user: User) -> Any:
     """A run still running: demo01 finished, demo02's checks claimed by a worker, the rest queued."""
+    from portal.execution.execution import execute_node
     from portal.runs import services
-    from portal.runs.execution import execute_node
     from portal.runs.models import CheckResult
 
     run = services.run_start(cluster=cluster, plan=plan, requested_by=user, enqueue=False)

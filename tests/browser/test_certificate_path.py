@@ -59,7 +59,7 @@ def demo(transactional_db: None, monkeypatch: pytest.MonkeyPatch, settings, tmp_
 
 def _execute_started(started: list[tuple[int, list[int]]]) -> int:
     """Executes the run the page just started (as `kiln_run --inline` would) and returns its id."""
-    from portal.runs.groups import execute_run_inline
+    from portal.execution.groups import execute_run_inline
 
     run_id, node_ids = wait_for(lambda: started[-1] if started else None, 15, "the page to start a run")
     started.clear()

@@ -241,8 +241,8 @@ def test_a_live_run_fills_its_triage_without_reload_and_agrees_with_the_runs_lis
     """Mid-way, demo03's ECC fails while the run page is open: the triage box fills in through the
     grid's poll (no reload) and counts what the badges and the runs list count; the runs list gives
     the heat soak its wall time."""
+    from portal.execution.execution import execute_node
     from portal.inventory.models import Node
-    from portal.runs.execution import execute_node
     from portal.runs.models import CheckResult
     from tests.browser.screenshot_site import SOAK_WALL_S
 

@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from portal.certificates import keys, services
 from portal.certificates.models import Campaign
+from portal.execution.groups import execute_run_inline
 from portal.inventory.models import Cluster
-from portal.runs.groups import execute_run_inline
 from portal.runs.models import Run
 from tests.portal.conftest import cluster, make_run, quick_plan  # noqa: F401  (shared fixtures)
 from tests.portal.helpers import add_measurement, set_result

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 class BeatProcess:
     """A real `celery beat` with the DatabaseScheduler, as in production: its reaper thread runs a
-    pass every KILN_REAPER_INTERVAL_S (portal/health/reaping.py)."""
+    pass every KILN_REAPER_INTERVAL_S (portal/execution/reaping.py)."""
 
     def __init__(self, log_path: Path, env: dict[str, str]) -> None:
         self.log_path = log_path

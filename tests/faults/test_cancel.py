@@ -15,8 +15,8 @@ from django.core.management import call_command
 
 from checks.base import Command
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+from portal.execution.execution import node_target
 from portal.runs import leases, services
-from portal.runs.execution import node_target
 from portal.runs.models import CheckResult, Run, RunEvent
 from tests.faults.conftest import state_file
 from tests.faults.helpers import sim_processes, wait_for

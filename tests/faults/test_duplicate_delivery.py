@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 def test_it_runs_nothing_twice_when_a_task_is_delivered_twice(
     testbed_cluster, clean_testbed, processes, soak_plan
 ) -> None:
-    from portal.runs.tasks import run_node
+    from portal.execution.tasks import run_node
 
     worker = processes("worker", concurrency=4)
     node = testbed_cluster.nodes.get(hostname="gpu03")

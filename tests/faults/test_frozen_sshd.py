@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 
 from checks.base import Command
-from portal.health.services import reap
+from portal.execution.reaper import reap
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent
 from tests.faults.conftest import state_file

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from portal.catalog.models import TestPlan
+from portal.execution.broker import pending_tasks
 from portal.runs import services
-from portal.runs.broker import pending_tasks
 from portal.runs.models import Run, RunEvent
 from tests.conftest import _flush_broker
 from tests.faults.helpers import wait_for

@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.health.services import reap
+from portal.execution.reaper import reap
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent
 from tests.faults.conftest import state_file

@@ -210,11 +210,12 @@ def test_it_sends_a_hook_to_the_clusters_queue(
     cluster, make_run, hooked, controller, monkeypatch, django_capture_on_commit_callbacks
 ) -> None:
     """The controller is reached by the cluster's own workers (Cluster.queue), not the portal's."""
-    from portal.health.services import state
 
     cluster.queue = "site-a"
     cluster.save(update_fields=["queue"])
     sent: list[tuple[tuple[int, ...], str]] = []
-    monkeypatch.setattr(state.scheduler_action_run, "apply_async", lambda args, queue: sent.append((args, queue)))
+    monkeypatch.setattr(
+        scheduler_action_run, "apply_async", lambda args, kwargs=None, **options: sent.append((args, options["queue"]))
+    )
     finish(make_run(cluster), {"n02": ("fail", "ECC")}, django_capture_on_commit_callbacks)
     assert sent == [((SchedulerAction.objects.get().pk,), "site-a")]

@@ -172,6 +172,6 @@ def test_after_close_runs_inline_when_the_broker_refuses_its_task(cluster, make_
     assert evaluated == [run.pk]
 
     sent: list[Any] = []
-    monkeypatch.setattr(tasks.run_closed, "apply_async", lambda *a, **k: sent.append(k))
+    monkeypatch.setattr(tasks.run_closed, "apply_async", lambda args, kwargs=None, **options: sent.append(args))
     signals.after_close(run.pk)
-    assert evaluated == [run.pk] and sent == [{"args": (run.pk,)}]  # sent, not run here
+    assert evaluated == [run.pk] and sent == [(run.pk,)]  # sent, not run here

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from portal.health.services import reap
+from portal.execution.reaper import reap
 from portal.runs.models import CheckResult, Run
 
 pytestmark = pytest.mark.django_db
@@ -80,8 +80,7 @@ def test_no_periodic_task_queues_it_behind_the_checks() -> None:
 def test_one_pass_at_a_time_across_processes(cluster, make_run) -> None:
     """While another process holds the pass's lock (in the broker, as a second holder here), a pass
     leaves every run alone; once it is released, the next pass acts."""
-    from portal.health.services import reaper_pass
-    from portal.health.services.reaper import REAPER_LOCK, reaper_lock
+    from portal.execution.reaper import REAPER_LOCK, reaper_lock, reaper_pass
 
     run = make_run(cluster)
     Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(days=1))
@@ -97,7 +96,7 @@ def test_the_redis_lock_expires_after_one_interval_so_a_killed_holder_delays_the
 ) -> None:
     import redis
 
-    from portal.health.services.reaper import reaper_lock
+    from portal.execution.reaper import reaper_lock
 
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     client.delete("kiln:lock:kiln-reaper")
@@ -109,7 +108,7 @@ def test_the_redis_lock_expires_after_one_interval_so_a_killed_holder_delays_the
 
 def test_on_the_embedded_broker_a_file_lock_in_the_data_folder_serializes_the_passes(settings, tmp_path) -> None:
     """make up's embedded default (every process on one host): an flock."""
-    from portal.health.services.reaper import _file_lock
+    from portal.execution.reaper import _file_lock
 
     settings.DATA_DIR = tmp_path
     with _file_lock("kiln-reaper") as first:

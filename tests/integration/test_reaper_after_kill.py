@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from portal.catalog.models import TestPlan
-from portal.health.services import reap
+from portal.execution.reaper import reap
 from portal.runs import services
 from portal.runs.models import CheckResult, Run
 from worker.timeouts import node_task_limits

@@ -21,9 +21,10 @@ import pytest
 from django.utils import timezone
 
 from portal.catalog.services import fast_plan_ensure
+from portal.execution import reaper
 from portal.inventory.models import Cluster
 from portal.inventory.services import cluster_create, nodes_add
-from portal.runs import leases, queues, reaper, services
+from portal.runs import leases, queues, services
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run, RunEvent
 from tests.conftest import WorkerProcess, _flush_broker
 

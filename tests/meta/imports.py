@@ -49,7 +49,8 @@ def _imported(tree: ast.AST, name: str, is_package: bool) -> Iterator[tuple[str,
 
 def import_graph() -> dict[str, set[str]]:
     """Project module -> the project modules it imports (`from a import b` counts as a.b when b is
-    a module, else as a; importing a.b.c also runs a and a.b, which count too)."""
+    a module, else as a; importing a.b.c also runs a and a.b, which count too, except the packages
+    the importing module is itself in)."""
     modules = project_modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
@@ -59,7 +60,11 @@ def import_graph() -> dict[str, set[str]]:
             targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules] or [module]
             for target in targets:
                 parts = target.split(".")
-                edges.update(".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in modules)
+                runs = (".".join(parts[:i]) for i in range(1, len(parts))) if target in modules else ()
+                # The packages a module sits in are set up before it runs: importing a sibling runs
+                # none of them again, so they are no edge (naming one's own package still is).
+                edges.update(p for p in runs if p in modules and not name.startswith(f"{p}."))
+                edges.update(t for t in (target,) if t in modules)
         edges.discard(name)
         graph[name] = edges
     return graph

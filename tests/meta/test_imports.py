@@ -1,5 +1,6 @@
-"""The layering the design promises, checked on the source: no import loop spans two top-level
-packages, and the remote-execution layer (worker/) reaches no Django model."""
+"""The layering the design promises, checked on the source: no module is in an import loop (every
+import counts, inside functions too), and the remote-execution layer (worker/) reaches no Django
+model. The layers themselves are import-linter's contract (tests/meta/test_layers.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,26 @@ def _top(module: str) -> str:
 def test_no_import_cycle_spans_two_top_level_packages() -> None:
     spanning = [sorted(c) for c in cycles(import_graph()) if len({_top(m) for m in c}) > 1]
     assert spanning == []
+
+
+def _loops(packages: tuple[str, ...]) -> list[list[str]]:
+    return [sorted(c) for c in cycles(import_graph()) if any(_top(m) in packages for m in c)]
+
+
+def test_no_module_outside_checks_is_in_an_import_cycle() -> None:
+    assert _loops(("portal", "worker", "testbed", "bench", "tests")) == []
+
+
+def test_no_module_of_checks_is_in_an_import_cycle() -> None:
+    assert _loops(("checks",)) == []
+
+
+def test_a_module_importing_its_sibling_does_not_loop_through_their_package() -> None:
+    # Python sets a package up before any module in it runs: such an import runs no package again.
+    graph = import_graph()
+    assert "portal.inventory.importers" in graph["portal.inventory.views"]
+    assert "portal.inventory.importers" not in graph["portal.inventory.importers.k8s"]
+    assert "portal.inventory.importers.records" in graph["portal.inventory.importers.k8s"]
 
 
 def test_the_walk_finds_a_cycle_when_there_is_one() -> None:

@@ -19,7 +19,7 @@ TEMPLATE_COMMENTS = re.compile(r"\{#[^\n]*?#\}|\{%\s*comment\s*%\}.*?\{%\s*endco
 
 def template_paths() -> list[str]:
     found = []
-    for path in sorted((REPO / "templates").rglob("*.html")):
+    for path in sorted((REPO / "portal").glob("**/templates/**/*.html")):
         shown = TEMPLATE_COMMENTS.sub("", path.read_text())
         found += [f"{path.relative_to(REPO)}: {m}" for m in SOURCE_PATH.findall(shown)]
     return found

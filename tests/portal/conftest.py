@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from portal.catalog.models import TestPlan
+from portal.execution import broker
 from portal.inventory.models import Cluster, Node
-from portal.runs import broker, queues, services
+from portal.runs import queues, services
 from portal.runs.models import Run
 
 

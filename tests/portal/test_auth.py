@@ -98,6 +98,7 @@ def test_only_operators_open_or_post_the_inventory_forms(client, make_user, obje
 def test_it_covers_every_named_page_of_the_urlconf(objects) -> None:
     named = {p.name for p in urlpatterns if getattr(p, "name", None)} - {"login", "logout"}
     named |= {f"{m.app_name}:{p.name}" for m in (inventory_urls, runs_urls) for p in m.urlpatterns}
+    named |= {f"inventory:{p.name}" for p in runs_urls.cluster_pages}  # served in the inventory namespace
     assert named == set(page_urls(objects))
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from portal.runs.broker import pending_in_folder, pending_tasks, task_key
+from portal.execution.broker import pending_in_folder, pending_tasks, task_key
 from tests.conftest import _flush_broker
 
 
@@ -21,7 +21,7 @@ def redis_broker(real_services: None) -> Iterator[None]:
 
 
 def test_it_finds_a_waiting_run_task_and_nothing_after_a_flush(redis_broker: None) -> None:
-    from portal.runs.tasks import run_group, run_node
+    from portal.execution.tasks import run_group, run_node
 
     run_node.apply_async(args=(123, 456))
     run_group.apply_async(args=(123, 789), kwargs={"time_budget_s": 60.0})
@@ -32,7 +32,7 @@ def test_it_finds_a_waiting_run_task_and_nothing_after_a_flush(redis_broker: Non
 
 
 def test_it_finds_a_run_task_waiting_in_a_clusters_own_queue(redis_broker: None) -> None:
-    from portal.runs.tasks import run_node
+    from portal.execution.tasks import run_node
 
     run_node.apply_async(args=(5, 6), queue="site-b")
 
@@ -41,7 +41,7 @@ def test_it_finds_a_run_task_waiting_in_a_clusters_own_queue(redis_broker: None)
 
 
 def test_it_counts_an_unacknowledged_delivery_as_pending_only_while_it_is_recent(redis_broker: None) -> None:
-    from portal.runs.tasks import run_node
+    from portal.execution.tasks import run_node
     from worker.celery import app
 
     run_node.apply_async(args=(7, 8))

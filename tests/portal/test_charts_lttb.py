@@ -9,7 +9,7 @@ from typing import overload
 
 import pytest
 
-from portal.charts.lttb import downsample, lttb
+from portal.runs.lttb import downsample, lttb
 
 
 def wave(n: int) -> tuple[list[float], list[float]]:

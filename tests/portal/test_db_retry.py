@@ -11,9 +11,10 @@ from django.db import IntegrityError, InterfaceError, OperationalError, connecti
 
 from checks.base import Command, CommandOutput, Verdict
 from checks.base import Measurement as CheckMeasurement
+from portal.execution import execution
 from portal.health.models import HealthTransition, NodeHealth
 from portal.health.services import health_evaluate_run
-from portal.runs import dbretry, execution, services
+from portal.runs import dbretry, services
 from portal.runs.models import CheckResult, Measurement, Run
 
 

@@ -347,7 +347,7 @@ def test_it_has_no_inline_script_in_any_template() -> None:
     """The CSP's script-src 'self' would block them. The certificate PDF template is rendered by
     WeasyPrint, never by a browser, and runs no script."""
     offenders = []
-    for path in sorted((REPO / "templates").rglob("*.html")):
+    for path in sorted((REPO / "portal").glob("**/templates/**/*.html")):
         text = path.read_text()
         for pattern in (INLINE_SCRIPT, EVENT_HANDLER, re.compile(r"javascript:", re.I)):
             offenders += [f"{path.relative_to(REPO)}: {m.group()[:60]}" for m in pattern.finditer(text)]
@@ -358,7 +358,7 @@ def test_it_has_no_multi_line_comment_tag_in_any_template() -> None:
     """Django's {# #} ends at the line's end: a multi-line one is printed on the page as text."""
     offenders = [
         f"{path.relative_to(REPO)}:{n}"
-        for path in sorted((REPO / "templates").rglob("*.html"))
+        for path in sorted((REPO / "portal").glob("**/templates/**/*.html"))
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if "{#" in line and "#}" not in line.split("{#", 1)[1]
     ]

@@ -15,9 +15,9 @@ import pytest
 from django.utils import timezone
 
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+from portal.execution.execution import execute_node
 from portal.inventory.models import Cluster, Node
 from portal.runs import leases, services
-from portal.runs.execution import execute_node
 from portal.runs.models import CheckResult, Run, RunEvent
 from tests.faults.helpers import sim_processes, wait_for
 

@@ -21,7 +21,7 @@ def viewer_client(client, make_user):
 
 
 def test_it_pages_a_large_clusters_nodes_with_a_constant_query_count(viewer_client, make_run) -> None:
-    from portal.views import NODES_PAGE
+    from portal.runs.views import NODES_PAGE
 
     counts = []
     for size in (10, NODES_PAGE * 2 + 5):

@@ -15,8 +15,8 @@ from checks.presentation import REPLACE_FAULTY_GPU
 from checks.profiles import resolve_thresholds
 from checks.raw_outputs import RAW_JUDGES
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
+from portal.execution.management.commands.kiln_run import exit_code
 from portal.runs import services
-from portal.runs.management.commands.kiln_run import exit_code
 from portal.runs.triage import run_triage
 from tests.portal.helpers import set_result
 

@@ -13,9 +13,10 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
-from portal.health.services import reap
+from portal.execution import reaper
+from portal.execution.reaper import reap
 from portal.inventory.models import Cluster
-from portal.runs import dispatch, queues, reaper
+from portal.runs import dispatch, queues
 from portal.runs.models import CheckResult, Run, RunEvent
 from tests.portal.test_reaper_liveness import overdue
 
@@ -122,7 +123,7 @@ def test_it_says_nothing_of_workers_when_a_worker_serves_the_queue_or_it_cannot_
 
 
 def test_it_leaves_a_sites_orphans_to_that_sites_workers(cluster, make_run, monkeypatch) -> None:
-    from portal.health.services import reaper_pass
+    from portal.execution.reaper import reaper_pass
 
     run = make_run(on_queue(cluster, "site-a"))
     CheckResult.objects.filter(pk=CheckResult.objects.filter(run=run).first().pk).update(

@@ -1,4 +1,4 @@
-"""The reaper's liveness rules (portal/runs/reaper.py), run through kiln.reap's service: lapsed
+"""The reaper's liveness rules (portal/execution/reaper.py), run through kiln.reap's service: lapsed
 leases, lost messages, and process groups left on nodes. The broker and the task senders are
 fakes here; tests/faults runs the same rules against a real worker, Redis and sshd nodes."""
 
@@ -13,11 +13,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.health.services import reap
+from portal.execution.reaper import MAX_ATTEMPTS, reap
 from portal.inventory.models import Cluster, Node
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent
-from portal.runs.reaper import MAX_ATTEMPTS
 from tests.worker.test_ssh import live_members
 
 pytestmark = pytest.mark.django_db

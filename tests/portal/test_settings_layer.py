@@ -134,7 +134,7 @@ def test_the_embedded_broker_sends_a_task_without_kombus_no_hostname_warning(tmp
     """Every `kiln_run` on the embedded default used to print kombu's "No hostname was supplied.
     Reverting to default 'localhost'" when it sent the run's tasks (kombu logs it for a broker URL
     without a host). This sends a run task as run_start does, in a process of its own."""
-    from portal.runs.broker import pending_in_folder
+    from portal.execution.broker import pending_in_folder
 
     data_dir = tmp_path / "data"
     assert _run(["manage.py", "kiln_init"], _env(data_dir)).returncode == 0

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from checks.base import Command
+from portal.execution.execution import execute_node
 from portal.health.models import ClusterHealthSettings, SchedulerAction
 from portal.health.services import health_evaluate_run, scheduler_action_execute
 from portal.inventory.models import Cluster, Node
 from portal.runs import services
-from portal.runs.execution import execute_node
 from tests.health.helpers import finish
 from worker.ssh import LocalTransport, LocalTransportRefused, NodeTarget, open_transport
 

@@ -56,7 +56,7 @@ def portal_forms() -> list[type[forms.BaseForm]]:
 def test_it_finds_the_portal_forms() -> None:
     names = {f"{f.__module__}.{f.__name__}" for f in portal_forms()}
     assert {"portal.health.forms.HealthSettingsForm", "portal.health.forms.ScheduleForm"} <= names
-    assert "portal.views.RunStartForm" in names
+    assert "portal.runs.views.RunStartForm" in names
 
 
 def test_it_offers_no_executable_field_in_any_portal_form() -> None:

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from checks.base import Command, CommandOutput
-from portal.runs.execution import execute_node
+from portal.execution.execution import execute_node
 from portal.runs.models import CheckResult
 from tests.portal.conftest import cluster, make_run, quick_plan  # noqa: F401 (fixtures)
 from worker.db import configure_worker_database, db_phase, ledger_close, ledger_open, release_connection
@@ -46,7 +46,7 @@ def fake_nodes(monkeypatch) -> dict[str, WaitingTransport]:
         made[target.hostname] = WaitingTransport(delay=0.2)
         return made[target.hostname]
 
-    monkeypatch.setattr("portal.runs.execution.open_transport", open_transport)
+    monkeypatch.setattr("portal.execution.execution.open_transport", open_transport)
     return made
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
@@ -16,17 +15,12 @@ from portal.charts.figures.common import (
     _json,
     _new,
 )
+from portal.charts.selectors.fleet import threshold_value
 from portal.formatting import quantity, unit_shown
 from portal.formatting import threshold as threshold_text
 
 if TYPE_CHECKING:
     from portal.charts.selectors import Distribution, Point
-
-
-def threshold_value(text: str) -> float | None:
-    """The number of a simple threshold string ('>= 460', '<= 0'); None for anything else."""
-    match = re.fullmatch(r"\s*(?:>=|<=|>|<|==)\s*(-?[\d.]+(?:e[+-]?\d+)?)\s*", text or "")
-    return float(match.group(1)) if match else None
 
 
 def _jitter(i: int) -> float:

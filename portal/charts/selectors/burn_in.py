@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from checks.presentation import TelemetryChart, presentation_of
-from portal.charts.lttb import downsample
 from portal.charts.selectors.common import (
     MAX_POINTS,
     is_float,
 )
+from portal.runs.lttb import downsample
 from portal.runs.models import CheckResult, Measurement, Series
 
 

@@ -1,6 +1,6 @@
 """A cluster's capacity page: its latest finished whole-cluster power and cooling result (chart family
 "capacity", checks/presentation.py) read into plain data for
-portal/charts/figures/capacity.py and templates/charts/capacity.html.
+portal/charts/figures/capacity.py and the charts/capacity.html template.
 
 What a result of the family records (its contract with this module): the measurements its kind
 declares (checks/presentation.py CapacityLayout), each labelled by its subject (KEYS) and read under
@@ -26,8 +26,8 @@ from django.db.models import F, QuerySet
 from django.urls import reverse
 
 from checks.presentation import SUBJECT_VERDICT, CapacityLayout, kinds_charted, presentation_of
-from portal.charts.figures.common import natural
 from portal.inventory.models import Cluster
+from portal.ordering import natural_key as natural
 from portal.runs.models import CheckResult, Measurement, Scope, Series, Status
 
 FAMILY = "capacity"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checks.presentation import ThroughputChart, kinds_charted, presentation_of
-from portal.charts.figures.common import natural
 from portal.charts.selectors.common import (
     item_thresholds,
 )
+from portal.ordering import natural_key as natural
 from portal.runs.models import Measurement, Run, Scope
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from checks.presentation import FleetMetric, presentation_of
-from portal.charts.figures.common import natural
 from portal.charts.selectors.common import (
     MIN_DEVIATION,
     OUTLIER_Z,
@@ -16,6 +16,7 @@ from portal.charts.selectors.common import (
     robust_z,
 )
 from portal.formatting import unit_shown
+from portal.ordering import natural_key as natural
 from portal.runs.models import Measurement, Run, RunMetric, Scope
 
 
@@ -24,6 +25,12 @@ def metric_direction(*, kind: str, metric: str) -> FleetMetric:
     declaration (checks/presentation.py Presentation.direction). Every metric offered is declared
     (tests/checks); one asked for by hand that is not reads higher-is-better, the lowest GPU."""
     return presentation_of(kind).direction(metric) or FleetMetric(metric)
+
+
+def threshold_value(text: str) -> float | None:
+    """The number of a simple threshold string ('>= 460', '<= 0'); None for anything else."""
+    match = re.fullmatch(r"\s*(?:>=|<=|>|<|==)\s*(-?[\d.]+(?:e[+-]?\d+)?)\s*", text or "")
+    return float(match.group(1)) if match else None
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checks.presentation import MatrixChart, presentation_of
-from portal.charts.figures.common import natural
+from portal.ordering import natural_key as natural
 from portal.runs.models import CheckResult, Measurement, Scope
 
 # Rows and columns drawn per matrix: 64 x 64 cells stay readable and keep the figure JSON small.

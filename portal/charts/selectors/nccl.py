@@ -9,7 +9,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from checks.presentation import presentation_of
-from portal.charts.figures.fleet import threshold_value
 from portal.charts.selectors.common import item_kind
 from portal.formatting import as_number
 from portal.runs.models import CheckResult, Measurement, Run, Scope, Series

@@ -1,5 +1,5 @@
 """Writes of the health app, one module per idea: node health from finished runs (state), alerts,
-scheduler hooks (scheduler), schedules (django-celery-beat) and the reaper's backstop. Keyword-only,
+scheduler hooks (scheduler) and schedules (django-celery-beat). Keyword-only,
 typed. Callers import from here; the names below are the app's service API."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from portal.health.services.alerts import (
     slack_body,
 )
 from portal.health.services.exported import node_metrics_backfill, node_metrics_refresh, run_metrics_refresh
-from portal.health.services.reaper import reap, reaper_pass, reaper_schedule_remove
 from portal.health.services.risks import risks_refresh
 from portal.health.services.scheduler import (
     GIVE_ACTIONS,
@@ -51,9 +50,6 @@ __all__ = [
     "node_metrics_backfill",
     "node_metrics_refresh",
     "run_metrics_refresh",
-    "reap",
-    "reaper_pass",
-    "reaper_schedule_remove",
     "schedule_create",
     "schedule_delete",
     "schedule_set_enabled",

@@ -7,11 +7,11 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from celery.schedules import crontab
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
+from portal.health.crontab import ScheduleError, crontab_parse
 from portal.health.models import (
     Schedule,
     ScheduledFire,
@@ -21,24 +21,6 @@ from portal.runs.models import Run
 from portal.runs.services import RunStartError, nodes_select, run_start
 
 logger = logging.getLogger(__name__)
-
-
-class ScheduleError(ValueError):
-    """The schedule cannot be saved as asked; the message says why."""
-
-
-def crontab_parse(expression: str) -> dict[str, str]:
-    """'m h dom mon dow' -> CrontabSchedule fields, validated by celery's own crontab parser."""
-
-    parts = expression.split()
-    if len(parts) != 5:
-        raise ScheduleError(f"crontab {expression!r}: expected 5 fields (minute hour day-of-month month day-of-week)")
-    fields = dict(zip(["minute", "hour", "day_of_month", "month_of_year", "day_of_week"], parts, strict=True))
-    try:
-        crontab(**fields)
-    except (ValueError, TypeError) as exc:
-        raise ScheduleError(f"crontab {expression!r}: {exc}") from None
-    return fields
 
 
 def _periodic_task_sync(schedule: Schedule) -> None:

@@ -19,13 +19,17 @@ from portal.health.models import (
 )
 from portal.health.services.alerts import alerts_create
 from portal.health.services.scheduler import hooks_plan
-from portal.health.tasks import alert_deliver, scheduler_action_run
 from portal.inventory.models import Cluster, Node
 from portal.runs.dbretry import db_retry
 from portal.runs.models import ACTIVE_STATUSES, Run, Status
 from portal.runs.selectors import judgements
+from worker.celery import app
 
 logger = logging.getLogger(__name__)
+
+# The tasks' names: a contract with messages in flight (portal/health/tasks.py).
+ALERT_DELIVER = "kiln.alert_deliver"
+SCHEDULER_ACTION = "kiln.scheduler_action"
 
 
 # Result statuses that judge a node, worst first. skipped/cancelled say nothing about the hardware.
@@ -160,7 +164,8 @@ def _react(*, cluster: Cluster, transitions: list[HealthTransition], healths: di
 def _enqueue(delivery_ids: list[int], action_ids: list[int], *, queue: str) -> None:
     """Alerts leave from the portal (default queue); a scheduler action SSHes to the cluster's
     controller, which only the workers of the cluster's queue reach (its retries stay there)."""
+    # By name: the tasks call these services (app.signature finds the registered task, eager mode too).
     for pk in delivery_ids:
-        alert_deliver.delay(pk)
+        app.signature(ALERT_DELIVER).delay(pk)
     for pk in action_ids:
-        scheduler_action_run.apply_async(args=(pk,), queue=queue)
+        app.signature(SCHEDULER_ACTION).apply_async(args=(pk,), queue=queue)

@@ -1,4 +1,4 @@
-"""The triage partial (templates/runs/_triage.html) for the run and campaign pages: an inclusion tag,
+"""The triage partial (runs/_triage.html) for the run and campaign pages: an inclusion tag,
 so those pages' views and templates change by one line each."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 localisation by halves when the group is not healthy (portal/runs/pairs.py), one result recorded
 for the group with per-node attribution. Also a whole run in this process (kiln_run --inline).
 
-Like the node execution (portal/runs/execution.py), database work is done in short phases and
+Like the node execution (portal/execution/execution.py), database work is done in short phases and
 the network is reached only through `worker.ssh`.
 """
 
@@ -32,10 +32,10 @@ from checks.base import (
     worst_status,
 )
 from checks.fanout import FanOutCheck
+from portal.execution.execution import execute_node, node_context, node_target, series_of, snapshot_item
+from portal.execution.fanout import run_fan_out
 from portal.inventory.models import Node
 from portal.runs import leases, services
-from portal.runs.execution import execute_node, node_context, node_target, series_of, snapshot_item
-from portal.runs.fanout import run_fan_out
 from portal.runs.models import CheckResult, Run, Scope, Status
 from portal.runs.pairs import localise, run_commands
 from worker.db import db_phase

@@ -1,19 +1,18 @@
-"""Pages. Short views: they adapt HTTP to selectors and services."""
+"""Run and result pages, and the cluster list and cluster page (they show each cluster's runs and
+each node's latest verdicts, which the run models hold). Short views: they adapt HTTP to selectors
+and services."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from functools import wraps
 from typing import Any
 from urllib.parse import quote
 
 from django import forms
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, StreamingHttpResponse
-from django.http.response import HttpResponseBase
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -26,26 +25,9 @@ from django.views.decorators.http import require_POST
 from portal.catalog.models import TestPlan
 from portal.charts import selectors as charts
 from portal.inventory.models import Cluster
-from portal.roles import OPERATOR, VIEWER, has_role
+from portal.roles import OPERATOR, VIEWER, has_role, role_required
 from portal.runs import cells, estimates, selectors, services
 from portal.runs.models import STATUS_COLOURS, Run
-
-View = Callable[..., HttpResponseBase]
-
-
-def role_required(role: str) -> Callable[[View], View]:
-    """Login is enforced by middleware everywhere; this adds the role check (403 otherwise)."""
-
-    def decorator(view: View) -> View:
-        @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-            if not has_role(request.user, role):
-                raise PermissionDenied(f"this page needs the {role} role")
-            return view(request, *args, **kwargs)
-
-        return wrapped
-
-    return decorator
 
 
 @role_required(VIEWER)
@@ -304,17 +286,4 @@ def result_raw_output(request: HttpRequest, result_id: int, stream: str) -> Stre
     response = StreamingHttpResponse(rawoutput.unpack(stored.compressed), content_type="application/octet-stream")
     response["Content-Disposition"] = f'attachment; filename="kiln-result-{result_id}.{stream}"'
     response["X-Kiln-SHA256"] = stored.sha256  # what `sha256sum` of the file gives, and what a certificate cites
-    return response
-
-
-def plotly_js(request: HttpRequest) -> FileResponse:
-    """plotly.js from the installed plotly package: air-gapped sites load nothing from a CDN, and the
-    JS always matches the Python figure builder's version."""
-    from pathlib import Path
-
-    import plotly
-
-    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-    response = FileResponse(path.open("rb"), content_type="application/javascript")
-    response["Cache-Control"] = f"private, max-age={7 * 24 * 3600}"
     return response

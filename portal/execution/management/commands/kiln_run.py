@@ -77,7 +77,7 @@ class Command(BaseCommand):
     def _run_inline(self, *, cluster: Cluster, plan: TestPlan, nodes: list) -> Run:
         from django.db import transaction
 
-        from portal.runs.groups import execute_run_inline
+        from portal.execution.groups import execute_run_inline
 
         with transaction.atomic():
             run = services.run_start(cluster=cluster, plan=plan, nodes=nodes, enqueue=False)

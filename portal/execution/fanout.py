@@ -18,10 +18,10 @@ from typing import Any
 
 from checks.base import Command, CommandOutput, GroupContext, Measurement, Series, Verdict
 from checks.fanout import FACILITY_LABEL, FanOutCheck, facility_document, run_fan_out_check
+from portal.execution.execution import node_target
 from portal.facility.selectors import facility_endpoints, facility_snapshot
 from portal.inventory.models import Node
 from portal.runs import leases
-from portal.runs.execution import node_target
 from portal.runs.models import CheckResult, Run
 from worker.endpoints import Endpoint
 from worker.procgroup import stop_group, tag_for

@@ -1,5 +1,5 @@
 """The reaper's own threads: one in every Celery worker process and one in celery beat, each
-running a pass (portal/health/services/reaper.py reaper_pass) every KILN_REAPER_INTERVAL_S.
+running a pass (portal/execution/reaper.py reaper_pass) every KILN_REAPER_INTERVAL_S.
 
 A thread of the worker's main process, not a task: no check can occupy it, so a worker whose every
 slot holds an hours-long burn-in still reaps its dead sibling's runs, and nothing queues up behind
@@ -8,7 +8,7 @@ broker) lets one pass run at a time; each thread stops orphans only on the queue
 reaches (a worker: the queues it consumes; beat: the default queue, whose SSH keys it has,
 docker-compose.yml).
 The worker's ready and shutdown signals and beat's init start and stop them (connected in
-HealthConfig.ready(): worker/ imports no app).
+ExecutionConfig.ready(): worker/ imports no app).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from portal.health import conf
+from portal.execution.reaper import reaper_interval_s, reaper_pass
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class ReaperLoop:
 
     def __init__(self, queues: Iterable[str], *, interval_s: float | None = None) -> None:
         self.queues = sorted(set(queues))
-        self.interval_s = float(interval_s if interval_s is not None else conf.reaper_interval_s())
+        self.interval_s = float(interval_s if interval_s is not None else reaper_interval_s())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kiln-reaper", daemon=True)
 
@@ -44,7 +44,6 @@ class ReaperLoop:
 
     def pass_once(self) -> list[int]:
         """One pass; any failure (the database away, a bug) is logged and the next pass tries again."""
-        from portal.health.services import reaper_pass
         from worker.db import release_connection
 
         try:

@@ -1,5 +1,5 @@
 """The reaper's liveness rules: it acts on leases, not deadlines. A reaper thread in every worker
-process and one in celery beat run them every KILN_REAPER_INTERVAL_S (portal/health/reaping.py),
+process and one in celery beat run them every KILN_REAPER_INTERVAL_S (portal/execution/reaping.py),
 outside any pool slot, one process at a time (a lock), before the deadline backstop.
 
 1. A running result whose lease has lapsed lost its worker. If its check had not started a command
@@ -7,7 +7,7 @@ outside any pool slot, one process at a time (a lock), before the deadline backs
    if it had, it is `error` ("worker lost: WORKER, last heartbeat T", portal_fault: the node is not
    to blame), never run twice behind anyone's back.
 2. A queued result whose message is overdue (KILN_LOST_MESSAGE_S after it was sent) and that the
-   broker no longer holds is sent again (portal/runs/broker.py), to the run's queue. When no live
+   broker no longer holds is sent again (portal/execution/broker.py), to the run's queue. When no live
    worker consumes that queue (a site's worker is down, or the cluster names a queue nobody
    serves), the run's log says so once: the checks wait for one, nothing else runs them.
 3. A result whose lease has lapsed with a process group still recorded (its worker died, or its
@@ -17,26 +17,44 @@ outside any pool slot, one process at a time (a lock), before the deadline backs
    queue. A site whose every worker is gone keeps its orphans until their own remote `timeout`
    ends them (rules 1 and 2 still close its runs: they need only the database).
 Each action is a line in the run's log (RunEvent).
+
+Then the backstop: results stuck past their deadline are marked `error` and their runs finalized
+(reap). One pass of both runs under a lock that spans every process (reaper_pass, the one entry
+point the reaper threads of portal/execution/reaping.py call).
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import logging
+import uuid
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
-from django.db import transaction
+from ClusterShell.NodeSet import NodeSet
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
 
-from portal.runs import broker, dispatch, events, leases, queues
-from portal.runs.execution import node_target
-from portal.runs.groups import group_members
-from portal.runs.models import CheckResult, Run, RunEvent, Scope, Status
+from portal.execution import broker
+from portal.execution.execution import node_target
+from portal.execution.groups import group_members
+from portal.runs import dispatch, events, leases, queues
+from portal.runs.models import ACTIVE_STATUSES, CheckResult, Run, RunEvent, Scope, Status
+from portal.runs.pairs import group_item_limits
+from portal.runs.queues import run_queue
+from portal.runs.services import run_finalize
 from worker.procgroup import stop_group, tag_for
 from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, TransportError, open_transport
+from worker.timeouts import node_task_limits
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +62,25 @@ logger = logging.getLogger(__name__)
 # (leases.MAX_CLAIMS: a check that kills its worker must not take down worker after worker).
 MAX_ATTEMPTS = leases.MAX_CLAIMS
 # The task an older Kiln sent to stop orphaned process groups on a cluster's own queue; still
-# registered (portal/runs/tasks.py) so that a message left in a queue runs.
+# registered (portal/execution/tasks.py) so that a message left in a queue runs.
 STOP_ORPHANS = "kiln.stop_orphans"
 # Nodes stopped at once: each stop is one SSH connect (~60 ms) and a few seconds at most.
 STOP_PARALLELISM = 16
+
+
+def reaper_interval_s() -> int:
+    """KILN_REAPER_INTERVAL_S: how often each reaper thread runs a pass (portal/settings.py)."""
+    return max(5, int(settings.KILN_REAPER_INTERVAL_S))
+
+
+def reaper_grace_s() -> float:
+    """KILN_REAPER_GRACE_S: extra seconds past a result's hard time limit before it is reaped."""
+    return float(settings.KILN_REAPER_GRACE_S)
+
+
+def reaper_queue_allowance_s() -> float:
+    """KILN_REAPER_QUEUE_ALLOWANCE_S: how long a result may wait `queued` on top of its run's limits."""
+    return float(settings.KILN_REAPER_QUEUE_ALLOWANCE_S)
 
 
 def _when(moment: datetime | None) -> str:
@@ -314,3 +347,196 @@ def _report_stop_failure(row: CheckResult, hostname: str, why: str) -> None:
         message=f"{row.item_key} on {hostname} {marker}: could not stop process group {row.remote_pgid} yet: "
         f"{why}; the reaper keeps trying until its own time limit ends it",
     )
+
+
+def _limits(snapshot: dict[str, Any], node_count: int) -> tuple[float, float]:
+    """(node task hard limit, all group tasks' hard limits summed), as the worker enqueues them."""
+
+    items = snapshot.get("items", [])
+    connect = settings.KILN_SSH_CONNECT_TIMEOUT
+    node_items = [i["timeout_s"] for i in items if i.get("scope", Scope.NODE) == Scope.NODE]
+    _, node_hard = node_task_limits(command_budgets=node_items or [0], connect_timeout=connect)
+    group_total = 0.0
+    for item in items:
+        if item.get("scope", Scope.NODE) == Scope.GROUP:
+            group_total += group_item_limits(item=item, node_count=node_count)[1]
+    return float(node_hard), group_total
+
+
+def reap(*, now: datetime | None = None, orphans: bool = True) -> list[int]:
+    """First the liveness rules (portal/execution/reaper.py: lapsed leases, lost messages, and with
+    `orphans` the default queue's orphaned node-side processes); then, as a backstop, mark results
+    stuck past their deadline as `error` (with the reason), then finalize their runs. Also
+    finalizes active runs that have no active result left (a worker died between recording and
+    finalizing). Returns the ids of the runs it touched.
+
+    Deadlines (the same nested limits the worker enqueues with, worker/timeouts.py):
+    - running node result: started_at + the node task's hard limit + KILN_REAPER_GRACE_S;
+    - running group result: started_at + that group task's hard limit + grace;
+    - queued result: run.created_at + KILN_REAPER_QUEUE_ALLOWANCE_S + node hard limit + every
+      group hard limit + grace (a queue may be long; a group waits for the node checks).
+    """
+    now = now or timezone.now()
+    by_lease = reap_liveness(now=now, orphans=orphans)
+    grace = reaper_grace_s()
+    queue_allowance = reaper_queue_allowance_s()
+    active_runs = list(
+        Run.objects.filter(status__in=ACTIVE_STATUSES).only("id", "plan_snapshot", "node_set", "created_at")
+    )
+    touched: set[int] = set()
+    for run in active_runs:
+        node_count = len(NodeSet(run.node_set or ""))
+        node_hard, group_total = _limits(run.plan_snapshot, node_count)
+        items = {i["key"]: i for i in run.plan_snapshot.get("items", [])}
+        reaped = 0
+        stuck_running = CheckResult.objects.filter(
+            run=run, status=Status.RUNNING, scope=Scope.NODE, started_at__lt=now - timedelta(seconds=node_hard + grace)
+        )
+        reaped += stuck_running.update(
+            status=Status.ERROR,
+            reason=(
+                f"reaped: still running {int(node_hard + grace)}s after it started (node task hard limit "
+                f"{int(node_hard)}s + {int(grace)}s grace); its worker probably died"
+            ),
+            finished_at=now,
+        )
+        for result in CheckResult.objects.filter(run=run, status=Status.RUNNING, scope=Scope.GROUP).only(
+            "id", "item_key", "started_at"
+        ):
+            item = items.get(result.item_key)
+            if item is None:
+                continue
+            _, hard = group_item_limits(item=item, node_count=node_count)
+            if result.started_at and result.started_at < now - timedelta(seconds=hard + grace):
+                reaped += CheckResult.objects.filter(pk=result.pk, status=Status.RUNNING).update(
+                    status=Status.ERROR,
+                    reason=(
+                        f"reaped: still running {int(hard + grace)}s after it started (group task hard limit "
+                        f"{int(hard)}s + {int(grace)}s grace); its worker probably died"
+                    ),
+                    finished_at=now,
+                )
+        queue_deadline = run.created_at + timedelta(seconds=queue_allowance + node_hard + group_total + grace)
+        if queue_deadline < now:
+            reaped += CheckResult.objects.filter(run=run, status=Status.QUEUED).update(
+                status=Status.ERROR,
+                reason=(
+                    f"reaped: still queued {int((now - run.created_at).total_seconds())}s after the run was created "
+                    f"(allowance {int(queue_allowance)}s + the run's limits); no worker took it from queue "
+                    f"{run_queue(run.plan_snapshot)}"
+                ),
+                finished_at=now,
+            )
+        stalled = not run.results.filter(Q(status__in=ACTIVE_STATUSES)).exists()
+        if reaped or stalled or run.pk in by_lease:
+            if reaped:
+                logger.warning("reaper: run %s: %d result(s) marked error", run.pk, reaped)
+            run_finalize(run_id=run.pk)
+            touched.add(run.pk)
+    return sorted(touched)
+
+
+# The lock of the pass over every run, and the prefix of each queue's orphan-stopping lock.
+REAPER_LOCK = "kiln-reaper"
+# Releases the Redis lock only if this pass still holds it (its expiry may have handed it on).
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+@contextmanager
+def reaper_lock(name: str) -> Iterator[bool]:
+    """Yields whether this process holds the lock `name` (never waits); a killed holder never
+    keeps it. With a Redis broker (production): a key that expires after one reaper interval,
+    so a pass cut short by SIGKILL delays the next by at most that (a pass outliving it may meet
+    another: harmless, every rule's update is conditional); Redis, not a PostgreSQL session lock,
+    because workers may reach PostgreSQL through PgBouncer in transaction mode (docs/operations/workers-and-sizing.md).
+    Embedded broker (one host): an flock in the data folder. Any other broker: a PostgreSQL
+    session advisory lock."""
+    from worker.celery import app
+
+    url = str(app.conf.broker_url or "")
+    if url.startswith(("redis://", "rediss://", "sentinel://")):
+        with _redis_lock(app, name) as held:
+            yield held
+    elif url.startswith("filesystem://") or connection.vendor != "postgresql":
+        with _file_lock(name) as held:
+            yield held
+    else:
+        with _advisory_lock(name) as held:
+            yield held
+
+
+@contextmanager
+def _redis_lock(app: Any, name: str) -> Iterator[bool]:
+    key, token = f"kiln:lock:{name}", uuid.uuid4().hex
+    try:
+        with app.connection_for_write() as conn:
+            held = bool(conn.default_channel.client.set(key, token, nx=True, px=reaper_interval_s() * 1000))
+    except Exception:  # the broker is away: this pass waits for it, the next one tries again
+        logger.warning("reaper: could not take lock %s in the broker", name, exc_info=True)
+        held = False
+    try:
+        yield held
+    finally:
+        if held:
+            try:
+                with app.connection_for_write() as conn:
+                    conn.default_channel.client.eval(_RELEASE, 1, key, token)
+            except Exception:  # it expires by itself
+                logger.warning("reaper: could not release lock %s", name, exc_info=True)
+
+
+@contextmanager
+def _file_lock(name: str) -> Iterator[bool]:
+    path = settings.DATA_DIR / f"reaper-{hashlib.sha256(name.encode()).hexdigest()[:16]}.lock"
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _advisory_lock(name: str) -> Iterator[bool]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [name])
+        row = cursor.fetchone()
+    held = bool(row and row[0])
+    try:
+        yield held
+    finally:
+        if held:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [name])
+            except DatabaseError:  # the connection is gone, and its session's lock with it
+                logger.warning("reaper: could not release lock %s", name, exc_info=True)
+
+
+def reaper_pass(*, queues: Iterable[str], now: datetime | None = None) -> list[int]:
+    """One pass, from whichever process runs it (a worker's reaper thread, beat's, kiln.reap): the
+    rules over every run if no other process is applying them now, then, for each of `queues`
+    (those this process reaches the nodes of), the orphaned process groups of that queue's runs,
+    one process per queue at a time. Returns the ids of the runs it touched ([] when another
+    process held the lock)."""
+    touched: list[int] = []
+    with reaper_lock(REAPER_LOCK) as held:
+        if held:
+            touched = reap(now=now, orphans=False)
+    for queue in sorted(set(queues)):
+        with reaper_lock(f"{REAPER_LOCK}:{queue}") as held:
+            if held:
+                stop_orphans(now=now or timezone.now(), queue=queue)
+    return touched
+
+
+def reaper_schedule_remove() -> None:
+    """Delete the PeriodicTask that sent kiln.reap through the queue before the reaper ran in its
+    own threads: a task queued behind hours-long burn-ins reaped nothing until a slot freed, and
+    piled up. Called at post_migrate."""
+
+    PeriodicTask.objects.filter(name="kiln-reaper").delete()
