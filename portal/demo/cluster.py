@@ -14,8 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from checks.base import simulator_params
+from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.catalog.services import fast_plan_ensure
 from portal.demo.facility import demo_facility_ensure
 from portal.inventory.models import Cluster, Node

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from checks.presentation import presentation_of
 from portal.charts.selectors.common import item_kind
+from portal.charts.selectors.fleet import threshold_value
 from portal.formatting import as_number
 from portal.runs.models import CheckResult, Measurement, Run, Scope, Series
 
