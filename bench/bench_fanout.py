@@ -231,7 +231,7 @@ def kiln_once(cluster: Any, plan: Any, nodes: list[Any], database_url: str) -> K
 
 
 def quick_commands(cluster):
-    from checks.base import NodeContext, get_check
+    from checks.core.base import NodeContext, get_check
     from portal.catalog.models import TestPlan
     from portal.runs.services import plan_snapshot_build
 

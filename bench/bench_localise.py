@@ -1,4 +1,4 @@
-"""Rounds of localisation by halves (checks/localise.py) against the ring of pairs it replaced.
+"""Rounds of localisation by halves (checks/core/localise.py) against the ring of pairs it replaced.
 
     python bench/bench_localise.py [--parallelism 8] [--sizes 32,64,1250,12500]
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from checks.localise import Bisection, conclude, simulate
+from checks.core.localise import Bisection, conclude, simulate
 
 
 def ring_rounds(n: int, parallelism: int, slow: int) -> int:

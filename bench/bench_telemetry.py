@@ -127,9 +127,9 @@ def parse_in_worker(path: Path, hours: float, interval: float, traced: bool, rep
     """Judge one output file as the worker does, `repeat` times (each from a fresh CommandOutput:
     nothing read before is reused); the best time, and this process's memory."""
     from checks import get_check, run_check
-    from checks.base import Command, CommandOutput, NodeContext
-    from checks.profiles import resolve_thresholds
-    from checks.sampling import SAMPLING_LABEL
+    from checks.core.base import Command, CommandOutput, NodeContext
+    from checks.core.profiles import resolve_thresholds
+    from checks.core.sampling import SAMPLING_LABEL
 
     check = get_check("burn_in")
     params = {"duration_s": int(hours * 3600), "sample_interval_s": interval, "use_doubles": True,
@@ -201,7 +201,7 @@ def store(text: str) -> dict[str, Any]:
     """Store the series of one schema 2 output both ways; sizes in the database."""
     from django.db import connection
 
-    from checks.sampling import parse_sampling
+    from checks.core.sampling import parse_sampling
     from portal.runs.models import Series
     from portal.runs.services import series_rows
 

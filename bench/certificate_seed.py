@@ -130,7 +130,7 @@ def _series(
 ) -> list[Any]:
     """The result's series: 8 GPUs x 3 burn-in metrics (windows of shared pools), or one busbw curve,
     packed and digested as runs.services stores them."""
-    from checks.base import Series as CheckSeries
+    from checks.core.base import Series as CheckSeries
     from portal.runs.models import Series
     from portal.runs.services import series_rows
 

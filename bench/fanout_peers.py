@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks.base import Command
+from checks.core.base import Command
 from worker.ssh import remote_shell_line
 
 DONE = "@@kiln-bench-done"

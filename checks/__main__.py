@@ -9,8 +9,8 @@ a finite number prints as null with `labels.invalid` naming it.
 {"kind", "check", "measurements", "verdict": {"status", "reason"}}. KIND is a check key (FILE is probe
 JSON, or nvidia-smi -q -x XML, detected by content), `nvidia_smi_xml` (FILE is nvidia-smi XML, judged by
 every probe-based check, or just `--check KEY`), or any parser kind: the raw output is judged by the
-check that consumes that tool (checks/raw_outputs.py; e.g. gpu_burn -> burn_in, ibstat -> ib_ports); a parser
-kind that no check consumes yet (the power and cooling readings, checks/power_readings.py) is refused in one line.
+check that consumes that tool (checks/core/raw_outputs.py; e.g. gpu_burn -> burn_in, ibstat -> ib_ports); a parser
+kind that no check consumes yet (the power and cooling readings, checks/power/readings.py) is refused in one line.
 A check that needs more than that one output says `error`, never pass; the parser's own view is then
 printed under "parsed". `parse CHECK_KEY FILE` is the same as judge.
 
@@ -31,11 +31,11 @@ import sys
 from typing import Any
 
 from checks import REGISTRY, get_check
-from checks.base import Command, CommandOutput, EvidenceError, NodeContext, ParamsError, run_check
-from checks.parsers import MAX_INPUT_BYTES, PARSERS, flag_non_finite, parse_output
-from checks.probe_check import PROBE_LABEL, ProbeCheck
-from checks.profiles import PROFILES, resolve_thresholds
-from checks.raw_outputs import RAW_JUDGES, fio_check
+from checks.core.base import Command, CommandOutput, EvidenceError, NodeContext, ParamsError, run_check
+from checks.core.parsers import MAX_INPUT_BYTES, PARSERS, flag_non_finite, parse_output
+from checks.core.probe_check import PROBE_LABEL, ProbeCheck
+from checks.core.profiles import PROFILES, resolve_thresholds
+from checks.core.raw_outputs import RAW_JUDGES, fio_check
 
 XML_KIND = "nvidia_smi_xml"
 
@@ -165,7 +165,7 @@ def _refuse_unjudged(args: argparse.Namespace) -> None:
 
 
 def _judge_raw(kind: str, text: str, *, profile: str | None) -> dict[str, Any]:
-    """A parser kind's raw output judged by the check that consumes that tool (checks/raw_outputs.py)."""
+    """A parser kind's raw output judged by the check that consumes that tool (checks/core/raw_outputs.py)."""
     raw = RAW_JUDGES[kind]
     check = fio_check(text) if raw.check == "fs_throughput" and kind == "fio" else raw.check
     result = judge(check, text, profile=profile, outputs=raw.build(text))

@@ -192,7 +192,7 @@ def _this_checkout() -> None:
 def checks_reference() -> str:
     _this_checkout()
     import checks
-    from checks.base import GroupCheck
+    from checks.core.base import GroupCheck
 
     assert Path(checks.__file__).is_relative_to(REPO), f"checks imported from {checks.__file__}, not {REPO}"
 

@@ -232,7 +232,7 @@ if CELERY_BROKER_URL.startswith("redis"):
 # --- Kiln ---------------------------------------------------------------------------------------
 # Seconds to wait for an SSH TCP connect + handshake before calling a node unreachable.
 KILN_SSH_CONNECT_TIMEOUT = env.float("KILN_SSH_CONNECT_TIMEOUT", default=10)
-# Sub-runs (halves of a slow group, node pairs) run at once by localisation (checks/localise.py), from
+# Sub-runs (halves of a slow group, node pairs) run at once by localisation (checks/core/localise.py), from
 # one SSH connection to the launcher: below OpenSSH's MaxSessions default of 10 sessions per
 # connection (sshd_config(5)), with room to spare. The name is kept from when only pairs ran.
 KILN_PAIR_PARALLELISM = env.int("KILN_PAIR_PARALLELISM", default=8)

@@ -12,7 +12,7 @@ import threading
 import time
 import typing
 
-from checks.base import Command, CommandOutput
+from checks.core.base import Command, CommandOutput
 from worker.procgroup import TAG_ENV
 from worker.transport import REMOTE_KILL_GRACE_S, CappedStream, NodeTarget, PgidCallback, output_of
 

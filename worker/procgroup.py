@@ -21,7 +21,7 @@ import shlex
 from collections.abc import Callable
 from typing import Protocol
 
-from checks.base import Command, CommandOutput
+from checks.core.base import Command, CommandOutput
 
 PGID_LINE = re.compile(rb"kiln-pgid (\d+)")
 # The first stderr line is at most this long; longer means the shell did not print ours.

@@ -1,6 +1,6 @@
 """Reading facility Redfish endpoints (rack PDUs, CDUs) at a fixed interval during a heat soak.
 
-The worker side of checks/fanout.py's `facility_readers`: for each endpoint, the configured resource
+The worker side of checks/core/fanout.py's `facility_readers`: for each endpoint, the configured resource
 (e.g. .../RackPDUs/r1-a) is read once to find the collection its reader names ("Mains"), then every
 interval the collection's members are fetched and handed to the reader, a pure function of
 checks/. One thread per endpoint; a request that takes longer than the interval costs that
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from checks.fanout import Readings
+from checks.core.fanout import Readings
 from worker import sameorigin
 from worker.endpoints import Endpoint
 

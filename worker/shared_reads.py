@@ -5,7 +5,7 @@ checks all start with the node probe (`python3 -` with the probe script on stdin
 and an NVML start each time); run once, its output serves all four. `SharedReads` wraps one node's
 transport for one node task and applies three rules:
 
-- A command marked `read_only` (checks.base.Command) whose identical twin (same argv, stdin and env)
+- A command marked `read_only` (checks.core.base.Command) whose identical twin (same argv, stdin and env)
   completed earlier in this task, with only read-only commands run since, is answered with the
   twin's output, as long as the twin finished within this command's own timeout. The answer
   carries the asking command (its label and timeout), the twin's output and duration.
@@ -24,7 +24,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from checks.base import Command, CommandOutput
+from checks.core.base import Command, CommandOutput
 from worker.ssh import PgidCallback, Transport
 
 logger = logging.getLogger(__name__)

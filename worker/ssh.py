@@ -1,7 +1,7 @@
 """The one seam between Kiln and remote execution.
 
 Everything that touches fabric/paramiko lives here. Callers get a `Transport` for one node and run
-`checks.base.Command`s on it; they never build a shell string themselves. What every transport
+`checks.core.base.Command`s on it; they never build a shell string themselves. What every transport
 shares is in worker/transport.py, the local transport in worker/local.py; both are re-exported
 here, so callers import from this one module.
 
@@ -21,7 +21,7 @@ import time
 import paramiko
 from fabric import Config, Connection
 
-from checks.base import Command, CommandOutput
+from checks.core.base import Command, CommandOutput
 from worker.keepalive import Liveness
 from worker.local import LocalTransport, local_transport_allowed
 from worker.procgroup import PgidSniffer, tagged_argv

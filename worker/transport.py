@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from checks.base import Command, CommandOutput
+from checks.core.base import Command, CommandOutput
 from worker.keepalive import default_count_max, default_interval_s
 
 # Seconds the remote `timeout` waits after SIGTERM before SIGKILL: enough for a tool to flush its
@@ -21,7 +21,7 @@ REMOTE_KILL_GRACE_S = 5
 # gets to kill its process first; fabric's limit is only the backstop for a dead channel.
 CHANNEL_SLACK_S = 5
 # Bytes kept of one stream (stdout or stderr) of one command, read while reading: ~1.8x the largest
-# output a check expects (an 8-GPU 12 h burn-in's sampling JSON at 1 Hz, ~9 MB: checks/burnin.py,
+# output a check expects (an 8-GPU 12 h burn-in's sampling JSON at 1 Hz, ~9 MB: checks/burnin/check.py,
 # checks/probe/SCHEMA.md; one object per sample, before, it was ~60 MB and was cut). Past it
 # the first 3/4 and the last 1/4 are kept, the middle is read and dropped, a marker line says how
 # much was cut, and CommandOutput.truncated is set: a runaway tool cannot exhaust the worker's

@@ -716,17 +716,17 @@ def exit_code(result: Dict[str, Any]) -> int:
 # input sensors in `ipmitool sdr elist` where DCMI is absent or deactivated. ipmitool runs in a
 # thread of its own, with its own timeout, so a slow or hung BMC never delays the GPU samples: each
 # sample takes the latest reading only while it is fresh (SCHEMA.md "Node power").
-# The parsers follow checks/power_readings.py (the portal's `ipmitool_dcmi_power` and
+# The parsers follow checks/power/readings.py (the portal's `ipmitool_dcmi_power` and
 # `ipmitool_sdr_power`); tests/probe/test_node_power.py holds both to the same fixtures.
 
 DCMI_ARGV = ("ipmitool", "dcmi", "power", "reading")
 # `elist` prints each sensor's IPMI entity (10.N = power supply N): Dell names its PSU sensors
-# just "Current", the entity is what marks them (checks/power_readings.py _sdr_measurement).
+# just "Current", the entity is what marks them (checks/power/readings.py _sdr_measurement).
 SDR_ARGV = ("ipmitool", "sdr", "elist")
 # ipmitool gives up on an in-band request after 15 s (src/plugins/open/open.c,
 # IPMI_OPENIPMI_READ_TIMEOUT): a command running longer is hung, and is killed.
 IPMITOOL_TIMEOUT_S = 15.0
-# checks/facility_physics.py MAX_NODE_POWER_W, 100 kW: 7x the largest 8-GPU node's rated maximum
+# checks/soak/physics.py MAX_NODE_POWER_W, 100 kW: 7x the largest 8-GPU node's rated maximum
 # (DGX B200 ~14.3 kW, NVIDIA DGX B200 datasheet). A reading above it is a misread, not a machine.
 # The probe cannot import checks/; tests/probe/test_node_power.py keeps the two equal.
 MAX_NODE_POWER_W = 100000.0
@@ -781,7 +781,7 @@ def _checked(watts: float, what: str) -> PowerResult:
 
 def parse_dcmi_power(text: str) -> PowerResult:
     """`ipmitool dcmi power reading` -> the instantaneous watts, or why not: deactivated (ABSENT),
-    incomplete or garbled (TRANSIENT). As checks/power_readings.py: all four readings and the
+    incomplete or garbled (TRANSIENT). As checks/power/readings.py: all four readings and the
     closing state line must be there, and only an "activated" reading is a measurement."""
     values = []
     for label in _DCMI_LABELS:
@@ -803,7 +803,7 @@ def parse_dcmi_power(text: str) -> PowerResult:
 
 def _sdr_row(line: str) -> Optional[Tuple[str, str, str, str]]:
     """(name, reading, status, entity) of a row of `sdr`, `sdr elist`/`sdr type` or `sensor`
-    (checks/power_readings.py _sdr_row); None for anything else."""
+    (checks/power/readings.py _sdr_row); None for anything else."""
     parts = [p.strip() for p in line.split("|")]
     if len(parts) < 3 or not parts[0]:
         return None
@@ -1335,7 +1335,7 @@ def _sampling_code(code: int, usable: bool, terminated: List[int], errors: List[
 
 
 # The furthest ahead --start-at may be. power_soak's start delay for 1,250 nodes at its defaults is
-# 5 s + 0.25 s x 1,250 = ~318 s (checks/power_soak.py); a start further away is a node clock that is
+# 5 s + 0.25 s x 1,250 = ~318 s (checks/soak/check.py); a start further away is a node clock that is
 # off or a time not in seconds (milliseconds since the epoch read as seconds are millennia ahead),
 # and waiting it out would hold the node and its SSH session idle for nothing.
 MAX_START_WAIT_S = 600.0

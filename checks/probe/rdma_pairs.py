@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Kiln perftest pair runner: one self-contained file, run on a node as `python3 - SPEC < rdma_pairs.py`.
 
-SPEC (one JSON argument, built by checks/rdma_plan.py) lists the perftest processes this node runs
+SPEC (one JSON argument, built by checks/rdma/plan.py) lists the perftest processes this node runs
 for the RDMA bandwidth check: for every rail, a server for its ring predecessor (`ib_write_bw -d
 mlx5_k -p PORT ...`, `ib_write_lat ...`) and a client to its ring successor. Servers start at once;
 each client starts at `start_at + offset_s` (one common moment on every node, so that every server

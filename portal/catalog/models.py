@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import models
 
-from checks.base import REGISTRY, ParamsError
+from checks.core.base import REGISTRY, ParamsError
 
 
 def kind_choices() -> list[tuple[str, str]]:

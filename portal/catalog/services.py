@@ -1,7 +1,7 @@
 """Writes for the check catalog: the built-in definitions and plans, with stable slugs.
 
 Each built-in definition is a registered check kind that declares itself `catalogued`: its slug,
-name and description come from the check class (checks/base.py), and so do the params that run it
+name and description come from the check class (checks/core/base.py), and so do the params that run it
 at simulator speed (`simulator_params`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import transaction
 
-from checks.base import catalogued, simulator_params
+from checks.core.base import catalogued, simulator_params
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 
 # Plan slug -> (name, description, [(check slug, param overrides)]) in order. `quick` holds the

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from checks.presentation import CertificateChart, presentation_of, presented
+from checks.core.presentation import CertificateChart, presentation_of, presented
 from portal.runs.models import CheckResult, Measurement, Scope, Series
 from portal.runs.packing import unpack, unpack_pair
 
@@ -87,7 +87,7 @@ def _export(figures: list[tuple[str, Any]], sections: list[int | None] | None = 
 
 
 def figures_build(*, result_ids: list[int], items: list[dict[str, Any]]) -> list[tuple[str, Any]]:
-    """The charts each cited check kind declares (checks/presentation.py CertificateChart), in the
+    """The charts each cited check kind declares (checks/core/presentation.py CertificateChart), in the
     kinds' rank order: NCCL bus bandwidth by message size (every node, with the threshold), burn-in
     Gflop/s per GPU, filesystem throughput per node. Two queries."""
     declared = [(kind, chart) for kind, shown in presented() for chart in shown.certificate_charts]
@@ -131,7 +131,7 @@ def _capacity_figures(result: CheckResult) -> list[tuple[str, dict[str, Any]]]:
     return [(title, figure) for title, figure in built if figure is not None]
 
 
-# Chart family -> the static figures of one result in its certificate section (checks/presentation.py
+# Chart family -> the static figures of one result in its certificate section (checks/core/presentation.py
 # CertificateSection.figures): the family's own builders (portal/charts/figures).
 SECTION_FIGURES: dict[str, Callable[[CheckResult], list[tuple[str, dict[str, Any]]]]] = {
     "capacity": _capacity_figures,

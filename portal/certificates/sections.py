@@ -1,4 +1,4 @@
-"""Certificate sections of their own (checks/presentation.py CertificateSection): for each cited group
+"""Certificate sections of their own (checks/core/presentation.py CertificateSection): for each cited group
 result whose check kind declares one (the heat soak's "Power and cooling"), the result's verdict and
 every subject it judged apart from its nodes (racks, PDU phases, feeds, UPS, loops), with the
 subject's verdict and reason, from the result's SUBJECT_VERDICT rows.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from checks.presentation import SUBJECT_VERDICT, CertificateSection, presentation_of
+from checks.core.presentation import SUBJECT_VERDICT, CertificateSection, presentation_of
 from portal.certificates.summary import REASON_MAX
 from portal.runs.models import CheckResult, Measurement, Scope
 

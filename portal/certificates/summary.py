@@ -1,7 +1,7 @@
 """Per-node summaries of a format-3 certificate body: what each check concluded, in a bounded size.
 
 Per check of a node: the cell state, the cited result, its status, the reason when it is not a plain
-pass, the check's key metrics folded to one number per node (checks/presentation.py), and its first
+pass, the check's key metrics folded to one number per node (checks/core/presentation.py), and its first
 few out-of-spec measurements. Everything else is in the node's evidence record (evidence.py),
 whose digest the summary carries. Measurement ranges per check (for the PDF) are gathered on the
 way, over every node."""
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from checks.presentation import KeyMetric, presentation_of
+from checks.core.presentation import KeyMetric, presentation_of
 from portal.certificates import evidence, seal
 from portal.certificates.selectors import WAIVED
 from portal.runs.models import Scope

@@ -1,5 +1,5 @@
 """What the result page shows for each chart family a check kind can declare
-(checks/presentation.py Presentation.chart). A family is a generic renderer: every name it reads
+(checks/core/presentation.py Presentation.chart). A family is a generic renderer: every name it reads
 comes from the kind's declaration, so a new check of an existing family needs no portal code."""
 
 from __future__ import annotations

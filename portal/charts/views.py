@@ -10,7 +10,7 @@ from django.core.cache import cache
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from checks.presentation import presented
+from checks.core.presentation import presented
 from portal.charts import figures, selectors
 from portal.charts.families import family_of
 from portal.inventory.models import Cluster
@@ -20,7 +20,7 @@ from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Run
 
 def _fleet_defaults() -> tuple[tuple[str, str], ...]:
     """The distribution page's default metrics, (name, phase) in order of preference: the key
-    metrics the check kinds mark `fleet_default` (checks/presentation.py), in the kinds' rank order."""
+    metrics the check kinds mark `fleet_default` (checks/core/presentation.py), in the kinds' rank order."""
     out: list[tuple[str, str]] = []
     for _, shown in presented():
         for km in shown.key_metrics:

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from checks.base import simulator_params
+from checks.core.base import simulator_params
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.catalog.services import fast_plan_ensure
 from portal.demo.facility import demo_facility_ensure

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from checks.base import (
+from checks.core.base import (
     ERROR,
     Check,
     CommandOutput,

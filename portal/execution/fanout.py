@@ -1,4 +1,4 @@
-"""Running a fan-out group check (checks/fanout.py, the heat soak): every member node runs its own
+"""Running a fan-out group check (checks/core/fanout.py, the heat soak): every member node runs its own
 commands over its own connection, all starting at one common moment, while the facility's Redfish
 endpoints are read (worker/redfish.py); then the check judges everything at once.
 
@@ -16,8 +16,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from checks.base import Command, CommandOutput, GroupContext, Measurement, Series, Verdict
-from checks.fanout import FACILITY_LABEL, FanOutCheck, facility_document, run_fan_out_check
+from checks.core.base import Command, CommandOutput, GroupContext, Measurement, Series, Verdict
+from checks.core.fanout import FACILITY_LABEL, FanOutCheck, facility_document, run_fan_out_check
 from portal.execution.execution import node_target
 from portal.facility.selectors import facility_endpoints, facility_snapshot
 from portal.inventory.models import Node

@@ -17,7 +17,7 @@ from ClusterShell.NodeSet import NodeSet
 from django.conf import settings
 from django.db import connection
 
-from checks.base import (
+from checks.core.base import (
     ERROR,
     PASS,
     CommandOutput,
@@ -31,7 +31,7 @@ from checks.base import (
     run_group_check,
     worst_status,
 )
-from checks.fanout import FanOutCheck
+from checks.core.fanout import FanOutCheck
 from portal.execution.execution import execute_node, node_context, node_target, series_of, snapshot_item
 from portal.execution.fanout import run_fan_out
 from portal.inventory.models import Node

@@ -2,7 +2,7 @@
 their power and cooling budgets, rack PDUs with their feeds, phases and breakers, which node draws
 from which PDU phase, UPSes and the racks they carry, cooling loops (CDUs) and the racks they serve.
 
-checks/power_soak_judge.py reads it through selectors.facility_snapshot(). Endpoint credentials are
+checks/soak/judge.py reads it through selectors.facility_snapshot(). Endpoint credentials are
 kept only as a Fernet token (credentials.py), set through services, never through a model form.
 """
 
@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
-from checks.facility_physics import MAX_PHASE_CURRENT_A
+from checks.soak.physics import MAX_PHASE_CURRENT_A
 from portal.inventory.models import Cluster, Node
 
 # A rack, PDU, UPS or loop name; also what Node.rack holds. No leading '=', '+', '-' or '@', so an
@@ -32,7 +32,7 @@ place_validator = RegexValidator(
 # 2,000 kW per rack: 3x the densest rack announced (NVIDIA Kyber NVL576, ~600 kW); above it is a typo
 # (W or MW for kW), not a rack.
 MAX_RACK_KW = 2000.0
-# 1,000,000 kW (1 GW): the judge's bound on any site-wide power (checks/power_soak_judge.py _MAX_SITE_W).
+# 1,000,000 kW (1 GW): the judge's bound on any site-wide power (checks/soak/judge.py _MAX_SITE_W).
 MAX_UPS_KW = 1_000_000.0
 # Phase-to-neutral voltage: 100 V (Japan, the lowest public mains) to 277 V (North America's 480Y/277 V),
 # with a margin each side (IEC 60038 lists 220-240 V elsewhere).
@@ -115,7 +115,7 @@ class Phases(models.IntegerChoices):
 
 
 class Fluid(models.TextChoices):
-    """The keys of checks.facility_physics.FLUIDS (a test holds them equal)."""
+    """The keys of checks.soak.physics.FLUIDS (a test holds them equal)."""
 
     WATER = "water", "Water"
     PG25 = "pg25", "PG25 (25% propylene glycol)"

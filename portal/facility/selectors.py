@@ -101,7 +101,7 @@ def _watts(kw: float) -> float:
 
 
 def facility_snapshot(*, cluster: Cluster) -> dict[str, Any]:
-    """The facility as checks/power_soak_judge.py reads it (its docstring's input contract), JSON-ready:
+    """The facility as checks/soak/judge.py reads it (its docstring's input contract), JSON-ready:
         {"racks": [{"name", "power_budget_w", "cooling_budget_w", "room", "row", "position"}],
          "pdus": [{"name", "rack", "feed", "phases", "voltage_v", "breaker_a": [A per phase], "has_endpoint"}],
          "feeds": [{"node", "pdu", "phase", "share"}],   explicit feeds and the computed defaults

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Model, RestrictedError
 
-from checks.power_soak_circuits import SHARE_SUM_TOLERANCE
+from checks.soak.circuits import SHARE_SUM_TOLERANCE
 from portal.facility import credentials
 from portal.facility.models import CoolingLoop, EndpointFields, NodeFeed, Pdu, Rack, Ups
 from portal.inventory.models import Cluster, Node
@@ -222,7 +222,7 @@ def _feed_rows(node: Node, feeds: Sequence[FeedSpec]) -> list[NodeFeed]:
 @transaction.atomic
 def node_feeds_set(*, node: Node, feeds: Sequence[FeedSpec]) -> list[NodeFeed]:
     """Replace a node's explicit feeds. Their shares must add up to 1 (within the judge's rounding
-    tolerance, checks/power_soak_circuits.py); no feeds at all returns the node to the default."""
+    tolerance, checks/soak/circuits.py); no feeds at all returns the node to the default."""
     NodeFeed.objects.filter(node=node).delete()  # first: the new rows are checked against what stays
     rows = _feed_rows(node, feeds)
     total = sum(r.share for r in rows)

@@ -38,13 +38,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from checks.presentation import presented
+from checks.core.presentation import presented
 from portal.health.models import HealthState, NodeMetrics, ScheduledFire
 from portal.inventory.models import Node
 from portal.runs.models import CheckResult, Measurement, Scope, Status
 
 # (kind, measurement) -> (metric name, help, extra label name, extra label value or None for the
-# measurement's own label of that name), as each check kind declares (checks/presentation.py).
+# measurement's own label of that name), as each check kind declares (checks/core/presentation.py).
 MEASUREMENTS: dict[tuple[str, str], tuple[str, str, str, str | None]] = {
     (kind, p.measurement): (p.metric, p.help, p.label, p.label_value)
     for kind, shown in presented()

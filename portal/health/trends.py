@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from checks.presentation import presented
+from checks.core.presentation import presented
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Rule:
     unit: str
 
 
-# Each check kind declares its own (checks/presentation.py TrendRule).
+# Each check kind declares its own (checks/core/presentation.py TrendRule).
 RULES: tuple[Rule, ...] = tuple(
     Rule(kind, t.name, t.direction, t.min_change, t.relative, t.label, t.unit)
     for kind, shown in presented()

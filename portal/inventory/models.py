@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
-from checks.profiles import PROFILES
+from checks.core.profiles import PROFILES
 from portal.inventory.queue_names import validate_queue
 
 # \Z, not $: a $ also matches before a trailing newline, and "c1\n" would be stored as a name.

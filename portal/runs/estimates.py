@@ -2,7 +2,7 @@
 duration, and on the demo it was a 12-hour burn-in).
 
 Two sources. Before the plan has run on the cluster: its checks with their params resolved for the
-cluster, each check's declared duration (a burn-in's, a soak's: checks/base.py `Check.declared_s`)
+cluster, each check's declared duration (a burn-in's, a soak's: checks/core/base.py `Check.declared_s`)
 plus its overhead (the cluster's declared figure, else the check's own for real hardware), the node
 checks one after another on each node and the nodes in parallel, then each multi-node check once.
 Once it has run there: the median duration of its last finished runs, and the last one is shown.
@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 
-from checks.base import REGISTRY, ParamsError
+from checks.core.base import REGISTRY, ParamsError
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster
 from portal.runs.models import Run, Scope, Status

@@ -25,8 +25,8 @@ from django.db.models import Count, Min, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from checks.base import REGISTRY, Check, worst_status
-from checks.base import Measurement as CheckMeasurement
+from checks.core.base import REGISTRY, Check, worst_status
+from checks.core.base import Measurement as CheckMeasurement
 from portal.runs import cells, dispatch, leases, outliers
 from portal.runs.dbretry import db_retry
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunEvent, Scope, Status

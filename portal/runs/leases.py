@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError
 from django.utils import timezone
 
-from checks.base import Command, CommandOutput
+from checks.core.base import Command, CommandOutput
 from portal.runs import events
 from portal.runs.dbretry import db_retry
 from portal.runs.models import CheckResult, Status

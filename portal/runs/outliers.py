@@ -24,7 +24,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from checks.presentation import OutlierMetric, Row, presented
+from checks.core.presentation import OutlierMetric, Row, presented
 
 K = TypeVar("K", bound=Hashable)
 
@@ -88,7 +88,7 @@ def find_outliers(
     return out
 
 
-# --- which metrics: each check kind declares its own (checks/presentation.py OutlierMetric) ------
+# --- which metrics: each check kind declares its own (checks/core/presentation.py OutlierMetric) ------
 # A measurement here is a mapping with name, value, gpu, labels (a Measurement row as values()).
 
 

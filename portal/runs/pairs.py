@@ -1,4 +1,4 @@
-"""Localising a slow multi-node check by halves: the running (checks/localise.py decides what to run).
+"""Localising a slow multi-node check by halves: the running (checks/core/localise.py decides what to run).
 
 When a group run is not within spec, its nodes are split in halves (by rack first, then by node),
 the halves run as group tests at once (disjoint node sets, `parallelism` at a time over the
@@ -19,8 +19,8 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 from django.conf import settings
 
-from checks import localise as bisect
-from checks.base import (
+from checks.core import localise as bisect
+from checks.core.base import (
     Command,
     CommandOutput,
     GroupCheck,
@@ -57,7 +57,7 @@ def subrun_budget(check: GroupCheck, params: Any, node_count: int = 2) -> float:
 
 def group_item_limits(*, item: dict[str, Any], node_count: int) -> tuple[int, int]:
     """(soft, hard) Celery limits of a group check's task over `node_count` nodes: the group run and
-    the rounds of localisation by halves (checks/localise.py budget_rounds), capped below the
+    the rounds of localisation by halves (checks/core/localise.py budget_rounds), capped below the
     broker's visibility timeout. The dispatcher enqueues with these and the reaper judges by them."""
     check = get_group_check(item["kind"])
     rounds = (
@@ -149,7 +149,7 @@ def localise(
     deadline: float | None = None,
 ) -> tuple[list[CommandOutput], list[Measurement], GroupVerdict]:
     """Name the node(s) that keep `group` (whose run together gave `root`) out of spec, by halves
-    (checks/localise.py). Disjoint sub-runs run `parallelism` at a time over the launcher's
+    (checks/core/localise.py). Disjoint sub-runs run `parallelism` at a time over the launcher's
     connection. A round that could not finish before `deadline` (monotonic) is not started; the
     verdict then says which nodes were not localised, so a cut-short search is never mistaken for
     a complete one."""

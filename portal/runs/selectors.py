@@ -11,7 +11,7 @@ from typing import Any
 from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
-from checks.base import ParamsError, worst_status
+from checks.core.base import ParamsError, worst_status
 from portal.inventory.models import Cluster, Node
 from portal.runs import cells, estimates
 from portal.runs.cells import RunCounts
@@ -185,7 +185,7 @@ def _active_groups(run: Run) -> list[GroupEta]:
 
 
 def _declared_s(item: dict[str, Any] | None) -> float | None:
-    """How long the snapshot's item is expected to take (checks/base.py Check.expected_s)."""
+    """How long the snapshot's item is expected to take (checks/core/base.py Check.expected_s)."""
     if item is None:
         return None
     try:

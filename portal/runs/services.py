@@ -14,9 +14,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from checks.base import Measurement as CheckMeasurement
-from checks.base import Series as CheckSeries
-from checks.base import Verdict
+from checks.core.base import Measurement as CheckMeasurement
+from checks.core.base import Series as CheckSeries
+from checks.core.base import Verdict
 from portal.catalog.models import TestPlan
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node

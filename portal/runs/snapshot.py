@@ -8,8 +8,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from checks.base import REGISTRY, ParamsError
-from checks.profiles import get_profile
+from checks.core.base import REGISTRY, ParamsError
+from checks.core.profiles import get_profile
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster
 

@@ -1,7 +1,7 @@
 """The triage view: which node, which GPU, which rule and what to do, one line per cause.
 
 Read from failed and errored results (a run's, or a campaign's open cells). A result's out-of-spec
-measurements (`ok` False) each get the remedy their kind declares (checks/presentation.py Remedy);
+measurements (`ok` False) each get the remedy their kind declares (checks/core/presentation.py Remedy);
 a failed result without one gets the kind's fallback, an `error` result ERROR_REMEDY.
 
 One node's findings of the same status, cause and action merge into one member (a wrong driver fails
@@ -24,7 +24,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 from django.urls import reverse
 
-from checks.presentation import ERROR_REMEDY, UNJUDGED_REMEDY, Remedy, presentation_of, presented
+from checks.core.presentation import ERROR_REMEDY, UNJUDGED_REMEDY, Remedy, presentation_of, presented
 from portal import formatting
 from portal.inventory.models import Node
 from portal.runs.models import CheckResult, Measurement, Scope, Series, Status

@@ -2,7 +2,7 @@
 
 Each node's tree is `<state file>.root/`, beside its state file, and its environment (`node_env`)
 names it in KILN_NODE_ROOT; checks that read node files read below that root when it is set
-(checks/node_files.py), and below / on a real node. `write_state` writes the healthy tree for the
+(checks/core/node_files.py), and below / on a real node. `write_state` writes the healthy tree for the
 node's state (`write_tree`); a test writes a fault into one node's files afterwards with
 `write_node_file`, and the next `write_state` makes the node healthy again.
 

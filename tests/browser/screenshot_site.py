@@ -70,7 +70,7 @@ def _plan(slug: str, name: str, items: list[tuple[str, dict[str, Any]]]) -> Any:
 
 
 def _plans() -> tuple[Any, Any]:
-    from checks.base import simulator_params
+    from checks.core.base import simulator_params
     from portal.catalog.models import TestPlan
 
     quick = [(i.check_definition.slug, i.param_overrides) for i in TestPlan.objects.get(slug="quick").items.all()]
@@ -142,7 +142,7 @@ def _soak_run(cluster: Any, user: User) -> Any:
     node's output, each SOAK_WALL_S long (side by side), then the run closes."""
     import time
 
-    from checks.base import Command, CommandOutput, Verdict
+    from checks.core.base import Command, CommandOutput, Verdict
     from portal.catalog.models import TestPlan
     from portal.runs import services
     from portal.runs.models import CheckResult, Scope

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import GroupCheck, by_slug
+from checks.core.base import GroupCheck, by_slug
 from portal.catalog.services import BUILTIN_PLANS
 from tests.browser.conftest import (
     COUNT_SWAPS_JS,
@@ -41,7 +41,7 @@ NCCL_FLOOR = {"min_busbw_gbps": 400}  # the customer's floor: a node 10 % slow p
 @pytest.fixture
 def plans(testbed_cluster):
     """The acceptance plan at simulator speed, and a short nightly sweep (NCCL + ECC) for the earlier run."""
-    from checks.base import simulator_params
+    from checks.core.base import simulator_params
     from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
     from portal.catalog.services import fast_plan_ensure
 

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 @pytest.fixture
 def charts_plan(testbed_cluster):
-    from checks.base import simulator_params
+    from checks.core.base import simulator_params
     from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 
     plan = TestPlan.objects.create(slug="charts", name="Charts plan")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from checks.presentation import CertificateChart
+from checks.core.presentation import CertificateChart
 from portal.certificates import charts, pdf_tables
 
 

@@ -9,7 +9,7 @@ import hashlib
 import pytest
 from django.urls import reverse
 
-from checks.base import Command, CommandOutput, Verdict
+from checks.core.base import Command, CommandOutput, Verdict
 from portal.certificates import export
 from portal.certificates.payload import body_build
 from portal.certificates.selectors import campaign_state

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.urls import reverse
 
-from checks.presentation import REINSTALL_DRIVER, RMA
+from checks.core.presentation import REINSTALL_DRIVER, RMA
 from portal.certificates.models import Campaign
 from portal.demo.cluster import demo_serial
 from portal.inventory.models import Node

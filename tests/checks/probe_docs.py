@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from checks.base import Command, CommandOutput
+from checks.core.base import Command, CommandOutput
 
 REPO = Path(__file__).resolve().parents[2]
 A100_MIG = "nvsmi_q_x_A100-SXM4-80GB_MIG_drv535.xml"

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks.facility_physics import FLUIDS
+from checks.soak.physics import FLUIDS
 
 RACKS = ("r1", "r2", "r3")
 HOSTS = tuple(f"gpu{i:02d}" for i in range(1, 13))

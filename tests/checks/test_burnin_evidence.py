@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, EvidenceError, NodeContext
-from checks.gpu_burn import ERRORS_WRAPPED, parse_gpu_burn
-from checks.profiles import resolve_thresholds
-from checks.raw_outputs import RAW_JUDGES
-from checks.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA
-from checks.sampling_columns import ROWS_SCHEMA
+from checks.burnin.gpu_burn import ERRORS_WRAPPED, parse_gpu_burn
+from checks.core.base import ERROR, FAIL, PASS, Command, CommandOutput, EvidenceError, NodeContext
+from checks.core.profiles import resolve_thresholds
+from checks.core.raw_outputs import RAW_JUDGES
+from checks.core.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA
+from checks.core.sampling_columns import ROWS_SCHEMA
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-burn"
 A100 = "gpu_burn_8xA100-80GB_doubles_tc.txt"
@@ -231,7 +231,7 @@ def test_it_errors_on_a_garbled_progress_record_instead_of_reading_half_of_it() 
 
 
 def test_a_real_output_with_faulty_gpus_and_no_telemetry_fails_naming_the_missing_telemetry() -> None:
-    """Judged as `python -m checks judge gpu_burn FILE` judges it (checks/raw_outputs.py): no
+    """Judged as `python -m checks judge gpu_burn FILE` judges it (checks/core/raw_outputs.py): no
     telemetry at all. The GPUs gpu_burn proved faulty make it `fail` (the hardware action), not
     `error`; the reason still says the telemetry could not be judged."""
     text = fixture(ISSUE_12)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import EvidenceError, Measurement
-from checks.gpu_burn import parse_gpu_burn
-from checks.parsers import parse_output
+from checks.burnin.gpu_burn import parse_gpu_burn
+from checks.core.base import EvidenceError, Measurement
+from checks.core.parsers import parse_output
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-burn"
 A100 = FIXTURES / "gpu_burn_8xA100-80GB_doubles_tc.txt"

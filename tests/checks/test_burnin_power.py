@@ -1,4 +1,4 @@
-"""burn_in's node power (checks/burnin_power.py): the BMC's readings beside NVML, summed up and
+"""burn_in's node power (checks/burnin/power.py): the BMC's readings beside NVML, summed up and
 judged against the profile's node maximum; asked for and missing is never a pass."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, NodeContext, ParamsError
-from checks.burnin import BurnInThresholds
-from checks.profiles import resolve_thresholds
-from checks.sampling import SAMPLING_LABEL
+from checks.burnin.check import BurnInThresholds
+from checks.core.base import ERROR, FAIL, PASS, Command, CommandOutput, NodeContext, ParamsError
+from checks.core.profiles import resolve_thresholds
+from checks.core.sampling import SAMPLING_LABEL
 from tests.checks.test_burnin_evidence import A100, columnar, fixture, sampling_doc
 
 GPU_SUM = 8 * 350.0  # sampling_doc's telemetry: 8 GPUs at 350 W

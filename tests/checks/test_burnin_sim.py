@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from checks import run_check
-from checks.base import ERROR, FAIL, PASS, NodeContext
-from checks.burnin import BurnIn
-from checks.profiles import resolve_params, resolve_thresholds
+from checks.burnin.check import BurnIn
+from checks.core.base import ERROR, FAIL, PASS, NodeContext
+from checks.core.profiles import resolve_params, resolve_thresholds
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 from worker.ssh import LocalTransport, NodeTarget
 

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from checks import REGISTRY
-from checks.base import (
+from checks.core.base import (
     PASS,
     Check,
     CommandOutput,
@@ -44,8 +44,8 @@ from checks.base import (
     run_check,
     run_group_check,
 )
-from checks.fanout import FanOutCheck
-from checks.profiles import resolve_params, resolve_thresholds
+from checks.core.fanout import FanOutCheck
+from checks.core.profiles import resolve_params, resolve_thresholds
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 from worker.ssh import LocalTransport, NodeTarget
 
@@ -104,7 +104,7 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Seed]:
         else:
             outputs = [transport.run(c) for c in commands]
         out[key] = Seed(check, params, thresholds, outputs, nodes[0], group)
-    # The same all-to-all as an nccl-tests before 2.13 prints it (checks/nccl_tests.py): no root,
+    # The same all-to-all as an nccl-tests before 2.13 prints it (checks/nccl/nccl_tests.py): no root,
     # a blank redop, and the `error` column the largest deviation as a float.
     alltoall = out["nccl_alltoall_multi"]
     old = [replace(o, stdout=pre_2_13(o.stdout)) if o.stdout else o for o in alltoall.outputs]

@@ -11,8 +11,8 @@ import pytest
 
 from checks import REGISTRY
 from checks.__main__ import main
-from checks.parsers import PARSERS
-from checks.raw_outputs import RAW_JUDGES
+from checks.core.parsers import PARSERS
+from checks.core.raw_outputs import RAW_JUDGES
 from tests.checks.probe_docs import A100_MIG, REPO, fixture, probe_doc
 from tests.checks.test_parser_fuzz import fixtures
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from checks import run_check
-from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, NodeContext
-from checks.dcgm import DcgmDiag
+from checks.core.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, NodeContext
+from checks.gpu.dcgm import DcgmDiag
 from tests.checks.test_dcgm_parser import DCGM4, GCM_FAIL, NVVS_31
 
 NODE = NodeContext(hostname="gpu001")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import EvidenceError, Measurement
-from checks.dcgm import normalise_status, parse_dcgmi_diag
-from checks.parsers import parse_output
+from checks.core.base import EvidenceError, Measurement
+from checks.core.parsers import parse_output
+from checks.gpu.dcgm import normalise_status, parse_dcgmi_diag
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgmi"
 GCM_FAIL = FIXTURES / "dcgmi_diag_r1_j_3x_fail_gcm.json"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, WARN, Measurement, NodeContext
-from checks.profiles import resolve_thresholds
+from checks.core.base import ERROR, FAIL, PASS, WARN, Measurement, NodeContext
+from checks.core.profiles import resolve_thresholds
 from tests.checks.probe_docs import gpu_doc, output, probe_doc
 
 NODE = NodeContext(hostname="gpu001")

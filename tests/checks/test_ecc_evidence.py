@@ -1,4 +1,4 @@
-"""ecc_health on impossible counters: before checks/evidence.py, uncorrected = -1 passed on every
+"""ecc_health on impossible counters: before checks/core/evidence.py, uncorrected = -1 passed on every
 profile, 0.5 failed with the reason "0 uncorrectable", and NaN reached the crash path."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, PASS, NodeContext
-from checks.profiles import PROFILES, resolve_thresholds
+from checks.core.base import ERROR, PASS, NodeContext
+from checks.core.profiles import PROFILES, resolve_thresholds
 from tests.checks.probe_docs import gpu_doc, output, probe_doc
 
 NODE = NodeContext(hostname="gpu001")

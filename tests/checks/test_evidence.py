@@ -1,4 +1,4 @@
-"""checks/evidence.py: the one layer that turns impossible values into `error` for every check."""
+"""checks/core/evidence.py: the one layer that turns impossible values into `error` for every check."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import math
 import pytest
 
 import checks  # noqa: F401  (fills the registry)
-from checks import evidence
-from checks.base import REGISTRY, Measurement
-from checks.evidence import COUNT, FLAG, UNIT_RULES, Rule, check_value, problems, reason
+from checks.core import evidence
+from checks.core.base import REGISTRY, Measurement
+from checks.core.evidence import COUNT, FLAG, UNIT_RULES, Rule, check_value, problems, reason
 
 
 @pytest.mark.parametrize(

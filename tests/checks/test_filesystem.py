@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import (
+from checks.core.base import (
     ERROR,
     FAIL,
     PASS,
@@ -21,9 +21,9 @@ from checks.base import (
     ParamsError,
     run_check,
 )
-from checks.filesystem import FsAggregate, FsThroughput, load_fio_json
-from checks.parsers import PARSERS
-from checks.profiles import resolve_thresholds
+from checks.core.parsers import PARSERS
+from checks.core.profiles import resolve_thresholds
+from checks.fs.throughput import FsAggregate, FsThroughput, load_fio_json
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 from worker.ssh import LocalTransport, NodeTarget
 

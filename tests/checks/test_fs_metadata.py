@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import (
+from checks.core.base import (
     ERROR,
     FAIL,
     PASS,
@@ -24,10 +24,10 @@ from checks.base import (
     run_check,
     run_group_check,
 )
-from checks.fs_metadata import FsMetadata
-from checks.fs_metadata_aggregate import FsMetadataAggregate
-from checks.fs_metadata_floors import ANY_FLOORS, CLASS_FLOORS
-from checks.parsers import PARSERS, parse_output
+from checks.core.parsers import PARSERS, parse_output
+from checks.fs.metadata import FsMetadata
+from checks.fs.metadata_aggregate import FsMetadataAggregate
+from checks.fs.metadata_floors import ANY_FLOORS, CLASS_FLOORS
 from testbed.sim import TOOLS_DIR, SimPaths, build_simulator, node_env, write_state
 from worker.ssh import LocalTransport, NodeTarget
 
@@ -305,7 +305,7 @@ def test_the_simulator_honours_mds_slow_when_run_directly(tmp_path: Path) -> Non
 
 
 def test_it_is_in_the_catalog() -> None:
-    from checks.base import REGISTRY, by_slug, catalogued
+    from checks.core.base import REGISTRY, by_slug, catalogued
 
     assert by_slug("fs-metadata") is REGISTRY["fs_metadata"] in catalogued()
 

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, Measurement, NodeContext, ParamsError
-from checks.gpu_config_read import iommu_mode, read_fabricmanager_log, read_unit
-from checks.lspci import read_acs
-from checks.nvidia_smi_query import read_gpu_config
-from checks.parsers import parse_output
-from checks.profiles import resolve_params, resolve_thresholds
+from checks.core.base import ERROR, FAIL, PASS, Command, CommandOutput, Measurement, NodeContext, ParamsError
+from checks.core.parsers import parse_output
+from checks.core.profiles import resolve_params, resolve_thresholds
+from checks.gpu.config_read import iommu_mode, read_fabricmanager_log, read_unit
+from checks.gpu.lspci import read_acs
+from checks.gpu.nvidia_smi_query import read_gpu_config
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi-fabric"
 LSPCI = Path(__file__).resolve().parents[1] / "fixtures" / "lspci"
@@ -323,7 +323,7 @@ def test_it_runs_read_only_argv_commands() -> None:
 
 
 def test_it_is_in_the_catalog() -> None:
-    from checks.base import REGISTRY, by_slug, catalogued
+    from checks.core.base import REGISTRY, by_slug, catalogued
 
     assert by_slug("gpu-config") is REGISTRY["gpu_config"] in catalogued()
 

@@ -9,11 +9,21 @@ from typing import Any
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, WARN, CommandOutput, EvidenceError, Measurement, NodeContext, ParamsError
-from checks.host_bw import NVBW_LABEL, PCIE_LABEL
-from checks.nvbandwidth import D2D_READ, D2D_WRITE, D2H, H2D, parse_pcie_query, parse_report
-from checks.parsers import parse_output
-from checks.profiles import resolve_thresholds
+from checks.core.base import (
+    ERROR,
+    FAIL,
+    PASS,
+    WARN,
+    CommandOutput,
+    EvidenceError,
+    Measurement,
+    NodeContext,
+    ParamsError,
+)
+from checks.core.parsers import parse_output
+from checks.core.profiles import resolve_thresholds
+from checks.gpu.host_bw import NVBW_LABEL, PCIE_LABEL
+from checks.gpu.nvbandwidth import D2D_READ, D2D_WRITE, D2H, H2D, parse_pcie_query, parse_report
 from tests.checks.probe_docs import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "nvbandwidth"

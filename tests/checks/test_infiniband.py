@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, Measurement, NodeContext
-from checks.infiniband import parse_ibstat
-from checks.parsers import parse_output
-from checks.profiles import resolve_thresholds
+from checks.core.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, Measurement, NodeContext
+from checks.core.parsers import parse_output
+from checks.core.profiles import resolve_thresholds
+from checks.rdma.infiniband import parse_ibstat
 from tests.checks.probe_docs import REPO
 
 FIXTURES = REPO / "tests/fixtures/ibstat"
@@ -157,7 +157,7 @@ def test_it_prints_the_firmware_from_the_state(sim, tmp_path: Path) -> None:
 
 def test_its_consensus_names_are_what_the_consensus_compares() -> None:
     """Closing a run reads only IbPorts.consensus_names for every node."""
-    from checks.infiniband import IB_CONSENSUS_NAMES, IbPorts
+    from checks.rdma.infiniband import IB_CONSENSUS_NAMES, IbPorts
 
     assert IbPorts.consensus_names == frozenset(IB_CONSENSUS_NAMES) == {"ports_active", "port_rate_min"}
     ports = {f"n{i}": 8.0 for i in range(1, 5)} | {"n3": 6.0}

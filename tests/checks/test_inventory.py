@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, Measurement, NodeContext
-from checks.inventory import inventory_consensus, inventory_facts, parse_version
-from checks.profiles import resolve_thresholds
+from checks.core.base import ERROR, FAIL, PASS, Measurement, NodeContext
+from checks.core.profiles import resolve_thresholds
+from checks.gpu.inventory import inventory_consensus, inventory_facts, parse_version
 from tests.checks.probe_docs import DRIVER, H100, gpu_doc, output, probe_doc
 
 NODE = NodeContext(hostname="gpu001")
@@ -211,7 +211,7 @@ def test_its_verdict_lists_every_finding_worst_first() -> None:
 
 @pytest.mark.parametrize("bad", ["550.x", "latest", "550..1"])
 def test_it_rejects_a_malformed_min_driver(bad: str) -> None:
-    from checks.base import ParamsError
+    from checks.core.base import ParamsError
 
     with pytest.raises(ParamsError, match="min_driver"):
         resolve_thresholds("gpu_inventory", None, {"min_driver": bad})
@@ -238,7 +238,7 @@ def test_every_check_with_a_consensus_declares_the_names_it_reads() -> None:
     """Without consensus_names, closing a run reads every measurement of that check for every node."""
     import inspect
 
-    from checks.base import REGISTRY, Check
+    from checks.core.base import REGISTRY, Check
 
     overriding = [
         kind

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from checks.base import EvidenceError
-from checks.io_benchmarks import parse_ior
-from checks.parsers import parse_output
+from checks.core.base import EvidenceError
+from checks.core.parsers import parse_output
+from checks.fs.io_benchmarks import parse_ior
 from tests.checks.probe_docs import REPO
 
 FIXTURES = REPO / "tests/fixtures/ior"

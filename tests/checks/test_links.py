@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, EvidenceError, NodeContext
-from checks.links import NVLINK_LABEL, parse_nvlink_status
-from checks.parsers import parse_output
-from checks.profiles import resolve_thresholds
+from checks.core.base import ERROR, FAIL, PASS, Command, CommandOutput, EvidenceError, NodeContext
+from checks.core.parsers import parse_output
+from checks.core.profiles import resolve_thresholds
+from checks.gpu.links import NVLINK_LABEL, parse_nvlink_status
 from tests.checks.probe_docs import REPO, gpu_doc, output, probe_doc
 
 FIXTURES = REPO / "tests/fixtures/nvidia-smi"

@@ -1,4 +1,4 @@
-"""Localisation by halves (checks/localise.py): which sub-runs come next, and what they say.
+"""Localisation by halves (checks/core/localise.py): which sub-runs come next, and what they say.
 
 The search is driven here against a model of the cluster (a set of slow nodes, racks, nodes that
 cannot run): every round is checked to be disjoint and within the capacity, and the verdict to
@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from checks.localise import (
+from checks.core.localise import (
     BLIND_LIMIT,
     Bisection,
     budget_rounds,
@@ -22,7 +22,7 @@ from checks.localise import (
     simulate,
     start,
 )
-from checks.verdict import ERROR, FAIL, PASS, GroupVerdict, Verdict
+from checks.core.verdict import ERROR, FAIL, PASS, GroupVerdict, Verdict
 
 StatusOf = Callable[[tuple[str, ...]], str]
 

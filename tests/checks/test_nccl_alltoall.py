@@ -1,6 +1,6 @@
 """nccl_alltoall_multi: the real alltoall_perf outputs (tests/fixtures/nccl-alltoall), the group
 verdicts with the node-count-scaled floor, and the simulator's alltoall_perf end to end through the
-simulated mpirun, localised by halves (checks/localise.py) like all-reduce."""
+simulated mpirun, localised by halves (checks/core/localise.py) like all-reduce."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from checks import __main__ as cli
-from checks import get_check, localise
-from checks.base import ERROR, FAIL, PASS, WARN, CommandOutput, GroupContext, NodeContext, run_group_check
-from checks.nccl import PEAK_ENV, hostfile_path
-from checks.nccl_alltoall import floor_scale
-from checks.nccl_tests import infer_collective, parse_report, wrong_rows
-from checks.profiles import resolve_thresholds
+from checks import get_check
+from checks.core import localise
+from checks.core.base import ERROR, FAIL, PASS, WARN, CommandOutput, GroupContext, NodeContext, run_group_check
+from checks.core.profiles import resolve_thresholds
+from checks.nccl.allreduce import PEAK_ENV, hostfile_path
+from checks.nccl.alltoall import floor_scale
+from checks.nccl.nccl_tests import infer_collective, parse_report, wrong_rows
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 from worker.ssh import LocalTransport, NodeTarget
 

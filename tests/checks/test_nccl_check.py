@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-import checks.nccl  # noqa: F401  (registers the checks until checks/__init__ imports the module)
+import checks.nccl.allreduce  # noqa: F401  (registers the checks until checks/__init__ imports the module)
 from checks import __main__ as cli
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, GroupContext, NodeContext, ParamsError
-from checks.nccl import PEAK_ENV, WRITE_HOSTFILE_SCRIPT, hostfile_path
-from checks.profiles import resolve_params, resolve_thresholds
+from checks.core.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, GroupContext, NodeContext, ParamsError
+from checks.core.profiles import resolve_params, resolve_thresholds
+from checks.nccl.allreduce import PEAK_ENV, WRITE_HOSTFILE_SCRIPT, hostfile_path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-tests"
 A100_1NODE = "all_reduce_perf_8xA100-80GB_single_node_gcm.txt"

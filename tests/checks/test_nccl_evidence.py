@@ -1,6 +1,6 @@
 """nccl-tests: impossible evidence, completion markers, repeated sizes, and the other 2.x collectives.
 
-Each test here failed before checks/evidence.py and checks/nccl_tests.py: inf/1e308 busbw passed
+Each test here failed before checks/core/evidence.py and checks/nccl/nccl_tests.py: inf/1e308 busbw passed
 every profile, NaN and negative busbw passed without a floor, #wrong 7 and -7 netted to 0, an
 output without its closing summary passed, repeated sizes went unnoticed, all_gather_perf was
 named reduce_scatter and broadcast_perf was not read at all.
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, NodeContext
-from checks.nccl import parse_nccl
-from checks.nccl_tests import infer_collective, parse_report, table_problems
-from checks.profiles import PROFILES, resolve_thresholds
+from checks.core.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, NodeContext
+from checks.core.profiles import PROFILES, resolve_thresholds
+from checks.nccl.allreduce import parse_nccl
+from checks.nccl.nccl_tests import infer_collective, parse_report, table_problems
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-tests"
 A100_1NODE = "all_reduce_perf_8xA100-80GB_single_node_gcm.txt"
@@ -183,7 +183,7 @@ def test_it_warns_not_judged_across_nodes_without_a_floor() -> None:
     check = get_check("nccl_allreduce_multi")
     cmd = Command(argv=("mpirun", "all_reduce_perf"), timeout=600, label="all_reduce_perf")
     outputs = [CommandOutput(command=cmd, stdout=fixture(H100_2NODE), stderr="", exit_code=0)]
-    from checks.base import GroupContext, run_group_check
+    from checks.core.base import GroupContext, run_group_check
 
     nodes = (NodeContext("ztan-mig-235z", expected_gpus=8), NodeContext("ztan-mig-gq73", expected_gpus=8))
     group = GroupContext(nodes=nodes, launcher=nodes[0])

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import EvidenceError, Measurement
-from checks.nccl import format_size, parse_nccl, parse_report, parse_size
-from checks.parsers import parse_output
+from checks.core.base import EvidenceError, Measurement
+from checks.core.parsers import parse_output
+from checks.nccl.allreduce import format_size, parse_nccl, parse_report, parse_size
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-tests"
 TABLES = [

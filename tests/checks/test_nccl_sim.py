@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-import checks.nccl  # noqa: F401  (registers the checks until checks/__init__ imports the module)
-from checks import get_check, localise, run_check
-from checks.base import ERROR, FAIL, PASS, GroupContext, NodeContext
-from checks.nccl import hostfile_path
-from checks.profiles import resolve_thresholds
+import checks.nccl.allreduce  # noqa: F401  (registers the checks until checks/__init__ imports the module)
+from checks import get_check, run_check
+from checks.core import localise
+from checks.core.base import ERROR, FAIL, PASS, GroupContext, NodeContext
+from checks.core.profiles import resolve_thresholds
+from checks.nccl.allreduce import hostfile_path
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 from worker.ssh import LocalTransport, NodeTarget
 
@@ -173,7 +174,7 @@ def test_it_fails_a_group_with_wrong_results(cluster: Cluster) -> None:
 
 
 def test_it_localises_the_slow_node_by_halves(cluster: Cluster) -> None:
-    """The planner (checks/localise.py) fed with the simulator's real runs of halves and pairs."""
+    """The planner (checks/core/localise.py) fed with the simulator's real runs of halves and pairs."""
     cluster.node("gpu04", net_slow_factor=0.5)
     _, root = run_group(cluster, HOSTS, "all")
     assert root.status == FAIL

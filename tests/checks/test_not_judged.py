@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from checks import get_check, run_check
-from checks.base import (
+from checks.core.base import (
     ERROR,
     FAIL,
     PASS,
@@ -26,10 +26,10 @@ from checks.base import (
     NodeContext,
     Verdict,
 )
-from checks.filesystem import FsAggregate
-from checks.infiniband import IbPorts
-from checks.localise import conclude, simulate, start
-from checks.profiles import resolve_thresholds
+from checks.core.localise import conclude, simulate, start
+from checks.core.profiles import resolve_thresholds
+from checks.fs.throughput import FsAggregate
+from checks.rdma.infiniband import IbPorts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 IBSTAT = FIXTURES / "ibstat" / "ibstat_H100_node_8xNDR400_some_down.txt"
@@ -151,7 +151,7 @@ def judge_aggregate(hosts: list[str], thresholds: dict[str, Any]):
     cmd = Command(argv=("sh", "-c", "fio"), timeout=60, label="fio")
     out = [CommandOutput(cmd, client_mode(hosts), "", 0)]
     group = GroupContext(nodes=tuple(NodeContext(h) for h in hosts), launcher=NodeContext(hosts[0]))
-    from checks.base import run_group_check
+    from checks.core.base import run_group_check
 
     return run_group_check(check, None, thresholds, out, group)
 

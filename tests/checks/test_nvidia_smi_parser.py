@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from checks.nvidia_smi import parse_nvidia_smi_xml_output
+from checks.gpu.nvidia_smi import parse_nvidia_smi_xml_output
 from tests.checks.probe_docs import fixture
 
 V13 = "nvsmi_q_x_RTX4000Ada_drv595_v13schema.xml"

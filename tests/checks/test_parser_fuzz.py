@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from checks.__main__ import main
-from checks.base import EvidenceError
-from checks.parsers import MAX_INPUT_BYTES, PARSERS, parse_output
+from checks.core.base import EvidenceError
+from checks.core.parsers import MAX_INPUT_BYTES, PARSERS, parse_output
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import EvidenceError, Measurement
-from checks.parsers import PARSERS, parse_output
-from checks.perftest import MIB_PER_S_IN_GBPS, failure_line, parse_perftest, perftest_measurements
+from checks.core.base import EvidenceError, Measurement
+from checks.core.parsers import PARSERS, parse_output
+from checks.rdma.perftest import MIB_PER_S_IN_GBPS, failure_line, parse_perftest, perftest_measurements
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "perftest"

@@ -1,4 +1,4 @@
-"""The power and cooling parsers: the ipmitool ones (checks/power_readings.py) on every real
+"""The power and cooling parsers: the ipmitool ones (checks/power/readings.py) on every real
 output in tests/fixtures, value by value, on sampling-period conversions, and on inputs that must
 never read as a reading (a deactivated DCMI reading, sensors with no reading, impossible, cut,
 empty and binary text); every kind through `python -m checks parse`. The Redfish kinds are in
@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 
-from checks import evidence
-from checks.base import EvidenceError, Measurement
-from checks.parsers import PARSERS, parse_output
-from checks.power_facility import parse_redfish_cdu, parse_redfish_pdu
-from checks.power_readings import (
+from checks.core import evidence
+from checks.core.base import EvidenceError, Measurement
+from checks.core.parsers import PARSERS, parse_output
+from checks.power.facility import parse_redfish_cdu, parse_redfish_pdu
+from checks.power.readings import (
     EVIDENCE,
     POWER_KINDS,
     parse_ipmitool_dcmi_power,
     parse_ipmitool_sdr_power,
 )
-from checks.power_redfish import parse_redfish_power
+from checks.power.redfish import parse_redfish_power
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"

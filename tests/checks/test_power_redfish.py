@@ -1,4 +1,4 @@
-"""The Redfish power and cooling parsers (checks/power_redfish.py, checks/power_facility.py) on
+"""The Redfish power and cooling parsers (checks/power/redfish.py, checks/power/facility.py) on
 every real Redfish document in tests/fixtures, value by value; unit conversions; impossible
 values flagged by the rules the power-soak check declares; documents that hold no reading or are
 not what they claim. Hostile documents built here stay here."""
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from checks import evidence
-from checks.base import EvidenceError, Measurement
-from checks.parsers import parse_output
-from checks.power_facility import parse_redfish_cdu, parse_redfish_pdu
-from checks.power_readings import EVIDENCE, flag_impossible
-from checks.power_redfish import parse_redfish_power
+from checks.core import evidence
+from checks.core.base import EvidenceError, Measurement
+from checks.core.parsers import parse_output
+from checks.power.facility import parse_redfish_cdu, parse_redfish_pdu
+from checks.power.readings import EVIDENCE, flag_impossible
+from checks.power.redfish import parse_redfish_power
 from tests.checks.test_power_readings import FIXTURES, table
 
 # --- redfish_power ---------------------------------------------------------------------------------

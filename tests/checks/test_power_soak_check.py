@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from checks import get_check
-from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, GroupContext, NodeContext, ParamsError
-from checks.fanout import FACILITY_LABEL, facility_document, run_fan_out_check
-from checks.power_soak import PowerSoak, PowerSoakParams
-from checks.power_soak_data import SoakThresholds
-from checks.power_soak_samples import grid, on_grid, read_loop, read_pdu
-from checks.sampling import SAMPLING_SCHEMA
+from checks.core.base import ERROR, FAIL, PASS, Command, CommandOutput, GroupContext, NodeContext, ParamsError
+from checks.core.fanout import FACILITY_LABEL, facility_document, run_fan_out_check
+from checks.core.sampling import SAMPLING_SCHEMA
+from checks.soak.check import PowerSoak, PowerSoakParams
+from checks.soak.data import SoakThresholds
+from checks.soak.samples import grid, on_grid, read_loop, read_pdu
 from tests.checks.soak_builder import HOSTS, N, Soak
 
 REPO_FIXTURES = "tests/fixtures"

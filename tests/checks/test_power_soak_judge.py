@@ -1,4 +1,4 @@
-"""The power-soak judgement (checks/power_soak_judge.py) on a synthetic 12-node, 3-rack, 6-PDU, one-loop,
+"""The power-soak judgement (checks/soak/judge.py) on a synthetic 12-node, 3-rack, 6-PDU, one-loop,
 one-UPS soak (tests/checks/soak_builder.py): the healthy soak passes, each planted fault fails exactly
 its subject with the numbers, bad or missing data is `error` and never a pass, and sums over nodes
 are taken per time point."""
@@ -10,11 +10,11 @@ import random
 
 import pytest
 
-from checks.base import ERROR, FAIL, PASS, WARN, ParamsError
-from checks.evidence import problems
-from checks.facility_physics import FLUIDS, feed_capacity_w, heat_removed_w, phase_deviations
-from checks.power_soak_data import PROFILE_THRESHOLDS, SoakThresholds
-from checks.power_soak_judge import SOAK_EVIDENCE, SoakResult, judge_soak, soak_charts
+from checks.core.base import ERROR, FAIL, PASS, WARN, ParamsError
+from checks.core.evidence import problems
+from checks.soak.data import PROFILE_THRESHOLDS, SoakThresholds
+from checks.soak.judge import SOAK_EVIDENCE, SoakResult, judge_soak, soak_charts
+from checks.soak.physics import FLUIDS, feed_capacity_w, heat_removed_w, phase_deviations
 from tests.checks.soak_builder import HOSTS, N, Soak, flat_soak
 from tests.checks.test_threshold_sources import _uncommented_fields
 

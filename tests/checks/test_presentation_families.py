@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks.presentation import (
+from checks.core.presentation import (
     CounterTable,
     FleetMetric,
     KeyMetric,

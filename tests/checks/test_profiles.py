@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from checks.base import ParamsError
-from checks.profiles import PROFILES, HardwareProfile, get_profile, resolve_params, resolve_thresholds
+from checks.core.base import ParamsError
+from checks.core.profiles import PROFILES, HardwareProfile, get_profile, resolve_params, resolve_thresholds
 
 
 def test_it_has_the_four_profiles() -> None:

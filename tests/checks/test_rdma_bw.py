@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from checks.base import (
+from checks.core.base import (
     ERROR,
     FAIL,
     PASS,
@@ -24,10 +24,10 @@ from checks.base import (
     ParamsError,
     Series,
 )
-from checks.fanout import run_fan_out_check
-from checks.profiles import resolve_thresholds
-from checks.rdma_bw import PAIRS_LABEL, RdmaBandwidth
-from checks.rdma_plan import RdmaBwParams, neighbours, plan_pairs, runner_spec
+from checks.core.fanout import run_fan_out_check
+from checks.core.profiles import resolve_thresholds
+from checks.rdma.bw import PAIRS_LABEL, RdmaBandwidth
+from checks.rdma.plan import RdmaBwParams, neighbours, plan_pairs, runner_spec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "perftest"
 NDR = (FIXTURES / "ib_write_bw-cx7-ndr400-b2b-dac.txt").read_text()

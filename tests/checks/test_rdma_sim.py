@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import FAIL, PASS, Command, CommandOutput, GroupContext, NodeContext
-from checks.fanout import run_fan_out_check
-from checks.perftest import PerftestRun, parse_perftest
+from checks.core.base import FAIL, PASS, Command, CommandOutput, GroupContext, NodeContext
+from checks.core.fanout import run_fan_out_check
+from checks.core.profiles import resolve_thresholds
 from checks.probe import rdma_pairs_source
-from checks.profiles import resolve_thresholds
-from checks.rdma_bw import PAIRS_LABEL, RdmaBandwidth
-from checks.rdma_plan import RdmaBwParams, runner_argv, runner_spec
+from checks.rdma.bw import PAIRS_LABEL, RdmaBandwidth
+from checks.rdma.perftest import PerftestRun, parse_perftest
+from checks.rdma.plan import RdmaBwParams, runner_argv, runner_spec
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / "testbed" / "sim" / "tools"

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, NodeContext
-from checks.profiles import resolve_thresholds
+from checks.core.base import ERROR, FAIL, PASS, NodeContext
+from checks.core.profiles import resolve_thresholds
 from tests.checks.probe_docs import A100_MIG, RTX_ADA, fixture, output
 
 

@@ -1,10 +1,10 @@
-"""What to do when a check fails: the remedies the kinds declare (checks/presentation.py Remedy)."""
+"""What to do when a check fails: the remedies the kinds declare (checks/core/presentation.py Remedy)."""
 
 from __future__ import annotations
 
 import pytest
 
-from checks.presentation import (
+from checks.core.presentation import (
     COLD_PLATE,
     FALLBACK_REMEDY,
     REINSTALL_DRIVER,
@@ -14,7 +14,7 @@ from checks.presentation import (
     Remedy,
     presentation_of,
 )
-from checks.xid import xid_action
+from checks.gpu.xid import xid_action
 
 
 @pytest.mark.parametrize(

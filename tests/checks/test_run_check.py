@@ -7,8 +7,8 @@ import json
 import pytest
 
 from checks import REGISTRY, get_check, run_check
-from checks.base import ERROR, PASS, Command, CommandOutput, EvidenceError, NodeContext, ParamsError
-from checks.probe_check import ProbeParams
+from checks.core.base import ERROR, PASS, Command, CommandOutput, EvidenceError, NodeContext, ParamsError
+from checks.core.probe_check import ProbeParams
 from tests.checks.probe_docs import output, probe_doc
 
 NODE = NodeContext(hostname="gpu001")

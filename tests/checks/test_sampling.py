@@ -1,4 +1,4 @@
-"""checks.sampling: reading the probe's sampling document into series, events and window stats."""
+"""checks.core.sampling: reading the probe's sampling document into series, events and window stats."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from checks.base import Command, CommandOutput, EvidenceError
-from checks.sampling import SAMPLING_LABEL, load_sampling, parse_sampling
+from checks.core.base import Command, CommandOutput, EvidenceError
+from checks.core.sampling import SAMPLING_LABEL, load_sampling, parse_sampling
 
 
 def sample(t: float, **per_gpu: dict[str, Any]) -> dict[str, Any]:

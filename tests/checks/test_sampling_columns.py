@@ -1,4 +1,4 @@
-"""checks.sampling on the probe's columnar sampling document (schema 2: arrays per GPU), and the
+"""checks.core.sampling on the probe's columnar sampling document (schema 2: arrays per GPU), and the
 same reading of the older one-object-per-sample form (schema 1): same columns, same evidence rules."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from checks import get_check
-from checks.base import Command, CommandOutput, EvidenceError
-from checks.burnin_telemetry import telemetry_measurements
-from checks.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA, load_sampling, parse_sampling
+from checks.burnin.telemetry import telemetry_measurements
+from checks.core.base import Command, CommandOutput, EvidenceError
+from checks.core.sampling import SAMPLING_LABEL, SAMPLING_SCHEMA, load_sampling, parse_sampling
 
 FIELDS = ("temp_gpu", "temp_memory", "power_w", "sm_clock_mhz", "clock_event_reasons",
           "ecc_volatile_uncorrected", "ecc_volatile_corrected")  # fmt: skip

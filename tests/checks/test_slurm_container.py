@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, CommandOutput, NodeContext, ParamsError
-from checks.slurm_container import HOST_LABEL, REFUSED_LABEL, STEP_LABEL, srun_argv
-from checks.slurm_container_read import check_image, parse_gpu_csv
+from checks.core.base import ERROR, FAIL, PASS, CommandOutput, NodeContext, ParamsError
+from checks.software.slurm_container import HOST_LABEL, REFUSED_LABEL, STEP_LABEL, srun_argv
+from checks.software.slurm_container_read import check_image, parse_gpu_csv
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pyxis"
 IMAGE = "nvcr.io#nvidia/pytorch:24.05-py3"
@@ -345,6 +345,6 @@ def test_the_timeout_of_a_hung_step_is_an_error() -> None:
 
 
 def test_it_is_in_the_catalog() -> None:
-    from checks.base import REGISTRY, by_slug, catalogued
+    from checks.core.base import REGISTRY, by_slug, catalogued
 
     assert by_slug("slurm-container") is REGISTRY["slurm_container"] in catalogued()

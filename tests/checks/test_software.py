@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, Measurement, NodeContext
-from checks.profiles import resolve_thresholds
-from checks.software import FACTS_LABEL, SoftwareConsistency, split_sections
-from checks.software_stack import STACK_LABEL
+from checks.core.base import ERROR, FAIL, PASS, Command, CommandOutput, Measurement, NodeContext
+from checks.core.profiles import resolve_thresholds
+from checks.software.consistency import FACTS_LABEL, SoftwareConsistency, split_sections
+from checks.software.stack import STACK_LABEL
 from tests.checks.probe_docs import REPO, gpu_doc, output, probe_doc
 
 NODE = NodeContext(hostname="gpu001")

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, Measurement, NodeContext
-from checks.parsers import parse_output
-from checks.profiles import resolve_thresholds
-from checks.software import SoftwareConsistency
-from checks.software_stack import STACK_LABEL, STACK_NAMES, read_nccl, read_ofed, read_pyxis, read_ucx
+from checks.core.base import ERROR, FAIL, PASS, Measurement, NodeContext
+from checks.core.parsers import parse_output
+from checks.core.profiles import resolve_thresholds
+from checks.software.consistency import SoftwareConsistency
+from checks.software.stack import STACK_LABEL, STACK_NAMES, read_nccl, read_ofed, read_pyxis, read_ucx
 from tests.checks.test_software import judge, stack_stdout
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -1,15 +1,15 @@
 """NVSwitch SXid lines in the kernel log: code, switch PCI address, device and link, one event per
-multi-line report, and the Xid/SXid severity rules (checks/xid.py) through ecc_health."""
+multi-line report, and the Xid/SXid severity rules (checks/gpu/xid.py) through ecc_health."""
 
 from __future__ import annotations
 
 import pytest
 
 from checks import get_check, run_check
-from checks.base import FAIL, CommandOutput, NodeContext
-from checks.parsers import parse_output
-from checks.profiles import resolve_thresholds
-from checks.xid import CRITICAL, KERNEL_LOG_MARK, WARN, kernel_log_command, parse_kernel_log
+from checks.core.base import FAIL, CommandOutput, NodeContext
+from checks.core.parsers import parse_output
+from checks.core.profiles import resolve_thresholds
+from checks.gpu.xid import CRITICAL, KERNEL_LOG_MARK, WARN, kernel_log_command, parse_kernel_log
 from tests.checks.probe_docs import REPO, gpu_doc, output, probe_doc
 
 FIXTURE = REPO / "tests/fixtures/dmesg-xid/dmesg_sxid_nvswitch_ltssm_xid79_gpud.txt"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, NodeContext, ParamsError, run_check
-from checks.parsers import PARSERS
-from checks.thermal import IDLE, LOAD, SENSORS, DlcTemperature
+from checks.core.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, NodeContext, ParamsError, run_check
+from checks.core.parsers import PARSERS
+from checks.thermal.check import IDLE, LOAD, SENSORS, DlcTemperature
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 from worker.ssh import LocalTransport, NodeTarget
 
@@ -278,7 +278,7 @@ def test_it_fails_a_leak_on_the_simulator(sim: SimPaths, tmp_path: Path) -> None
 
 def test_it_judges_idle_temperatures_alone_when_no_load_is_asked(tmp_path) -> None:
     """load_s=0 (quick sweeps): only the idle probe runs; no gpu_burn; the margins still judged."""
-    from checks.base import NodeContext, get_check, run_check
+    from checks.core.base import NodeContext, get_check, run_check
     from testbed.sim import build_simulator, node_env, write_state
     from worker.ssh import LocalTransport, NodeTarget
 

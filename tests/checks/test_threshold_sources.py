@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 import checks  # noqa: F401  (fills the registry)
-from checks.base import REGISTRY
+from checks.core.base import REGISTRY
 
 
 def _commented(lines: list[str], index: int) -> bool:

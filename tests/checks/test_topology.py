@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, Measurement, NodeContext
-from checks.parsers import PARSERS, parse_output
-from checks.presentation import presentation_of
-from checks.profiles import resolve_thresholds
-from checks.schema import ParamsError
-from checks.topology import TOPO_LABEL, GpuNicTopology, nics_needed, topology_facts
-from checks.topology_matrix import link_rank
+from checks.core.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, Measurement, NodeContext
+from checks.core.parsers import PARSERS, parse_output
+from checks.core.presentation import presentation_of
+from checks.core.profiles import resolve_thresholds
+from checks.core.schema import ParamsError
+from checks.topology.check import TOPO_LABEL, GpuNicTopology, nics_needed, topology_facts
+from checks.topology.matrix import link_rank
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi-topo"
 A100 = FIXTURES / "dgx-a100-8gpu-12nic.txt"

@@ -4,9 +4,9 @@ middle could hold the Xid, the row or the error that would have failed the node.
 from __future__ import annotations
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, Command, CommandOutput, NodeContext
-from checks.profiles import resolve_thresholds
-from checks.xid import KERNEL_LOG_LABEL, KERNEL_LOG_MARK, kernel_log_command
+from checks.core.base import ERROR, FAIL, PASS, Command, CommandOutput, NodeContext
+from checks.core.profiles import resolve_thresholds
+from checks.gpu.xid import KERNEL_LOG_LABEL, KERNEL_LOG_MARK, kernel_log_command
 from tests.checks.probe_docs import REPO, gpu_doc, output, probe_doc
 from worker.ssh import LocalTransport, NodeTarget
 

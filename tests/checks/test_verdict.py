@@ -1,11 +1,11 @@
-"""The verdict of several findings (checks/verdict.py): a proven fault outranks "could not tell",
+"""The verdict of several findings (checks/core/verdict.py): a proven fault outranks "could not tell",
 and the missing evidence stays named beside it."""
 
 from __future__ import annotations
 
 import pytest
 
-from checks.verdict import ALSO_UNTOLD, ERROR, FAIL, PASS, SKIPPED, WARN, Finding, Verdict, worst_status
+from checks.core.verdict import ALSO_UNTOLD, ERROR, FAIL, PASS, SKIPPED, WARN, Finding, Verdict, worst_status
 
 
 def test_a_proven_fault_beside_missing_evidence_fails_naming_both() -> None:

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from checks import get_check, run_check
-from checks.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, NodeContext
-from checks.nvidia_smi import parse_page_retirement
-from checks.parsers import parse_output
-from checks.profiles import resolve_thresholds
-from checks.xid import (
+from checks.core.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, NodeContext
+from checks.core.parsers import parse_output
+from checks.core.profiles import resolve_thresholds
+from checks.gpu.nvidia_smi import parse_page_retirement
+from checks.gpu.xid import (
     CRITICAL,
     INFO,
     KERNEL_LOG_LABEL,
@@ -330,7 +330,7 @@ def test_it_fails_extra_codes_named_in_xid_fail_codes() -> None:
 
 
 def test_it_rejects_badly_written_code_lists() -> None:
-    from checks.base import ParamsError
+    from checks.core.base import ParamsError
 
     with pytest.raises(ParamsError, match="xid_fail_codes"):
         resolve_thresholds("ecc_health", None, {"xid_fail_codes": "79;48"})

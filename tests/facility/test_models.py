@@ -8,7 +8,7 @@ import math
 import pytest
 from django.core.exceptions import ValidationError
 
-from checks.facility_physics import FLUIDS
+from checks.soak.physics import FLUIDS
 from portal.facility import services
 from portal.facility.models import Fluid, NodeFeed, Pdu, Rack, breakers_parse, breakers_text, number_text
 from portal.facility.services import FacilityError

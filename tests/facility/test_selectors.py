@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from checks.base import ERROR, FAIL, PASS
-from checks.power_soak_data import PROFILE_THRESHOLDS, SoakThresholds
-from checks.power_soak_judge import SoakResult, judge_soak
+from checks.core.base import ERROR, FAIL, PASS
+from checks.soak.data import PROFILE_THRESHOLDS, SoakThresholds
+from checks.soak.judge import SoakResult, judge_soak
 from portal.facility import selectors, services
 from portal.facility.models import Pdu
 from portal.facility.selectors import FeedRow

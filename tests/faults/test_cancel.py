@@ -13,7 +13,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from checks.base import Command
+from checks.core.base import Command
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.execution.execution import node_target
 from portal.runs import leases, services

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from checks.base import Command
+from checks.core.base import Command
 from portal.execution.reaper import reap
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent

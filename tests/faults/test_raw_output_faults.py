@@ -16,7 +16,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from checks.base import Command, Verdict
+from checks.core.base import Command, Verdict
 from portal.runs import rawoutput, services
 from portal.runs.models import CheckResult, Run
 from tests.faults.helpers import peak_rss, plan_of, process_tree, wait_for

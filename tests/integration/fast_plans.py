@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from checks.base import simulator_params
+from checks.core.base import simulator_params
 from portal.catalog.models import TestPlan
 
 

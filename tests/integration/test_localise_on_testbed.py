@@ -19,7 +19,7 @@ from ClusterShell.NodeSet import NodeSet
 from django.conf import settings
 from django.core.management import call_command
 
-from checks.base import simulator_params
+from checks.core.base import simulator_params
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.runs import rawoutput
 from portal.runs.models import CheckResult, Measurement

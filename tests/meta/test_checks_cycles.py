@@ -20,6 +20,6 @@ def test_no_import_cycle_between_checks_modules() -> None:
 
 def test_the_judge_modules_import_nothing_back() -> None:
     graph = checks_graph()
-    assert "checks.filesystem" not in graph["checks.fs_judge"]
-    assert "checks.thermal" not in graph["checks.thermal_judge"]
-    assert "checks.base" not in graph["checks.evidence"]
+    assert "checks.fs.throughput" not in graph["checks.fs.judge"]
+    assert "checks.thermal.check" not in graph["checks.thermal.judge"]
+    assert "checks.core.base" not in graph["checks.core.evidence"]

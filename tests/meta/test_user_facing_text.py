@@ -72,7 +72,7 @@ def test_no_string_of_the_portal_shows_a_source_path() -> None:
 
 def test_the_scan_finds_a_path_where_there_is_one(tmp_path: Path) -> None:
     assert SOURCE_PATH.findall("(see portal/health/trends.py)") == ["portal/health/trends.py"]
-    assert TEMPLATE_COMMENTS.sub("", "{# checks/presentation.py #}shown") == "shown"
+    assert TEMPLATE_COMMENTS.sub("", "{# checks/core/presentation.py #}shown") == "shown"
     assert SOURCE_PATH.findall(TEMPLATE_COMMENTS.sub("", "{# a\nportal/x.py #}")) == ["portal/x.py"]
     module = tmp_path / "m.py"
     module.write_text('"""Docstring: portal/a.py."""\nMESSAGE = "see worker/ssh.py"\n')

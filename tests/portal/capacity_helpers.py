@@ -8,15 +8,15 @@ from typing import Any
 
 from django.utils import timezone
 
-from checks.power_soak_data import SoakThresholds
-from checks.power_soak_judge import judge_soak, soak_charts
+from checks.soak.data import SoakThresholds
+from checks.soak.judge import judge_soak, soak_charts
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster, Node
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, Scope
 from tests.checks.soak_builder import HOSTS, Soak, rack_of
 
-# HGX H100 8-GPU: 10.2 kW (checks/power_soak_data.py PROFILE_THRESHOLDS).
+# HGX H100 8-GPU: 10.2 kW (checks/soak/data.py PROFILE_THRESHOLDS).
 THRESHOLDS = SoakThresholds(node_max_w=10_200.0)
 
 

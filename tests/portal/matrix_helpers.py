@@ -4,7 +4,7 @@ services as the worker records them."""
 
 from __future__ import annotations
 
-from checks.base import Measurement, Verdict
+from checks.core.base import Measurement, Verdict
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.inventory.models import Cluster, Node
 from portal.runs import services

@@ -12,7 +12,7 @@ import re
 import pytest
 from django.test import Client
 
-from checks.presentation import SUBJECT_VERDICT
+from checks.core.presentation import SUBJECT_VERDICT
 from portal.charts import views
 from portal.inventory.models import Cluster
 from portal.runs.models import CheckResult, Measurement

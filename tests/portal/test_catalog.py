@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import pytest
 
-from checks.base import REGISTRY, Check, by_slug, catalogued, register, simulator_params
+from checks.core.base import REGISTRY, Check, by_slug, catalogued, register, simulator_params
 from portal.catalog.models import CheckDefinition, TestPlan
 from portal.catalog.services import builtin_catalog_ensure, fast_plan_ensure
 
@@ -66,7 +66,7 @@ def test_simulator_params_are_valid_params_of_their_kind() -> None:
 
 
 def test_register_derives_the_slug_and_refuses_a_taken_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("checks.base.REGISTRY", dict(REGISTRY))
+    monkeypatch.setattr("checks.core.base.REGISTRY", dict(REGISTRY))
 
     class Probe(Check):
         key: ClassVar[str] = "catalog_probe_test"

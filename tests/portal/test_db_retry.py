@@ -9,8 +9,8 @@ import pytest
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection
 
-from checks.base import Command, CommandOutput, Verdict
-from checks.base import Measurement as CheckMeasurement
+from checks.core.base import Command, CommandOutput, Verdict
+from checks.core.base import Measurement as CheckMeasurement
 from portal.execution import execution
 from portal.health.models import HealthTransition, NodeHealth
 from portal.health.services import health_evaluate_run

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from checks import get_check, run_check
-from checks.base import Command, CommandOutput, NodeContext
-from checks.profiles import resolve_thresholds
+from checks.core.base import Command, CommandOutput, NodeContext
+from checks.core.profiles import resolve_thresholds
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.inventory.models import Cluster, Node
 from portal.runs import services

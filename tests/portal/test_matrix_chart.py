@@ -1,4 +1,4 @@
-"""The "matrix" chart family: heatmaps drawn from what a check kind declares (checks/presentation.py
+"""The "matrix" chart family: heatmaps drawn from what a check kind declares (checks/core/presentation.py
 MatrixChart), on results of topology, host_bw and rdma_bw judged by their real checks from real tool
 outputs and recorded through the run services, as the worker records them."""
 
@@ -11,9 +11,9 @@ import pytest
 from django.core.cache import cache
 from django.urls import reverse
 
-from checks.base import FAIL
-from checks.presentation import MatrixChart, Presentation
-from checks.topology import RANK_NAMES
+from checks.core.base import FAIL
+from checks.core.presentation import MatrixChart, Presentation
+from checks.topology.check import RANK_NAMES
 from portal.charts.figures.matrix import FAIL_SCALE, MAX_OUTLINES, PASS_SCALE, margin_pct, matrix_figure
 from portal.charts.selectors.matrix import Cell, MatrixResult, build_matrix, matrix_result
 from portal.runs.models import CheckResult, Run, Scope

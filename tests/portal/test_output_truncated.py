@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks.base import Command, CommandOutput, Verdict
+from checks.core.base import Command, CommandOutput, Verdict
 from portal.runs import services
 from portal.runs.models import CheckResult
 

@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from django.urls import reverse
 from django.utils import timezone
 
-from checks.base import REGISTRY, Check
+from checks.core.base import REGISTRY, Check
 from portal.catalog.models import TestPlan
 from portal.catalog.services import fast_plan_ensure
 from portal.demo.cluster import DEMO_CHECK_OVERHEAD_S, DEMO_NODES, plan_with_soak

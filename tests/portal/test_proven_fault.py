@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from checks import get_check, run_check
-from checks.base import NodeContext
-from checks.presentation import REPLACE_FAULTY_GPU
-from checks.profiles import resolve_thresholds
-from checks.raw_outputs import RAW_JUDGES
+from checks.core.base import NodeContext
+from checks.core.presentation import REPLACE_FAULTY_GPU
+from checks.core.profiles import resolve_thresholds
+from checks.core.raw_outputs import RAW_JUDGES
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.execution.management.commands.kiln_run import exit_code
 from portal.runs import services

@@ -12,8 +12,8 @@ import zlib
 import pytest
 from django.urls import reverse
 
-from checks.base import Command, CommandOutput, Series, Verdict
-from checks.base import Measurement as CheckMeasurement
+from checks.core.base import Command, CommandOutput, Series, Verdict
+from checks.core.base import Measurement as CheckMeasurement
 from portal.runs import rawoutput, selectors, services
 from portal.runs.models import CheckResult, Measurement
 from portal.runs.models import Series as SeriesRow

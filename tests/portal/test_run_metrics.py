@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from checks.base import Measurement as CheckMeasurement
-from checks.base import Verdict
+from checks.core.base import Measurement as CheckMeasurement
+from checks.core.base import Verdict
 from portal.charts import selectors as charts
 from portal.runs import services
 from portal.runs.models import RunMetric

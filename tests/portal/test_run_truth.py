@@ -12,7 +12,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from checks.base import Command, CommandOutput, Verdict
+from checks.core.base import Command, CommandOutput, Verdict
 from portal.api.serializers import RunDetailSerializer
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.health.models import NodeHealth

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from checks.base import Series as CheckSeries
-from checks.base import Verdict
+from checks.core.base import Series as CheckSeries
+from checks.core.base import Verdict
 from portal.runs import packing, services
 from portal.runs.models import VIEW_POINTS, Series, points_digest, points_view
 from tests.portal.test_raw_output import claimed

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from checks.base import Measurement as CheckMeasurement
-from checks.base import Verdict
+from checks.core.base import Measurement as CheckMeasurement
+from checks.core.base import Verdict
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.inventory.models import Cluster
 from portal.runs import rawoutput, services

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.urls import reverse
 
-from checks.presentation import COULD_NOT_JUDGE, COULD_NOT_TELL, REINSTALL_DRIVER, RMA
+from checks.core.presentation import COULD_NOT_JUDGE, COULD_NOT_TELL, REINSTALL_DRIVER, RMA
 from portal.runs.models import Run
 from portal.runs.triage import normalise, run_triage
 from portal.runs.triage_export import CSV_COLUMNS, csv_text, rma_text

@@ -1,5 +1,5 @@
 """The probe's node power parsers and poller (checks/probe/probe.py "node power (BMC)"), held to the
-same real ipmitool outputs as the portal's parsers (checks/power_readings.py)."""
+same real ipmitool outputs as the portal's parsers (checks/power/readings.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import EvidenceError
-from checks.facility_physics import MAX_NODE_POWER_W
-from checks.power_readings import parse_ipmitool_dcmi_power, parse_ipmitool_sdr_power
+from checks.core.base import EvidenceError
+from checks.core.sampling_columns import NODE_POWER_RULE
+from checks.power.readings import parse_ipmitool_dcmi_power, parse_ipmitool_sdr_power
 from checks.probe import probe
-from checks.sampling_columns import NODE_POWER_RULE
+from checks.soak.physics import MAX_NODE_POWER_W
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 DCMI = sorted(p for d in ("ipmitool-dcmi", "power") for p in (FIXTURES / d).glob("*dcmi*power*reading*.txt"))

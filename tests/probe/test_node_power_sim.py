@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from checks.core.sampling import parse_sampling
 from checks.probe import probe_source
-from checks.sampling import parse_sampling
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 
 pytest.importorskip("pynvml")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from checks.power_soak_samples import FACILITY_READERS
+from checks.soak.samples import FACILITY_READERS
 from portal.health.notify import DeliveryError, post_json
 from worker.endpoints import Endpoint
 from worker.redfish import sample_endpoint

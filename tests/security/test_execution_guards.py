@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import Command
+from checks.core.base import Command
 from portal.execution.execution import execute_node
 from portal.health.models import ClusterHealthSettings, SchedulerAction
 from portal.health.services import health_evaluate_run, scheduler_action_execute

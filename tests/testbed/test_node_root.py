@@ -1,5 +1,5 @@
 """Each simulated node has its own file tree (its sysfs), named in its environment: a check's file
-reader (checks/node_files.py) reads it there, a real node's /sys otherwise, and a fault written
+reader (checks/core/node_files.py) reads it there, a real node's /sys otherwise, and a fault written
 into one node's tree stays that node's."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import CommandOutput, EvidenceError
-from checks.node_files import NODE_ROOT_ENV, read_files, read_files_command
+from checks.core.base import CommandOutput, EvidenceError
+from checks.core.node_files import NODE_ROOT_ENV, read_files, read_files_command
 from testbed.sim import SimPaths, build_simulator, node_env, node_root, write_node_file, write_state
 from testbed.sim.node_root import NODE_ROOT_ENV as SIM_NODE_ROOT_ENV
 from worker.ssh import LocalTransport, NodeTarget

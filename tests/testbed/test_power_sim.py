@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.parsers import PARSERS
+from checks.core.parsers import PARSERS
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 from testbed.sim.power import PLATFORM_IDLE_W, PLATFORM_LOAD_W, node_power
 

@@ -258,7 +258,7 @@ def test_a_launcher_refusing_sessions_is_named_as_such(clean_testbed: Testbed) -
     localisation can run fewer pairs at once (portal.runs.pairs.localise)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from checks.base import Command
+    from checks.core.base import Command
     from worker.ssh import NodeTarget, SessionRefusedError, SSHTransport
 
     node = clean_testbed.node("gpu07")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
-from checks.base import Command, CommandOutput
+from checks.core.base import Command, CommandOutput
 from portal.execution.execution import execute_node
 from portal.runs.models import CheckResult
 from tests.portal.conftest import cluster, make_run, quick_plan  # noqa: F401 (fixtures)

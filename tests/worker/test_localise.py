@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from checks.base import (
+from checks.core.base import (
     ERROR,
     FAIL,
     PASS,
@@ -26,7 +26,7 @@ from checks.base import (
     Verdict,
     get_group_check,
 )
-from checks.localise import budget_rounds
+from checks.core.localise import budget_rounds
 from portal.runs import pairs
 from portal.runs.pairs import localise as _localise
 from portal.runs.pairs import subrun_budget

@@ -9,7 +9,7 @@ import tracemalloc
 
 import pytest
 
-from checks.base import Command
+from checks.core.base import Command
 from worker.ssh import DEFAULT_OUTPUT_CAP, CappedStream, LocalTransport, NodeTarget, SSHTransport
 
 # Prints START, n bytes of 'x', then END, on the stream named by argv[1], in 64 KiB writes.
@@ -102,7 +102,7 @@ def test_it_keeps_carriage_returns_and_replaces_undecodable_bytes_like_ssh() -> 
 
 
 def test_the_default_cap_is_far_above_any_expected_output() -> None:
-    # checks/burnin.py: an 8-GPU 12 h burn-in's sampling JSON stays near 3 MB.
+    # checks/burnin/check.py: an 8-GPU 12 h burn-in's sampling JSON stays near 3 MB.
     assert DEFAULT_OUTPUT_CAP >= 5 * 3_000_000
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from checks.base import Command
+from checks.core.base import Command
 from tests.worker.test_ssh import live_members
 from worker.procgroup import PgidSniffer, stop_group, tag_for
 from worker.ssh import CappedStream, LocalTransport, NodeTarget, remote_shell_line

@@ -1,5 +1,5 @@
 """worker/redfish.py against the testbed's Redfish PDU/CDU service on 127.0.0.1 (real HTTP, the
-DMTF document shapes): readings per interval through checks/power_soak_samples.py's readers, the
+DMTF document shapes): readings per interval through checks/soak/samples.py's readers, the
 credentials never in what it returns, and hostile or broken endpoints that cost readings, never a
 wrong number."""
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from checks.power_soak_samples import FACILITY_READERS
+from checks.soak.samples import FACILITY_READERS
 from testbed.sim import write_state
 from testbed.sim.redfish_facility import make_server
 from tests.testbed.test_redfish_facility import PASSWORD, USER, facility, loaded, write

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from checks.base import REGISTRY, Command, CommandOutput, NodeContext
+from checks.core.base import REGISTRY, Command, CommandOutput, NodeContext
 from worker.shared_reads import SharedReads
 from worker.ssh import PgidCallback, UnreachableError
 
@@ -151,7 +151,7 @@ def test_it_closes_the_transport_and_passes_other_calls_through() -> None:
 
 
 def quick_plan_commands() -> list[Command]:
-    from checks.base import by_slug
+    from checks.core.base import by_slug
     from portal.catalog.services import BUILTIN_PLANS
 
     _, _, items = BUILTIN_PLANS["quick"]
@@ -174,14 +174,14 @@ def test_the_quick_plan_runs_the_probe_once_per_node() -> None:
     probes = [c for c in transport.ran if c.argv == ("python3", "-")]
     assert sum(1 for c in commands if c.argv == ("python3", "-")) == 4
     assert len(probes) == 1
-    # sw_consistency's stack-versions script (checks/software_stack.py) is its own read, run once.
+    # sw_consistency's stack-versions script (checks/software/stack.py) is its own read, run once.
     assert (len(commands), reads.ran, reads.shared) == (11, 8, 3)
 
 
 # Tools that load the GPUs, the network or the disks, or write files: never read-only.
 CHANGING_TOOLS = ("gpu_burn", "all_reduce_perf", "fio", "dcgmi", "mpirun", "srun", "ior", "elbencho", "nvbandwidth")
 # Asking a tool whether it exists, its version or its help starts nothing (sw_consistency's stack
-# script asks srun exactly that: checks/software_stack.py).
+# script asks srun exactly that: checks/software/stack.py).
 QUERY_ONLY = re.compile(r"(?:has|absent) srun\b|srun --(?:version|help)\b")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from checks.base import Command
+from checks.core.base import Command
 from worker import ssh
 from worker.ssh import (
     CHANNEL_SLACK_S,

@@ -13,7 +13,7 @@ from celery.bin.worker import WorkersPool, _concurrency_value
 from django.db import connection
 
 from bench.fanout_peers import node_side_line, parse_ledger
-from checks.base import Command
+from checks.core.base import Command
 from worker.celery import _close_task, _open_ledger, app, pool_name, startup_line
 from worker.db import db_phase, ledger, ledger_close, ledger_open, timed
 

@@ -1,4 +1,4 @@
-"""Matrices of one result: one heatmap per declared matrix (checks/presentation.py MatrixChart),
+"""Matrices of one result: one heatmap per declared matrix (checks/core/presentation.py MatrixChart),
 stacked, each with its own colour bar. A value is coloured by its distance from the threshold its result
 recorded (red short of it, blue past it), and out-of-spec cells are outlined in red.
 

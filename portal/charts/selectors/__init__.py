@@ -1,6 +1,6 @@
 """Reads for the chart pages: stored results turned into plain data for the figure builders, one
 module per chart family. Which family draws a result is the check kind's declaration
-(checks/presentation.py Presentation.chart).
+(checks/core/presentation.py Presentation.chart).
 
 Every run-level read is a fixed number of queries whatever the node count (values() rows, no
 per-node lookups). Result-level reads load only the series a chart draws.

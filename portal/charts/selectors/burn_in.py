@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from checks.presentation import TelemetryChart, presentation_of
+from checks.core.presentation import TelemetryChart, presentation_of
 from portal.charts.selectors.common import (
     MAX_POINTS,
     is_float,
@@ -50,7 +50,7 @@ def _declared(result: CheckResult) -> TelemetryChart:
 
 
 def burn_in_result(*, result: CheckResult, max_points: int = MAX_POINTS) -> BurnInData:
-    """The panels the kind declares (checks/presentation.py TelemetryChart: temperature, power, SM
+    """The panels the kind declares (checks/core/presentation.py TelemetryChart: temperature, power, SM
     clock per GPU, the node's power when it was sampled), each trace LTTB-downsampled to
     `max_points`, with the declared throttle spans and slowdown line."""
     declared = _declared(result)

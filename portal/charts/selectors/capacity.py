@@ -1,9 +1,9 @@
 """A cluster's capacity page: its latest finished whole-cluster power and cooling result (chart family
-"capacity", checks/presentation.py) read into plain data for
+"capacity", checks/core/presentation.py) read into plain data for
 portal/charts/figures/capacity.py and the charts/capacity.html template.
 
 What a result of the family records (its contract with this module): the measurements its kind
-declares (checks/presentation.py CapacityLayout), each labelled by its subject (KEYS) and read under
+declares (checks/core/presentation.py CapacityLayout), each labelled by its subject (KEYS) and read under
 its declared role (a rack's "peak" with its threshold "<= BUDGET W", a UPS's "capacity" with
 ">= REQUIRED W" and "load", a PDU phase's "current" with "<= LIMIT A", a loop's "capture" with
 ">= MIN", ...); one SUBJECT_VERDICT row per subject other than a node; each node's verdict in the
@@ -25,7 +25,7 @@ from urllib.parse import quote
 from django.db.models import F, QuerySet
 from django.urls import reverse
 
-from checks.presentation import SUBJECT_VERDICT, CapacityLayout, kinds_charted, presentation_of
+from checks.core.presentation import SUBJECT_VERDICT, CapacityLayout, kinds_charted, presentation_of
 from portal.inventory.models import Cluster
 from portal.ordering import natural_key as natural
 from portal.runs.models import CheckResult, Measurement, Scope, Series, Status
@@ -50,7 +50,7 @@ KEYS = {
 HEADROOM_FRAC = 0.8
 # Racks per row when no position is known: a row of 12 cells fits a 1,400 px page (Kiln convention).
 PER_ROW = 12
-# Worst first: fail (a proven fault), error (could not tell), warn, pass (checks/verdict.py's
+# Worst first: fail (a proven fault), error (could not tell), warn, pass (checks/core/verdict.py's
 # order); none recorded first.
 SEVERITY = {"": 5, "fail": 4, "error": 3, "warn": 2, "pass": 1}
 

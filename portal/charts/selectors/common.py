@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from checks.presentation import presentation_of
+from checks.core.presentation import presentation_of
 from portal.runs.models import VIEW_POINTS, Run
 
 # Telemetry is drawn at this many points per trace at most (LTTB keeps spikes); exports stay whole.
@@ -18,7 +18,7 @@ MIN_DEVIATION = 0.05
 
 def chart_kind(kind: str) -> str:
     """Which chart family a result of this check kind gets ('' = none): the kind declares it
-    (checks/presentation.py)."""
+    (checks/core/presentation.py)."""
     return presentation_of(kind).chart
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from checks.presentation import PhaseBars, presentation_of
+from checks.core.presentation import PhaseBars, presentation_of
 from portal.charts.selectors.common import (
     item_thresholds,
 )
@@ -27,7 +27,7 @@ class DlcData:
 
 def dlc_result(*, result: CheckResult) -> DlcData:
     """The kind's declared per-GPU measurement idle and under load against its per-GPU limit
-    (checks/presentation.py PhaseBars: steady temperature against the slowdown temperature)."""
+    (checks/core/presentation.py PhaseBars: steady temperature against the slowdown temperature)."""
     declared = presentation_of(result.kind).phase_bars or PhaseBars("", "")
     rows = Measurement.objects.filter(
         result=result, name__in=(declared.measurement, declared.limit), gpu__isnull=False

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from checks.presentation import presentation_of
+from checks.core.presentation import presentation_of
 from portal.runs.models import CheckResult, Measurement
 
 
 def in_ecc_table(kind: str) -> Callable[[Measurement], bool] | None:
-    """For a result whose kind declares a counter table (checks/presentation.py CounterTable): which
+    """For a result whose kind declares a counter table (checks/core/presentation.py CounterTable): which
     of its measurements the table shows (the per-GPU counters and every event), so the result page's
     own measurement table leaves them out instead of showing them twice. None for other kinds."""
     table = presentation_of(kind).counters

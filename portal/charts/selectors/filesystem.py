@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.presentation import ThroughputChart, kinds_charted, presentation_of
+from checks.core.presentation import ThroughputChart, kinds_charted, presentation_of
 from portal.charts.selectors.common import (
     item_thresholds,
 )
@@ -38,7 +38,7 @@ def _direction(declared: ThroughputChart, name: str) -> str:
 def run_filesystem(*, run: Run) -> FsData:
     """Per-node write/read rates of the run's filesystem results, with the plan's floors: a node
     check's rates (each node alone), and a group check's per-node rates and total (all nodes at
-    once). The kinds are those charted as "filesystem" (checks/presentation.py). One query."""
+    once). The kinds are those charted as "filesystem" (checks/core/presentation.py). One query."""
     declared = {kind: t for kind in kinds_charted("filesystem") if (t := presentation_of(kind).throughput)}
     names = {n for t in declared.values() for n in (t.write, t.read, t.total_write, t.total_read) if n}
     rows = Measurement.objects.filter(result__run=run, result__kind__in=list(declared), name__in=names).values_list(

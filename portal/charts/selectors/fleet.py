@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from checks.presentation import FleetMetric, presentation_of
+from checks.core.presentation import FleetMetric, presentation_of
 from portal.charts.selectors.common import (
     MIN_DEVIATION,
     OUTLIER_Z,
@@ -22,7 +22,7 @@ from portal.runs.models import Measurement, Run, RunMetric, Scope
 
 def metric_direction(*, kind: str, metric: str) -> FleetMetric:
     """Whether higher is better for `metric` and how a node's GPUs fold into one value: the kind's
-    declaration (checks/presentation.py Presentation.direction). Every metric offered is declared
+    declaration (checks/core/presentation.py Presentation.direction). Every metric offered is declared
     (tests/checks); one asked for by hand that is not reads higher-is-better, the lowest GPU."""
     return presentation_of(kind).direction(metric) or FleetMetric(metric)
 
@@ -68,7 +68,7 @@ class MetricChoice:
 
 def run_metric_choices(*, run: Run) -> list[MetricChoice]:
     """The (check, metric, phase) triples with numbers in this run that their check declares worth
-    comparing across nodes (checks/presentation.py Presentation.fleet_metrics: judged, followed
+    comparing across nodes (checks/core/presentation.py Presentation.fleet_metrics: judged, followed
     metrics, never exit codes or presence flags), in plan order. Read from the run's list written
     with its measurements (RunMetric); a run recorded before that list existed, one DISTINCT."""
     items = {item.get("key"): item for item in run.plan_snapshot.get("items", [])}

@@ -1,5 +1,5 @@
 """Matrices of one result (chart family "matrix"): the heatmaps its check kind declares
-(checks/presentation.py MatrixChart), read from the result's measurements in one query.
+(checks/core/presentation.py MatrixChart), read from the result's measurements in one query.
 
 Labels come from node output (a NIC name, a hostname): they are kept as read here and escaped by the
 figure builder. A matrix keeps its first MAX_SIDE rows and columns in natural order and says how many
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks.presentation import MatrixChart, presentation_of
+from checks.core.presentation import MatrixChart, presentation_of
 from portal.ordering import natural_key as natural
 from portal.runs.models import CheckResult, Measurement, Scope
 

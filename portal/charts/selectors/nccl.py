@@ -1,6 +1,6 @@
 """NCCL busbw curves by message size: one result, or every node of one item of a run. Each curve
 carries the floor its own result was judged against, and the smallest size that judgement covers
-(the kind's declaration, checks/presentation.py SeriesThreshold): never the plan's number redrawn
+(the kind's declaration, checks/core/presentation.py SeriesThreshold): never the plan's number redrawn
 over sizes the check did not judge."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from checks.presentation import presentation_of
+from checks.core.presentation import presentation_of
 from portal.charts.selectors.common import item_kind
 from portal.charts.selectors.fleet import threshold_value
 from portal.formatting import as_number

@@ -37,7 +37,7 @@ def node_statuses(*, run: Run, by_host: dict[str, int] | None = None) -> dict[in
     """Each node's worst status in the run and the result that carries it (node id -> (status,
     result pk)). Group results count for a node through its attribution, else as members. Three
     queries (nodes, node results, group results), lean: 10k results at 1,250 nodes."""
-    from checks.base import worst_status
+    from checks.core.base import worst_status
 
     if by_host is None:  # hostname -> node id of the run's cluster
         by_host = dict(Node.objects.filter(cluster_id=run.cluster_id).values_list("hostname", "id"))

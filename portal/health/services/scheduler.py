@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from checks.base import Command
+from checks.core.base import Command
 from portal.health import conf, hooks
 from portal.health.models import (
     ACTION_OPEN,

@@ -1,4 +1,4 @@
-"""The key metrics followed across runs (declared by the checks, checks/presentation.py), stored
+"""The key metrics followed across runs (declared by the checks, checks/core/presentation.py), stored
 threshold parsing, and group-result membership: shared by the node, compare and search reads."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 from django.db.models import QuerySet
 
-from checks.presentation import KeyMetric, presented
+from checks.core.presentation import KeyMetric, presented
 from portal.runs.models import CheckResult, Scope
 
 
 @dataclass(frozen=True)
 class Metric:
     """A key measurement followed across runs, as declared by the checks that store it
-    (checks/presentation.py KeyMetric), with the kinds that declare it."""
+    (checks/core/presentation.py KeyMetric), with the kinds that declare it."""
 
     key: str
     label: str

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from checks.profiles import PROFILES
+from checks.core.profiles import PROFILES
 from portal.catalog.models import TestPlan
 from portal.inventory.models import DEFAULT_QUEUE, Cluster, Transport
 from portal.inventory.services import InventoryError, cluster_create, cluster_update

@@ -1,0 +1,1 @@
+"""topology: where each GPU's nearest NIC sits on the PCIe tree (nvidia-smi topo -m)."""
