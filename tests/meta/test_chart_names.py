@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 CHART_CODE = ("portal/charts", "portal/certificates/charts.py")
-CHART_TEMPLATES = "templates/charts"
+CHART_TEMPLATES = "portal/charts/templates/charts"
 # Ordinary words that one check also uses as a measurement name (mdtest's count of nodes): a page
 # may say "nodes" without reading that measurement.
 WORDS = frozenset({"nodes", "tasks"})
@@ -93,7 +93,9 @@ def test_chart_code_holds_no_measurement_name() -> None:
 
 def test_chart_templates_hold_no_measurement_name() -> None:
     names = declared_names()
-    found = [hit for path in sorted((REPO / CHART_TEMPLATES).rglob("*.html")) for hit in template_names(path, names)]
+    templates = sorted((REPO / CHART_TEMPLATES).rglob("*.html"))
+    assert templates, f"no chart templates under {CHART_TEMPLATES}"
+    found = [hit for path in templates for hit in template_names(path, names)]
     assert found == [], "read these names from the check's Presentation instead:\n" + "\n".join(found)
 
 
