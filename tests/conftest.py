@@ -25,7 +25,8 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 # `_gw<N>`), the broker's Redis database (the base database + N, below), the Celery workers and beat
 # it starts (bound to both), the sshd testbed (names and subnet unique to the process,
 # testbed/cluster.py) and the live server with its Chromium. Only what the machine truly has one of
-# is serialized: each `exclusive` resource is one xdist group, run by one process, in order.
+# is serialized: the tests holding an `exclusive` resource are one xdist group, run by one process,
+# in order, beside the rest.
 EXCLUSIVE_MARK = "exclusive"
 # Fixtures that hold an exclusive resource (tests without one carry `@pytest.mark.exclusive(...)`):
 # `demo` and `demo_settings` run kiln_demo, whose simulated nodes listen on fixed loopback addresses.
