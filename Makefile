@@ -13,9 +13,13 @@ PORT ?= 8000
 # The integration tests use the real services of the machine (see README).
 TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/9
-# Two pytest processes: the tests of shared services in one, in order; the rest beside them
-# (tests/conftest.py). TEST_PROCESSES=0 runs everything in this one process.
+# Several pytest processes, each with its own test database and broker database (TEST_BROKER_URL's
+# + the process's index: 9, 10, ...); the tests that need the machine alone run in one of them, in
+# order (tests/conftest.py). TEST_PROCESSES=0 runs everything in this one process.
 TEST_PROCESSES ?= 2
+# Coverage of the pytest processes, in the output; the run fails below the floor in
+# .ci/coverage-floor, which may only rise (tests/meta/test_coverage_floor.py). COVERAGE= turns it off.
+COVERAGE ?= --cov --cov-report=term --cov-fail-under=$$(cat .ci/coverage-floor)
 
 # The lock: exact versions with hashes, generated from the ranges in pyproject.toml by `make lock`.
 # Everything installed comes from it, pip and setuptools included (requirements/build.in).
@@ -66,7 +70,8 @@ test: export KILN_ENV_FILE =
 test: install
 	KILN_DATA_DIR=$(CURDIR)/data/test $(BIN)/python manage.py kiln_init -v0
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) KILN_DATA_DIR=$(CURDIR)/data/test \
-	  $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup $(PYTEST_ARGS)
+	  $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup \
+	  --durations=30 $(COVERAGE) $(PYTEST_ARGS)
 
 # The tool checks CI runs (.ci/run) and .pre-commit-config.yaml repeats. makemigrations reads the
 # settings, which refuse to start without a secret key: a clean clone has none (kiln_init makes it).

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.conf import settings
@@ -19,63 +20,66 @@ REPO = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
-# `make test` runs two processes (pytest-xdist, `--dist loadgroup`). The tests that use something
-# the machine has only one of (the sshd testbed, the broker's Redis database, Celery workers and
-# beat, Chromium and its live server, the demo's data folder) are one group: one process runs them
-# in order, as a single process would; the other tests spread over both processes.
-SERVICES_GROUP = "services"
-SERVICE_FIXTURES = frozenset(
-    {
-        "real_services",
-        "celery_worker_process",
-        "processes",
-        "private_broker",
-        "testbed",
-        "clean_testbed",
-        "testbed_cluster",
-        "testbed_factory",
-        "live_server",
-        "browser_context",
-        "page",
-    }
-)
-# Modules that reach those things without one of the fixtures: kiln_demo (the data folder's demo
-# nodes), the broker's queues read or flushed directly, a worker started by hand.
-SERVICE_MODULES = frozenset(
-    {
-        "tests.certificates.test_acceptance_path",
-        "tests.certificates.test_demo_certificate",
-        "tests.certificates.test_issue_worker",
-        "tests.certificates.test_triage_demo",
-        "tests.portal.test_broker",
-        "tests.portal.test_commands",
-        "tests.portal.test_cli_demo",
-        "tests.portal.test_reaper_liveness",
-        "tests.certificates.test_verify_load",  # gunicorn under a flood of uploads: timed
-        "tests.portal.test_up_script",  # a real Celery worker and gunicorn, and stand-ins under make
-        # Real-time samplers (a simulated ipmitool read every second under a simulated burn): they
-        # lost a third of their readings when they ran beside the 12-node heat soak of the other
-        # process. In the services group they run one after another with it, never at once.
-        "tests.checks.test_burnin_sim",
-        "tests.probe.test_node_power_sim",
-    }
-)
+# `make test` runs several pytest processes (pytest-xdist, `--dist loadgroup`). What a test used to
+# share with every other process is now its process's own: the test database (pytest-django adds
+# `_gw<N>`), the broker's Redis database (the base database + N, below), the Celery workers and beat
+# it starts (bound to both), the sshd testbed (names and subnet unique to the process,
+# testbed/cluster.py) and the live server with its Chromium. Only what the machine truly has one of
+# is serialized: the tests holding an `exclusive` resource are one xdist group, run by one process,
+# in order, beside the rest.
+EXCLUSIVE_MARK = "exclusive"
+# Fixtures that hold an exclusive resource (tests without one carry `@pytest.mark.exclusive(...)`):
+# `demo` and `demo_settings` run kiln_demo, whose simulated nodes listen on fixed loopback addresses.
+EXCLUSIVE_FIXTURES: dict[str, str] = {"demo": "demo", "demo_settings": "demo"}
+# The one group: a test naming two resources would otherwise have to be in two groups at once (the
+# demo certificate loads every core and uses the demo's folder), and xdist gives a test one.
+EXCLUSIVE_GROUP = "machine"
 
 
-def uses_shared_services(item: pytest.Item) -> bool:
-    if item.get_closest_marker("integration") or item.get_closest_marker("browser"):
-        return True
-    module = getattr(item, "module", None)
-    if module is not None and module.__name__ in SERVICE_MODULES:
-        return True
-    return bool(SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())))
+def exclusive_resources(item: pytest.Item) -> set[str]:
+    """The resources of the machine this test must hold alone (its `exclusive` marks and fixtures)."""
+    resources = {str(arg) for mark in item.iter_markers(EXCLUSIVE_MARK) for arg in mark.args}
+    fixtures = set(getattr(item, "fixturenames", ()))
+    resources |= {resource for name, resource in EXCLUSIVE_FIXTURES.items() if name in fixtures}
+    return resources
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    return EXCLUSIVE_GROUP if exclusive_resources(item) else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if uses_shared_services(item):
-            item.add_marker(pytest.mark.xdist_group(SERVICES_GROUP))
+        group = xdist_group_of(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def broker_url_of_process(url: str, worker: str | None) -> str:
+    """The broker URL of xdist process `worker` (gw0, gw1, ...): a Redis URL's database + the
+    process's index, so tests that flush or read the queue never see another process's messages.
+    Without xdist (or without Redis) the URL as given."""
+    if not worker or not url.startswith("redis"):
+        return url
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{base + int(worker.removeprefix('gw'))}"))
+
+
+def _use_this_process_broker() -> None:
+    url = broker_url_of_process(settings.CELERY_BROKER_URL, os.environ.get("PYTEST_XDIST_WORKER"))
+    if url == settings.CELERY_BROKER_URL:
+        return
+    # Celery's conf.broker_url reads the environment before any setting; workers inherit both.
+    os.environ["CELERY_BROKER_URL"] = url
+    settings.CELERY_BROKER_URL = url
+    from worker.celery import app
+
+    app.conf.broker_url = url
+
+
+_use_this_process_broker()
 
 
 def skip_or_fail(reason: str) -> None:

@@ -37,7 +37,8 @@ from tests.load import busy_loops
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
-pytestmark = [pytest.mark.browser]
+# Loads every core while the demo's simulated nodes run: the machine alone (tests/conftest.py).
+pytestmark = [pytest.mark.browser, pytest.mark.exclusive("demo", "cpu")]
 
 WIDTHS = (1280, 1920)
 SHOTS = REPO / "test-artifacts" / "screenshots"

@@ -21,6 +21,9 @@ from portal.runs.models import Run
 from testbed.sim import write_state
 from tests.certificates.conftest import execute_inline
 
+# The demo's simulated nodes (their loopback addresses and ports, the data folder's demo): one at a time.
+pytestmark = pytest.mark.exclusive("demo")
+
 
 @pytest.fixture
 def handover_plan(demo) -> TestPlan:

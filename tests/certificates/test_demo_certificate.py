@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import REPO
 from tests.load import busy_loops
 
-pytestmark = pytest.mark.integration
+# Loads every core while the demo's simulated nodes run: the machine alone (tests/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive("demo", "cpu")]
 
 
 def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

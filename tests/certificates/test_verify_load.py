@@ -19,6 +19,9 @@ from portal.api.services import token_create
 from portal.certificates import pdf
 from portal.cli.main import DEFAULT_WEB_WORKERS, web_argv
 
+# A timed flood: beside other real-time tests, never at once (tests/conftest.py).
+pytestmark = pytest.mark.exclusive("cpu")
+
 MiB = 1024**2
 UPLOADS = 20
 # The bound the uploads must keep the login page under; unbounded, it took 43-74 s at 8 uploads.

@@ -15,6 +15,9 @@ from checks.core.profiles import resolve_params, resolve_thresholds
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 from worker.ssh import LocalTransport, NodeTarget
 
+# Real-time readings judged on a deadline: beside other such tests, never at once (tests/conftest.py).
+pytestmark = pytest.mark.exclusive("cpu")
+
 pytest.importorskip("pynvml")
 
 FAST = {"duration_s": 3, "sample_interval_s": 0.5}

@@ -23,7 +23,8 @@ from django.core.management import call_command
 from portal.runs.models import CheckResult, Measurement
 from testbed.facility_service import FacilityService, start_facility
 
-pytestmark = pytest.mark.integration
+# Real-time readings judged on a deadline: beside other such tests, never at once (tests/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive("cpu")]
 
 NODES = 12
 RACKS = ("r1", "r2", "r3")

@@ -13,6 +13,9 @@ from django.db import connection
 from portal.cli.main import main
 from portal.runs.models import Run
 
+# The demo's simulated nodes (their loopback addresses and ports, the data folder's demo): one at a time.
+pytestmark = pytest.mark.exclusive("demo")
+
 
 class OneThread(concurrent.futures.ThreadPoolExecutor):
     """SQLite's in-memory test database fails a lock between threads at once (tests/portal/test_commands.py)."""

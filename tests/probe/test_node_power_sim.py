@@ -16,6 +16,9 @@ from checks.core.sampling import parse_sampling
 from checks.probe import probe_source
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
 
+# Real-time readings judged on a deadline: beside other such tests, never at once (tests/conftest.py).
+pytestmark = pytest.mark.exclusive("cpu")
+
 pytest.importorskip("pynvml")
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ipmitool-dcmi"
