@@ -239,6 +239,11 @@ class CounterTable:
     columns: tuple[tuple[str, str], ...]
     events: tuple[str, ...] = ()
 
+    def shows(self, name: str, gpu: int | None) -> bool:
+        """Whether the table shows this measurement: every event, and a counter measured on one GPU
+        (a node-level counter has no row here, so the result page's own table keeps it)."""
+        return name in self.events or (gpu is not None and any(name == column for column, _ in self.columns))
+
 
 @dataclass(frozen=True)
 class PhaseBars:
