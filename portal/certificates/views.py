@@ -393,7 +393,7 @@ def certificate_verify(request: HttpRequest) -> HttpResponse:
         upload = form.cleaned_data["pdf"]
         if upload.size > uploads.file_limit():  # the upload handler stops it first; kept as a guard
             form.add_error("pdf", f"larger than {settings.KILN_MAX_UPLOAD_MB} MiB")
-        else:  # within its slots (VerificationAdmissionMiddleware)
+        else:  # within its slots (portal/api/admission.py)
             verdict = verification.certificate_verify(data=upload.read())
     try:
         store, key_error = keys.trust_store_load(), ""
