@@ -8,9 +8,32 @@ import importlib
 import pkgutil
 
 from checks.base import REGISTRY, get_check, run_check
+from checks.presentation import NOTHING, Presentation
+
+
+# The declarations of the registered kinds: here, beside the registry they read, so that
+# checks/presentation.py (which checks/base.py imports) never imports the package back.
+def presentation_of(kind: str) -> Presentation:
+    """The declaration of a check kind; an unknown kind (a result of a check since removed) shows
+    nothing rather than breaking a page."""
+    cls = REGISTRY.get(kind)
+    return getattr(cls, "presentation", NOTHING) if cls is not None else NOTHING
+
+
+def presented() -> list[tuple[str, Presentation]]:
+    """(kind, presentation) of every registered kind, by rank then kind."""
+    pairs = [(kind, getattr(cls, "presentation", NOTHING)) for kind, cls in REGISTRY.items()]
+    return sorted(pairs, key=lambda kp: (kp[1].rank, kp[0]))
+
+
+def kinds_charted(family: str) -> tuple[str, ...]:
+    """The kinds whose results are drawn by chart family `family`."""
+    return tuple(kind for kind, p in presented() if p.chart == family)
+
 
 for _module in pkgutil.iter_modules(__path__):
     if not _module.ispkg and _module.name != "__main__":
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["REGISTRY", "get_check", "run_check"]
+
+__all__ = ["REGISTRY", "get_check", "kinds_charted", "presentation_of", "presented", "run_check"]

@@ -24,7 +24,8 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from checks.presentation import OutlierMetric, Row, presented
+from checks import presented
+from checks.presentation import OutlierMetric, Row
 
 K = TypeVar("K", bound=Hashable)
 

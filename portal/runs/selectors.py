@@ -11,8 +11,8 @@ from typing import Any
 from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
+from checks import presentation_of
 from checks.base import ParamsError, worst_status
-from checks.presentation import presentation_of
 from portal.inventory.models import Cluster, Node
 from portal.runs import cells, estimates
 from portal.runs.cells import RunCounts

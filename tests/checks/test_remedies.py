@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from checks.presentation import (
-    COLD_PLATE,
-    FALLBACK_REMEDY,
-    REINSTALL_DRIVER,
-    RESEAT_LINK,
-    RMA,
-    Presentation,
-    Remedy,
-    presentation_of,
-)
+from checks import presentation_of
+from checks.presentation import COLD_PLATE, FALLBACK_REMEDY, REINSTALL_DRIVER, RESEAT_LINK, RMA, Presentation, Remedy
 from checks.xid import xid_action
 
 

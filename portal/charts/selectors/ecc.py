@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from checks.presentation import presentation_of
+from checks import presentation_of
 from portal.runs.models import CheckResult, Measurement
 
 
