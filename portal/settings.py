@@ -87,7 +87,7 @@ MIDDLEWARE = [
     # Nothing above reads a request's body. A certificate verification takes its slots (429 over
     # the limit) before its upload is read; then 413 for a body over KILN_MAX_UPLOAD_MB, on its
     # Content-Length or as it streams (the next one parses forms).
-    "portal.certificates.middleware.VerificationAdmissionMiddleware",
+    "portal.api.admission.VerificationAdmissionMiddleware",
     "portal.uploads.UploadLimitMiddleware",
     # 400 for a NUL, another control character or non-UTF-8 bytes in a path, parameter or form field.
     "portal.middleware.RejectUnreadableInputMiddleware",

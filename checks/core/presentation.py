@@ -2,7 +2,7 @@
 health trends, fleet outliers, certificate). Pure Python, no Django.
 
 A check class sets `presentation: ClassVar[Presentation]` beside its thresholds; the portal looks
-it up through the registry (`presentation_of`, `presented`) and keeps no table of kinds of its own.
+it up through the registry (`checks.presentation_of`, `checks.presented`) and keeps no table of kinds of its own.
 A kind that declares nothing gets `Presentation()`: no chart, no key metric, nothing exported.
 See docs/adding-a-check.md.
 """
@@ -239,6 +239,11 @@ class CounterTable:
     columns: tuple[tuple[str, str], ...]
     events: tuple[str, ...] = ()
 
+    def shows(self, name: str, gpu: int | None) -> bool:
+        """Whether the table shows this measurement: every event, and a counter measured on one GPU
+        (a node-level counter has no row here, so the result page's own table keeps it)."""
+        return name in self.events or (gpu is not None and any(name == column for column, _ in self.columns))
+
 
 @dataclass(frozen=True)
 class PhaseBars:
@@ -452,28 +457,6 @@ class Presentation:
 
 
 NOTHING = Presentation()
-
-
-def presentation_of(kind: str) -> Presentation:
-    """The declaration of a check kind; an unknown kind (a result of a check since removed) shows
-    nothing rather than breaking a page."""
-    import checks  # the package fills its registry; checks.core.base imports this module
-
-    cls = checks.REGISTRY.get(kind)
-    return getattr(cls, "presentation", NOTHING) if cls is not None else NOTHING
-
-
-def presented() -> list[tuple[str, Presentation]]:
-    """(kind, presentation) of every registered kind, by rank then kind."""
-    import checks  # importing the package registers every check
-
-    pairs = [(kind, getattr(cls, "presentation", NOTHING)) for kind, cls in checks.REGISTRY.items()]
-    return sorted(pairs, key=lambda kp: (kp[1].rank, kp[0]))
-
-
-def kinds_charted(family: str) -> tuple[str, ...]:
-    """The kinds whose results are drawn by chart family `family`."""
-    return tuple(kind for kind, p in presented() if p.chart == family)
 
 
 # --- readers for outlier metrics: a node's one value from its measurements ------------------------

@@ -21,7 +21,8 @@ from typing import Any
 
 from django.db.models import Q
 
-from checks.core.presentation import CertificateChart, presentation_of, presented
+from checks import presentation_of, presented
+from checks.core.presentation import CertificateChart
 from portal.runs.models import CheckResult, Measurement, Scope, Series
 from portal.runs.packing import unpack, unpack_pair
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from checks.core.presentation import presentation_of
+from checks import presentation_of
 from portal.certificates import evidence, seal, sections, summary
 from portal.certificates.models import CertificateVerdict
 from portal.certificates.selectors import CampaignState

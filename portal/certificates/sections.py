@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from checks.core.presentation import SUBJECT_VERDICT, CertificateSection, presentation_of
+from checks import presentation_of
+from checks.core.presentation import SUBJECT_VERDICT, CertificateSection
 from portal.certificates.summary import REASON_MAX
 from portal.runs.models import CheckResult, Measurement, Scope
 

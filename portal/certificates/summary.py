@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from checks.core.presentation import KeyMetric, presentation_of
+from checks import presentation_of
+from checks.core.presentation import KeyMetric
 from portal.certificates import evidence, seal
 from portal.certificates.selectors import WAIVED
 from portal.runs.models import Scope

@@ -19,6 +19,8 @@ urlpatterns = [
         name="campaign_waiver_withdraw",
     ),
     path("campaigns/<int:campaign_id>/scope/restore/", views.campaign_scope_restore, name="campaign_scope_restore"),
+    path("campaigns/<int:campaign_id>/triage.csv", views.campaign_triage_csv, name="campaign_triage_csv"),
+    path("campaigns/<int:campaign_id>/rma.txt", views.campaign_triage_rma, name="campaign_triage_rma"),
     path("campaigns/<int:campaign_id>/sign/", views.campaign_sign, name="campaign_sign"),
     path("campaigns/<int:campaign_id>/issue/", views.campaign_issue_status, name="campaign_issue_status"),
     path("campaigns/<int:campaign_id>/issue/retry/", views.campaign_issue_retry, name="campaign_issue_retry"),

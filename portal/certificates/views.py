@@ -29,6 +29,8 @@ from portal.inventory.models import Cluster, Node
 from portal.roles import APPROVER, OPERATOR, VIEWER, has_role, role_required
 from portal.runs.estimates import choices, plan_estimates
 from portal.runs.models import STATUS_COLOURS, Run
+from portal.runs.triage import Line, campaign_triage
+from portal.runs.triage_export import csv_text, rma_text
 
 OPEN_PAGE = 50
 AUDIT_PAGE = 50
@@ -391,7 +393,7 @@ def certificate_verify(request: HttpRequest) -> HttpResponse:
         upload = form.cleaned_data["pdf"]
         if upload.size > uploads.file_limit():  # the upload handler stops it first; kept as a guard
             form.add_error("pdf", f"larger than {settings.KILN_MAX_UPLOAD_MB} MiB")
-        else:  # within its slots (VerificationAdmissionMiddleware)
+        else:  # within its slots (portal/api/admission.py)
             verdict = verification.certificate_verify(data=upload.read())
     try:
         store, key_error = keys.trust_store_load(), ""
@@ -417,3 +419,28 @@ def certificate_site_ca(request: HttpRequest) -> HttpResponse:
     response = HttpResponse(keys.public_export(), content_type="application/x-pem-file")
     response["Content-Disposition"] = 'attachment; filename="kiln-site-keys.pem"'
     return response
+
+
+def _attachment(text: str, *, content_type: str, filename: str) -> HttpResponse:
+    response = HttpResponse(text, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _campaign_lines(campaign_id: int) -> list[Line]:
+    campaign = get_object_or_404(Campaign.objects.select_related("cluster"), pk=campaign_id)
+    return campaign_triage(state=selectors.campaign_state(campaign=campaign))
+
+
+@role_required(VIEWER)
+def campaign_triage_csv(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    """The campaign's triage lines (shown on its page) as CSV."""
+    text = csv_text(_campaign_lines(campaign_id))
+    return _attachment(text, content_type="text/csv", filename=f"campaign-{campaign_id}-triage.csv")
+
+
+@role_required(VIEWER)
+def campaign_triage_rma(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    """All failing nodes' RMA text, or one node's with ?node=HOSTNAME."""
+    text = rma_text(_campaign_lines(campaign_id), hostname=request.GET.get("node", ""))
+    return _attachment(text, content_type="text/plain; charset=utf-8", filename=f"campaign-{campaign_id}-rma.txt")

@@ -10,7 +10,7 @@ from django.core.cache import cache
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from checks.core.presentation import presented
+from checks import presented
 from portal.charts import figures, selectors
 from portal.charts.families import family_of
 from portal.inventory.models import Cluster

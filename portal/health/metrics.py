@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from checks.core.presentation import presented
+from checks import presented
 from portal.health.models import HealthState, NodeMetrics, ScheduledFire
 from portal.inventory.models import Node
 from portal.runs.models import CheckResult, Measurement, Scope, Status

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from checks.core.presentation import presented
+from checks import presented
 
 
 @dataclass(frozen=True)

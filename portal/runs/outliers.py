@@ -24,7 +24,8 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from checks.core.presentation import OutlierMetric, Row, presented
+from checks import presented
+from checks.core.presentation import OutlierMetric, Row
 
 K = TypeVar("K", bound=Hashable)
 

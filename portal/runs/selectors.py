@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -11,6 +11,7 @@ from typing import Any
 from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
+from checks import presentation_of
 from checks.core.base import ParamsError, worst_status
 from portal.inventory.models import Cluster, Node
 from portal.runs import cells, estimates
@@ -587,10 +588,11 @@ class MeasurementTable:
     left_out: int = 0  # shown by the chart family's own table instead
 
 
-def measurement_table(*, result: CheckResult, shown_elsewhere: Callable[[Any], bool] | None = None) -> MeasurementTable:
-    """`shown_elsewhere`: measurements a table of the result's chart family shows (the ECC table)."""
+def measurement_table(*, result: CheckResult) -> MeasurementTable:
+    """Leaves out the measurements the counter table its kind declares shows (the ECC table)."""
     every = list(result.measurements.all())
-    measurements = [m for m in every if shown_elsewhere is None or not shown_elsewhere(m)]
+    counters = presentation_of(result.kind).counters
+    measurements = [m for m in every if counters is None or not counters.shows(m.name, m.gpu)]
     left_out = len(every) - len(measurements)
     listed = _listed_names(measurements)
     node_level = [m for m in measurements if m.gpu is None or m.name in listed]

@@ -24,7 +24,8 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 from django.urls import reverse
 
-from checks.core.presentation import ERROR_REMEDY, UNJUDGED_REMEDY, Remedy, presentation_of, presented
+from checks import presentation_of, presented
+from checks.core.presentation import ERROR_REMEDY, UNJUDGED_REMEDY, Remedy
 from portal import formatting
 from portal.inventory.models import Node
 from portal.runs.models import CheckResult, Measurement, Scope, Series, Status

@@ -1,15 +1,14 @@
-"""The triage exports (the lines themselves are shown on the run and campaign pages)."""
+"""The run triage exports (the lines themselves are shown on the run page; the campaign ones are
+the certificates app's)."""
 
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 
-from portal.certificates.models import Campaign
-from portal.certificates.selectors import campaign_state
 from portal.roles import VIEWER, role_required
 from portal.runs.models import Run
-from portal.runs.triage import Line, campaign_triage, run_triage
+from portal.runs.triage import Line, run_triage
 from portal.runs.triage_export import csv_text, rma_text
 
 
@@ -24,11 +23,6 @@ def _run_lines(run_id: int) -> list[Line]:
     return run_triage(run_id=run.pk)
 
 
-def _campaign_lines(campaign_id: int) -> list[Line]:
-    campaign = get_object_or_404(Campaign.objects.select_related("cluster"), pk=campaign_id)
-    return campaign_triage(state=campaign_state(campaign=campaign))
-
-
 @role_required(VIEWER)
 def run_triage_csv(request: HttpRequest, run_id: int) -> HttpResponse:
     return _download(csv_text(_run_lines(run_id)), content_type="text/csv", filename=f"run-{run_id}-triage.csv")
@@ -39,15 +33,3 @@ def run_triage_rma(request: HttpRequest, run_id: int) -> HttpResponse:
     """All failing nodes' RMA text, or one node's with ?node=HOSTNAME."""
     text = rma_text(_run_lines(run_id), hostname=request.GET.get("node", ""))
     return _download(text, content_type="text/plain; charset=utf-8", filename=f"run-{run_id}-rma.txt")
-
-
-@role_required(VIEWER)
-def campaign_triage_csv(request: HttpRequest, campaign_id: int) -> HttpResponse:
-    text = csv_text(_campaign_lines(campaign_id))
-    return _download(text, content_type="text/csv", filename=f"campaign-{campaign_id}-triage.csv")
-
-
-@role_required(VIEWER)
-def campaign_triage_rma(request: HttpRequest, campaign_id: int) -> HttpResponse:
-    text = rma_text(_campaign_lines(campaign_id), hostname=request.GET.get("node", ""))
-    return _download(text, content_type="text/plain; charset=utf-8", filename=f"campaign-{campaign_id}-rma.txt")

@@ -23,7 +23,6 @@ from django.utils.text import Truncator
 from django.views.decorators.http import require_POST
 
 from portal.catalog.models import TestPlan
-from portal.charts import selectors as charts
 from portal.inventory.models import Cluster
 from portal.roles import OPERATOR, VIEWER, has_role, role_required
 from portal.runs import cells, estimates, selectors, services
@@ -260,7 +259,7 @@ def result_detail(request: HttpRequest, result_id: int) -> HttpResponse:
         "runs/result_detail.html",
         {
             "result": result,
-            "table": selectors.measurement_table(result=result, shown_elsewhere=charts.in_ecc_table(result.kind)),
+            "table": selectors.measurement_table(result=result),
             # Names only: a 24 h burn-in holds millions of points; the charts fetch them downsampled.
             "series": list(result.series.defer("x_packed", "y_packed", "view_packed")),
             "colours": STATUS_COLOURS,

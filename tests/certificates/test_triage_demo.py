@@ -53,7 +53,7 @@ def test_the_demo_run_triages_to_exactly_the_two_faults(demo, client, users):
         page = client.get(url).content.decode()
         assert page.count('class="triage-line"') == 2, url
         assert "535.104.05" in page and "reinstall the pinned driver" in page and serial in page
-    response = client.get(reverse("runs:campaign_triage_csv", args=[campaign.pk]))
+    response = client.get(reverse("certificates:campaign_triage_csv", args=[campaign.pk]))
     assert response.status_code == 200 and len(response.content.decode().strip().splitlines()) == 3
 
     # demo05 develops the same ECC fault on GPU 2: one line for both nodes on the re-run.

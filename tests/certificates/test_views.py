@@ -19,6 +19,8 @@ def pages(issued, campaign) -> list[str]:
         reverse("certificates:certificate_verify"),
         reverse("certificates:certificate_pdf", args=[issued.pk]),
         reverse("certificates:certificate_json", args=[issued.pk]),
+        reverse("certificates:campaign_triage_csv", args=[campaign.pk]),
+        reverse("certificates:campaign_triage_rma", args=[campaign.pk]),
     ]
 
 

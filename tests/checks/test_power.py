@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from checks import get_check, run_check
+from checks import get_check, presentation_of, run_check
 from checks.core.base import ERROR, FAIL, PASS, WARN, NodeContext, ParamsError
-from checks.core.presentation import presentation_of
 from checks.core.profiles import resolve_thresholds
 from tests.checks.probe_docs import gpu_doc, output, probe_doc
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from checks import presented
 from checks.core.presentation import (
     CounterTable,
     FleetMetric,
@@ -15,7 +16,6 @@ from checks.core.presentation import (
     TelemetryPanel,
     TrendRule,
     lowest,
-    presented,
 )
 
 TELEMETRY = TelemetryChart(panels=(TelemetryPanel("t", "T", "C"),))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from checks import presentation_of
 from checks.core.presentation import (
     COLD_PLATE,
     FALLBACK_REMEDY,
@@ -12,7 +13,6 @@ from checks.core.presentation import (
     RMA,
     Presentation,
     Remedy,
-    presentation_of,
 )
 from checks.gpu.xid import xid_action
 

@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from checks import get_check, run_check
+from checks import get_check, presentation_of, run_check
 from checks.core.base import ERROR, FAIL, PASS, WARN, Command, CommandOutput, EvidenceError, Measurement, NodeContext
 from checks.core.parsers import PARSERS, parse_output
-from checks.core.presentation import presentation_of
 from checks.core.profiles import resolve_thresholds
 from checks.core.schema import ParamsError
 from checks.topology.check import TOPO_LABEL, GpuNicTopology, nics_needed, topology_facts

@@ -24,8 +24,8 @@ TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def declared_names() -> frozenset[str]:
     """Every measurement and series name the checks declare (presentation, remedies, GPU identity)
     or judge as evidence."""
+    from checks import presented
     from checks.core.base import REGISTRY
-    from checks.core.presentation import presented
 
     names: set[str] = set()
     for _, shown in presented():

@@ -1,5 +1,5 @@
-"""The layering the design promises, checked on the source: no module is in an import loop (every
-import counts, inside functions too), and the remote-execution layer (worker/) reaches no Django
+"""The layering the design promises, checked on the source: no module and no app is in an import
+loop (every import counts, inside functions too), and the remote-execution layer (worker/) reaches no Django
 model. The layers themselves are import-linter's contract (tests/meta/test_layers.py)."""
 
 from __future__ import annotations
@@ -18,6 +18,53 @@ def test_no_import_cycle_spans_two_top_level_packages() -> None:
 
 def _loops(packages: tuple[str, ...]) -> list[list[str]]:
     return [sorted(c) for c in cycles(import_graph()) if any(_top(m) in packages for m in c)]
+
+
+# The units of the app-level graph: each portal app (portal.runs, ...) and top module (portal.roles,
+# ...) is one, and worker, checks and testbed are one each; tests and bench import everything.
+APP_ROOTS = ("portal", "worker", "checks", "testbed")
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "portal" and len(parts) > 1 else parts[0]
+
+
+def app_graph(graph: dict[str, set[str]]) -> tuple[dict[str, set[str]], dict[tuple[str, str], list[str]]]:
+    """The module graph folded onto its units, and for each unit edge the module imports behind it."""
+    units: dict[str, set[str]] = {}
+    behind: dict[tuple[str, str], list[str]] = {}
+    for module, targets in graph.items():
+        if _top(module) not in APP_ROOTS:
+            continue
+        for target in sorted(targets):
+            source, sink = _unit(module), _unit(target)
+            if _top(target) in APP_ROOTS and source != sink:
+                units.setdefault(source, set()).add(sink)
+                units.setdefault(sink, set())
+                behind.setdefault((source, sink), []).append(f"{module} -> {target}")
+    return units, behind
+
+
+def test_no_app_is_in_an_import_cycle() -> None:
+    # Every import counts, inside functions too: two apps that import each other cannot be layered.
+    units, behind = app_graph(import_graph())
+    loops = [[imp for a in sorted(c) for b in sorted(units[a] & c) for imp in behind[(a, b)]] for c in cycles(units)]
+    assert loops == []
+
+
+def test_the_app_graph_folds_modules_onto_their_app() -> None:
+    graph = {
+        "portal.runs.views": {"portal.charts.selectors", "portal.runs.models", "checks.core.base"},
+        "portal.charts.selectors": {"portal.runs.models"},
+        "portal.runs.models": set(),
+        "checks.core.base": set(),
+        "tests.meta": {"portal.runs.views"},
+    }
+    units, behind = app_graph(graph)
+    assert units == {"portal.runs": {"portal.charts", "checks"}, "portal.charts": {"portal.runs"}, "checks": set()}
+    assert behind[("portal.charts", "portal.runs")] == ["portal.charts.selectors -> portal.runs.models"]
+    assert cycles(units) == [{"portal.runs", "portal.charts"}]
 
 
 def test_no_module_outside_checks_is_in_an_import_cycle() -> None:

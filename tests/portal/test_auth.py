@@ -53,9 +53,6 @@ def page_urls(objects: dict) -> dict[str, str]:
         "runs:result_raw_output": reverse("runs:result_raw_output", args=[result.pk, "stdout"]),
         "runs:run_triage_csv": reverse("runs:run_triage_csv", args=[run.pk]),
         "runs:run_triage_rma": reverse("runs:run_triage_rma", args=[run.pk]),
-        # Campaign exports: the login comes before the campaign is looked up (no campaign needed here).
-        "runs:campaign_triage_csv": reverse("runs:campaign_triage_csv", args=[1]),
-        "runs:campaign_triage_rma": reverse("runs:campaign_triage_rma", args=[1]),
         "plotly_js": reverse("plotly_js"),
     }
 

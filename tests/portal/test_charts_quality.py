@@ -213,7 +213,7 @@ def test_burn_in_and_dlc_hovers_name_the_node_and_the_gpu() -> None:
 
 
 def test_the_fleet_pickers_offer_what_the_checks_declare_judged() -> None:
-    from checks.core.presentation import presentation_of
+    from checks import presentation_of
 
     assert "busbw_peak" in presentation_of("nccl_allreduce").fleet_metrics()
     assert {"gflops", "temp_max"} <= presentation_of("burn_in").fleet_metrics()

@@ -7,7 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from checks.core.presentation import TelemetryChart, presentation_of
+from checks import presentation_of
+from checks.core.presentation import TelemetryChart
 from portal.charts.selectors.common import (
     MAX_POINTS,
     is_float,

@@ -25,7 +25,8 @@ from urllib.parse import quote
 from django.db.models import F, QuerySet
 from django.urls import reverse
 
-from checks.core.presentation import SUBJECT_VERDICT, CapacityLayout, kinds_charted, presentation_of
+from checks import kinds_charted, presentation_of
+from checks.core.presentation import SUBJECT_VERDICT, CapacityLayout
 from portal.inventory.models import Cluster
 from portal.ordering import natural_key as natural
 from portal.runs.models import CheckResult, Measurement, Scope, Series, Status

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from checks.core.presentation import presentation_of
+from checks import presentation_of
 from portal.runs.models import VIEW_POINTS, Run
 
 # Telemetry is drawn at this many points per trace at most (LTTB keeps spikes); exports stay whole.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from checks.core.presentation import PhaseBars, presentation_of
+from checks import presentation_of
+from checks.core.presentation import PhaseBars
 from portal.charts.selectors.common import (
     item_thresholds,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from checks.core.presentation import presentation_of
+from checks import presentation_of
 from portal.runs.models import CheckResult, Measurement
 
 
@@ -16,8 +16,7 @@ def in_ecc_table(kind: str) -> Callable[[Measurement], bool] | None:
     table = presentation_of(kind).counters
     if table is None:
         return None
-    counters, events = frozenset(n for n, _ in table.columns), frozenset(table.events)
-    return lambda m: m.name in events or (m.name in counters and m.gpu is not None)
+    return lambda m: table.shows(m.name, m.gpu)
 
 
 @dataclass

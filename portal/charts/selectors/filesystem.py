@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.core.presentation import ThroughputChart, kinds_charted, presentation_of
+from checks import kinds_charted, presentation_of
+from checks.core.presentation import ThroughputChart
 from portal.charts.selectors.common import (
     item_thresholds,
 )

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from checks.core.presentation import FleetMetric, presentation_of
+from checks import presentation_of
+from checks.core.presentation import FleetMetric
 from portal.charts.selectors.common import (
     MIN_DEVIATION,
     OUTLIER_Z,

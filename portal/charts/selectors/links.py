@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from checks.core.presentation import kinds_charted, presentation_of
+from checks import kinds_charted, presentation_of
 from portal.runs.models import CheckResult, Measurement, Run, Series
 
 

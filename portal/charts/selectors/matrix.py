@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks.core.presentation import MatrixChart, presentation_of
+from checks import presentation_of
+from checks.core.presentation import MatrixChart
 from portal.ordering import natural_key as natural
 from portal.runs.models import CheckResult, Measurement, Scope
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from checks.core.presentation import presentation_of
+from checks import presentation_of
 from portal.charts.selectors.common import item_kind
 from portal.charts.selectors.fleet import threshold_value
 from portal.formatting import as_number

@@ -11,7 +11,8 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 from django.db.models import QuerySet
 
-from checks.core.presentation import KeyMetric, presented
+from checks import presented
+from checks.core.presentation import KeyMetric
 from portal.runs.models import CheckResult, Scope
 
 

@@ -30,6 +30,40 @@ SELECT = (
 )
 
 
+# The certified-evidence triggers on runs_measurement (portal/certificates/immutability.py) as they
+# stood when this migration was written: dropping the old table drops them, so the swap puts them
+# back. Frozen here, since a migration must not run the live code of a later app; a later change to
+# the rules is reinstalled after every `migrate` anyway. (name, event, condition, message)
+_CERTIFIED = "EXISTS (SELECT 1 FROM certificates_certifiedresult c WHERE c.result_id = {id})"
+GUARDS = (
+    ("measurement_upd", "UPDATE", f"(OLD IS DISTINCT FROM NEW) AND ({_CERTIFIED.format(id='OLD.result_id')} OR "
+     f"{_CERTIFIED.format(id='NEW.result_id')})",
+     "a measurement of a certified result is evidence of an issued certificate: it cannot be changed"),
+    ("measurement_del", "DELETE", _CERTIFIED.format(id="OLD.result_id"),
+     "a measurement of a certified result is evidence of an issued certificate: it cannot be deleted"),
+    ("measurement_ins", "INSERT", _CERTIFIED.format(id="NEW.result_id"),
+     "a measurement of a certified result cannot be added: it would change the evidence of an issued certificate"),
+    ("runmeasurement_ins", "INSERT",
+     "EXISTS (SELECT 1 FROM runs_checkresult r JOIN certificates_campaignrun l ON l.run_id = r.run_id "
+     "JOIN certificates_certificate c ON c.campaign_id = l.campaign_id WHERE r.id = NEW.result_id)",
+     "a measurement cannot be added to a run of a certified campaign"),
+)  # fmt: skip
+
+
+def _guards_install(cursor: Any) -> None:
+    """PostgreSQL: the frozen triggers above, each a PL/pgSQL function raising restrict_violation."""
+    for key, event, when, message in GUARDS:
+        name = "kiln_guard_" + key
+        returned = "OLD" if event == "DELETE" else "NEW"
+        cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {OLD}")
+        cursor.execute(
+            f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF {when} THEN RAISE EXCEPTION USING ERRCODE = 'restrict_violation', MESSAGE = 'kiln: {message}'; "
+            f"END IF; RETURN {returned}; END $$"
+        )
+        cursor.execute(f"CREATE TRIGGER {name} BEFORE {event} ON {OLD} FOR EACH ROW EXECUTE FUNCTION {name}()")
+
+
 def _sqlite_fill(cursor: Any) -> None:
     cursor.execute(
         f"UPDATE {OLD} SET recorded_at = (SELECT COALESCE(r.finished_at, run.created_at) FROM runs_checkresult r "
@@ -117,8 +151,6 @@ def _names_restore(cursor: Any) -> None:
 
 
 def _swap(connection: Any) -> None:
-    from portal.certificates import immutability
-
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"LOCK TABLE {OLD} IN ACCESS EXCLUSIVE MODE")
         cursor.execute(f"DELETE FROM {NEW} WHERE id IN (SELECT id FROM {LOG})")
@@ -128,7 +160,7 @@ def _swap(connection: Any) -> None:
         cursor.execute(f"DROP TABLE {LOG}")
         cursor.execute(f"DROP FUNCTION {LOG}()")
         _names_restore(cursor)
-        immutability.install(connection)  # the certified-evidence triggers went with the old table
+        _guards_install(cursor)  # the certified-evidence triggers went with the old table
 
 
 def forward(apps: Any, schema_editor: Any) -> None:
@@ -153,8 +185,6 @@ def forward(apps: Any, schema_editor: Any) -> None:
 
 def backward(apps: Any, schema_editor: Any) -> None:
     """Back to one plain table (PostgreSQL), in one transaction: rare, and the reverse of a rebuild."""
-    from portal.certificates import immutability
-
     connection = schema_editor.connection
     if connection.vendor != "postgresql":
         return
@@ -173,7 +203,7 @@ def backward(apps: Any, schema_editor: Any) -> None:
             "REFERENCES runs_checkresult (id) DEFERRABLE INITIALLY DEFERRED"
         )
         _names_restore(cursor)
-        immutability.install(connection)
+        _guards_install(cursor)
 
 
 class Migration(migrations.Migration):

@@ -82,15 +82,6 @@ def pretty_json(text: str) -> str:
 
 
 @register.filter
-def chart_section(result: Any) -> Any:
-    """How the result page shows a result's charts: its kind's declared chart family
-    (portal/charts/families.py), None for none."""
-    from portal.charts.families import family_of
-
-    return family_of(result)
-
-
-@register.filter
 def kw(watts: Any) -> str:
     """12345.6 (W) -> '12.35 kW'; '' for no value (None, or a missing variable's '')."""
     return f"{watts / 1000:.2f} kW" if _is_number(watts) else ""

@@ -1,5 +1,5 @@
-"""The triage partial (runs/_triage.html) for the run and campaign pages: an inclusion tag,
-so those pages' views and templates change by one line each."""
+"""The triage partial (runs/_triage.html) for the run page: an inclusion tag, so the page's view
+and templates change by one line each (the campaign page's is the certificates app's)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django import template
 from django.urls import reverse
 
 from portal.runs.cells import RunCounts, run_counts
-from portal.runs.triage import campaign_triage, run_triage
+from portal.runs.triage import run_triage
 
 register = template.Library()
 
@@ -25,14 +25,4 @@ def run_triage_view(run: Any, counts: RunCounts | None = None, oob: bool = False
         "oob": oob,
         "csv_url": reverse("runs:run_triage_csv", args=[run.pk]),
         "rma_url": reverse("runs:run_triage_rma", args=[run.pk]),
-    }
-
-
-@register.inclusion_tag("runs/_triage.html")
-def campaign_triage_view(state: Any) -> dict[str, Any]:
-    pk = state.campaign.pk
-    return {
-        "lines": campaign_triage(state=state),
-        "csv_url": reverse("runs:campaign_triage_csv", args=[pk]),
-        "rma_url": reverse("runs:campaign_triage_rma", args=[pk]),
     }
