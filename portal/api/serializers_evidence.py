@@ -112,7 +112,7 @@ class VerifyRequestSerializer(serializers.Serializer[Any]):
 class VerdictSerializer(serializers.Serializer[Any]):
     status = serializers.CharField(help_text="valid, tampered, unknown key, not a certificate or revoked.")
     detail = serializers.CharField()
-    exit_code = serializers.IntegerField(allow_null=True, help_text="What `manage.py kiln_verify` would exit with.")
+    exit_code = serializers.IntegerField(allow_null=True, help_text="What `kiln verify` would exit with.")
     fingerprint = serializers.CharField()
     notes = serializers.ListField(child=serializers.CharField())
     payload = serializers.DictField(allow_null=True, help_text="The sealed payload, when one was found.")

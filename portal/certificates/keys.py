@@ -430,7 +430,7 @@ def _current_folder(root: Path) -> Path:
     link = root / CURRENT
     if not link.exists():
         raise KeyringError(
-            f"no site signing key in {root}: an administrator runs `manage.py kiln_keys init` once "
+            f"no site signing key in {root}: an administrator runs `kiln keys init` once "
             "(workers share this folder, or KILN_KEY_DIR points every worker at a copy)"
         )
     return link.resolve()

@@ -52,7 +52,7 @@ class ClusterAdmin(SuperuserFieldsAdmin, admin.ModelAdmin):
     @admin.display(description="nodes")
     def nodes(self, obj: Cluster) -> str:
         if obj.pk is None:
-            return "Add nodes once the cluster is saved (Nodes, or manage.py kiln_nodes)."
+            return "Add nodes once the cluster is saved (Nodes, or kiln nodes add)."
         return format_html('<a href="{}">{} nodes</a>', nodes_url(obj), obj.nodes.count())
 
 

@@ -135,7 +135,7 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
             429: OpenApiResponse(description="Too many verifications at once (yours or the site's): see Retry-After."),
         },
         summary="Verify a certificate PDF",
-        description="The checks of the verify page and `manage.py kiln_verify`: PDF signature, sealed payload, "
+        description="The checks of the verify page and `kiln verify`: PDF signature, sealed payload, "
         "this site's keys, the first page against the evidence, revocations.",
     )
     @action(detail=False, methods=["post"], parser_classes=[MultiPartParser], filter_backends=[], pagination_class=None)

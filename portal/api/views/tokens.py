@@ -39,7 +39,7 @@ class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.Gen
     @extend_schema(request=serializers.TokenSerializer, responses={201: serializers.TokenCreatedSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         if not isinstance(request.successful_authenticator, SessionAuthentication):
-            raise PermissionDenied("Create tokens from a logged-in browser session (or `manage.py kiln_token`).")
+            raise PermissionDenied("Create tokens from a logged-in browser session (or `kiln user token`).")
         form = serializers.TokenSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         token, secret = services.token_create(

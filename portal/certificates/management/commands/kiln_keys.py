@@ -71,7 +71,7 @@ class Command(BaseCommand):
     def _list(self, options: dict[str, Any]) -> None:
         store = keys.trust_store_load()
         if not store.keys:
-            self.stdout.write(f"no keys in {keys.key_dir()}: run `manage.py kiln_keys init`")
+            self.stdout.write(f"no keys in {keys.key_dir()}: run `kiln keys init`")
         for key in store.keys:
             state = "current" if key.current else "retired/imported"
             self.stdout.write(f"{key.role:7} {state:16} {key.fingerprint}  {key.subject or key.source}")

@@ -33,5 +33,5 @@ class Command(BaseCommand):
         elif password_file.exists():
             password = password_file.read_text().strip()
         else:
-            password = "(unchanged: set it with manage.py changepassword)"
+            password = "(unchanged: set it with kiln manage changepassword)"
         self.stdout.write(f"login: {username} / {password}")
