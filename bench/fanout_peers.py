@@ -25,6 +25,7 @@ DONE = "@@kiln-bench-done"
 # pg_stat_activity under the same application_name, but are not connections).
 WORKER_CONNECTIONS_SQL = (
     "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND backend_type = 'client backend'"
+    " AND datname = current_database()"
 )
 
 
