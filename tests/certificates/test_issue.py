@@ -76,13 +76,13 @@ def test_a_failure_is_shown_and_an_approver_retries(
     settings.KILN_KEY_DIR = str(tmp_path / "a-worker-without-the-shared-folder")
     assert certificate_issue_task.apply(args=[campaign.pk]).get() is None
     campaign.refresh_from_db()
-    assert "no site signing key" in campaign.issue_error and "kiln_keys init" in campaign.issue_error
+    assert "no site signing key" in campaign.issue_error and "kiln keys init" in campaign.issue_error
     assert campaign.issue_requested_at is not None
     assert not (tmp_path / "a-worker-without-the-shared-folder").exists(), "a worker never makes a key"
     assert campaign.audit.filter(action="certificate issue failed").exists()
     client.force_login(users["viewer"])
     page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
-    assert 'id="issue-failed"' in page and "kiln_keys init" in page and "Retry issuing" not in page
+    assert 'id="issue-failed"' in page and "kiln keys init" in page and "Retry issuing" not in page
     client.force_login(users["customer"])
     page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
     assert "Retry issuing" in page and 'id="sign-form"' not in page, "no third signature while issuing"

@@ -47,7 +47,7 @@ def test_init_refuses_to_overwrite_and_if_missing_is_quiet(empty_keys):
 
 
 def test_nothing_is_created_when_keys_are_missing(empty_keys):
-    with pytest.raises(keys.KeyringError, match="kiln_keys init"):
+    with pytest.raises(keys.KeyringError, match="kiln keys init"):
         keys.signing_identity_load()
     assert not empty_keys.exists()
     assert keys.trust_store_load().keys == ()
@@ -69,7 +69,7 @@ def test_a_full_disk_leaves_no_truncated_key_and_init_runs_again(empty_keys, mon
     monkeypatch.setattr(os, "fsync", real_fsync)
     leftovers = [p for p in empty_keys.rglob("*") if p.is_file()]
     assert leftovers and all(p.stat().st_size > 0 and not p.name.startswith(".") for p in leftovers), leftovers
-    with pytest.raises(keys.KeyringError, match="kiln_keys init"):
+    with pytest.raises(keys.KeyringError, match="kiln keys init"):
         keys.signing_identity_load()
     keys.keyring_init(site="x")  # once there is room again
     assert keys.signing_identity_load().seal_key
