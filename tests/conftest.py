@@ -48,55 +48,12 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     return EXCLUSIVE_GROUP if exclusive_resources(item) else None
 
 
-# The tests that mostly wait (on the Celery workers, sshd nodes, live servers and Chromium they start):
-# about 60 of them take 40% of the suite's wall time at a quarter of a core. Collected in order, they
-# came last and ran side by side while the cores idled; spread over the run instead, each waits beside
-# tests that compute.
-WAITING_MARKS = ("integration", "browser")
-# They are spread over the first three quarters of the run, so that its end is short tests, which
-# the processes share out evenly.
-WAITING_SPREAD = 0.75
-
-
-def waits_mostly(item: pytest.Item) -> bool:
-    return any(item.get_closest_marker(mark) for mark in WAITING_MARKS)
-
-
-def dispatch_order(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The order the processes take the tests in: the exclusive group first (it is the longest chain,
-    and xdist starts the largest group first anyway), then the rest with the waiting tests spread
-    evenly among the computing ones. Stable: tests keep their collection order within each kind."""
-    grouped = [item for item in items if xdist_group_of(item)]
-    waiting = [item for item in items if not xdist_group_of(item) and waits_mostly(item)]
-    computing = [item for item in items if not xdist_group_of(item) and not waits_mostly(item)]
-    step = len(computing) * WAITING_SPREAD / max(len(waiting), 1)
-    ordered: list[pytest.Item] = []
-    for index, item in enumerate(waiting):
-        ordered += computing[round(index * step) : round((index + 1) * step)]
-        ordered.append(item)
-    ordered += computing[round(len(waiting) * step) :]
-    return grouped + ordered
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         group = xdist_group_of(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-
-
-class DispatchOrder:
-    """Orders the collection last: after pytest-django's own ordering (by kind of database use), which
-    a single process needs no more than xdist's processes do (each test empties what it wrote)."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        items[:] = dispatch_order(items)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(DispatchOrder(), "kiln-dispatch-order")
 
 
 def broker_url_of_process(url: str, worker: str | None) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXCLUSIVE_GROUP, broker_url_of_process, dispatch_order, xdist_group_of
+from tests.conftest import EXCLUSIVE_GROUP, broker_url_of_process, xdist_group_of
 
 CONFTEST = """
 import pytest
@@ -70,32 +70,3 @@ def test_each_process_has_its_own_broker_database() -> None:
     assert broker_url_of_process("redis://127.0.0.1:6379", "gw1") == "redis://127.0.0.1:6379/1"
     assert broker_url_of_process("redis://127.0.0.1:6379/9", None) == "redis://127.0.0.1:6379/9"
     assert broker_url_of_process("filesystem://localhost/", "gw1") == "filesystem://localhost/"
-
-
-class NamedItem(FakeItem):
-    def __init__(self, name: str, marks: list[pytest.Mark], fixtures: list[str]) -> None:
-        super().__init__(marks, fixtures)
-        self.name = name
-
-    def get_closest_marker(self, name: str) -> pytest.Mark | None:
-        return next(iter(self.iter_markers(name)), None)
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-def test_waiting_tests_are_spread_over_the_run_after_the_exclusive_group() -> None:
-    waiting = [NamedItem(f"w{i}", [pytest.mark.integration.mark], []) for i in range(3)]
-    computing = [NamedItem(f"c{i}", [], []) for i in range(12)]
-    alone = NamedItem("alone", [pytest.mark.exclusive("cpu").mark], [])
-    items = [*waiting, *computing[:6], alone, *computing[6:]]
-
-    ordered = dispatch_order(items)  # type: ignore[arg-type]
-
-    assert sorted(ordered, key=repr) == sorted(items, key=repr), "every test once"
-    assert ordered[0] is alone
-    names = [repr(item) for item in ordered[1:]]
-    assert [n for n in names if n.startswith("c")] == [f"c{i}" for i in range(12)], "collection order kept"
-    positions = [names.index(f"w{i}") for i in range(3)]
-    # Three computing tests before each waiting one (12 x 0.75 / 3), and the last quarter computing.
-    assert positions == [3, 7, 11] and names[12:] == ["c9", "c10", "c11"]
