@@ -81,6 +81,9 @@ def _use_this_process_broker() -> None:
 
 _use_this_process_broker()
 
+# Passwords hashed in one round (tests/hashers.py), the production hashers after it for anything stored otherwise.
+settings.PASSWORD_HASHERS = ["tests.hashers.OneRoundPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
+
 
 def skip_or_fail(reason: str) -> None:
     """Integration prerequisites missing: skip locally, fail under CI (CI must never skip them)."""

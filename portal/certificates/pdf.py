@@ -18,9 +18,9 @@ from django.template.loader import render_to_string
 
 from portal import formatting
 from portal.certificates import pdf_tables
-from portal.certificates.charts import Chart
 
-if TYPE_CHECKING:  # phases.py reads the database; the document itself needs only its output
+if TYPE_CHECKING:  # charts.py and phases.py read the database; the document needs only their output
+    from portal.certificates.charts import Chart
     from portal.certificates.phases import PhaseRanges
 
 # WeasyPrint logs every layout step at INFO; the portal's root logger is at INFO.

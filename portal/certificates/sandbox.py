@@ -37,7 +37,7 @@ from portal.certificates import keys, seal
 
 # The limits are settings (KILN_VERIFY_MEMORY_MB, KILN_VERIFY_CPU_S, KILN_VERIFY_WALL_S in
 # portal/settings.py). The parent hands the first two to the child in its environment: the child
-# limits itself before it loads Django, so that the limits cover all of it.
+# limits itself before it imports the parsers, so that the limits cover all of them.
 LIMIT_ENV = ("KILN_VERIFY_MEMORY_MB", "KILN_VERIFY_CPU_S")
 MAX_INPUT = 64 * 1024**2  # the verify page accepts 50 MiB
 MAX_TRUST = 4 * 1024**2  # the trust store's line: a CA certificate is ~1 KB of PEM, a site has a few
@@ -78,7 +78,8 @@ def _fallback(data: bytes, why: str) -> seal.Verdict:
 def child_env() -> dict[str, str]:
     """The child's whole environment: no DATABASE_URL, keys or tokens of the parent's, no .env read
     (KILN_ENV_FILE empty), and a data folder that does not exist, so that settings find no secret key,
-    credential key or metrics token file either. The secret key is a throwaway: Django wants one."""
+    credential key or metrics token file either. The child sets up no Django; should anything load
+    the settings there, they find no secret of the parent's, and the secret key is a throwaway."""
     from django.conf import settings
 
     env = {
@@ -162,7 +163,7 @@ def _no_new_privileges() -> None:
 
 
 def _limit_self() -> None:
-    """In the child, before Django: the parent put the limits in the environment (LIMIT_ENV). No file
+    """In the child, before the parsers are imported: the parent put the limits in the environment (LIMIT_ENV). No file
     written (RLIMIT_FSIZE 0), no core dump, few descriptors, and a lower CPU priority than the pages."""
     _no_new_privileges()
     memory = int(os.environ["KILN_VERIFY_MEMORY_MB"]) * 1024**2
@@ -185,8 +186,8 @@ def _trust_read(line: bytes) -> keys.TrustStore:
 
 def main() -> int:
     _limit_self()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    django.setup()
+    # No django.setup(): the document steps read no setting and no model, and loading every app
+    # would cost more CPU than checking the signatures.
     from portal.certificates import document
 
     store = _trust_read(sys.stdin.buffer.readline(MAX_TRUST))
