@@ -13,4 +13,3 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 class OneRoundPBKDF2PasswordHasher(PBKDF2PasswordHasher):
     iterations = 1
-
