@@ -65,15 +65,6 @@ def evidence_lines(*, payload: dict[str, Any], payload_sha256: str) -> Iterator[
         yield evidence.record_bytes(record) + b"\n"
 
 
-def sealed_digests(payload: dict[str, Any]) -> dict[str, str]:
-    """What an export must match: "node NAME" / "group result ID" -> the sealed digest."""
-    out = {f"node {n['hostname']}": n["evidence_sha256"] for n in payload.get("nodes") or [] if "evidence_sha256" in n}
-    for g in payload.get("group_results") or []:
-        if "evidence_sha256" in g:
-            out[f"group result {g['result_id']}"] = g["evidence_sha256"]
-    return out
-
-
 @dataclass
 class EvidenceCheck:
     """The answer for an export: `ok`, and what did not match, by node."""
@@ -95,7 +86,7 @@ def _label(record: Any) -> str:
 
 
 def evidence_verify(*, lines: Iterable[bytes], digests: dict[str, str], payload_sha256: str = "") -> EvidenceCheck:
-    """Check an export line by line against the sealed digests (sealed_digests of the payload)."""
+    """Check an export line by line against the sealed digests (seal.sealed_digests of the payload)."""
     check = EvidenceCheck(ok=False, detail="")
     seen: set[str] = set()
     for number, raw in enumerate(lines, start=1):

@@ -61,9 +61,7 @@ def _summary(payload: dict[str, Any] | None, digests: bool = False) -> dict[str,
     out["cluster"] = {key: cluster.get(key) for key in ("name", "customer", "site")}
     out["waivers"] = len(payload.get("waivers") or [])
     if digests:
-        from portal.certificates.export import sealed_digests
-
-        out["evidence_digests"] = sealed_digests(payload)
+        out["evidence_digests"] = seal.sealed_digests(payload)
     return out
 
 

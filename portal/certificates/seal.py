@@ -161,3 +161,12 @@ def verify(payload_bytes: bytes, seal_data: dict[str, Any], trusted: list[str]) 
             fp,
         )
     return Verdict(VALID, f"digest and Ed25519 signature check out; key {fp} is this site's", payload, fp)
+
+
+def sealed_digests(payload: dict[str, Any]) -> dict[str, str]:
+    """What an export must match: "node NAME" / "group result ID" -> the sealed digest."""
+    out = {f"node {n['hostname']}": n["evidence_sha256"] for n in payload.get("nodes") or [] if "evidence_sha256" in n}
+    for g in payload.get("group_results") or []:
+        if "evidence_sha256" in g:
+            out[f"group result {g['result_id']}"] = g["evidence_sha256"]
+    return out

@@ -107,7 +107,7 @@ def test_tampered_evidence_of_one_node_is_detected_and_named(issued, tmp_path):
 
 
 def test_a_missing_or_reformatted_node_is_told_apart(issued):
-    digests = export.sealed_digests(json.loads(issued.payload))
+    digests = seal.sealed_digests(json.loads(issued.payload))
     header, *lines = _export(issued)
     pretty = [json.dumps(json.loads(line), indent=None).encode() + b"\n" for line in lines]
     assert export.evidence_verify(lines=[header, *pretty], digests=digests).ok, "same JSON, other spacing"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
@@ -39,7 +40,10 @@ class Command(BaseCommand):
         if options["soak"]:
             self._soak_once()
             return
-        seeded = demo_cluster_ensure(healthy=options["healthy"])
+        try:
+            seeded = demo_cluster_ensure(healthy=options["healthy"])
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
         created, outside = seeded.created, seeded.outside
         what = "created" if created else "refreshed"
         fault_text = (
