@@ -221,10 +221,6 @@ KILN_WORKER_DB_CONNECTIONS = env.int("KILN_WORKER_DB_CONNECTIONS", default=4)
 KILN_TASK_SLACK_S = env.int("KILN_TASK_SLACK_S", default=60)
 # The port of the demo's Redfish facility service (`make up` starts it there: portal/demo/up.py).
 KILN_DEMO_FACILITY_PORT = env.int("KILN_DEMO_FACILITY_PORT", default=8470)
-# The loopback /24 whose .2 to .9 the demo's eight simulated nodes listen on (their perftest servers
-# share ports, so each node has an address of its own). Another demo install on the same host takes
-# another /24 and another facility port, and the two do not collide.
-KILN_DEMO_LOOPBACK = env.str("KILN_DEMO_LOOPBACK", default="127.0.0")
 # The broker must not redeliver a task while it is still legitimately running: the visibility
 # timeout is the outermost of the nested timeouts. Default 25 h: a 24 h burn-in plus slack.
 # It is also how long a task of a killed worker waits before another worker picks it up.

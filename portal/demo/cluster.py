@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from checks.core.base import simulator_params
@@ -55,15 +54,6 @@ def plan_with_soak(plan: TestPlan) -> None:
     )
 
 
-def demo_loopback() -> str:
-    """KILN_DEMO_LOOPBACK, checked: three octets of 127.0.0.0/8, so every node address is loopback."""
-    prefix = str(settings.KILN_DEMO_LOOPBACK)
-    octets = prefix.split(".")
-    if len(octets) != 3 or octets[0] != "127" or not all(o.isdigit() and 0 <= int(o) <= 255 for o in octets):
-        raise ImproperlyConfigured(f"KILN_DEMO_LOOPBACK={prefix!r}: give a loopback /24 as three octets, like 127.0.0")
-    return ".".join(str(int(o)) for o in octets)
-
-
 @dataclass(frozen=True)
 class DemoSeeded:
     created: bool  # else refreshed
@@ -74,7 +64,6 @@ def demo_cluster_ensure(*, healthy: bool) -> DemoSeeded:
     """Create or refresh the demo cluster, its simulated nodes (with the demo faults unless healthy),
     its facility and its plans."""
     base = settings.DATA_DIR / "demo"
-    loopback = demo_loopback()
     paths = build_simulator(base / "sim")
     with transaction.atomic():
         cluster, created = Cluster.objects.update_or_create(
@@ -93,7 +82,7 @@ def demo_cluster_ensure(*, healthy: bool) -> DemoSeeded:
             faults = {} if healthy else DEMO_FAULTS.get(hostname, {})
             # Every demo node runs on this host: each gets its own loopback address, so the node
             # pairs of rdma-bw (a perftest server on every node, same ports) do not collide.
-            address = f"{loopback}.{position + 1}"
+            address = f"127.0.0.{position + 1}"
             write_state(state_file, node=hostname, listen_address=address, **faults)
             Node.objects.update_or_create(
                 cluster=cluster,

@@ -1,15 +1,15 @@
 """`kiln_demo --certificate OUT.pdf` then `kiln_verify OUT.pdf` on a fresh embedded install, as a new
-user would type them (separate processes, SQLite, no worker), and pdfsig on the same file: three
-tries at once beside a CPU hog (a laptop busy with other work), each a complete demo acceptance run on
-an install of its own, heat soak included, and a certificate."""
+user would type them (separate processes, SQLite, no worker), and pdfsig on the same file, beside a
+CPU hog (a laptop busy with other work): a complete demo acceptance run, heat soak included, and a
+new certificate; KILN_DEMO_TRIES times in a row (`make soak-demo`: 3)."""
 
 from __future__ import annotations
 
 import itertools
 import os
-import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,14 @@ def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
     )
+
+
+@pytest.fixture
+def cpu_hog() -> Iterator[int]:
+    """Busy loops beside the test: what made the demo fail on a loaded laptop (its simulated BMC
+    readings starved, the heat soak short of readings)."""
+    with busy_loops() as hogs:
+        yield hogs
 
 
 def _check_certificate(made: subprocess.CompletedProcess[str], out: Path, env: dict[str, str]) -> None:
@@ -54,71 +62,33 @@ def _check_certificate(made: subprocess.CompletedProcess[str], out: Path, env: d
     assert "Power and cooling" in text, "the demo acceptance's heat soak is certified"
 
 
-# Three tries, each on an install of its own (its own data folder, facility port and loopback /24 for
-# the simulated nodes), all at once: each try runs beside the other two and the busy loops, which top
-# the machine up to two runnable processes per core. At once rather than in a row: the busy loops
-# then add little to what the three demos load, where in a row they doubled the test's CPU (654 s of
-# CPU in 550 s, in a three-process CI run). One demo took 128 s alone and 335 s beside the hog on a
-# 2-core machine that others loaded too (charts included).
-TRIES = 3
-FIRST_LOOPBACK = 11  # 127.0.11.0/24 and up: clear of a `make up` demo on this host (127.0.0.0/24)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _install(root: Path, attempt: int) -> dict[str, str]:
-    """A fresh embedded install (kiln_init, migrate; as `make up` does first) of its own."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
-    env.pop("KILN_ALLOW_LOCAL_TRANSPORT", None)  # the demo command allows its own simulators
-    env["KILN_DATA_DIR"] = str(root / f"data-{attempt}")
-    env["KILN_DEMO_FACILITY_PORT"] = str(_free_port())
-    env["KILN_DEMO_LOOPBACK"] = f"127.0.{FIRST_LOOPBACK + attempt}"
-    assert _manage("kiln_init", env=env).returncode == 0
-    assert _manage("migrate", "--noinput", "-v0", env=env).returncode == 0
-    return env
-
-
-class _Demo:
-    """`kiln_demo --certificate OUT` in the background; its output goes to files beside OUT (pipes
-    that nobody reads while the others run could fill and stall it)."""
-
-    def __init__(self, env: dict[str, str], out: Path, *, charts: bool) -> None:
-        self.env, self.out = env, out
-        self.logs = out.with_suffix(".stdout"), out.with_suffix(".stderr")
-        with self.logs[0].open("w") as stdout, self.logs[1].open("w") as stderr:
-            self.proc = subprocess.Popen(
-                [sys.executable, "manage.py", "kiln_demo", "--certificate", str(out)], cwd=REPO,
-                env={**env, "KILN_CERT_CHARTS": "1" if charts else "0"}, stdout=stdout, stderr=stderr,
-            )  # fmt: skip
-
-    def wait(self, timeout: float) -> subprocess.CompletedProcess[str]:
-        self.proc.wait(timeout=timeout)
-        stdout, stderr = (log.read_text() for log in self.logs)
-        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, stdout, stderr)
+# Tries in a row on one install (KILN_DEMO_TRIES, default 1): `make test` proves the demo beside the
+# hog once per run; `make soak-demo` repeats it 3 times in a row (3 of 3 must pass), as the demo's
+# reliability was first proven. Each try beside the hog is about a quarter of the whole suite's CPU on
+# 2 cores (the busy loops fill what the other test processes leave idle): 3 tries took 550 s and
+# 654 s of CPU in one CI run. One try took 335 s beside the hog on a 2-core machine that others
+# loaded too (charts included); 1800 s for three.
+TRIES = int(os.environ.get("KILN_DEMO_TRIES", "1"))
 
 
 @pytest.mark.timeout(1800)
-def test_the_demo_certificate_verifies_three_times_beside_a_cpu_hog(tmp_path: Path) -> None:
-    installs = [_install(tmp_path, attempt) for attempt in range(1, TRIES + 1)]
-    # Busy loops beside the demos: what made the demo fail on a loaded laptop (its simulated BMC
-    # readings starved, the heat soak short of readings).
-    with busy_loops() as hogs:
-        # The certificate's charts (a headless Chromium) once: rendering them is not what the load
+def test_the_demo_certificate_verifies_beside_a_cpu_hog(tmp_path: Path, cpu_hog: int) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env["KILN_DATA_DIR"] = str(tmp_path / "data")
+    env.pop("KILN_ALLOW_LOCAL_TRANSPORT", None)  # the demo command allows its own simulators
+    assert _manage("kiln_init", env=env).returncode == 0  # as `make up` does first
+    assert _manage("migrate", "--noinput", "-v0", env=env).returncode == 0
+    assert TRIES >= 1, f"KILN_DEMO_TRIES={TRIES}: at least 1"
+    for attempt in range(1, TRIES + 1):
+        # The same install each time: running the demo again converges the cluster and issues a new
+        # certificate from a new campaign.
+        out = tmp_path / f"demo-{attempt}.pdf"
+        # The certificate's charts (a headless Chromium) once: rendering them is not what the hog
         # threatens, and takes a minute or more beside it.
-        demos: list[_Demo] = []
+        made = _manage(
+            "kiln_demo", "--certificate", str(out), env={**env, "KILN_CERT_CHARTS": "1" if attempt == 1 else "0"}
+        )
         try:
-            for attempt, env in enumerate(installs, start=1):
-                demos.append(_Demo(env, tmp_path / f"demo-{attempt}.pdf", charts=attempt == 1))
-            finished = [demo.wait(timeout=1200) for demo in demos]
-        finally:
-            for demo in demos:
-                demo.proc.kill()
-    for attempt, (demo, made) in enumerate(zip(demos, finished, strict=True), start=1):
-        try:
-            _check_certificate(made, demo.out, demo.env)
+            _check_certificate(made, out, env)
         except AssertionError as exc:
-            raise AssertionError(f"try {attempt} of {TRIES}, at once, beside {hogs} busy loops: {exc}") from exc
+            raise AssertionError(f"try {attempt} of {TRIES} beside {cpu_hog} busy loops: {exc}") from exc

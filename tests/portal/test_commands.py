@@ -238,21 +238,6 @@ def test_it_seeds_the_demo_cluster_once(demo_settings) -> None:
     assert all(node.local_env for node in cluster.nodes.all())
 
 
-def test_a_second_demo_install_takes_its_own_loopback_addresses(demo_settings) -> None:
-    demo_settings.KILN_DEMO_LOOPBACK = "127.0.42"
-    run("kiln_demo")
-    addresses = list(Node.objects.order_by("hostname").values_list("address", flat=True))
-    assert addresses == [f"127.0.42.{i}" for i in range(2, 10)]
-
-
-@pytest.mark.parametrize("loopback", ["10.0.0", "127.0.0.1", "127.0.256", "127.0.x", "127.0.-1", ""])
-def test_it_refuses_a_demo_loopback_outside_127(demo_settings, loopback: str) -> None:
-    demo_settings.KILN_DEMO_LOOPBACK = loopback
-    with pytest.raises(CommandError, match="KILN_DEMO_LOOPBACK=.*three octets"):
-        run("kiln_demo")
-    assert not Node.objects.exists()
-
-
 def test_the_demo_refreshes_around_nodes_outside_its_racks(demo_settings) -> None:
     """A node an operator added to the demo cluster, with no rack or a rack the demo does not
     power, keeps its feeds as they are (none here), and the refresh says so instead of ending in a traceback."""

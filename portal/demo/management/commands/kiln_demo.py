@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
@@ -40,10 +39,7 @@ class Command(BaseCommand):
         if options["soak"]:
             self._soak_once()
             return
-        try:
-            seeded = demo_cluster_ensure(healthy=options["healthy"])
-        except ImproperlyConfigured as exc:
-            raise CommandError(str(exc)) from None
+        seeded = demo_cluster_ensure(healthy=options["healthy"])
         created, outside = seeded.created, seeded.outside
         what = "created" if created else "refreshed"
         fault_text = (
