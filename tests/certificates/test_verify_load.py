@@ -25,7 +25,9 @@ pytestmark = pytest.mark.exclusive("cpu")
 MiB = 1024**2
 UPLOADS = 20
 # The bound the uploads must keep the login page under; unbounded, it took 43-74 s at 8 uploads.
-PAGE_BOUND_S = 1.0
+# Bounded, the first request (in the same instant as the uploads) took 1.06 s once in a CI run on a
+# 2-core machine that the other test processes loaded, the rest 0.02 s at most: 2 s still tells the two apart.
+PAGE_BOUND_S = 2.0
 
 
 def _free_port() -> int:
