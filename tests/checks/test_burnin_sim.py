@@ -4,6 +4,7 @@ gpu_burn, through the real LocalTransport, judged by run_check."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,8 @@ def burn(sim: SimPaths, tmp_path: Path, params: dict | None = None, **faults: st
 def test_it_passes_a_healthy_node_with_telemetry_series(sim: SimPaths, tmp_path: Path) -> None:
     measurements, verdict, series, _ = burn(sim, tmp_path)
     assert verdict.status == PASS, verdict.reason
-    assert verdict.reason.startswith("8 GPUs burned for 3s (fp32): ")
+    # The burn's length as gpu_burn reported it: 3 s asked, 5 s once on a loaded CI machine.
+    assert re.match(r"8 GPUs burned for [3-9]s \(fp32\): ", verdict.reason), verdict.reason
     assert "Xid: see the ECC/Xid check" in verdict.reason
     assert {(s.name, s.gpu) for s in series} == {
         (name, gpu) for name in ("temp_gpu", "temp_memory", "power_w", "sm_clock_mhz") for gpu in range(8)
