@@ -359,7 +359,11 @@ def test_it_fails_the_simulated_nvlink_down_gpu(sim, tmp_path: Path) -> None:
         ({"hang": 1}, "nvbandwidth timed out after 2s"),
     ],
 )
-def test_it_errors_on_the_simulated_driver_faults(sim, tmp_path: Path, faults: dict[str, int], why: str) -> None:
+def test_it_errors_on_the_simulated_driver_faults(
+    sim, tmp_path: Path, faults: dict[str, int], why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A hung driver hangs the PCIe query after nvbandwidth too: its own 30 s budget, shortened here.
+    monkeypatch.setattr("checks.gpu.host_bw.PCIE_TIMEOUT_S", 2.0)
     _, verdict = run_sim(sim, tmp_path, timeout_s=2, **faults)
     assert verdict.status == ERROR and verdict.reason.startswith(why), verdict.reason
 

@@ -37,10 +37,14 @@ USER = "facility"
 BREAKER_A = 63.0
 # 12 x 6.9 kW = 83 kW peak; 120% of it is 99 kW.
 UPS_HEALTHY_KW, UPS_SMALL_KW = 150.0, 90.0
-# 45 samples per node (the judge needs 40) at one every 2 s: twelve nodes sampling every second on a
-# 2-core CI machine under xdist lost up to a quarter of their readings (34-39 of 45, below the 90%
-# coverage the judge requires), a failure of the test machine, not of the site.
-SOAK_PARAMS = {"duration_s": 90, "sample_interval_s": 2.0}
+# One sample every 2 s: twelve nodes sampling every second on a 2-core CI machine under xdist lost up
+# to a quarter of their readings (34-39 of 45, below the 90% coverage the judge requires), a failure
+# of the test machine, not of the site. 40 s gives 20-21 time points: the judge's floor of 40 readings
+# (sized for 1 Hz over the default 30 min) is lowered to 18 for this short soak, still 90% coverage
+# and the last 10 s as the steady window, well past the simulated load's 1.5 s ramp
+# (testbed/sim/power.py).
+SOAK_PARAMS = {"duration_s": 40, "sample_interval_s": 2.0}
+SOAK_THRESHOLDS = {"min_samples": 18}
 # Three of rack r2's nodes cabled onto phase 2 of r2-a: (3 x 1/2 + 1/6) x 6.9 kW = 11.5 kW = 52 A.
 OVER_DRAWING, MISCABLED_PDU, MISCABLED_NODES = "gpu03", "r2-a", ["gpu05", "gpu06", "gpu07"]
 
@@ -126,7 +130,10 @@ def soak_site(testbed_factory, transactional_db):
         nodes_add(cluster=cluster, hostnames=host(i), addresses=tb.node(host(i)).address, fields={"rack": rack_of(i)})
     plan = TestPlan.objects.create(slug="soak", name="Heat soak")
     TestPlanItem.objects.create(
-        plan=plan, check_definition=CheckDefinition.objects.get(slug="power-soak"), param_overrides=SOAK_PARAMS
+        plan=plan,
+        check_definition=CheckDefinition.objects.get(slug="power-soak"),
+        param_overrides=SOAK_PARAMS,
+        threshold_overrides=SOAK_THRESHOLDS,
     )
     service = start_facility(tb, sim_config(faults=False), host=host(NODES + 1))
     yield tb, cluster, service
@@ -152,7 +159,7 @@ def failed_subjects(run_id: int) -> dict[str, str]:
     return {f"{m.name} {json.dumps(m.labels, sort_keys=True)}": m.threshold for m in bad}
 
 
-# Two 90 s soaks (healthy, then faulty) and the fleet set-up: about 3.5 min idle.
+# Two 40 s soaks (healthy, then faulty) and the fleet set-up: about 2 min idle.
 @pytest.mark.timeout(600)
 def test_it_passes_a_healthy_site_then_fails_exactly_the_four_planted_faults(
     soak_site, celery_worker_process, client, admin_user

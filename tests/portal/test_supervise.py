@@ -82,6 +82,7 @@ def test_it_kills_a_program_that_ignores_term_after_the_grace_period(tmp_path: P
 def test_a_signal_stops_the_loop_and_a_second_one_skips_the_grace(tmp_path: Path) -> None:
     stubborn = Program("stubborn", ["sh", "-c", "trap '' TERM; sleep 60"], tmp_path / "stubborn.log")
     supervisor = Supervisor([stubborn], policy=Policy(stop_grace_s=30), out=io.StringIO())
+    before = signal.getsignal(signal.SIGINT)
     with supervisor.signals_stop():
         supervisor.start()
         time.sleep(0.3)  # the trap is set
@@ -90,7 +91,7 @@ def test_a_signal_stops_the_loop_and_a_second_one_skips_the_grace(tmp_path: Path
         started = time.monotonic()
         assert supervisor.serve() == 0
     assert time.monotonic() - started < 3, "the second signal did not cut the 30 s grace short"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's handler is back
+    assert signal.getsignal(signal.SIGINT) is before  # the process's own handler is back
 
 
 def test_logs_are_appended_across_runs_and_rotated_only_when_large(tmp_path: Path) -> None:
