@@ -7,6 +7,8 @@ supported kind must be copied into tests/fixtures with its .source.txt.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -14,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from checks.__main__ import main as checks_cli
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -84,7 +88,7 @@ def cases() -> list[tuple[str, str]]:
     return found
 
 
-def parse(kind: str, path: Path) -> subprocess.CompletedProcess[str]:
+def parse_in_a_process(kind: str, path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "checks", "parse", kind, str(path)],
         cwd=REPO,
@@ -93,6 +97,15 @@ def parse(kind: str, path: Path) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+def parse(kind: str, path: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m checks parse KIND PATH`, its `main` called in this process (a new interpreter per
+    fixture cost 0.2 s of CPU each); test_the_command_line_parses_as_its_own_process runs it as one."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = checks_cli(["parse", kind, str(path)])
+    return subprocess.CompletedProcess(["checks", "parse", kind, str(path)], code, out.getvalue(), err.getvalue())
 
 
 @pytest.mark.parametrize(("relative", "kind"), cases())
@@ -113,6 +126,13 @@ def test_it_exits_2_with_a_reason_on_a_crashed_run(relative: str, kind: str, rea
     assert result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1
     assert reason in result.stderr
+
+
+def test_the_command_line_parses_as_its_own_process() -> None:
+    (relative, kind), [(crashed, (crashed_kind, reason))] = cases()[0], sorted(UNPARSEABLE.items())[:1]
+    assert parse_in_a_process(kind, FIXTURES / relative).stdout == parse(kind, FIXTURES / relative).stdout
+    failed = parse_in_a_process(crashed_kind, FIXTURES / crashed)
+    assert (failed.returncode, failed.stdout) == (2, "") and reason in failed.stderr
 
 
 def test_it_has_copied_every_shared_fixture_of_a_supported_kind_with_its_source() -> None:
