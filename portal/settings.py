@@ -228,6 +228,14 @@ if CELERY_BROKER_URL.startswith("redis"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": env.int("KILN_BROKER_VISIBILITY_TIMEOUT", default=25 * 3600)
     }
+    # A worker looks for messages past that timeout only every ~100 s (kombu: every 10th of its 10 s
+    # ticks), so a killed worker's task waits up to that much longer: nothing beside 25 h. Set
+    # KILN_BROKER_RESTORE_S to look every that many seconds instead (a short timeout: the tests').
+    if env.str("KILN_BROKER_RESTORE_S", default=""):
+        CELERY_BROKER_TRANSPORT_OPTIONS |= {
+            "unacked_restore_interval": env.int("KILN_BROKER_RESTORE_S"),
+            "unacked_restore_throttle": 1,
+        }
 
 # --- Kiln ---------------------------------------------------------------------------------------
 # Seconds to wait for an SSH TCP connect + handshake before calling a node unreachable.

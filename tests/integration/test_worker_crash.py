@@ -47,7 +47,11 @@ def test_it_completes_a_run_after_the_worker_is_killed(
     monkeypatch.setenv("KILN_REAPER_INTERVAL_S", "900")
 
     # Short nested timeouts so the broker's visibility timeout (how long a killed worker's task
-    # waits before redelivery) can be short too: check 2 s < task soft/hard limit < visibility.
+    # waits before redelivery) can be short too: check 2 s < task hard limit (40 s: 2 checks x
+    # (2 s + REMOTE_KILL_GRACE_S 5 s + CHANNEL_SLACK_S 5 s) + 2 connects x 3 s + slack 5 s, then
+    # + 5 s; worker/timeouts.py) < visibility 45 s. The visibility must also outlast the killed
+    # worker's leases (KILN_LEASE_TTL_S 30 s after its last heartbeat, a few seconds after the
+    # delivery): a redelivered task claims no check under a live lease.
     settings.KILN_SSH_CONNECT_TIMEOUT = 3
     settings.KILN_TASK_SLACK_S = 5
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 45}
@@ -72,11 +76,17 @@ def test_it_completes_a_run_after_the_worker_is_killed(
         assert interrupted and done_before < results.count()
         assert Run.objects.get(pk=run.pk).status == "running"
 
+        # The new worker looks for messages past their visibility timeout every second (kombu takes
+        # whole seconds; one small Redis query each), not every ~100 s (portal/settings.py,
+        # KILN_BROKER_RESTORE_S): the redelivery comes when the timeout does. Not the killed worker:
+        # a look holds kombu's lock in Redis for a moment, and one SIGKILLed in it would keep it from
+        # the new worker for 5 minutes.
+        monkeypatch.setenv("KILN_BROKER_RESTORE_S", "1")
         second = WorkerProcess(tmp_path / "worker-2.log", concurrency=4)
         second.start()
         try:
-            # Redelivery waits out the visibility timeout (45 s) and kombu's restore cycle (10 s),
-            # then the node's remaining checks run at 1.2 s per node call: ~100 s on an idle
+            # Redelivery waits out the visibility timeout (45 s after the delivery), then the
+            # node's remaining checks run at 1.2 s per node call: ~45 s after the kill on an idle
             # machine, so the budget leaves room for a loaded CI runner.
             wait_for(
                 lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"),

@@ -147,3 +147,18 @@ def test_the_embedded_broker_sends_a_task_without_kombus_no_hostname_warning(tmp
     assert "hostname" not in sent.stderr, sent.stderr
     queue, _ = datadir.broker_dirs(data_dir)
     assert pending_in_folder(queue) == {("kiln.run_node", (1, 2))}  # it was sent, to the embedded broker
+
+
+def test_the_broker_restore_pace_is_kombus_own_unless_set(tmp_path: Path) -> None:
+    code = (
+        "import json, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'portal.settings'; "
+        "from django.conf import settings; print(json.dumps(settings.CELERY_BROKER_TRANSPORT_OPTIONS))"
+    )
+    broker = {"CELERY_BROKER_URL": "redis://127.0.0.1:6379/15", "KILN_SECRET_KEY": "settings-test-key"}
+    options = {}
+    for restore in ("", "3"):
+        result = _run(["-c", code], _env(tmp_path / "data", **broker, KILN_BROKER_RESTORE_S=restore))
+        assert result.returncode == 0, result.stderr
+        options[restore] = result.stdout.strip()
+    assert options[""] == '{"visibility_timeout": 90000}'
+    assert options["3"] == '{"visibility_timeout": 90000, "unacked_restore_interval": 3, "unacked_restore_throttle": 1}'
