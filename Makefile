@@ -15,10 +15,10 @@ TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/9
 # Several pytest processes, each with its own test database and broker database (TEST_BROKER_URL's
 # + the process's index: 9, 10, ...); the tests that need the machine alone run in one of them, in
-# order (tests/conftest.py). Three on two cores: the long integration tests mostly wait on the
-# processes they start, so a third process keeps both cores busy (the whole suite used 155% of
-# the two cores with three). TEST_PROCESSES=0 runs everything in this one process.
-TEST_PROCESSES ?= 3
+# order (tests/conftest.py). Four on two cores: the long integration tests mostly wait on the
+# processes they start; with four, both cores were busy for the whole run (/proc/stat, sampled every
+# 5 s), with three they were not. TEST_PROCESSES=0 runs everything in this one process.
+TEST_PROCESSES ?= 4
 # Coverage of the pytest processes, in the output; the run fails below the floor in
 # .ci/coverage-floor, which may only rise (tests/meta/test_coverage_floor.py). COVERAGE= turns it off.
 COVERAGE ?= --cov --cov-report=term --cov-fail-under=$$(cat .ci/coverage-floor)
