@@ -82,6 +82,7 @@ share falls below 80%). The config is re-read when rewritten, so faults change w
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -235,12 +236,45 @@ def _up_to_date(target: Path, source: Path) -> bool:
     return target.exists() and target.stat().st_mtime >= source.stat().st_mtime
 
 
+def _build_cache() -> Path | None:
+    """This user's cache of compiled simulator binaries (a test session builds the simulator in
+    every testbed and test folder: 150 compiles of the same two files cost 50 s of CPU). None when
+    the folder is not this user's alone: a binary another user could plant is never loaded."""
+    folder = Path(tempfile.gettempdir()) / f"kiln-sim-build-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = folder.lstat()
+    except OSError:
+        return None
+    if not folder.is_dir() or folder.is_symlink() or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return folder
+
+
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
 def _compile(source: Path, target: Path, flags: list[str], libs: list[str] | None = None) -> None:
-    """gcc (or $CC) `source` into `target`: written to a temporary name and renamed into place."""
+    """gcc (or $CC) `source` into `target`: written to a temporary name and renamed into place. The
+    same source, compiler and flags are compiled once per user (`_build_cache`) and copied after."""
     compiler = os.environ.get("CC") or shutil.which("gcc") or "/usr/bin/gcc"
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     os.close(fd)
     argv = [compiler, "-O2", "-Wall", *flags, "-o", tmp_name, str(source), *(libs or [])]
+    cache = _build_cache()
+    # The key: the source's bytes, the compiler (path and its file's time: an upgrade rebuilds), flags.
+    built_by = [compiler, str(_mtime_ns(compiler)), "-O2", "-Wall", *flags, *(libs or [])]
+    key = hashlib.sha256("\0".join(built_by).encode() + source.read_bytes()).hexdigest()
+    cached = cache / f"{target.name}-{key[:32]}" if cache else None
+    if cached is not None and cached.is_file():
+        shutil.copyfile(cached, tmp_name)
+        os.chmod(tmp_name, 0o755)
+        os.replace(tmp_name, target)
+        return
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     except OSError as err:
@@ -250,6 +284,11 @@ def _compile(source: Path, target: Path, flags: list[str], libs: list[str] | Non
         os.unlink(tmp_name)
         raise RuntimeError(f"building {target.name} failed ({' '.join(argv)}):\n{proc.stderr}")
     os.chmod(tmp_name, 0o755)  # sshd-spawned node shells may run as another user
+    if cached is not None:
+        fd, cache_tmp = tempfile.mkstemp(prefix=f".{cached.name}.", dir=cached.parent)
+        os.close(fd)
+        shutil.copyfile(tmp_name, cache_tmp)
+        os.replace(cache_tmp, cached)
     os.replace(tmp_name, target)
 
 
