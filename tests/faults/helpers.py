@@ -13,6 +13,23 @@ from typing import Any
 
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 
+# Liveness at test scale, for the workers and beat a fault test starts (WorkerProcess.env copies
+# os.environ, and BeatProcess takes that environment): the production ratio of 10 heartbeats per
+# lease (3 s / 30 s), so a live worker keeps its lease through 9 s of stalled beats; the reaper
+# interval at the floor portal/execution/reaper.py allows (5 s).
+HEARTBEAT_S, LEASE_TTL_S, REAPER_INTERVAL_S = 1, 10, 5
+LIVENESS = {
+    "KILN_HEARTBEAT_S": HEARTBEAT_S,
+    "KILN_LEASE_TTL_S": LEASE_TTL_S,
+    "KILN_REAPER_INTERVAL_S": REAPER_INTERVAL_S,
+}
+# The bound a reaper must keep after a worker dies, derived from the settings above as production's
+# two minutes are from its own (lease 30 s + interval 30 s = 60 s expected): lease + interval = 15 s
+# expected here, and 30 s of margin for a loaded machine (starting another worker overlaps the
+# lease's lapse; the reaping itself takes a second or two). A reaper that waited out production's
+# pace (60 s) would miss it.
+REAP_BOUND_S = LEASE_TTL_S + REAPER_INTERVAL_S + 30
+
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, *, every: float = 0.1) -> float:
     """Poll `predicate` until it is truthy; returns the seconds it took. Fails after `timeout`."""

@@ -6,7 +6,7 @@ left at all (beat's reaper thread does it).
 In production a lease lapses 30 s after its worker's last heartbeat and each reaper thread runs a
 pass every 30 s: a dead worker's run is acted on within 60 s, inside the issue's two minutes. What
 these tests prove is the mechanism (lapsed lease, a reaper pass outside any pool slot, in a worker
-or in beat), so they run it at test scale (LIVENESS below) and assert the bound that the same
+or in beat), so they run it at test scale (LIVENESS in tests/faults/helpers.py) and assert the bound that the same
 arithmetic gives for it."""
 
 from __future__ import annotations
@@ -19,27 +19,9 @@ import pytest
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent
 from tests.faults.conftest import state_file
-from tests.faults.helpers import plan_of, sim_processes, wait_for
+from tests.faults.helpers import LIVENESS, REAP_BOUND_S, plan_of, sim_processes, wait_for
 
 pytestmark = pytest.mark.integration
-
-# Liveness at test scale, for the workers and beat these tests start (WorkerProcess.env copies
-# os.environ, and BeatProcess takes that environment): the production ratio of 10 heartbeats per
-# lease (3 s / 30 s), so a live worker keeps its lease through 9 s of stalled beats; the reaper
-# interval at the floor portal/execution/reaper.py allows (5 s).
-HEARTBEAT_S, LEASE_TTL_S, REAPER_INTERVAL_S = 1, 10, 5
-LIVENESS = {
-    "KILN_HEARTBEAT_S": HEARTBEAT_S,
-    "KILN_LEASE_TTL_S": LEASE_TTL_S,
-    "KILN_REAPER_INTERVAL_S": REAPER_INTERVAL_S,
-}
-# The bound the reaper must keep after a worker dies, busy slots or none, derived from the settings
-# above as production's two minutes are from its own (lease 30 s + interval 30 s = 60 s expected):
-# lease + interval = 15 s expected here, and 30 s of margin for a loaded machine (the reaping itself,
-# a few queries and one SSH connect per node, takes a second or two). A reaper that waited out
-# production's pace (60 s) would miss it.
-MARGIN_S = 30
-BOUND_S = LEASE_TTL_S + REAPER_INTERVAL_S + MARGIN_S
 
 
 @pytest.fixture(autouse=True)
@@ -74,13 +56,13 @@ def _assert_ended_and_stopped(run: Run, testbed: Any, hosts: tuple[str, ...], ki
             and not any(sim_processes(state_file(testbed, h), "gpu_burn") for h in hosts)
             and not CheckResult.objects.filter(run=run, remote_pgid__isnull=False).exists()  # recorded as stopped
         ),
-        BOUND_S + 60,
+        REAP_BOUND_S + 60,
         "the dead worker's run to end and its gpu_burn to stop",
         every=0.5,
     )
     took = time.monotonic() - killed
     print(f"worker killed: its run ended and its gpu_burn stopped {took:.1f} s later")
-    assert took < BOUND_S, f"{took:.0f} s after the worker was killed (bound {BOUND_S} s)"
+    assert took < REAP_BOUND_S, f"{took:.0f} s after the worker was killed (bound {REAP_BOUND_S} s)"
     run.refresh_from_db()
     assert run.status == "error"
     for burn in CheckResult.objects.filter(run=run):

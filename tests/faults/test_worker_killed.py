@@ -4,7 +4,7 @@ burn-ins are `error: worker lost`, the checks that had not started run on the ne
 the gpu_burn left running on the nodes is stopped over a new connection.
 
 Two minutes is production's bound (lease 30 s + reaper interval 30 s = 60 s, and margin); the
-test runs the same mechanism at test scale (LIVENESS below) and asserts the bound the same
+test runs the same mechanism at test scale (LIVENESS in tests/faults/helpers.py) and asserts the bound the same
 arithmetic gives for it."""
 
 from __future__ import annotations
@@ -16,27 +16,11 @@ import pytest
 from portal.runs import services
 from portal.runs.models import CheckResult, Run, RunEvent
 from tests.faults.conftest import state_file
-from tests.faults.helpers import sim_processes, wait_for
+from tests.faults.helpers import LIVENESS, REAP_BOUND_S, sim_processes, wait_for
 
 pytestmark = pytest.mark.integration
 
 HOSTS = ("gpu01", "gpu02")
-# Liveness at test scale, for the workers and beat this test starts (WorkerProcess.env copies
-# os.environ, and BeatProcess takes that environment): the production ratio of 10 heartbeats per
-# lease (3 s / 30 s), so a live worker keeps its lease through 9 s of stalled beats; the reaper
-# interval at the floor portal/execution/reaper.py allows (5 s).
-HEARTBEAT_S, LEASE_TTL_S, REAPER_INTERVAL_S = 1, 10, 5
-LIVENESS = {
-    "KILN_HEARTBEAT_S": HEARTBEAT_S,
-    "KILN_LEASE_TTL_S": LEASE_TTL_S,
-    "KILN_REAPER_INTERVAL_S": REAPER_INTERVAL_S,
-}
-# The run's bound after its worker is killed, derived from the settings above as production's two
-# minutes are from its own: lease + interval = 15 s expected, and 30 s of margin for a loaded machine
-# (starting the new worker overlaps the lease's lapse; the reaping itself takes a second or two).
-# A reaper that waited out production's pace (60 s) would miss it.
-MARGIN_S = 30
-BOUND_S = LEASE_TTL_S + REAPER_INTERVAL_S + MARGIN_S
 
 
 def test_it_ends_a_killed_workers_run_within_two_minutes_and_stops_its_gpu_burn(
@@ -62,16 +46,20 @@ def test_it_ends_a_killed_workers_run_within_two_minutes_and_stops_its_gpu_burn(
     killed = time.monotonic()
     processes("worker", concurrency=2)
     # Waits past the bound, so that a slow end fails the assertion below, with its time.
-    wait_for(lambda: not Run.objects.get(pk=run.pk).is_active, BOUND_S + 50, "the run to end", every=0.5)
+    wait_for(lambda: not Run.objects.get(pk=run.pk).is_active, REAP_BOUND_S + 50, "the run to end", every=0.5)
     took = time.monotonic() - killed
     print(f"worker killed: the run ended {took:.1f} s later")
 
-    assert took < BOUND_S, f"the run took {took:.0f} s to end after its worker was killed (bound {BOUND_S} s)"
+    assert took < REAP_BOUND_S, f"the run took {took:.0f} s to end after its worker was killed (bound {REAP_BOUND_S} s)"
     run.refresh_from_db()
     assert run.status == "error"
+
     # The pass that ends the run stops the orphaned burns next: their stop is recorded moments later,
     # still within the bound.
-    wait_for(lambda: not burns.exclude(remote_pgid=None).exists(), max(1.0, BOUND_S - took), "the burns' stop recorded")
+    def stopped() -> bool:
+        return not burns.exclude(remote_pgid=None).exists()
+
+    wait_for(stopped, max(1.0, REAP_BOUND_S - took), "the burns' stop recorded")
     for burn in burns:
         assert burn.status == "error" and burn.portal_fault
         assert burn.reason.startswith("worker lost: itest-") and ", last heartbeat " in burn.reason
