@@ -47,17 +47,19 @@ def test_it_completes_a_run_after_the_worker_is_killed(
     monkeypatch.setenv("KILN_REAPER_INTERVAL_S", "900")
 
     # Short nested timeouts so the broker's visibility timeout (how long a killed worker's task
-    # waits before redelivery) can be short too: check 2 s < task hard limit (40 s: 2 checks x
-    # (2 s + REMOTE_KILL_GRACE_S 5 s + CHANNEL_SLACK_S 5 s) + 2 connects x 3 s + slack 5 s, then
-    # + 5 s; worker/timeouts.py) < visibility 45 s. The visibility must also outlast the killed
+    # waits before redelivery) can be short too: check 3 s < task hard limit (43 s: each command's
+    # budget + REMOTE_KILL_GRACE_S 5 s + CHANNEL_SLACK_S 5 s, 2 connects x 3 s, slack 3 s, then
+    # + 5 s; worker/timeouts.py, which run_start checks) < visibility 45 s. The visibility must also outlast the killed
     # worker's leases (KILN_LEASE_TTL_S 30 s after its last heartbeat, a few seconds after the
     # delivery): a redelivered task claims no check under a live lease.
     settings.KILN_SSH_CONNECT_TIMEOUT = 3
-    settings.KILN_TASK_SLACK_S = 5
+    settings.KILN_TASK_SLACK_S = 3
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 45}
-    TestPlan.objects.get(slug="itest").items.update(param_overrides={"timeout_s": 2})
+    TestPlan.objects.get(slug="itest").items.update(param_overrides={"timeout_s": 3})
+    # Slow, healthy nodes: a check takes long enough to be caught running, and leaves 2.4 s of its
+    # 3 s to the probe's start on a loaded machine (with 1.2 s of 2 s, a CI run timed the probe out).
     for node in clean_testbed.nodes:
-        clean_testbed.set_faults(node.hostname, delay_ms=1200)  # slow, healthy nodes
+        clean_testbed.set_faults(node.hostname, delay_ms=600)
 
     _flush_broker()
     first = WorkerProcess(tmp_path / "worker-1.log", concurrency=2)
@@ -86,7 +88,7 @@ def test_it_completes_a_run_after_the_worker_is_killed(
         second.start()
         try:
             # Redelivery waits out the visibility timeout (45 s after the delivery), then the
-            # node's remaining checks run at 1.2 s per node call: ~45 s after the kill on an idle
+            # node's remaining checks run at 0.6 s per node call: ~45 s after the kill on an idle
             # machine, so the budget leaves room for a loaded CI runner.
             wait_for(
                 lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"),
