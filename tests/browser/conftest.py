@@ -2,6 +2,7 @@
 
 The pages are served by `live_server` (a thread of this process, on the test database); runs are
 executed by a real Celery worker process over SSH on the sshd testbed (tests/conftest.py).
+One Chromium serves the pytest process, started by its first browser test; each test gets a fresh context.
 
 Never `playwright install`: it downloads a browser. Chromium comes from apt (`/usr/bin/chromium`).
 Without Chromium or the playwright package the tests skip, except under CI=true, where they fail.
@@ -10,6 +11,7 @@ Screenshots of every step land in test-artifacts/browser/ at the repository root
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
@@ -22,7 +24,7 @@ import pytest
 from tests.conftest import REPO, skip_or_fail
 
 if TYPE_CHECKING:
-    from playwright.sync_api import BrowserContext, Page
+    from playwright.sync_api import Browser, BrowserContext, Page, Playwright
 
 CHROMIUM = Path(os.environ.get("KILN_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -53,47 +55,100 @@ def _live_server_closes_connections(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
 
 
-@pytest.fixture
-def browser_context(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[BrowserContext]:
-    """A Chromium with a fresh profile (user-data-dir) per test: no cookies or cache carried over."""
+class _Chromium:
+    """One Playwright runtime and one Chromium for the whole pytest process, started by the first
+    browser test: launching them costs about 1.2 s of CPU, against 0.1 s for a new context."""
+
+    def __init__(self) -> None:
+        self.runtime: Playwright | None = None
+        self.browser: Browser | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def resume(self) -> Browser:
+        from playwright.sync_api import sync_playwright
+
+        if self.browser is not None and not self.browser.is_connected():
+            self.stop()  # a test killed Chromium: start over
+        if self.runtime is None:
+            self.runtime = sync_playwright().start()
+            self.loop = asyncio.get_running_loop()  # the sync API's loop, marked running on this thread
+        else:
+            asyncio.events._set_running_loop(self.loop)
+        if self.browser is None:
+            self.browser = self.runtime.chromium.launch(
+                executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+            )
+        return self.browser
+
+    def pause(self) -> None:
+        # The sync API leaves its loop marked running on this thread between calls, which makes Django's
+        # ORM refuse to run (SynchronousOnlyOperation) and asyncio.run() refuse to start: unmark it
+        # until the next browser test, so the tests after these see no loop at all. The loop itself
+        # waits in the dispatcher greenlet, untouched; the driver buffers what Chromium sends meanwhile.
+        asyncio.events._set_running_loop(None)
+
+    def stop(self) -> None:
+        from playwright.sync_api import Error
+
+        runtime, browser, self.runtime, self.browser = self.runtime, self.browser, None, None
+        if runtime is None:
+            return
+        asyncio.events._set_running_loop(self.loop)
+        try:
+            if browser is not None and browser.is_connected():
+                browser.close()
+        except Error:
+            pass  # gone already
+        finally:
+            try:
+                runtime.stop()  # ends the driver (Chromium with it, if still there) and closes the loop
+            finally:
+                self.loop = None
+                asyncio.events._set_running_loop(None)
+
+
+@pytest.fixture(scope="session")
+def _chromium() -> Iterator[_Chromium]:
     if not CHROMIUM.exists():
         skip_or_fail(f"browser tests need Chromium at {CHROMIUM} (apt-get install chromium)")
     try:
-        from playwright.sync_api import sync_playwright
+        import playwright.sync_api  # noqa: F401
     except ImportError as exc:
         skip_or_fail(f"browser tests need the playwright package ({exc})")
+    chromium = _Chromium()
+    try:
+        yield chromium
+    finally:
+        chromium.stop()
+
+
+@pytest.fixture
+def browser_context(monkeypatch: pytest.MonkeyPatch, _chromium: _Chromium) -> Iterator[BrowserContext]:
+    """A fresh context (cookies, storage, cache, permissions: nothing carried over) of the process's Chromium."""
     from django.db import connections
 
-    # Playwright's sync API keeps an asyncio loop on this thread while it runs; Django's ORM would
-    # refuse to run beside it ("cannot call this from an async context") although our calls are
-    # synchronous. Per test, not per session, so the tests after these see no loop at all.
+    # While the Playwright loop is marked running (this test), Django's ORM would refuse to run beside
+    # it ("cannot call this from an async context") although our calls are synchronous.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    # While Playwright's runtime runs, this thread sees another set of Django connections (a new
-    # PostgreSQL session), and the one opened before stays idle: close them on each side of its
-    # lifetime, or PostgreSQL refuses to drop the test database at the end. (An in-memory SQLite
-    # test database ignores close().)
+    # While the loop is marked running, this thread sees another set of Django connections (a new
+    # PostgreSQL session), and the one opened before stays idle: close them on each side of the
+    # test, or PostgreSQL refuses to drop the test database at the end. (An in-memory SQLite test
+    # database ignores close().)
     connections.close_all()
-    runtime = sync_playwright().start()
     try:
-        context = runtime.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 900},
-            accept_downloads=True,
-        )
-        context.set_default_timeout(15_000)
-        # Every page reports what its Content-Security-Policy blocked to the console, where the page
-        # fixture fails the test on it (Chromium also logs its own "Refused to ..." line).
-        context.add_init_script(CSP_REPORTER_JS)
+        browser = _chromium.resume()
+        context = browser.new_context(viewport={"width": 1400, "height": 900}, accept_downloads=True)
         try:
+            context.set_default_timeout(15_000)
+            # Every page reports what its Content-Security-Policy blocked to the console, where the page
+            # fixture fails the test on it (Chromium also logs its own "Refused to ..." line).
+            context.add_init_script(CSP_REPORTER_JS)
             yield context
         finally:
             context.close()
     finally:
         connections.close_all()
-        runtime.stop()
+        _chromium.pause()
 
 
 CSP_REPORTER_JS = """document.addEventListener('securitypolicyviolation', (e) => {
@@ -198,7 +253,9 @@ def start_run_from_cluster_page(page: Page, base_url: str, cluster: str, plan: s
     shot("start-run-form")
     page.get_by_role("button", name="Start run").click()
     page.wait_for_url(re.compile(r"/runs/\d+/$"))
-    return int(re.search(r"/runs/(\d+)/$", page.url).group(1))
+    run_id = re.search(r"/runs/(\d+)/$", page.url)
+    assert run_id, page.url
+    return int(run_id.group(1))
 
 
 def wait_for_run_end(page: Page, timeout_s: float) -> str:
@@ -206,7 +263,7 @@ def wait_for_run_end(page: Page, timeout_s: float) -> str:
     page.wait_for_selector(
         "#run-grid:not([data-status=queued]):not([data-status=running])", timeout=timeout_s * 1000, state="attached"
     )
-    return page.get_attribute("#run-grid", "data-status")
+    return page.get_attribute("#run-grid", "data-status") or ""
 
 
 def assert_plotly_rendered(page: Page, scope: str = "body", timeout_s: float = 15) -> dict[str, Any]:
