@@ -87,7 +87,7 @@ class RdmaBandwidth(FanOutCheck):
     )
     # The simulated ib_write_lat answers at once: its window need not cover CUDA start-up (the
     # servers' start slack stays at its default, so a busy worker still has every server listening).
-    simulator_params: ClassVar[dict[str, Any]] = {"lat_timeout_s": 8, "bw_timeout_s": 30}
+    simulator_params: ClassVar[dict[str, Any]] = {"lat_timeout_s": 20, "bw_timeout_s": 30}
     Params: ClassVar[type] = RdmaBwParams
     Thresholds: ClassVar[type] = RdmaBwThresholds
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = PROFILE_THRESHOLDS
