@@ -26,8 +26,9 @@ MiB = 1024**2
 UPLOADS = 20
 # The bound the uploads must keep the login page under; unbounded, it took 43-74 s at 8 uploads.
 # Bounded, the first request (in the same instant as the uploads) took 1.06 s once in a CI run on a
-# 2-core machine that the other test processes loaded, the rest 0.02 s at most: 2 s still tells the two apart.
-PAGE_BOUND_S = 2.0
+# 2-core machine that the other test processes loaded, and 2.8 s in a run twice as slow (47 minutes),
+# the rest 0.02 s at most: 10 s still tells the two apart.
+PAGE_BOUND_S = 10.0
 
 
 def _free_port() -> int:

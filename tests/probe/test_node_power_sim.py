@@ -15,6 +15,7 @@ import pytest
 from checks.core.sampling import parse_sampling
 from checks.probe import probe_source
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
+from tests.probe.steady import steady_indices
 
 # Real-time readings judged on a deadline: beside other such tests, never at once (tests/conftest.py).
 pytestmark = pytest.mark.exclusive("cpu")
@@ -145,10 +146,13 @@ def test_it_follows_gpu_burns_load_and_the_over_drawing_fault(sim: SimPaths, tmp
     _, over, _ = probe(sim, tmp_path, *args, power_over_pct=30)
     for data in (healthy, over):
         assert data["node_power"]["source"] == "dcmi" and data["node_power"]["errors"] == []
-    loaded = max(p for p in healthy["samples"]["node_power_w"] if p)
-    assert 6500 < loaded < 7000  # 8 GPUs of 650-685 W and the platform's 1,500 W (testbed/sim/power.py)
-    gpus = sum(g["power_w"][-2] for g in over["samples"]["gpus"])
-    assert max(p for p in over["samples"]["node_power_w"] if p) - loaded == pytest.approx(0.3 * gpus, rel=0.1)
+    # At steady load (after the ramp, by the samples' times): the node's reading and its GPUs' sum.
+    loaded = [healthy["samples"]["node_power_w"][i] for i in steady_indices(healthy)]
+    # 8 GPUs of 650-685 W and the platform's 1,500 W (testbed/sim/power.py)
+    assert all(6500 < p < 7000 for p in loaded), loaded
+    for i in steady_indices(over):
+        gpus = sum(g["power_w"][i] for g in over["samples"]["gpus"])
+        assert over["samples"]["node_power_w"][i] - max(loaded) == pytest.approx(0.3 * gpus, rel=0.1)
 
 
 def test_it_waits_for_the_common_start(sim: SimPaths, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from checks.probe import probe_source
 from testbed.sim import SimPaths, build_simulator, node_env, write_state
-from testbed.sim.power import LOAD_RAMP_S
+from tests.probe.steady import steady_indices
 
 pytest.importorskip("pynvml")
 
@@ -45,20 +45,9 @@ def column(data: dict[str, Any], gpu: int, field: str) -> list[Any]:
 
 
 def steady(data: dict[str, Any], gpu: int, field: str) -> list[Any]:
-    """Values once the simulated load ramp is over: from LOAD_RAMP_S after the first loaded sample
-    (the load marker appeared before its reads; 0.1 s for the reads of one sample) while the node is
-    still loaded. By the samples' own times, not their positions: on a busy machine gpu_burn starts
-    late and the ramp falls anywhere."""
-    times, busy = data["samples"]["t"], [reasons & 1 == 0 for reasons in column(data, 0, "clock_event_reasons")]
-    assert any(busy), "no sample saw the load"
-    loaded_at = times[busy.index(True)]
-    values = [
-        v
-        for t, b, v in zip(times, busy, column(data, gpu, field), strict=True)
-        if b and t > loaded_at + LOAD_RAMP_S + 0.1
-    ]
-    assert values, f"no sample after the {LOAD_RAMP_S} s ramp: {times}"
-    return values
+    """One GPU's readings of one field at steady load (after the simulated ramp)."""
+    values = column(data, gpu, field)
+    return [values[i] for i in steady_indices(data)]
 
 
 def test_it_samples_an_idle_node_for_the_duration(sim: SimPaths, tmp_path: Path) -> None:
