@@ -187,6 +187,8 @@ def _errors(page: Page) -> list[str]:
     return console
 
 
+# Up to 70 s with the site's set-up on an idle 2-core machine: room for a run two or three times as slow.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("width", WIDTHS)
 def test_every_page_fits_reads_clean_and_logs_no_error(site: tuple[str, Site], page: Page, width: int) -> None:
     base, data = site
