@@ -357,6 +357,15 @@ KILN_CREDENTIAL_KEY = env.str("KILN_CREDENTIAL_KEY", default="") or credential_k
 # --- Certificates -------------------------------------------------------------------------------
 # Folder of the site's signing keys; empty: DATA_DIR/keys (portal/certificates/keys.py).
 KILN_KEY_DIR = env.str("KILN_KEY_DIR", default="")
+# RFC 3161 timestamp authority (portal/certificates/signing.py): empty signs with the portal's clock
+# only. When set, every certificate's PDF signature carries the TSA's timestamp, or is not issued.
+KILN_TSA_URL = env.str("KILN_TSA_URL", default="")
+# PEM file of the CA certificate(s) the TSA's certificate chains to: what makes its time trusted, at
+# issuing and in `kiln verify`. Keep a former TSA's root in the file: older certificates carry its time.
+KILN_TSA_CA = env.str("KILN_TSA_CA", default="")
+# Seconds to wait for the TSA: public TSAs answer in well under a second; 10 s rides out a slow link
+# and still fails the issuing task long before its 1-hour limit.
+KILN_TSA_TIMEOUT_S = env.float("KILN_TSA_TIMEOUT_S", default=10)
 # Static charts in the PDF (plotly -> SVG through kaleido and Chromium); off leaves them out. 60 s
 # per certificate's charts: a 1,250-node certificate's charts render in a few seconds.
 KILN_CERT_CHARTS = env.bool("KILN_CERT_CHARTS", default=True)

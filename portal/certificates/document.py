@@ -67,7 +67,17 @@ def verify_document(data: bytes, store: keys.TrustStore) -> seal.Verdict:
 def _verify_extracted(
     data: bytes, payload_bytes: bytes, seal_data: dict[str, Any], store: keys.TrustStore
 ) -> seal.Verdict:
-    document = signing.pdf_signature_check(data, store.roots)
+    document = signing.pdf_signature_check(data, store.roots, store.tsa_roots)
+    verdict = _judged(data, payload_bytes, seal_data, store, document)
+    if document.time or document.time_note:
+        verdict.time = {"time": document.time, "source": document.time_source, "tsa": document.tsa,
+                        "note": document.time_note}  # fmt: skip
+    return verdict
+
+
+def _judged(
+    data: bytes, payload_bytes: bytes, seal_data: dict[str, Any], store: keys.TrustStore, document: signing.SignatureCheck
+) -> seal.Verdict:
     if document.status == signing.UNSIGNED and payload_bytes.find(b'"format":"' + seal.LEGACY_FORMAT.encode()) >= 0:
         legacy = seal.verify(payload_bytes, seal_data, sorted(store.seal_fingerprints))
         legacy.legacy = legacy.ok

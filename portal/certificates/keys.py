@@ -49,6 +49,10 @@ IMPORTED = "imported"  # how trust_store_load names a key from TRUSTED/
 SEAL_KEY, SEAL_PUB = "seal.key.pem", "seal.pub.pem"
 PDF_KEY, PDF_CERT, CHAIN = "pdf.key.pem", "pdf.crt.pem", "chain.pem"
 
+# The CRL embedded with each signature (site_crl) only has to cover the moment of signing; a day
+# leaves room for a worker's clock and the TSA's to disagree by hours.
+CRL_HOURS = 24
+
 # Validity: the CA outlives every certificate it signs; a PDF signed today must still verify in 10
 # years (a cluster's service life), so the signing certificate is valid for 11 and the CA for 21.
 CA_DAYS = 21 * 365
@@ -113,6 +117,9 @@ class TrustStore:
     seal_fingerprints: frozenset[str]
     roots: tuple[x509.Certificate, ...]
     keys: tuple[TrustedKey, ...]
+    # Roots of the timestamp authorities whose RFC 3161 time verification trusts (KILN_TSA_CA): not
+    # trust anchors of the document signature, which only the site's CA (and imported ones) are.
+    tsa_roots: tuple[x509.Certificate, ...] = ()
 
 
 def key_dir() -> Path:
@@ -488,7 +495,42 @@ def trust_store_load() -> TrustStore:
                 pem = _public_pem(public).decode()
                 keys.append(TrustedKey(KeyRole.SEAL, fingerprint(public), "", f"{IMPORTED} ({path.name})", False, pem))
     seal_fps = frozenset(k.fingerprint for k in keys if k.role is KeyRole.SEAL)
-    return TrustStore(seal_fps, tuple(roots), tuple(keys))
+    return TrustStore(seal_fps, tuple(roots), tuple(keys), tsa_roots())
+
+
+def tsa_roots() -> tuple[x509.Certificate, ...]:
+    """The timestamp authorities' root certificates (KILN_TSA_CA); none when it is not set."""
+    from django.conf import settings
+
+    configured = str(settings.KILN_TSA_CA or "")
+    return tuple(_load_certs(Path(configured))) if configured else ()
+
+
+def site_crl(identity: SigningIdentity) -> x509.CertificateRevocationList | None:
+    """A CRL the site CA signs now, embedded beside each signature (PAdES B-LT): it says the signing
+    certificate was not revoked when it signed, so the signature verifies offline after the
+    certificate is rotated away or expires. Empty: the site never revokes a signing certificate
+    (rotation retires a key without distrusting what it signed). None when the site CA's key is not
+    here (an imported certificate: the site's own PKI publishes its revocation data)."""
+    root = key_dir()
+    if not (root / CA_KEY).exists():
+        return None
+    ca_cert = _ca_cert(root)
+    if identity.pdf_cert.issuer != ca_cert.subject:
+        return None
+    ca_key = serialization.load_pem_private_key(_read(root / CA_KEY), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise KeyringError(f"{root / CA_KEY} is not an ECDSA key")
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(ca_cert.subject)
+        .last_update(now - datetime.timedelta(minutes=5))
+        .next_update(now + datetime.timedelta(hours=CRL_HOURS))
+        .add_extension(x509.CRLNumber(int(now.timestamp() * 1_000_000)), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
 
 
 def public_export() -> str:

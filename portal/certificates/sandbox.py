@@ -96,7 +96,8 @@ def _trust_line(store: keys.TrustStore) -> bytes:
     """The public part of the trust store, one JSON line: the child reads no key folder (it holds the
     private keys too, and a child dropped to another uid could not read it)."""
     roots = [cert.public_bytes(serialization.Encoding.PEM).decode() for cert in store.roots]
-    return json.dumps({"seal": sorted(store.seal_fingerprints), "roots": roots}).encode() + b"\n"
+    tsa = [cert.public_bytes(serialization.Encoding.PEM).decode() for cert in store.tsa_roots]
+    return json.dumps({"seal": sorted(store.seal_fingerprints), "roots": roots, "tsa_roots": tsa}).encode() + b"\n"
 
 
 def _others_can_read(path: Path) -> bool:
@@ -179,7 +180,8 @@ def _trust_read(line: bytes) -> keys.TrustStore:
 
     found = json.loads(line)
     roots = tuple(x509.load_pem_x509_certificate(pem.encode()) for pem in found["roots"])
-    return keys.TrustStore(frozenset(found["seal"]), roots, ())
+    tsa = tuple(x509.load_pem_x509_certificate(pem.encode()) for pem in found.get("tsa_roots", []))
+    return keys.TrustStore(frozenset(found["seal"]), roots, (), tsa)
 
 
 def main() -> int:

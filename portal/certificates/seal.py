@@ -118,6 +118,9 @@ class Verdict:
     # Format 1 (no PDF signature): valid only if byte-identical to the copy the portal stored.
     legacy: bool = False
     payload_sha256: str = ""
+    # When the PDF was signed and by whose clock (signing.SignatureCheck's time fields): "time",
+    # "source" (a timestamp authority or the portal's clock), "tsa", "note". Empty: not checked.
+    time: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

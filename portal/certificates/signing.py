@@ -9,10 +9,18 @@ itself. pyHanko parses the CMS blob from it and ignores what follows (zero paddi
 decode the same in either case, so a byte flipped there would go unnoticed. The check below therefore
 also requires that hole to be exactly the upper-case hex of the DER signature followed by zeros, as
 pyHanko writes it. The blob itself must be the one form the portal writes (_cms_why_not_canonical):
-DER, one signer, no unsigned attributes, exactly the signer's certificate chain, no CRLs, and an ECDSA
+DER, one signer, no unsigned attribute but an RFC 3161 timestamp, exactly the signer's certificate chain, no CRLs, and an ECDSA
 signature with a low S (the portal normalises S when signing and says so in the sealed payload; (r, n - s)
 verifies just as well, so verification.py refuses the other half; older certificates, signed before,
 are held to their stored copy instead). With that, no byte of a Kiln certificate can change without failing.
+
+Trusted time and long-term validity. With a timestamp authority configured (KILN_TSA_URL), the signature
+carries an RFC 3161 token over its value (the unsigned attribute id-aa-signatureTimeStampToken): its
+time comes from the TSA, not the portal's clock. Every signature also carries, in the same signed
+revision (so the whole file stays covered), a document security store (DSS) with the certificates of
+the signer, the site CA and the TSA, and a CRL the site CA issues at signing time: PAdES B-LT when
+timestamped. The verifier then judges the signing certificate at the TSA's time with that embedded
+data, so the signature still verifies offline after the certificate is rotated away or expires.
 """
 
 from __future__ import annotations
@@ -20,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import binascii
 import io
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asn1crypto import cms, core
 from asn1crypto import keys as asn1_keys
@@ -35,6 +44,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 
 from portal.certificates.keys import SigningIdentity, cert_fingerprint, cert_sha256
+
+if TYPE_CHECKING:
+    from asn1crypto import tsp
 
 FIELD_NAME = "KilnSeal"
 # Room for the CMS blob in the PDF: an ECDSA signature plus a 2-3 certificate chain is ~2 KB; RSA-4096
@@ -61,6 +73,51 @@ class SignatureCheck:
     # S in the upper half: the n - s twin of a low S. A certificate whose payload says the portal
     # wrote a low S (LOW_S) is tampered; one issued before that carries no such promise.
     high_s: bool = False
+    # When it was signed (ISO 8601, UTC) and who says so: TIME_TSA (an RFC 3161 timestamp by a TSA
+    # this verifier trusts, named in `tsa`) or TIME_CLOCK (the portal's own clock, as it claimed).
+    time: str = ""
+    time_source: str = ""
+    tsa: str = ""
+    time_note: str = ""
+
+
+TIME_TSA = "timestamp authority"
+TIME_CLOCK = "portal clock"
+TSA_TOKEN = "signature_time_stamp_token"  # asn1crypto's name of id-aa-signatureTimeStampToken
+
+
+class TimestampError(RuntimeError):
+    """The timestamp authority gave no usable timestamp: the message says which TSA, and why."""
+
+
+@dataclass(frozen=True)
+class Timestamping:
+    """Where to get the RFC 3161 timestamp, and the roots its TSA's certificate must chain to."""
+
+    url: str
+    roots: tuple[x509.Certificate, ...]
+    timeout_s: float
+
+
+def timestamping_configured() -> Timestamping | None:
+    """The settings' TSA (KILN_TSA_URL, KILN_TSA_CA, KILN_TSA_TIMEOUT_S), or None when none is set."""
+    from django.conf import settings
+
+    from portal.certificates.keys import KeyringError, tsa_roots
+
+    url = str(settings.KILN_TSA_URL or "")
+    if not url:
+        return None
+    try:
+        roots = tsa_roots()
+    except KeyringError as exc:
+        raise TimestampError(f"KILN_TSA_CA cannot be read: {exc}") from None
+    if not roots:
+        raise TimestampError(
+            f"KILN_TSA_URL is set ({url}) but KILN_TSA_CA is not: name the PEM file of the TSA's root "
+            "certificate, without which its time cannot be trusted"
+        )
+    return Timestamping(url, roots, float(settings.KILN_TSA_TIMEOUT_S))
 
 
 # Group orders of the curves a site's PKI may use (SEC 2, sections 2.4.2, 2.5.1, 2.6.1): S above half of
@@ -88,10 +145,117 @@ def _asn1_cert(cert: x509.Certificate) -> asn1_x509.Certificate:
     return asn1_x509.Certificate.load(cert.public_bytes(serialization.Encoding.DER))
 
 
-def pdf_sign(document: bytes, identity: SigningIdentity, *, reason: str, location: str) -> bytes:
-    """The document with one PAdES signature covering all of it."""
+def _tsa_stamper(timestamping: Timestamping) -> Any:
+    """A pyHanko TimeStamper that says plainly what went wrong: no answer, an HTTP error, not an
+    RFC 3161 reply, a refusal, a reply for another request (nonce) or another digest (imprint)."""
+    import requests
+    from asn1crypto import tsp
+    from pyhanko.sign.timestamps import TimeStamper
+
+    url, timeout = timestamping.url, timestamping.timeout_s
+
+    def post(request: tsp.TimeStampReq) -> bytes:
+        headers = {"Content-Type": "application/timestamp-query", "Accept": "application/timestamp-reply"}
+        try:
+            answer = requests.post(url, data=request.dump(), headers=headers, timeout=timeout)
+        except requests.Timeout:
+            raise TimestampError(f"the timestamp authority {url} did not answer within {timeout:g} s") from None
+        except requests.RequestException as exc:
+            raise TimestampError(f"the timestamp authority {url} cannot be reached: {exc}") from None
+        if answer.status_code != 200:
+            raise TimestampError(f"the timestamp authority {url} answered HTTP {answer.status_code}")
+        kind = answer.headers.get("Content-Type", "").split(";")[0].strip()
+        if kind != "application/timestamp-reply":
+            raise TimestampError(f"the timestamp authority {url} answered {kind or 'no content type'}, "
+                                 "not an RFC 3161 reply (application/timestamp-reply)")  # fmt: skip
+        return bytes(answer.content)
+
+    class KilnTimeStamper(TimeStamper):  # type: ignore[misc]
+        async def async_request_tsa_response(self, req: tsp.TimeStampReq) -> Any:
+            return _Reply.load(await asyncio.to_thread(post, req))
+
+        async def async_timestamp(self, message_digest: bytes, md_algorithm: str) -> cms.ContentInfo:
+            nonce, request = self.request_cms(message_digest, md_algorithm)
+            reply = await self.async_request_tsa_response(request)
+            return _token_checked(url, reply, nonce, message_digest, md_algorithm)
+
+    return KilnTimeStamper()
+
+
+def _reply_class() -> type:
+    from asn1crypto import tsp
+
+    class Reply(core.Sequence):  # type: ignore[misc]
+        """TimeStampResp with the token optional, as RFC 3161 has it: a refusal carries a status alone
+        (asn1crypto's own class requires the token, and would hide the TSA's reason)."""
+
+        _fields = [("status", tsp.PKIStatusInfo), ("time_stamp_token", cms.ContentInfo, {"optional": True})]
+
+    return Reply
+
+
+_Reply = _reply_class()
+
+
+def _token_checked(url: str, reply: Any, nonce: int, digest: bytes, md_algorithm: str) -> cms.ContentInfo:
+    """The reply's token if it answers this request, else TimestampError saying how it does not."""
+    try:
+        status = reply["status"]["status"].native
+        if status not in ("granted", "granted_with_mods"):
+            said = "; ".join(reply["status"]["status_string"].native or []) or "no reason given"
+            raise TimestampError(f"the timestamp authority {url} refused the request ({status}: {said})")
+        token = reply["time_stamp_token"]
+        info = token["content"]["encap_content_info"]["content"].parsed
+        got_nonce = info["nonce"].native
+        imprint = info["message_imprint"]
+        algorithm, hashed = imprint["hash_algorithm"]["algorithm"].native, imprint["hashed_message"].native
+    except TimestampError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise TimestampError(f"the timestamp authority {url} answered something that is not an RFC 3161 "
+                             f"timestamp ({type(exc).__name__}: {str(exc)[:200]})") from None  # fmt: skip
+    if got_nonce != nonce:
+        raise TimestampError(
+            f"the timestamp authority {url} answered another request (nonce {got_nonce!r}, sent {nonce}): "
+            "a replayed or misrouted reply"
+        )
+    if algorithm != md_algorithm or hashed != digest:
+        raise TimestampError(
+            f"the timestamp authority {url} stamped another digest ({algorithm} {bytes(hashed or b'').hex()[:16]}...) "
+            "than the signature's"
+        )
+    return token
+
+
+def _validation_context(identity: SigningIdentity, timestamping: Timestamping | None, crl: bytes | None) -> Any:
+    """What pyHanko embeds in the DSS: the chains of the signer and the TSA, and the site CA's CRL."""
+    from pyhanko_certvalidator import ValidationContext
+
+    roots = [_asn1_cert(c) for c in identity.chain if c.subject == c.issuer]
+    roots += [_asn1_cert(c) for c in (timestamping.roots if timestamping else ())]
+    # Fetching only with a TSA: its chain's revocation data (CRL or OCSP) is fetched from the URLs its
+    # certificates name; the site's own signature needs nothing from the network.
+    return ValidationContext(
+        trust_roots=roots, crls=[crl] if crl else [], allow_fetching=timestamping is not None
+    )
+
+
+def pdf_sign(
+    document: bytes,
+    identity: SigningIdentity,
+    *,
+    reason: str,
+    location: str,
+    timestamping: Timestamping | None = None,
+    crl: bytes | None = None,
+) -> bytes:
+    """The document with one PAdES signature covering all of it, its validation data (DSS) in the
+    same revision; with `timestamping`, an RFC 3161 timestamp from that TSA, or TimestampError.
+    `crl`: the site CA's CRL (DER) to embed (keys.site_crl)."""
     from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
     from pyhanko.sign import fields, signers
+    from pyhanko.sign.signers.pdf_signer import DSSContentSettings, SigDSSPlacementPreference
+    from pyhanko_certvalidator.errors import PathBuildingError, PathValidationError, ValidationError
     from pyhanko_certvalidator.registry import SimpleCertificateStore
 
     key_der = identity.pdf_key.private_bytes(
@@ -115,12 +279,48 @@ def pdf_sign(document: bytes, identity: SigningIdentity, *, reason: str, locatio
         location=location or None,
         subfilter=fields.SigSeedSubFilter.PADES,
         md_algorithm="sha256",
+        embed_validation_info=True,
+        validation_context=_validation_context(identity, timestamping, crl),
+        # In the signature's own revision (VRI needs the signature, so none): the byte range then
+        # still covers the whole file, as the verifier requires.
+        dss_settings=DSSContentSettings(
+            placement=SigDSSPlacementPreference.TOGETHER_WITH_SIGNATURE, include_vri=False
+        ),
     )
+    logging.getLogger("pyhanko.sign.signers.pdf_signer").addFilter(_no_fetching_warning)
     writer = IncrementalPdfFileWriter(io.BytesIO(document), strict=False)
     out = io.BytesIO()
-    pdf_signer = signers.PdfSigner(meta, signer=signer)
-    _outside_any_event_loop(lambda: pdf_signer.sign_pdf(writer, output=out, bytes_reserved=SIGNATURE_BYTES))
-    return out.getvalue()
+    stamper = _tsa_stamper(timestamping) if timestamping else None
+    pdf_signer = signers.PdfSigner(meta, signer=signer, timestamper=stamper)
+    try:
+        _outside_any_event_loop(lambda: pdf_signer.sign_pdf(writer, output=out, bytes_reserved=SIGNATURE_BYTES))
+    except (PathBuildingError, PathValidationError, ValidationError) as exc:
+        if timestamping is None:
+            raise
+        raise TimestampError(
+            f"the timestamp authority {timestamping.url} or this site's signing certificate does not chain to a "
+            f"trusted root (KILN_TSA_CA for the TSA): {str(exc)[:300]}"
+        ) from None
+    signed = out.getvalue()
+    if timestamping is not None:
+        _timestamp_required(signed, identity, timestamping)
+    return signed
+
+
+def _no_fetching_warning(record: logging.LogRecord) -> bool:
+    """Drop pyHanko's warning that nothing is fetched while validation data is embedded: offline is
+    what the site's own chain wants (its CA's CRL is supplied); with a TSA, fetching is on."""
+    return "fetching is not allowed" not in record.getMessage()
+
+
+def _timestamp_required(signed: bytes, identity: SigningIdentity, timestamping: Timestamping) -> None:
+    """The signed document verifies with a timestamp the TSA roots vouch for: no certificate leaves
+    with a broken or untrusted timestamp while one is configured."""
+    roots = tuple(c for c in identity.chain if c.subject == c.issuer)
+    check = pdf_signature_check(signed, roots, timestamping.roots)
+    if check.status != INTACT or check.time_source != TIME_TSA:
+        why = check.detail if check.status != INTACT else check.time_note
+        raise TimestampError(f"the document signed with the timestamp of {timestamping.url} does not verify: {why}")
 
 
 def _outside_any_event_loop(call: Callable[[], object]) -> None:
@@ -169,8 +369,11 @@ def _cms_why_not_canonical(der: bytes) -> str:
 
 
 def _signer_info_why_not(info: cms.SignerInfo) -> str:
-    if not isinstance(info["unsigned_attrs"], core.Void):
-        return "the signature carries unsigned attributes"
+    unsigned = info["unsigned_attrs"]
+    if not isinstance(unsigned, core.Void) and (
+        len(unsigned) != 1 or unsigned[0]["type"].native != TSA_TOKEN or len(unsigned[0]["values"]) != 1
+    ):
+        return "the signature carries unsigned attributes other than one RFC 3161 timestamp"
     if info["sid"].name != "issuer_and_serial_number":
         return "the signer is not named by issuer and serial number"
     return ""
@@ -215,6 +418,8 @@ def _as_written(signed: cms.SignedData, info: cms.SignerInfo, signer: x509.Certi
     )
     digest = info["digest_algorithm"]["algorithm"].native
     expected = rebuild.signer_info(digest, info["signed_attrs"], info["signature"].native)
+    if not isinstance(info["unsigned_attrs"], core.Void):  # the one timestamp _signer_info_why_not allows
+        expected["unsigned_attrs"] = info["unsigned_attrs"]
     if expected.dump(force=True) != info.dump() or signed["digest_algorithms"][0].dump() != expected[
         "digest_algorithm"
     ].dump(force=True):
@@ -244,13 +449,51 @@ def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
     return True
 
 
-def pdf_signature_check(data: bytes, roots: tuple[x509.Certificate, ...]) -> SignatureCheck:
-    """Validate the Kiln PDF signature offline against the trusted CA certificates."""
+def _context(roots: tuple[x509.Certificate, ...], reader: Any = None, moment: Any = None) -> Any:
+    """An offline validation context: these roots, and with `reader` the document's DSS (its
+    certificates and CRLs), judged at `moment` (None: now)."""
+    from pyhanko.sign.validation.dss import DocumentSecurityStore, NoDSSFoundError
+    from pyhanko_certvalidator import ValidationContext
+
+    kwargs: dict[str, Any] = {"trust_roots": [_asn1_cert(c) for c in roots], "allow_fetching": False}
+    if moment is not None:
+        kwargs.update(moment=moment, best_signature_time=moment)
+    if reader is None:
+        return ValidationContext(**kwargs)
+    try:
+        return DocumentSecurityStore.read_dss(reader).as_validation_context(kwargs)
+    except NoDSSFoundError:
+        return ValidationContext(**kwargs)
+
+
+def _timing(status: Any) -> tuple[str, dict[str, Any]]:
+    """('' or why the timestamp is broken, the SignatureCheck's time fields) from pyHanko's status."""
+    token = status.timestamp_validity
+    claimed = status.signer_reported_dt
+    clock = {"time": claimed.isoformat() if claimed else "", "time_source": TIME_CLOCK}
+    if token is None:
+        return "", {**clock, "time_note": "no RFC 3161 timestamp: the time is the portal's own clock"}
+    tsa = token.signing_cert.subject.human_friendly if token.signing_cert is not None else "an unnamed TSA"
+    if not (token.intact and token.valid):
+        return f"the RFC 3161 timestamp of {tsa} does not match the signature (imprint or TSA signature wrong)", {}
+    at = token.timestamp.isoformat()
+    if not token.trusted:
+        note = (f"a timestamp by {tsa} says {at}, but no TSA root this verifier trusts (KILN_TSA_CA) issued "
+                "its certificate: the time is the portal's own clock")  # fmt: skip
+        return "", {**clock, "tsa": tsa, "time_note": note}
+    return "", {"time": at, "time_source": TIME_TSA, "tsa": tsa, "time_note": f"RFC 3161 timestamp by {tsa}"}
+
+
+def pdf_signature_check(
+    data: bytes, roots: tuple[x509.Certificate, ...], tsa_roots: tuple[x509.Certificate, ...] = ()
+) -> SignatureCheck:
+    """Validate the Kiln PDF signature offline against the trusted CA certificates; a timestamp
+    counts as trusted time when its TSA chains to `tsa_roots`, and then the signing certificate is
+    judged at that time with the document's own validation data (DSS)."""
     from pyhanko.pdf_utils.misc import PdfError
     from pyhanko.pdf_utils.reader import PdfFileReader
     from pyhanko.sign.validation import validate_pdf_signature
     from pyhanko.sign.validation.errors import SignatureValidationError
-    from pyhanko_certvalidator import ValidationContext
 
     try:
         reader = PdfFileReader(io.BytesIO(data), strict=False)
@@ -266,16 +509,23 @@ def pdf_signature_check(data: bytes, roots: tuple[x509.Certificate, ...]) -> Sig
     why = _hole_is_canonical(data, list(signature.byte_range), signature.pkcs7_content)
     if why:
         return SignatureCheck(BROKEN, f"the signature field was altered: {why}")
-    context = ValidationContext(trust_roots=[_asn1_cert(c) for c in roots], allow_fetching=False)
     try:
-        status = validate_pdf_signature(signature, context)
+        status = validate_pdf_signature(signature, _context(roots, reader), _context(tsa_roots))
+        broken, timing = _timing(status)
+        if not broken and timing["time_source"] == TIME_TSA:
+            # Long-term validation: the signing certificate as it stood at the TSA's time, with the
+            # CRL embedded then, so that rotation or expiry since changes nothing.
+            moment = status.timestamp_validity.timestamp
+            status = validate_pdf_signature(signature, _context(roots, reader, moment), _context(tsa_roots))
     except (SignatureValidationError, PdfError, ValueError) as exc:
         return SignatureCheck(BROKEN, f"the document signature does not validate ({str(exc)[:200]})")
+    if broken:
+        return SignatureCheck(BROKEN, broken)
     signer = x509.load_der_x509_certificate(status.signing_cert.dump())
     public, raw = signer.public_key(), signature.signer_info["signature"].native
     upper = isinstance(public, ec.EllipticCurvePublicKey) and low_s(raw, public.curve.name) != raw
     who: dict[str, Any] = dict(signer_sha256=cert_sha256(signer), signer_subject=signer.subject.rfc4514_string(),
-                               signer_fingerprint=cert_fingerprint(signer), high_s=upper)  # fmt: skip
+                               signer_fingerprint=cert_fingerprint(signer), high_s=upper, **timing)  # fmt: skip
     if status.coverage is None or status.coverage.name != "ENTIRE_FILE":
         return SignatureCheck(BROKEN, "bytes were added or changed after the document was signed", **who)
     if not status.intact:

@@ -102,6 +102,7 @@ def certificate_verify(*, data: bytes, digests: bool = False) -> seal.Verdict:
             verdict.payload,
             verdict.fingerprint,
             verdict.notes,
+            time=verdict.time,
         )
     verdict.notes.append(f"{number} was issued by this portal and is not revoked.")
     return verdict

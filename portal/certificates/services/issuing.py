@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cryptography.hazmat.primitives import serialization
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
@@ -152,12 +153,16 @@ def certificate_issue(*, campaign_id: int) -> Certificate | None:
         _issue_blocked(campaign_id, state)
         return None
     identity = keys.signing_identity_load()  # KeyringError: shown on the campaign, never a new key
+    # A TSA that is configured but unusable (TimestampError) fails the issuing, shown on the campaign:
+    # never a certificate without the trusted time the site asked for.
+    timestamping = signing.timestamping_configured()
     issued_at = timezone.now()
     for collision in range(5):
         number = _number(campaign, issued_at, identity, skip=collision)
         payload_bytes, seal_data, document, note = _render(
-            body=body, state=state, number=number, issued_at=issued_at, signatures=signatures, identity=identity
-        )
+            body=body, state=state, number=number, issued_at=issued_at, signatures=signatures, identity=identity,
+            timestamping=timestamping,
+        )  # fmt: skip
         with transaction.atomic():
             campaign = Campaign.objects.select_for_update().select_related("cluster").get(pk=campaign_id)
             if campaign.certificates.exists():  # issued by an earlier delivery of this task
@@ -229,6 +234,7 @@ def _render(
     issued_at: Any,
     signatures: list[Signature],
     identity: keys.SigningIdentity,
+    timestamping: signing.Timestamping | None,
 ) -> tuple[bytes, dict[str, Any], bytes, str]:
     """The sealed payload, its seal, the signed PDF and the charts note."""
     payload = {
@@ -250,7 +256,11 @@ def _render(
         "seal": {
             "algorithm": "Ed25519",
             "key_fingerprint": seal.fingerprint(identity.seal_key.public_key()),
-            "pdf_signature": "PAdES B-B, ECDSA P-256 / SHA-256",
+            "pdf_signature": (
+                "PAdES B-LT (RFC 3161 timestamp), ECDSA P-256 / SHA-256"
+                if timestamping
+                else "PAdES B-B with validation data, ECDSA P-256 / SHA-256"
+            ),
             "pdf_certificate_sha256": keys.cert_sha256(identity.pdf_cert),
             "ecdsa_s": signing.LOW_S,  # the verifier refuses the high-S twin of this signature
         },
@@ -264,9 +274,11 @@ def _render(
         charts_note=note, signer=keys.cert_fingerprint(identity.pdf_cert),
         phases=phase_ranges(c.result_id for c in state.cells if c.result_id is not None and c.scope != Scope.GROUP),
     )  # fmt: skip
+    crl = keys.site_crl(identity)
     signed = signing.pdf_sign(
         document, identity, reason=f"Kiln acceptance certificate {number}: {body['verdict']}",
-        location=body["cluster"]["site"],
+        location=body["cluster"]["site"], timestamping=timestamping,
+        crl=crl.public_bytes(serialization.Encoding.DER) if crl is not None else None,
     )  # fmt: skip
     return payload_bytes, seal_data, signed, note
 

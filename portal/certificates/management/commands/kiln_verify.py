@@ -26,9 +26,16 @@ from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from portal.certificates import export, seal, verification
+from portal.certificates import export, seal, signing, verification
 
 EX_USAGE = 64
+
+
+def signed_time_line(time: dict[str, str]) -> str:
+    """'signed at T, ...': a TSA's trusted time, or the portal's own clock (and why not a TSA's)."""
+    if time.get("source") == signing.TIME_TSA:
+        return f"signed at {time['time']} (trusted time: RFC 3161 timestamp by {time['tsa']})"
+    return f"signed at {time.get('time') or 'an unknown time'} by the portal's clock ({time.get('note', '')})"
 
 
 class Command(BaseCommand):
@@ -93,6 +100,7 @@ class Command(BaseCommand):
             "verdict": payload.get("verdict"),
             "cluster": (payload.get("cluster") or {}).get("name"),
             "key_fingerprint": verdict.fingerprint,
+            "time": verdict.time,  # {"time", "source", "tsa", "note"}: when it was signed, by whose clock
         }
 
     def _print(self, path: Path, verdict: seal.Verdict, evidence: export.EvidenceCheck | None) -> None:
@@ -104,6 +112,8 @@ class Command(BaseCommand):
                 f"  certificate {p.get('number')} for cluster {(p.get('cluster') or {}).get('name')}: "
                 f"{p.get('verdict')}, issued {p.get('issued_at')}"
             )
+        if verdict.time:
+            self.stdout.write(f"  {signed_time_line(verdict.time)}")
         for note in verdict.notes:
             self.stdout.write(f"  {note}")
         if evidence is not None:
