@@ -116,6 +116,11 @@ class VerdictSerializer(serializers.Serializer[Any]):
     fingerprint = serializers.CharField()
     notes = serializers.ListField(child=serializers.CharField())
     payload = serializers.DictField(allow_null=True, help_text="The sealed payload, when one was found.")
+    time = serializers.DictField(
+        child=serializers.CharField(allow_blank=True),
+        help_text="When the PDF was signed: `time` (ISO 8601), `source` (`timestamp authority`: an RFC 3161 "
+        "timestamp this site trusts, by `tsa`; or `portal clock`), `note`. Empty when the signature was not read.",
+    )
 
 
 class NodeHealthSerializer(serializers.ModelSerializer[NodeHealth]):

@@ -76,7 +76,11 @@ def _verify_extracted(
 
 
 def _judged(
-    data: bytes, payload_bytes: bytes, seal_data: dict[str, Any], store: keys.TrustStore, document: signing.SignatureCheck
+    data: bytes,
+    payload_bytes: bytes,
+    seal_data: dict[str, Any],
+    store: keys.TrustStore,
+    document: signing.SignatureCheck,
 ) -> seal.Verdict:
     if document.status == signing.UNSIGNED and payload_bytes.find(b'"format":"' + seal.LEGACY_FORMAT.encode()) >= 0:
         legacy = seal.verify(payload_bytes, seal_data, sorted(store.seal_fingerprints))

@@ -9,10 +9,11 @@ itself. pyHanko parses the CMS blob from it and ignores what follows (zero paddi
 decode the same in either case, so a byte flipped there would go unnoticed. The check below therefore
 also requires that hole to be exactly the upper-case hex of the DER signature followed by zeros, as
 pyHanko writes it. The blob itself must be the one form the portal writes (_cms_why_not_canonical):
-DER, one signer, no unsigned attribute but an RFC 3161 timestamp, exactly the signer's certificate chain, no CRLs, and an ECDSA
-signature with a low S (the portal normalises S when signing and says so in the sealed payload; (r, n - s)
-verifies just as well, so verification.py refuses the other half; older certificates, signed before,
-are held to their stored copy instead). With that, no byte of a Kiln certificate can change without failing.
+DER, one signer, no unsigned attribute but an RFC 3161 timestamp, exactly the signer's certificate chain,
+no CRLs, and an ECDSA signature with a low S (the portal normalises S when signing and says so in the
+sealed payload; (r, n - s) verifies just as well, so verification.py refuses the other half; older
+certificates, signed before, are held to their stored copy instead). With that, no byte of a Kiln
+certificate can change without failing.
 
 Trusted time and long-term validity. With a timestamp authority configured (KILN_TSA_URL), the signature
 carries an RFC 3161 token over its value (the unsigned attribute id-aa-signatureTimeStampToken): its
@@ -149,7 +150,6 @@ def _tsa_stamper(timestamping: Timestamping) -> Any:
     """A pyHanko TimeStamper that says plainly what went wrong: no answer, an HTTP error, not an
     RFC 3161 reply, a refusal, a reply for another request (nonce) or another digest (imprint)."""
     import requests
-    from asn1crypto import tsp
     from pyhanko.sign.timestamps import TimeStamper
 
     url, timeout = timestamping.url, timestamping.timeout_s
@@ -194,7 +194,7 @@ def _reply_class() -> type:
     return Reply
 
 
-_Reply = _reply_class()
+_Reply: Any = _reply_class()
 
 
 def _token_checked(url: str, reply: Any, nonce: int, digest: bytes, md_algorithm: str) -> cms.ContentInfo:
@@ -235,9 +235,7 @@ def _validation_context(identity: SigningIdentity, timestamping: Timestamping | 
     roots += [_asn1_cert(c) for c in (timestamping.roots if timestamping else ())]
     # Fetching only with a TSA: its chain's revocation data (CRL or OCSP) is fetched from the URLs its
     # certificates name; the site's own signature needs nothing from the network.
-    return ValidationContext(
-        trust_roots=roots, crls=[crl] if crl else [], allow_fetching=timestamping is not None
-    )
+    return ValidationContext(trust_roots=roots, crls=[crl] if crl else [], allow_fetching=timestamping is not None)
 
 
 def pdf_sign(
@@ -283,9 +281,7 @@ def pdf_sign(
         validation_context=_validation_context(identity, timestamping, crl),
         # In the signature's own revision (VRI needs the signature, so none): the byte range then
         # still covers the whole file, as the verifier requires.
-        dss_settings=DSSContentSettings(
-            placement=SigDSSPlacementPreference.TOGETHER_WITH_SIGNATURE, include_vri=False
-        ),
+        dss_settings=DSSContentSettings(placement=SigDSSPlacementPreference.TOGETHER_WITH_SIGNATURE, include_vri=False),
     )
     logging.getLogger("pyhanko.sign.signers.pdf_signer").addFilter(_no_fetching_warning)
     writer = IncrementalPdfFileWriter(io.BytesIO(document), strict=False)
@@ -512,7 +508,7 @@ def pdf_signature_check(
     try:
         status = validate_pdf_signature(signature, _context(roots, reader), _context(tsa_roots))
         broken, timing = _timing(status)
-        if not broken and timing["time_source"] == TIME_TSA:
+        if not broken and timing["time_source"] == TIME_TSA and status.timestamp_validity is not None:
             # Long-term validation: the signing certificate as it stood at the TSA's time, with the
             # CRL embedded then, so that rotation or expiry since changes nothing.
             moment = status.timestamp_validity.timestamp

@@ -101,6 +101,26 @@ def test_it_stamps_the_signature_and_pdfsig_and_kiln_verify_report_the_time(sign
     assert abs(printed.replace(tzinfo=datetime.UTC) - stamped_at) < datetime.timedelta(minutes=1), out
 
 
+def test_the_verify_page_and_the_api_show_the_trusted_time(signed, tsa, users, client):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    from django.test import Client
+
+    from portal.api import services as api_services
+
+    data = bytes(services.certificate_issue(campaign_id=signed.pk).pdf)
+    client.force_login(users["viewer"])
+    upload = SimpleUploadedFile("c.pdf", data, content_type="application/pdf")
+    page = client.post(reverse("certificates:certificate_verify"), {"pdf": upload}).content.decode()
+    row = page.split('id="verify-time">', 1)[1].split("</td>", 1)[0]
+    assert "trusted time, RFC 3161 timestamp by" in row and local.TSA_NAME in row, row
+    _, secret = api_services.token_create(user=users["viewer"], name="verify")
+    api = Client(SERVER_NAME="localhost", HTTP_AUTHORIZATION=f"Token {secret}")
+    upload = SimpleUploadedFile("c.pdf", data, content_type="application/pdf")
+    answer = api.post("/api/v1/certificates/verify/", {"pdf": upload}).json()
+    assert answer["status"] == "valid" and answer["time"]["source"] == signing.TIME_TSA, answer
+    assert datetime.datetime.fromisoformat(answer["time"]["time"]) == _token_time(data)
+
+
 def test_without_a_tsa_the_time_is_the_portals_clock(signed, tmp_path):
     certificate = services.certificate_issue(campaign_id=signed.pk)
     code, answer, text = _verify(bytes(certificate.pdf), tmp_path)
@@ -200,7 +220,8 @@ def _short_lived_identity(seconds: int) -> keys.SigningIdentity:
     cert = (
         x509.CertificateBuilder().subject_name(identity.pdf_cert.subject).issuer_name(identity.pdf_cert.issuer)
         .public_key(identity.pdf_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(seconds=seconds))
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(seconds=seconds))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.KeyUsage(True, True, False, False, False, False, False, False, False), critical=True)
         .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]

@@ -108,7 +108,7 @@ def local_tsa(folder: Path) -> Iterator[LocalTsa]:
     state = LocalTsa(url="", root=root, root_pem=root_pem)
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802  (http.server's name)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             code, kind, reply = _answer(stamper, body, state.mode)
             state.served.append(state.mode)

@@ -157,6 +157,7 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
                 "fingerprint": verdict.fingerprint,
                 "notes": list(verdict.notes),
                 "payload": verdict.payload,
+                "time": verdict.time,
             }
         )
 

@@ -234,7 +234,7 @@ def _render(
     issued_at: Any,
     signatures: list[Signature],
     identity: keys.SigningIdentity,
-    timestamping: signing.Timestamping | None,
+    timestamping: signing.Timestamping | None = None,
 ) -> tuple[bytes, dict[str, Any], bytes, str]:
     """The sealed payload, its seal, the signed PDF and the charts note."""
     payload = {

@@ -2,6 +2,9 @@
 or sealed by an unknown key? With --evidence, does the exported detailed evidence (kiln_evidence, or
 the portal's evidence download) match the digests the certificate seals, node by node?
 
+It also prints when the PDF was signed: a trusted time from an RFC 3161 timestamp by a TSA whose root is
+in KILN_TSA_CA (named), or the portal's own clock.
+
 Exit codes (stable; scripts may rely on them):
   0 valid          every byte is signed by this site, the evidence is sealed, the pages agree with it
   1 tampered       any byte of the signed PDF or payload changed (a damaged or truncated certificate
