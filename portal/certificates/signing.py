@@ -99,6 +99,19 @@ class Timestamping:
     roots: tuple[x509.Certificate, ...]
     timeout_s: float
 
+    @property
+    def shown(self) -> str:
+        """The URL as errors show it: without a user and password (a TSA with basic auth)."""
+        return _without_credentials(self.url)
+
+
+def _without_credentials(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=host))
+
 
 def timestamping_configured() -> Timestamping | None:
     """The settings' TSA (KILN_TSA_URL, KILN_TSA_CA, KILN_TSA_TIMEOUT_S), or None when none is set."""
@@ -115,8 +128,8 @@ def timestamping_configured() -> Timestamping | None:
         raise TimestampError(f"KILN_TSA_CA cannot be read: {exc}") from None
     if not roots:
         raise TimestampError(
-            f"KILN_TSA_URL is set ({url}) but KILN_TSA_CA is not: name the PEM file of the TSA's root "
-            "certificate, without which its time cannot be trusted"
+            f"KILN_TSA_URL is set ({_without_credentials(url)}) but KILN_TSA_CA is not: name the PEM file of "
+            "the TSA's root certificate, without which its time cannot be trusted"
         )
     return Timestamping(url, roots, float(settings.KILN_TSA_TIMEOUT_S))
 
@@ -152,21 +165,21 @@ def _tsa_stamper(timestamping: Timestamping) -> Any:
     import requests
     from pyhanko.sign.timestamps import TimeStamper
 
-    url, timeout = timestamping.url, timestamping.timeout_s
+    url, shown, timeout = timestamping.url, timestamping.shown, timestamping.timeout_s
 
     def post(request: tsp.TimeStampReq) -> bytes:
         headers = {"Content-Type": "application/timestamp-query", "Accept": "application/timestamp-reply"}
         try:
             answer = requests.post(url, data=request.dump(), headers=headers, timeout=timeout)
         except requests.Timeout:
-            raise TimestampError(f"the timestamp authority {url} did not answer within {timeout:g} s") from None
+            raise TimestampError(f"the timestamp authority {shown} did not answer within {timeout:g} s") from None
         except requests.RequestException as exc:
-            raise TimestampError(f"the timestamp authority {url} cannot be reached: {exc}") from None
+            raise TimestampError(f"the timestamp authority {shown} cannot be reached: {exc}") from None
         if answer.status_code != 200:
-            raise TimestampError(f"the timestamp authority {url} answered HTTP {answer.status_code}")
+            raise TimestampError(f"the timestamp authority {shown} answered HTTP {answer.status_code}")
         kind = answer.headers.get("Content-Type", "").split(";")[0].strip()
         if kind != "application/timestamp-reply":
-            raise TimestampError(f"the timestamp authority {url} answered {kind or 'no content type'}, "
+            raise TimestampError(f"the timestamp authority {shown} answered {kind or 'no content type'}, "
                                  "not an RFC 3161 reply (application/timestamp-reply)")  # fmt: skip
         return bytes(answer.content)
 
@@ -177,7 +190,7 @@ def _tsa_stamper(timestamping: Timestamping) -> Any:
         async def async_timestamp(self, message_digest: bytes, md_algorithm: str) -> cms.ContentInfo:
             nonce, request = self.request_cms(message_digest, md_algorithm)
             reply = await self.async_request_tsa_response(request)
-            return _token_checked(url, reply, nonce, message_digest, md_algorithm)
+            return _token_checked(shown, reply, nonce, message_digest, md_algorithm)
 
     return KilnTimeStamper()
 
@@ -294,7 +307,7 @@ def pdf_sign(
         if timestamping is None:
             raise
         raise TimestampError(
-            f"the timestamp authority {timestamping.url} or this site's signing certificate does not chain to a "
+            f"the timestamp authority {timestamping.shown} or this site's signing certificate does not chain to a "
             f"trusted root (KILN_TSA_CA for the TSA): {str(exc)[:300]}"
         ) from None
     signed = out.getvalue()
@@ -316,7 +329,7 @@ def _timestamp_required(signed: bytes, identity: SigningIdentity, timestamping: 
     check = pdf_signature_check(signed, roots, timestamping.roots)
     if check.status != INTACT or check.time_source != TIME_TSA:
         why = check.detail if check.status != INTACT else check.time_note
-        raise TimestampError(f"the document signed with the timestamp of {timestamping.url} does not verify: {why}")
+        raise TimestampError(f"the document signed with the timestamp of {timestamping.shown} does not verify: {why}")
 
 
 def _outside_any_event_loop(call: Callable[[], object]) -> None:

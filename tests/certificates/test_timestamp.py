@@ -180,10 +180,12 @@ def test_a_tsa_that_misbehaves_fails_the_issuing_with_a_clear_error(signed, tsa,
 
 def test_a_tsa_that_is_down_or_untrusted_fails_the_issuing(signed, tmp_path, settings):
     with local.local_tsa(tmp_path) as gone:
-        settings.KILN_TSA_URL, settings.KILN_TSA_CA = gone.url, str(gone.root_pem)
+        with_password = gone.url.replace("http://", "http://kiln:s3cret-pw@")
+        settings.KILN_TSA_URL, settings.KILN_TSA_CA = with_password, str(gone.root_pem)
     assert certificate_issue_task.apply(args=[signed.pk]).get() is None
     signed.refresh_from_db()
     assert "cannot be reached" in signed.issue_error and gone.url in signed.issue_error
+    assert "s3cret-pw" not in signed.issue_error, "the TSA's password is never shown"
 
     (tmp_path / "other").mkdir()
     with local.local_tsa(tmp_path / "other") as other:  # answers, but its root is not the one named
