@@ -69,7 +69,8 @@ def _verify_extracted(
 ) -> seal.Verdict:
     document = signing.pdf_signature_check(data, store.roots, store.tsa_roots)
     verdict = _judged(data, payload_bytes, seal_data, store, document)
-    if document.time or document.time_note:
+    # A time only for a sound signature: a tampered document has no trusted time, whatever it carries.
+    if document.status in (signing.INTACT, signing.UNTRUSTED) and verdict.status != seal.TAMPERED:
         verdict.time = {"time": document.time, "source": document.time_source, "tsa": document.tsa,
                         "note": document.time_note}  # fmt: skip
     return verdict

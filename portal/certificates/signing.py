@@ -461,6 +461,7 @@ def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
 def _context(roots: tuple[x509.Certificate, ...], reader: Any = None, moment: Any = None) -> Any:
     """An offline validation context: these roots, and with `reader` the document's DSS (its
     certificates and CRLs), judged at `moment` (None: now)."""
+    from pyhanko.pdf_utils.misc import PdfError
     from pyhanko.sign.validation.dss import DocumentSecurityStore, NoDSSFoundError
     from pyhanko_certvalidator import ValidationContext
 
@@ -473,6 +474,8 @@ def _context(roots: tuple[x509.Certificate, ...], reader: Any = None, moment: An
         return DocumentSecurityStore.read_dss(reader).as_validation_context(kwargs)
     except NoDSSFoundError:
         return ValidationContext(**kwargs)
+    except (PdfError, KeyError, TypeError, AttributeError) as exc:  # hostile bytes: a damaged DSS
+        raise ValueError(f"its validation data (DSS) cannot be read: {type(exc).__name__}") from None
 
 
 def _timing(status: Any) -> tuple[str, dict[str, Any]]:
@@ -481,14 +484,15 @@ def _timing(status: Any) -> tuple[str, dict[str, Any]]:
     claimed = status.signer_reported_dt
     clock = {"time": claimed.isoformat() if claimed else "", "time_source": TIME_CLOCK}
     if token is None:
-        return "", {**clock, "time_note": "no RFC 3161 timestamp: the time is the portal's own clock"}
+        return "", {**clock, "time_note": "no RFC 3161 timestamp"}
     tsa = token.signing_cert.subject.human_friendly if token.signing_cert is not None else "an unnamed TSA"
     if not (token.intact and token.valid):
         return f"the RFC 3161 timestamp of {tsa} does not match the signature (imprint or TSA signature wrong)", {}
     at = token.timestamp.isoformat()
     if not token.trusted:
-        note = (f"a timestamp by {tsa} says {at}, but no TSA root this verifier trusts (KILN_TSA_CA) issued "
-                "its certificate: the time is the portal's own clock")  # fmt: skip
+        note = (
+            f"a timestamp by {tsa} says {at}, but no TSA root this verifier trusts (KILN_TSA_CA) issued its certificate"
+        )
         return "", {**clock, "tsa": tsa, "time_note": note}
     return "", {"time": at, "time_source": TIME_TSA, "tsa": tsa, "time_note": f"RFC 3161 timestamp by {tsa}"}
 

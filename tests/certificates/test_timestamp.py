@@ -121,6 +121,13 @@ def test_the_verify_page_and_the_api_show_the_trusted_time(signed, tsa, users, c
     assert datetime.datetime.fromisoformat(answer["time"]["time"]) == _token_time(data)
 
 
+def test_a_tampered_timestamped_certificate_reports_no_time(signed, tsa, tmp_path):
+    data = bytearray(bytes(services.certificate_issue(campaign_id=signed.pk).pdf))
+    data[len(data) // 3] ^= 0x01
+    code, answer, text = _verify(bytes(data), tmp_path)
+    assert code == 1 and answer["time"] == {} and "signed at" not in text, answer
+
+
 def test_without_a_tsa_the_time_is_the_portals_clock(signed, tmp_path):
     certificate = services.certificate_issue(campaign_id=signed.pk)
     code, answer, text = _verify(bytes(certificate.pdf), tmp_path)
