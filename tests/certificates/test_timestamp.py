@@ -249,7 +249,7 @@ def _blank_pdf() -> bytes:
 
 
 def test_an_expired_signing_certificate_still_verifies_at_the_tsas_time(tsa):
-    identity = _short_lived_identity(seconds=3)
+    identity = _short_lived_identity(seconds=10)  # room to sign twice on a loaded machine
     timestamping = signing.timestamping_configured()
     crl = keys.site_crl(identity)
     assert timestamping is not None and crl is not None
@@ -257,7 +257,9 @@ def test_an_expired_signing_certificate_still_verifies_at_the_tsas_time(tsa):
     stamped = signing.pdf_sign(_blank_pdf(), identity, reason="r", location="", timestamping=timestamping, crl=der)
     unstamped = signing.pdf_sign(_blank_pdf(), identity, reason="r", location="", crl=der)
     roots = (identity.chain[-1],)
-    time.sleep(4)  # the signing certificate has expired
+    left = identity.pdf_cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC)
+    time.sleep(max(0.0, left.total_seconds()) + 1.5)  # the signing certificate has expired
+    assert identity.pdf_cert.not_valid_after_utc < datetime.datetime.now(datetime.UTC)
     check = signing.pdf_signature_check(stamped, roots, timestamping.roots)
     assert check.status == signing.INTACT and check.time_source == signing.TIME_TSA, check
     assert signing.pdf_signature_check(unstamped, roots, timestamping.roots).status == signing.UNTRUSTED
