@@ -16,6 +16,7 @@ from portal.certificates.services.campaigns import (
     waiver_grant,
     waiver_withdraw,
 )
+from portal.certificates.services.public import public_verify_admit
 from portal.certificates.services.issuing import (
     certificate_issue,
     certificate_issue_failed,
@@ -38,6 +39,7 @@ __all__ = [
     "certificate_sign",
     "node_scope_remove",
     "node_scope_restore",
+    "public_verify_admit",
     "waiver_grant",
     "waiver_withdraw",
 ]
