@@ -1,5 +1,6 @@
 """The admission of certificate verifications (portal/certificates/slots.py) before their upload is
-read, for the verify page and the REST API's verify endpoint alike. It lives in the API app because
+read, for the verify page and the REST API's verify endpoint alike, and for the public verify page
+(per client address, then slots of its own). It lives in the API app because
 it authenticates an API token itself: DRF does so only in the view, after the body is parsed."""
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ class VerificationAdmissionMiddleware:
         except slots.Busy as exc:
             return _busy(request, exc)
 
-
     def _public(self, request: HttpRequest) -> HttpResponse:
         """The public verify page, for anyone (a session or token changes nothing there): the size
         limit, then KILN_VERIFY_PUBLIC_PER_HOUR uploads per client address, then the public and the
@@ -70,7 +70,7 @@ class VerificationAdmissionMiddleware:
             with slots.public_slot():
                 return self.get_response(request)
         except slots.Busy as exc:
-            return _public_refusal(request, str(exc).split(";")[0], exc.retry_after)
+            return _public_refusal(request, exc.what, exc.retry_after)
 
 
 @functools.cache
@@ -90,7 +90,8 @@ def _public_refusal(request: HttpRequest, why: str, retry_after: int) -> HttpRes
     if public.wants_json(request):
         response = JsonResponse({"detail": text}, status=429)
     else:
-        response = render(request, "certificates/public_verify.html", {"refusal": text}, status=429)
+        context = {"refusal": text, "ca_fingerprint": public.site_ca_fingerprint()}
+        response = render(request, "certificates/public_verify.html", context, status=429)
     response["Retry-After"] = str(retry_after)
     return response
 

@@ -42,6 +42,7 @@ class Busy(Exception):
             "user": "your earlier verifications are still running",
             "public": "the site is verifying as many certificates for visitors at once as it allows",
         }.get(scope, "the site is verifying as many certificates at once as it allows")
+        self.what = what
         super().__init__(f"{what}; try again in {retry_after} s")
 
 

@@ -164,6 +164,7 @@ def test_each_address_gets_its_uploads_per_hour_then_429(db, settings, fake_veri
     assert "2 certificates this hour" in refused.json()["detail"]
     page = Client().post(PUBLIC, {"pdf": _upload(b"x")}, REMOTE_ADDR="192.0.2.7")
     assert page.status_code == 429 and 'id="verify-refusal"' in page.content.decode()
+    assert keys.cert_fingerprint(keys.site_ca()) in page.content.decode()
     assert len(fake_verifier) == 2, "a refused upload is never verified"
     assert Client().post(PUBLIC, {"pdf": _upload(b"x")}, REMOTE_ADDR="192.0.2.8").status_code == 200
     assert Client().get(PUBLIC, REMOTE_ADDR="192.0.2.7").status_code == 200, "reading the page is not counted"
@@ -173,9 +174,14 @@ def test_each_address_gets_its_uploads_per_hour_then_429(db, settings, fake_veri
 
 def test_behind_a_proxy_the_address_is_the_one_the_proxy_saw(db, settings, fake_verifier):
     settings.KILN_VERIFY_PUBLIC_PER_HOUR, settings.KILN_PROXY_COUNT = 1, 1
-    post = lambda forwarded: Client().post(  # noqa: E731
-        PUBLIC, {"pdf": _upload(b"x")}, REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR=forwarded
-    ).status_code
+
+    def post(forwarded: str) -> int:
+        return (
+            Client()
+            .post(PUBLIC, {"pdf": _upload(b"x")}, REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR=forwarded)
+            .status_code
+        )
+
     assert post("198.51.100.1") == 200
     assert post("spoofed, 198.51.100.1") == 429, "what the client wrote left of the proxy's entry is ignored"
     assert post("198.51.100.2") == 200

@@ -4,22 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('certificates', '0005_audit_chain'),
+        ("certificates", "0005_audit_chain"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='PublicVerifyCount',
+            name="PublicVerifyCount",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('client', models.CharField(max_length=64)),
-                ('window', models.DateTimeField(db_index=True)),
-                ('count', models.PositiveIntegerField(default=0)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("client", models.CharField(max_length=64)),
+                ("window", models.DateTimeField(db_index=True)),
+                ("count", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('client', 'window'), name='public_verify_count_unique')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("client", "window"), name="public_verify_count_unique")
+                ],
             },
         ),
     ]

@@ -16,7 +16,6 @@ from portal.certificates.services.campaigns import (
     waiver_grant,
     waiver_withdraw,
 )
-from portal.certificates.services.public import public_verify_admit
 from portal.certificates.services.issuing import (
     certificate_issue,
     certificate_issue_failed,
@@ -24,6 +23,7 @@ from portal.certificates.services.issuing import (
     certificate_revoke,
     certificate_sign,
 )
+from portal.certificates.services.public import public_verify_admit
 
 __all__ = [
     "MIN_JUSTIFICATION",
