@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +23,8 @@ from portal.certificates import keys, services, slots, verification
 from portal.certificates.models import PublicVerifyCount
 from portal.certificates.seal import NOT_A_CERTIFICATE, REVOKED, TAMPERED, UNKNOWN_KEY, VALID, Verdict
 from tests.certificates.test_verify_bounds import MiB, _multipart, _wsgi, held_elsewhere
+from tests.conftest import REPO
+from tests.portal.test_settings_layer import _env
 
 PUBLIC = "/verify/"
 FIELDS = {
@@ -265,3 +269,34 @@ def test_with_no_public_slots_the_page_is_off(db, settings, fake_verifier):
     assert Client().get(PUBLIC).status_code == 404
     assert Client().post(PUBLIC, {"pdf": _upload(b"x")}).status_code == 404
     assert fake_verifier == []
+
+
+def test_on_sqlite_the_public_slots_are_file_locks_of_their_own(tmp_path, settings, monkeypatch):
+    settings.DATA_DIR, settings.KILN_VERIFY_PUBLIC_CONCURRENCY, settings.KILN_VERIFY_CONCURRENCY = tmp_path, 1, 2
+    settings.KILN_VERIFY_PER_USER = 1
+    monkeypatch.setattr(slots, "connection", type("C", (), {"vendor": "sqlite"})())
+    with slots.public_slot():
+        with pytest.raises(slots.Busy) as busy:
+            with slots.public_slot():
+                pass
+        assert busy.value.scope == "public"
+        with slots.verification_slot(5):  # a logged-in user still gets the site's other slot
+            pass
+    assert sorted(p.name for p in (tmp_path / "locks").iterdir()) == ["verify-0-0", "verify-0-1", "verify-5-0",
+                                                                       "verify-public-0"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("https://kiln.example.com/", "https://kiln.example.com"), ("", ""), ("kiln.example.com", None)],
+)
+def test_the_public_url_is_an_http_address_or_nothing(tmp_path, value, shown):
+    """KILN_PUBLIC_URL: a trailing slash dropped, empty left empty, an address without its scheme refused."""
+    code = "import django; django.setup(); from django.conf import settings; print(repr(settings.KILN_PUBLIC_URL))"
+    env = {**_env(tmp_path, KILN_ENV_FILE="", KILN_PUBLIC_URL=value), "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    if shown is None:
+        assert done.returncode != 0 and "KILN_PUBLIC_URL='kiln.example.com' must start with https://" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == repr(shown)
