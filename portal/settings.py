@@ -388,6 +388,22 @@ KILN_VERIFY_PER_USER = env.int("KILN_VERIFY_PER_USER", default=1)
 # The Retry-After of that 429: a 1,250-node certificate verifies in ~1 s (bench/bench_certificate.py),
 # so a slot is usually free again within a few seconds.
 KILN_VERIFY_RETRY_AFTER_S = env.int("KILN_VERIFY_RETRY_AFTER_S", default=5)
+# The public verify page (no login: a customer without an account checks a certificate there).
+# Its verifications at once, for every anonymous client together, taken from the site's
+# KILN_VERIFY_CONCURRENCY: 1 of the 2 leaves logged-in users at least one slot whatever the public
+# sends. 0 turns the public page off (404).
+KILN_VERIFY_PUBLIC_CONCURRENCY = env.int("KILN_VERIFY_PUBLIC_CONCURRENCY", default=1)
+# Public uploads per client address per hour (portal/middleware.py client_ip, so behind proxies set
+# KILN_PROXY_COUNT). Conservative default; tune per site: a customer checks a handful of certificates,
+# and 30 leaves room for a script that re-checks a delivery's set, while one address can hold the
+# public slot for at most 30 x KILN_VERIFY_WALL_S of an hour only if every file is a parser bomb.
+KILN_VERIFY_PUBLIC_PER_HOUR = env.int("KILN_VERIFY_PUBLIC_PER_HOUR", default=30)
+# The address customers reach the portal at (https://kiln.example.com): each certificate's last page
+# prints it with the public verify page's path. Empty: that line is left out (the portal cannot know
+# the name it is reached by from outside).
+KILN_PUBLIC_URL = env.str("KILN_PUBLIC_URL", default="").strip().rstrip("/")
+if KILN_PUBLIC_URL and not KILN_PUBLIC_URL.startswith(("https://", "http://")):
+    raise ImproperlyConfigured(f"KILN_PUBLIC_URL={KILN_PUBLIC_URL!r} must start with https:// (or http://)")
 # The largest file upload any page or the API accepts (the verify page's certificate, the facility
 # CSV): bench/bench_certificate.py holds a 12,500-node certificate under 50 MB. A request body over it plus
 # DATA_UPLOAD_MAX_MEMORY_SIZE (Django's 2.5 MB for the other fields) is refused with 413 on its

@@ -1,5 +1,6 @@
 """The admission of certificate verifications (portal/certificates/slots.py) before their upload is
-read, for the verify page and the REST API's verify endpoint alike. It lives in the API app because
+read, for the verify page and the REST API's verify endpoint alike, and for the public verify page
+(per client address, then slots of its own). It lives in the API app because
 it authenticates an API token itself: DRF does so only in the view, after the body is parsed."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -15,8 +17,8 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from portal import uploads
 from portal.api.authentication import TokenAuthentication
-from portal.certificates import slots
-from portal.middleware import API_PREFIX
+from portal.certificates import public, services, slots
+from portal.middleware import API_PREFIX, client_ip
 
 
 class VerificationAdmissionMiddleware:
@@ -32,6 +34,8 @@ class VerificationAdmissionMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.method != "POST" or request.path_info not in _verify_paths():
             return self.get_response(request)
+        if request.path_info == _public_path():
+            return self._public(request)
         user_id = _user_id(request)
         if user_id is None:
             # An anonymous upload is answered before its body is read: the CSRF check would otherwise
@@ -49,10 +53,47 @@ class VerificationAdmissionMiddleware:
         except slots.Busy as exc:
             return _busy(request, exc)
 
+    def _public(self, request: HttpRequest) -> HttpResponse:
+        """The public verify page, for anyone (a session or token changes nothing there): the size
+        limit, then KILN_VERIFY_PUBLIC_PER_HOUR uploads per client address, then the public and the
+        site's slots, each before the body is read."""
+        if int(settings.KILN_VERIFY_PUBLIC_CONCURRENCY) <= 0:
+            return self.get_response(request)  # the page is off: the view answers 404
+        refused = uploads.refusal(request)
+        if refused is not None:
+            return refused
+        wait = services.public_verify_admit(address=client_ip(request) or "")
+        if wait:
+            limit = int(settings.KILN_VERIFY_PUBLIC_PER_HOUR)
+            return _public_refusal(request, f"this address has sent {limit} certificates this hour", wait)
+        try:
+            with slots.public_slot():
+                return self.get_response(request)
+        except slots.Busy as exc:
+            return _public_refusal(request, exc.what, exc.retry_after)
+
 
 @functools.cache
 def _verify_paths() -> tuple[str, ...]:
-    return (reverse("certificates:certificate_verify"), reverse("api:certificate-verify"))
+    return (reverse("certificates:certificate_verify"), reverse("api:certificate-verify"), _public_path())
+
+
+@functools.cache
+def _public_path() -> str:
+    return reverse("certificates:public_verify")
+
+
+def _public_refusal(request: HttpRequest, why: str, retry_after: int) -> HttpResponse:
+    """429 with Retry-After, its body never read: JSON for a script, else the public page."""
+    text = f"Not verified: {why}. Nothing was read or checked: send the file again in {retry_after} s."
+    response: HttpResponse
+    if public.wants_json(request):
+        response = JsonResponse({"detail": text}, status=429)
+    else:
+        context = {"refusal": text, "ca_fingerprint": public.site_ca_fingerprint()}
+        response = render(request, "certificates/public_verify.html", context, status=429)
+    response["Retry-After"] = str(retry_after)
+    return response
 
 
 def _user_id(request: HttpRequest) -> int | None:

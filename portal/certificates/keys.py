@@ -543,3 +543,21 @@ def public_export() -> str:
         state = "current" if key.current else "retired or imported"
         parts.append(f"# {key.role} {key.fingerprint} ({state}) {key.subject}\n{key.pem}")
     return "".join(parts)
+
+
+def site_ca() -> x509.Certificate:
+    """The site CA certificate: the trust anchor a PDF reader needs to show this site's signatures as
+    trusted. Raises KeyringError when there is none yet (never creates one)."""
+    root = key_dir()
+    if not (root / CA_CERT).exists():
+        raise KeyringError(f"no site CA in {root}: an administrator runs `kiln keys init` once")
+    return _ca_cert(root)
+
+
+def site_ca_pem() -> str:
+    return _cert_pem(site_ca()).decode()
+
+
+def trust_anchor(identity: SigningIdentity) -> x509.Certificate:
+    """The CA certificate at the end of `identity`'s chain: the one its PDF signatures chain up to."""
+    return identity.chain[-1] if identity.chain else identity.pdf_cert

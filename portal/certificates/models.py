@@ -209,3 +209,19 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.username} {self.action}"
+
+
+class PublicVerifyCount(models.Model):
+    """Uploads to the public verify page per client address and hour (services/public.py): the rate
+    limit that holds across web processes and hosts. `client` is a keyed hash of the address, so the
+    table holds no visitor's address; rows of past hours are deleted as new ones come."""
+
+    client = models.CharField(max_length=64)
+    window = models.DateTimeField(db_index=True)
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["client", "window"], name="public_verify_count_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.count} public verifications from {self.client[:8]} in the hour from {self.window:%H:%M}"

@@ -14,7 +14,9 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.template.loader import render_to_string
+from django.urls import reverse
 
 from portal import formatting
 from portal.certificates import pdf_tables
@@ -37,11 +39,14 @@ class NotACertificate(ValueError):
 
 
 def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict[str, Any], charts: list[Chart],
-               charts_note: str, signer: str = "", phases: PhaseRanges | None = None) -> bytes:  # fmt: skip
+               charts_note: str, signer: str = "", phases: PhaseRanges | None = None,
+               ca_fingerprint: str = "") -> bytes:  # fmt: skip
     """The document, rendered in parts (the front matter, NODES_PER_PART nodes per part of each
     per-node table, the rest) whose page numbers carry on, joined into one PDF with the attachments.
     WeasyPrint lays out one part at a time: its memory is bounded by a part, not by the cluster.
-    `phases` (phases.py) splits a range recorded in several phases into one row per phase."""
+    `phases` (phases.py) splits a range recorded in several phases into one row per phase.
+    `signer` and `ca_fingerprint`: the SHA-256 fingerprints of the PDF-signing certificate and of the
+    CA it chains to, printed on the last page for readers to compare."""
     drawn = [(c.section, {"title": c.title, "src": "data:image/svg+xml;base64," + base64.b64encode(c.svg).decode()})
              for c in charts]  # fmt: skip
     context = {
@@ -55,6 +60,8 @@ def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict
         ],
         "charts_note": charts_note,
         "signer": signer,
+        "ca_fingerprint": ca_fingerprint,
+        "public_verify_url": public_verify_url(),
         "payload_name": PAYLOAD_NAME,
         "seal_name": SEAL_NAME,
     }
@@ -66,6 +73,14 @@ def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict
         parts.append(document.write_pdf())
         del document
     return _join(parts, payload_bytes, seal_data, title=f"Acceptance certificate {payload.get('number', '')}")
+
+
+def public_verify_url() -> str:
+    """The public verify page's address (KILN_PUBLIC_URL and its path), or "" when the site has not
+    said how it is reached or has the page off."""
+    if not settings.KILN_PUBLIC_URL or int(settings.KILN_VERIFY_PUBLIC_CONCURRENCY) <= 0:
+        return ""
+    return str(settings.KILN_PUBLIC_URL) + reverse("certificates:public_verify")
 
 
 def _parts(node_rows: list[dict[str, Any]], check_count: int) -> Iterator[tuple[str, dict[str, Any]]]:

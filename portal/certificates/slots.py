@@ -25,6 +25,9 @@ from django.db import connection
 # "KvSl" in ASCII, so that it is unlikely to meet another application's keys in a shared database.
 _TAG = 0x4B76536C
 _GLOBAL = 0  # user id 0: no Django user has it (ids start at 1)
+PUBLIC = -1  # the public verify page's visitors, together
+# The public verify page's slots (no user), in a key space of their own: "KvPu".
+_PUBLIC_TAG = 0x4B765075
 # Slots per user in the key space: KILN_VERIFY_PER_USER must stay below it.
 _PER_USER_MAX = 64
 
@@ -35,15 +38,17 @@ class Busy(Exception):
     def __init__(self, scope: str, retry_after: int) -> None:
         self.scope = scope
         self.retry_after = retry_after
-        what = (
-            "your earlier verifications are still running"
-            if scope == "user"
-            else "the site is verifying as many certificates at once as it allows"
-        )
+        what = {
+            "user": "your earlier verifications are still running",
+            "public": "the site is verifying as many certificates for visitors at once as it allows",
+        }.get(scope, "the site is verifying as many certificates at once as it allows")
+        self.what = what
         super().__init__(f"{what}; try again in {retry_after} s")
 
 
 def _key(user_id: int, slot: int) -> int:
+    if user_id < 0:  # the public page's slots
+        return (_PUBLIC_TAG << 32) | slot
     return (_TAG << 32) | (user_id * _PER_USER_MAX + slot)
 
 
@@ -65,7 +70,8 @@ def _advisory(user_id: int, slot: int) -> Iterator[bool]:
 def _flock(user_id: int, slot: int) -> Iterator[bool]:
     folder = Path(settings.DATA_DIR) / "locks"
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / f"verify-{user_id}-{slot}", os.O_RDWR | os.O_CREAT, 0o600)
+    name = f"verify-public-{slot}" if user_id < 0 else f"verify-{user_id}-{slot}"
+    fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -78,7 +84,7 @@ def _flock(user_id: int, slot: int) -> Iterator[bool]:
 
 
 def _take(stack: ExitStack, user_id: int, count: int) -> bool:
-    """One of `count` slots of `user_id` (0: the site's) held on `stack`, or False."""
+    """One of `count` slots of `user_id` (0: the site's, PUBLIC: the public page's) held on `stack`, or False."""
     lock: Any = _advisory if connection.vendor == "postgresql" else _flock
     for slot in range(count):
         held = ExitStack()
@@ -97,6 +103,20 @@ def verification_slot(user_id: int) -> Iterator[None]:
     with ExitStack() as stack:
         if not _take(stack, user_id, per_user):
             raise Busy("user", retry)
+        if not _take(stack, _GLOBAL, int(settings.KILN_VERIFY_CONCURRENCY)):
+            raise Busy("site", retry)
+        yield
+
+
+@contextmanager
+def public_slot() -> Iterator[None]:
+    """Hold one of the public page's slots (KILN_VERIFY_PUBLIC_CONCURRENCY, for every visitor
+    together) and one of the site's while the body runs; Busy if either is full. The public ones are
+    taken first: visitors never hold more of the site's slots than their own number."""
+    retry = int(settings.KILN_VERIFY_RETRY_AFTER_S)
+    with ExitStack() as stack:
+        if not _take(stack, PUBLIC, int(settings.KILN_VERIFY_PUBLIC_CONCURRENCY)):
+            raise Busy("public", retry)
         if not _take(stack, _GLOBAL, int(settings.KILN_VERIFY_CONCURRENCY)):
             raise Busy("site", retry)
         yield

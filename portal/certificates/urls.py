@@ -25,6 +25,8 @@ urlpatterns = [
     path("campaigns/<int:campaign_id>/issue/", views.campaign_issue_status, name="campaign_issue_status"),
     path("campaigns/<int:campaign_id>/issue/retry/", views.campaign_issue_retry, name="campaign_issue_retry"),
     path("certificates/verify/", views.certificate_verify, name="certificate_verify"),
+    # The one page without a login (portal/api/admission.py bounds it): anyone verifies a certificate.
+    path("verify/", views.public_verify, name="public_verify"),
     path("certificates/site-keys.pem", views.certificate_site_ca, name="certificate_site_keys"),
     path("certificates/<int:certificate_id>.pdf", views.certificate_pdf, name="certificate_pdf"),
     path("certificates/<int:certificate_id>.json", views.certificate_json, name="certificate_json"),

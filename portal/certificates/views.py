@@ -11,18 +11,20 @@ from urllib.parse import quote
 from django import forms
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
-from django.views.decorators.http import require_POST
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods, require_POST
 
 from portal import uploads
 from portal.catalog.models import TestPlan
-from portal.certificates import export, keys, selectors, services, verification
+from portal.certificates import export, keys, public, selectors, services, verification
 from portal.certificates.models import Campaign, Certificate
 from portal.certificates.seal import NOT_A_CERTIFICATE, REVOKED, TAMPERED, UNKNOWN_KEY, VALID
 from portal.inventory.models import Cluster, Node
@@ -411,6 +413,39 @@ def certificate_verify(request: HttpRequest) -> HttpResponse:
             "key_error": key_error,
         },
     )
+
+
+# No login: a customer without an account verifies here. csrf_exempt because the page changes
+# nothing (it reads the upload and answers; the only write is the per-address count that a forged
+# cross-site post would spend on the victim's own address) and reads no session or user: a forged
+# post gains its sender nothing, and its answer is not readable cross-site. A form token would only
+# keep scripts (curl -F pdf=@FILE) from using it. Size, rate and slots: portal/api/admission.py.
+@login_not_required
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+def public_verify(request: HttpRequest) -> HttpResponse:
+    if int(settings.KILN_VERIFY_PUBLIC_CONCURRENCY) <= 0:
+        raise Http404("the public verify page is off on this site")
+    answer, error = None, ""
+    if request.method == "POST":
+        form = VerifyForm(request.POST, request.FILES)
+        if not form.is_valid():
+            error = "Choose a certificate PDF to upload (the form field 'pdf')."
+        elif form.cleaned_data["pdf"].size > uploads.file_limit():  # the upload handler stops it first
+            error = f"The file is larger than {settings.KILN_MAX_UPLOAD_MB} MiB."
+        else:
+            answer = public.public_answer(verification.certificate_verify(data=form.cleaned_data["pdf"].read()))
+        if public.wants_json(request):
+            if answer is None:
+                return JsonResponse({"detail": error}, status=400)
+            return JsonResponse(answer.as_json())
+    context = {
+        "answer": answer,
+        "error": error,
+        "colour": VERDICT_COLOURS.get(answer.status, "grey") if answer else "",
+        "ca_fingerprint": public.site_ca_fingerprint(),
+    }
+    return render(request, "certificates/public_verify.html", context, status=400 if error else 200)
 
 
 @role_required(VIEWER)

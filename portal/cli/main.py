@@ -32,7 +32,7 @@ FORWARDED: dict[str, tuple[str, str]] = {
     "verify": ("kiln_verify", "verify a certificate PDF offline"),
     "audit": ("kiln_audit", "`audit verify`: check the audit log's hash chain and revocations; exits 1 if tampered"),
     "demo": ("kiln_demo", "seed or refresh the demo cluster (simulated nodes, no root)"),
-    "keys": ("kiln_keys", "the site's certificate-signing keys: init, list, rotate, export-public, import, trust"),
+    "keys": ("kiln_keys", "the site's certificate-signing keys: init, list, ca, rotate, export-public, import, trust"),
     "admin": ("kiln_admin", "make sure an administrator exists and print the login"),
     "user": ("kiln_user", "add users with a role and side, list them, set-role, disable; `user token` for API tokens"),
 }

@@ -239,6 +239,7 @@ def site_build() -> Site:
         "campaign-triage": reverse("certificates:campaign_detail", args=[open_campaign.pk]),
         "campaign-certified": reverse("certificates:campaign_detail", args=[handover.pk]),
         "certificate-verify": reverse("certificates:certificate_verify"),
+        "public-verify": reverse("certificates:public_verify"),
         "health": reverse("health:overview"),
         "health-cluster": reverse("health:cluster", args=["demo"]),
         "health-schedules": reverse("health:schedules"),

@@ -205,3 +205,16 @@ def test_it_takes_a_cluster_to_a_signed_certificate_from_the_browser(
     page.goto(base + campaign_url)
     assert page.locator("#campaign-closed").is_visible() and page.locator("#sign-form").count() == 0
     shot("campaign-closed")
+
+    # 8. A customer without an account: logged out, the public verify page answers for the same PDF,
+    # and nothing else of the portal opens.
+    page.context.clear_cookies()
+    page.goto(base + "/verify/")
+    page.set_input_files("input[name=pdf]", str(pdf))
+    page.get_by_role("button", name="Verify").click(timeout=VERIFY_TIMEOUT_MS)
+    page.locator("#verify-status").wait_for(timeout=VERIFY_TIMEOUT_MS)
+    shot("certificate-verified-public")
+    assert page.locator("#verify-status").inner_text() == "VALID"
+    assert number in page.locator("#verify-identity").inner_text()
+    page.goto(base + campaign_url)
+    assert "/login/" in page.url

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import zlib
 from urllib.parse import quote
 
@@ -220,7 +221,8 @@ def test_every_view_outside_the_allow_list_requires_a_login() -> None:
     """LoginRequiredMiddleware guards every view unless it opts out; only these may."""
     from django.urls import get_resolver
 
-    allowed = {"login", "metrics"}  # /metrics has its own bearer token (portal/health/views.py)
+    # /metrics has its own bearer token (portal/health/views.py); the public verify page is for anyone.
+    allowed = {"login", "metrics", "public_verify"}
     routes = list(_walk(get_resolver().url_patterns))
     opted_out = {
         p.name or route
@@ -236,3 +238,47 @@ def test_every_view_outside_the_allow_list_requires_a_login() -> None:
     }
     assert api.pop("api/v1/docs/") is True and api.pop("api/v1/redoc/") is True
     assert api and not any(api.values()), api
+
+
+_GROUP = re.compile(r"\(\?P<\w+>([^)]*)\)")
+_CONVERTER = re.compile(r"<(?:(\w+):)?\w+>")
+
+
+def _sample(route: str) -> str:
+    """A concrete path for a route of the URL resolver: 1 for a number, the first of alternatives,
+    else a word."""
+
+    def group(match: re.Match[str]) -> str:
+        body = match.group(1)
+        if "\\d" in body or "0-9" in body:
+            return "1"
+        return re.sub(r"[^\w.-]", "", body.split("|")[0]) or "x"
+
+    path = _GROUP.sub(group, route.replace("^", "").replace("$", ""))
+    path = _CONVERTER.sub(lambda m: "1" if m.group(1) == "int" else "x", path)
+    path = path.replace(".*", "x").replace("\\", "")
+    return "/" + re.sub(r"[()?+*]", "", path)
+
+
+def test_an_anonymous_client_reaches_nothing_but_the_login_and_the_public_verify_page(client, db) -> None:
+    """Every route of the resolver, GET and POST, without a session: a redirect to a login page, or
+    401/403/404/405. Only the login pages and the public verify page answer 200."""
+    from django.urls import get_resolver, resolve
+
+    open_pages = {"/login/", "/admin/login/", "/verify/"}
+    seen = set()
+    for route, pattern in _walk(get_resolver().url_patterns):
+        url = _sample(route)
+        assert resolve(url).url_name == pattern.name, (route, url)  # the sample reaches that very view
+        if url in seen or url in open_pages:
+            continue
+        seen.add(url)
+        for method in ("get", "post"):
+            response = getattr(client, method)(url)
+            if response.status_code in (301, 302):
+                assert response["Location"].startswith(("/login/?next=", "/admin/login/?next=")), (url, method)
+            else:
+                assert response.status_code in (401, 403, 404, 405), (url, method, response.status_code)
+    assert len(seen) > 100, "the walk covers the whole URL conf"
+    assert client.get("/verify/").status_code == 200
+    assert client.get("/login/").status_code == 200

@@ -23,6 +23,7 @@ from portal.certificates.services.issuing import (
     certificate_revoke,
     certificate_sign,
 )
+from portal.certificates.services.public import public_verify_admit
 
 __all__ = [
     "MIN_JUSTIFICATION",
@@ -38,6 +39,7 @@ __all__ = [
     "certificate_sign",
     "node_scope_remove",
     "node_scope_restore",
+    "public_verify_admit",
     "waiver_grant",
     "waiver_withdraw",
 ]

@@ -272,6 +272,7 @@ def _render(
     document = pdf.pdf_render(
         payload=json.loads(payload_bytes), payload_bytes=payload_bytes, seal_data=seal_data, charts=chart_list,
         charts_note=note, signer=keys.cert_fingerprint(identity.pdf_cert),
+        ca_fingerprint=keys.cert_fingerprint(keys.trust_anchor(identity)),
         phases=phase_ranges(c.result_id for c in state.cells if c.result_id is not None and c.scope != Scope.GROUP),
     )  # fmt: skip
     crl = keys.site_crl(identity)

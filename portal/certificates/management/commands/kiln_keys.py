@@ -1,4 +1,4 @@
-"""kiln_keys init|rotate|list|export-public|import|trust: the site's certificate-signing keys.
+"""kiln_keys init|rotate|list|ca|export-public|import|trust: the site's certificate-signing keys.
 
 Keys are made only here (never at first use): a worker that cannot load them refuses to issue, and
 the campaign page says why. See portal/certificates/keys.py for the layout of KILN_KEY_DIR.
@@ -25,6 +25,8 @@ class Command(BaseCommand):
         init.add_argument("--if-missing", action="store_true", help="do nothing when keys exist (for scripts)")
         sub.add_parser("rotate", help="new signing keys; old certificates keep verifying")
         sub.add_parser("list", help="every key: fingerprint, kind, current or retired")
+        ca = sub.add_parser("ca", help="print the site CA certificate (PEM) and its SHA-256 fingerprint")
+        ca.add_argument("--pem", action="store_true", help="the PEM alone (to save as a file for a PDF reader)")
         sub.add_parser("export-public", help="print the public keys and CA certificates (PEM)")
         imp = sub.add_parser("import", help="sign PDFs with a certificate from the site's own PKI")
         imp.add_argument("--cert", required=True, type=Path, help="PDF-signing certificate (PEM)")
@@ -75,6 +77,14 @@ class Command(BaseCommand):
         for key in store.keys:
             state = "current" if key.current else "retired/imported"
             self.stdout.write(f"{key.role:7} {state:16} {key.fingerprint}  {key.subject or key.source}")
+
+    def _ca(self, options: dict[str, Any]) -> None:
+        cert = keys.site_ca()
+        if not options["pem"]:
+            self.stdout.write(f"Site CA: {cert.subject.rfc4514_string()}")
+            self.stdout.write(f"SHA-256 fingerprint: {keys.cert_fingerprint(cert)}")
+            self.stdout.write(f"Valid until: {cert.not_valid_after_utc:%Y-%m-%d} (UTC)")
+        self.stdout.write(keys.site_ca_pem(), ending="")
 
     def _export_public(self, options: dict[str, Any]) -> None:
         self.stdout.write(keys.public_export(), ending="")
