@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.urls import reverse
 
 from portal import users as user_services
 from portal.certificates import cover, document, pdf, services
@@ -75,9 +76,11 @@ def test_the_payload_names_every_exception_and_signer(with_exceptions: Certifica
     (waiver,) = payload["waivers"]
     assert waiver["node"] == "n02" and waiver["item_key"] == "ecc-health" and waiver["check"] == "ECC and Xid"
     assert waiver["status"] == "fail" and waiver["justification"] == JUSTIFICATION
-    assert waiver["findings"] == [
-        {"name": "volatile_uncorrected", "gpu": 0, "value": "2.0", "unit": "", "threshold": "<= 0"}
-    ] and waiver["findings_count"] == 1
+    assert (
+        waiver["findings"]
+        == [{"name": "volatile_uncorrected", "gpu": 0, "value": "2.0", "unit": "", "threshold": "<= 0"}]
+        and waiver["findings_count"] == 1
+    )
     assert (waiver["granted_by_name"], waiver["granted_by_organisation"], waiver["granted_by_side"]) == (
         "Vera Vendor", "Example GPU Systems Ltd", "vendor",
     )  # fmt: skip
@@ -115,12 +118,15 @@ def test_the_api_names_the_signatories(with_exceptions: Certificate, client, nam
     ]
 
 
-def test_a_signature_keeps_the_organisation_its_signer_had(campaign, campaign_run, named_users) -> None:
+def test_a_signature_keeps_the_organisation_its_signer_had(campaign, campaign_run, named_users, client) -> None:
     campaign_run()
     signature = services.certificate_sign(campaign=campaign, user=named_users["vendor"])
     user_services.user_details_set(username="vera", organisation="Another Integrator SA")
     signature.refresh_from_db()
     assert (signature.name, signature.organisation) == ("Vera Vendor", "Example GPU Systems Ltd")
+    client.force_login(named_users["viewer"])
+    page = client.get(reverse("certificates:campaign_detail", args=[campaign.pk])).content.decode()
+    assert "Signed so far: <b>Vera Vendor</b> (Example GPU Systems Ltd, vendor," in page
 
 
 def _waiver(i: int, justification: str) -> dict[str, Any]:
