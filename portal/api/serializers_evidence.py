@@ -96,12 +96,30 @@ class DoneSerializer(serializers.Serializer[Any]):
     detail = serializers.CharField()
 
 
+class SignatorySerializer(serializers.Serializer[Any]):
+    side = serializers.CharField(help_text="vendor or customer")
+    name = serializers.CharField(help_text="The signer's full name as the certificate shows it (else the username).")
+    organisation = serializers.CharField(help_text="The signer's organisation when they signed ('' if none was set).")
+    signed_at = serializers.DateTimeField()
+
+
 class CertificateSerializer(serializers.ModelSerializer[Certificate]):
     revoked = serializers.BooleanField(read_only=True)
+    signatures = SignatorySerializer(many=True, read_only=True, help_text="Who signed, for which side, and when.")
 
     class Meta:
         model = Certificate
-        fields = ["id", "number", "campaign", "issued_at", "verdict", "sha256", "key_fingerprint", "revoked"]
+        fields = [
+            "id",
+            "number",
+            "campaign",
+            "issued_at",
+            "verdict",
+            "sha256",
+            "key_fingerprint",
+            "revoked",
+            "signatures",
+        ]
         read_only_fields = fields
 
 

@@ -179,6 +179,9 @@ class Signature(models.Model):
     side = models.CharField(max_length=10, choices=Side.choices)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     name = models.CharField(max_length=300, help_text="The signer's name as shown on the certificate.")
+    organisation = models.CharField(
+        max_length=200, blank=True, help_text="The signer's organisation when they signed, as shown on the certificate."
+    )
     body_sha256 = models.CharField(max_length=64)
     signed_at = models.DateTimeField(auto_now_add=True)
     withdrawn = models.BooleanField(default=False, help_text="Superseded: the evidence changed before issue.")

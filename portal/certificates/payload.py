@@ -4,6 +4,9 @@ Built from the database only (no clock), so two approvers signing minutes apart 
 digest unless the evidence itself changed. Format 3: per node a bounded summary and the SHA-256 of its
 detailed evidence (summary.py, evidence.py), read NODE_CHUNK nodes at a time, so the body grows by a
 few KiB per node and memory stays bounded; the evidence is exported and checked separately (export.py).
+Every exception is named with what a reader needs to judge it: a waiver with the node, check, the
+out-of-spec measurements it accepts, the justification and its approver (full name, organisation,
+side); an out-of-scope node with its reason and who took it out.
 A body may carry "sections" (sections.py): the subjects a cited group result judged apart from its
 nodes (racks, PDU phases, UPS, loops), with their verdicts."""
 
@@ -12,10 +15,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth.models import User
+
 from checks import presentation_of
 from portal.certificates import evidence, seal, sections, summary
-from portal.certificates.models import CertificateVerdict
+from portal.certificates.models import CertificateVerdict, Side
 from portal.certificates.selectors import CampaignState
+from portal.people import organisation_of
 from portal.runs.models import Run, Scope
 
 NODE_CHUNK = 250  # nodes whose evidence is in memory at once
@@ -83,20 +89,57 @@ def _runs_and_plans(campaign: Any, cited_runs: set[int]) -> tuple[list[dict[str,
     return runs_out, sorted(plans.values(), key=lambda p: p["runs"][0])
 
 
-def _waivers(state: CampaignState) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": w.pk,
-            "node": w.node.hostname,
-            "item_key": w.item_key,
-            "result_id": w.result_id,
-            "justification": w.justification,
-            "granted_by": w.granted_by.get_username(),
-            "granted_by_name": w.granted_by.get_full_name(),
-            "granted_at": _iso(w.granted_at),
-        }
-        for w in sorted((c.waiver for c in state.cells if c.waiver is not None), key=lambda w: w.pk)
-    ]
+def _sides(users: list[Any]) -> dict[int, str]:
+    """User id -> side (vendor, customer), for the users who belong to exactly one side."""
+    found: dict[int, set[str]] = {}
+    rows = User.groups.through.objects.filter(
+        user_id__in={u.pk for u in users}, group__name__in=Side.values
+    ).values_list("user_id", "group__name")
+    for user_id, name in rows:
+        found.setdefault(user_id, set()).add(name)
+    return {user_id: names.pop() for user_id, names in found.items() if len(names) == 1}
+
+
+def _findings(check: dict[str, Any]) -> dict[str, Any]:
+    """What a waiver covers: the result's status and reason, and its out-of-spec measurements (value
+    against the threshold that judged it), from the cited result's summary."""
+    out: dict[str, Any] = {"status": check.get("status", ""), "reason": check.get("reason", "")}
+    out["findings"] = list(check.get("out_of_spec") or [])
+    out["findings_count"] = check.get("out_of_spec_count", len(out["findings"]))
+    return out
+
+
+def _waivers(state: CampaignState, nodes: list[dict[str, Any]], groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every waiver of the body: the node and check it covers, what was out of spec, the approver's
+    full name, organisation and side, and the justification. A waiver has no expiry: it accepts the
+    one result it names, for this certificate."""
+    waivers = sorted((c.waiver for c in state.cells if c.waiver is not None), key=lambda w: w.pk)
+    names = {item["key"]: item["name"] for item in state.items}
+    checks = {(n["hostname"], key): check for n in nodes for key, check in n["checks"].items()}
+    group_by_id = {g["result_id"]: g for g in groups}
+    sides = _sides([w.granted_by for w in waivers])
+    out = []
+    for w in waivers:
+        check = checks.get((w.node.hostname, w.item_key)) or {}
+        if check.get("group"):
+            check = {**group_by_id.get(check.get("result_id"), {}), "status": check.get("status", "")}
+        out.append(
+            {
+                "id": w.pk,
+                "node": w.node.hostname,
+                "item_key": w.item_key,
+                "check": names.get(w.item_key, w.item_key),
+                "result_id": w.result_id,
+                **_findings(check),
+                "justification": w.justification,
+                "granted_by": w.granted_by.get_username(),
+                "granted_by_name": w.granted_by.get_full_name(),
+                "granted_by_organisation": organisation_of(w.granted_by),
+                "granted_by_side": sides.get(w.granted_by.pk, ""),
+                "granted_at": _iso(w.granted_at),
+            }
+        )
+    return out
 
 
 def _out_of_scope(state: CampaignState) -> list[dict[str, Any]]:
@@ -106,6 +149,8 @@ def _out_of_scope(state: CampaignState) -> list[dict[str, Any]]:
             "serial": e.node.serial,
             "reason": e.reason,
             "by": e.excluded_by.get_username() if e.excluded_by else "",
+            "by_name": e.excluded_by.get_full_name() if e.excluded_by else "",
+            "by_organisation": organisation_of(e.excluded_by),
             "at": _iso(e.excluded_at),
         }
         for e in state.excluded
@@ -137,7 +182,7 @@ def body_build(*, state: CampaignState) -> dict[str, Any]:
     group_results = summary.group_summaries(gathered)
     cited_runs = {c.run_id for c in state.cells if c.result_id is not None and c.run_id is not None}
     runs_out, plans = _runs_and_plans(campaign, cited_runs)
-    waivers = _waivers(state)
+    waivers = _waivers(state, nodes_out, group_results)
     starts = [r["started_at"] for r in runs_out if r["started_at"]]
     ends = [r["finished_at"] for r in runs_out if r["finished_at"]]
     body: dict[str, Any] = {

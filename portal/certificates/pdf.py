@@ -19,7 +19,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 
 from portal import formatting
-from portal.certificates import pdf_tables
+from portal.certificates import cover, pdf_tables
 
 if TYPE_CHECKING:  # charts.py and phases.py read the database; the document needs only their output
     from portal.certificates.charts import Chart
@@ -51,6 +51,7 @@ def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict
              for c in charts]  # fmt: skip
     context = {
         **pdf_context(payload, phases=phases),
+        **cover.cover_context(payload),
         "p": payload,
         "seal": seal_data,
         "charts": [chart for section, chart in drawn if section is None],

@@ -139,12 +139,12 @@ def campaign_state(*, campaign: Campaign) -> CampaignState:
     """Per in-scope node and plan item, the latest evidence, settled (pass/warn/waived) or open."""
     items = list(campaign.plan_snapshot["items"])
     nodes = list(Node.objects.filter(cluster_id=campaign.cluster_id).order_by("hostname"))
-    excluded = list(campaign.exclusions.select_related("node", "excluded_by"))
+    excluded = list(campaign.exclusions.select_related("node", "excluded_by__person"))
     excluded_ids = {e.node_id for e in excluded}
     latest = _latest_per_node(campaign, {n.hostname: n for n in nodes})
     waivers = {
         (w.result_id, w.node_id): w
-        for w in Waiver.objects.filter(campaign=campaign).select_related("granted_by", "node")
+        for w in Waiver.objects.filter(campaign=campaign).select_related("granted_by__person", "node")
     }
     rows: list[tuple[Node, list[Cell]]] = []
     counts: dict[str, int] = {state: 0 for state in STATE_COLOURS}

@@ -34,7 +34,10 @@ FORWARDED: dict[str, tuple[str, str]] = {
     "demo": ("kiln_demo", "seed or refresh the demo cluster (simulated nodes, no root)"),
     "keys": ("kiln_keys", "the site's certificate-signing keys: init, list, ca, rotate, export-public, import, trust"),
     "admin": ("kiln_admin", "make sure an administrator exists and print the login"),
-    "user": ("kiln_user", "add users with a role and side, list them, set-role, disable; `user token` for API tokens"),
+    "user": (
+        "kiln_user",
+        "add users (role, side, name, organisation), list them, set-role, set, disable; `user token` for API tokens",
+    ),
 }
 # `kiln user token ...` goes to the REST API's own command.
 TOKEN_COMMAND = "kiln_token"

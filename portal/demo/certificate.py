@@ -15,6 +15,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import connection, transaction
 
+from portal import users
 from portal.catalog.models import TestPlan
 from portal.certificates import keys, services
 from portal.certificates.models import Campaign, Certificate
@@ -25,16 +26,17 @@ from portal.roles import APPROVER, OPERATOR, roles_ensure
 OUT_OF_SCOPE = {"demo06": "imaged with driver 535.104.05 instead of 550.54.15; goes back for re-imaging"}
 WAIVED_NODE = "demo03"
 WAIVER = "GPU 5 of demo03 goes back under RMA; the customer accepts the node with 7 GPUs until it returns"
+# The two parties of the demo handover, as the certificate names its signers.
+VENDOR_ORGANISATION = "Demo GPU Systems Ltd"
+CUSTOMER_ORGANISATION = "Demo Research Institute"
 
 
-def _demo_user(username: str, full_name: str, *groups: str) -> User:
+def _demo_user(username: str, full_name: str, organisation: str, *groups: str) -> User:
     user, _ = User.objects.get_or_create(username=username)
-    first, last = full_name.split(" ", 1)
-    user.first_name, user.last_name = first, last
     user.set_unusable_password()  # they exist to sign the demo; nobody logs in as them
     user.save()
     user.groups.set(Group.objects.filter(name__in=groups))
-    return user
+    return users.user_details_set(username=username, full_name=full_name, organisation=organisation)
 
 
 def demo_certificate_issue(*, say: Callable[[str], None]) -> Certificate:
@@ -48,9 +50,9 @@ def demo_certificate_issue(*, say: Callable[[str], None]) -> Certificate:
         keys.keyring_init(site="Kiln demo site")
         say(f"created demo site keys in {keys.key_dir()} (production sites run `kiln_keys init` once)")
     roles_ensure()
-    operator = _demo_user("demo-operator", "Demo Operator", OPERATOR)
-    vendor = _demo_user("demo-vendor", "Vera Vendor", APPROVER, "vendor")
-    customer = _demo_user("demo-customer", "Carl Customer", APPROVER, "customer")
+    operator = _demo_user("demo-operator", "Demo Operator", VENDOR_ORGANISATION, OPERATOR)
+    vendor = _demo_user("demo-vendor", "Vera Vendor", VENDOR_ORGANISATION, APPROVER, "vendor")
+    customer = _demo_user("demo-customer", "Carl Customer", CUSTOMER_ORGANISATION, APPROVER, "customer")
     cluster = Cluster.objects.get(name="demo")
     plan = TestPlan.objects.get(slug="demo-acceptance")
     campaign = services.campaign_create(cluster=cluster, plan=plan, name="Demo acceptance", user=operator)

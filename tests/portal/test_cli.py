@@ -31,7 +31,7 @@ def kiln_script(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
         (["--help"], "usage: kiln [-h] [--version] SUB ..."),
         (["--version"], "kiln 0.1.0"),
         (["run", "--help"], "usage: kiln run [-h] [--nodes NODES] [--wait] [--json]"),
-        (["user", "--help"], "{add,list,set-role,disable,enable}"),
+        (["user", "--help"], "{add,list,set-role,set,disable,enable}"),
         (["user", "add", "--help"], "--role {viewer,operator,approver}"),
         (["nodes", "--help"], "usage: kiln nodes"),
         (["worker", "--help"], "--queue QUEUE, -Q QUEUE"),

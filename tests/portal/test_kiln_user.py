@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from io import StringIO
 
@@ -12,6 +13,8 @@ from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 
 from portal.certificates.selectors import signer_side
+from portal.models import Person
+from portal.people import Named, named, organisation_of
 from portal.roles import APPROVER, OPERATOR, VIEWER, has_role
 
 pytestmark = pytest.mark.django_db
@@ -157,13 +160,87 @@ def test_it_lists_users_with_roles_sides_and_state() -> None:
     kiln_user("add", "alice", "--role", "operator")
     kiln_user("disable", "alice")
 
+    kiln_user("set", "vera", "--full-name", "Vera Vendor", "--organisation", "Example GPU Systems")
+
     out, _ = kiln_user("list")
     assert out.splitlines() == [
-        "alice\toperator\t-\tdisabled\t-",
-        "vera\tapprover\tvendor\tactive\tvera@example.org",
+        "alice\toperator\t-\tdisabled\t-\t-\t-",
+        "vera\tapprover\tvendor\tactive\tvera@example.org\tVera Vendor\tExample GPU Systems",
     ]
     rows = json.loads(kiln_user("list", "--json")[0])
     assert rows[1] == {
         "username": "vera", "roles": ["approver"], "side": "vendor", "active": True, "superuser": False,
-        "email": "vera@example.org",
+        "email": "vera@example.org", "full_name": "Vera Vendor", "organisation": "Example GPU Systems",
     }  # fmt: skip
+
+
+def test_it_adds_a_user_with_a_full_name_and_an_organisation() -> None:
+    out, _ = kiln_user(
+        "add", "vera", "--role", "approver", "--side", "vendor",
+        "--full-name", "  Vera   van der Vendor ", "--organisation", "Example GPU Systems Ltd",
+    )  # fmt: skip
+
+    assert "vera: full name Vera van der Vendor, organisation Example GPU Systems Ltd" in out.splitlines()
+    vera = User.objects.get(username="vera")
+    assert (vera.first_name, vera.last_name) == ("Vera", "van der Vendor")
+    assert vera.get_full_name() == "Vera van der Vendor"
+    assert named(vera) == Named("vera", "Vera van der Vendor", "Example GPU Systems Ltd")
+    # The same again is no change; another name or organisation is refused, pointing at `set`.
+    again, _ = kiln_user("add", "vera", "--role", "approver", "--full-name", "Vera van der Vendor")
+    assert "exists already, unchanged" in again
+    with pytest.raises(
+        CommandError, match=r"exists already \(Vera van der Vendor, Example GPU Systems Ltd\).*kiln user set"
+    ):
+        kiln_user("add", "vera", "--role", "approver", "--organisation", "Other Ltd")
+    assert organisation_of(User.objects.get(username="vera")) == "Example GPU Systems Ltd"
+
+
+def test_a_user_without_a_name_or_organisation_is_named_by_username() -> None:
+    kiln_user("add", "carl", "--role", "approver", "--side", "customer")
+
+    carl = User.objects.get(username="carl")
+    assert named(carl) == Named("carl", "", "") and named(carl).shown == "carl"
+    assert not Person.objects.exists()
+
+
+def test_set_changes_and_clears_the_full_name_and_organisation() -> None:
+    kiln_user("add", "carl", "--role", "approver", "--side", "customer")
+
+    out, _ = kiln_user("set", "carl", "--full-name", "Carl Customer", "--organisation", "Example Research Lab")
+    assert out.strip() == "carl: full name Carl Customer, organisation Example Research Lab"
+    kiln_user("set", "carl", "--organisation", "Example Research Institute")
+    carl = User.objects.get(username="carl")
+    assert named(carl) == Named("carl", "Carl Customer", "Example Research Institute")
+    assert groups("carl") == {"approver", "customer"}, "set leaves roles and side alone"
+
+    out, _ = kiln_user("set", "carl", "--organisation", "")
+    assert out.strip() == "carl: full name Carl Customer, organisation (none)"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--full-name", "Vera\nVendor"], "full name 'Vera\\nVendor': no control characters"),
+        (["--organisation", "Example\tLtd"], "organisation 'Example\\tLtd': no control characters"),
+        (["--organisation", "x" * 201], "organisation is 201 characters long: at most 200"),
+        (["--full-name", "x" * 151], "the first word and the rest may have at most 150 characters each"),
+        ([], "nothing to change: give --full-name and/or --organisation"),
+    ],
+)
+def test_set_refuses_bad_input_and_changes_nothing(args: list[str], message: str) -> None:
+    kiln_user("add", "vera", "--role", "viewer", "--full-name", "Vera Vendor", "--organisation", "Example Ltd")
+
+    with pytest.raises(CommandError, match=re.escape(message)):
+        kiln_user("set", "vera", *args)
+    assert named(User.objects.get(username="vera")) == Named("vera", "Vera Vendor", "Example Ltd")
+
+
+def test_add_refuses_a_bad_organisation_and_creates_nobody() -> None:
+    with pytest.raises(CommandError, match=re.escape("organisation 'A\\x1b[31mB': no control characters")):
+        kiln_user("add", "eve", "--role", "viewer", "--organisation", "A\x1b[31mB")
+    assert not User.objects.exists()
+
+
+def test_set_refuses_an_unknown_user() -> None:
+    with pytest.raises(CommandError, match=r"no user named 'ghost'"):
+        kiln_user("set", "ghost", "--organisation", "Example Ltd")

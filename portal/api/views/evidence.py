@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Prefetch
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
@@ -23,7 +24,7 @@ from portal import uploads
 from portal.api import filters
 from portal.api import serializers_evidence as api
 from portal.certificates import services, verification
-from portal.certificates.models import Campaign, Certificate
+from portal.certificates.models import Campaign, Certificate, Signature
 from portal.health import selectors as health_selectors
 from portal.health.models import HealthTransition, NodeHealth, Schedule
 from portal.inventory.models import Node
@@ -111,7 +112,12 @@ class CampaignViewSet(viewsets.ReadOnlyModelViewSet[Campaign]):
 class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
     """Issued certificates: list, download the PDF, verify an uploaded PDF."""
 
-    queryset = Certificate.objects.select_related("revocation").defer("pdf", "payload").order_by("-issued_at", "-id")
+    queryset = (
+        Certificate.objects.select_related("revocation")
+        .prefetch_related(Prefetch("signatures", queryset=Signature.objects.order_by("id")))
+        .defer("pdf", "payload")
+        .order_by("-issued_at", "-id")
+    )
     serializer_class = api.CertificateSerializer
     filterset_class = filters.CertificateFilter
     ordering_fields = ["issued_at", "number", "id"]

@@ -24,6 +24,7 @@ from portal.certificates.phases import phase_ranges
 from portal.certificates.selectors import campaign_state, signer_side
 from portal.certificates.services.campaigns import CampaignError, _require_approver, _require_open, audit_record
 from portal.inventory.models import Cluster
+from portal.people import organisation_of
 from portal.runs.models import Scope
 from worker.celery import app
 
@@ -56,6 +57,7 @@ def certificate_sign(*, campaign: Campaign, user: User | AnonymousUser) -> Signa
             side=side,
             user=user,
             name=user.get_full_name() or user.get_username(),
+            organisation=organisation_of(user),
             body_sha256=digest,
         )
         audit_record(campaign=campaign, user=user, action="signed", detail=f"{side} side, body sha256 {digest}")
@@ -248,6 +250,7 @@ def _render(
                 "side": s.side,
                 "username": s.user.get_username(),
                 "name": s.name,
+                "organisation": s.organisation,
                 "signed_at": s.signed_at.isoformat(),
                 "body_sha256": s.body_sha256,
             }
