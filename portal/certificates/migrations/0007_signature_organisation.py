@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("certificates", "0005_audit_chain"),
+        ("certificates", "0006_public_verify_count"),
     ]
 
     operations = [
