@@ -46,6 +46,8 @@ from checks.core.presentation import RESEAT_LINK, HardwareIdentity, Presentation
 _CA = re.compile(r"^CA '(?P<name>[^']+)'\s*$")
 _PORT = re.compile(r"^Port (?P<port>\d+):\s*$")
 _FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*)$")
+# CA lines recorded as text measurements: the firmware, and the Node GUID that names the NIC.
+_CA_TEXT = {"Firmware version": "ca_firmware", "Node GUID": "ca_guid"}
 # What ibstat prints for "Link layer" (rdma-core infiniband-diags ibstat.c, link_layer_str).
 _LINK_LAYERS = ("InfiniBand", "Ethernet", "Unknown")
 
@@ -114,10 +116,8 @@ def parse_ibstat_text(text: str) -> list[Measurement]:
             ca_type = value
         elif key == "Number of ports" and value.isdigit():
             declared[ca] = int(value)
-        elif key == "Firmware version":
-            out.append(Measurement(name="ca_firmware", text=value, labels={"ca": ca}))
-        elif key == "Node GUID":
-            out.append(Measurement(name="ca_guid", text=value, labels={"ca": ca}))
+        elif key in _CA_TEXT:
+            out.append(Measurement(name=_CA_TEXT[key], text=value, labels={"ca": ca}))
     flush_port()
     if not cas:
         first = next((line.strip() for line in text.splitlines() if line.strip()), "")
@@ -126,7 +126,7 @@ def parse_ibstat_text(text: str) -> list[Measurement]:
     # CA type is printed after the name but before the firmware line; label firmware with it.
     types = {m.labels["ca"]: m.labels["ca_type"] for m in out if m.name == "port_state"}
     for m in out:
-        if m.name in ("ca_firmware", "ca_guid"):
+        if m.name in _CA_TEXT.values():
             m.labels["ca_type"] = types.get(m.labels["ca"], "")
     return out
 

@@ -120,7 +120,9 @@ class Difference:
         name = part_name(self.part, self.key)
         if self.change == MISSING:
             said = ", ".join(f"{f} {old}" for f, old, _ in self.fields if old)
-            return f"{self.node}: {name} missing: sealed {said or 'with no identity reported'}, not found on the node now"
+            return (
+                f"{self.node}: {name} missing: sealed {said or 'with no identity reported'}, not found on the node now"
+            )
         if self.change == EXTRA:
             said = ", ".join(f"{f} {new}" for f, _, new in self.fields if new)
             return f"{self.node}: {name} extra: {said or 'a part'} found on the node, not in the certificate"
@@ -175,15 +177,17 @@ class HardwareCheck:
         }
 
 
+Change = list[tuple[str, str | None, str | None]]
+
+
 def compare_node(
     node: str, sealed: list[dict[str, Any]], now: list[dict[str, Any]], found: HardwareCheck, fields_read: set[str]
 ) -> None:
     """Add one node's differences (and what it could not tell) to `found`. `fields_read`: the
-    (part, field) pairs the live read declares, so a field no check reads now is not "missing"."""
+    "part/field" pairs the live read declares, so a field no check reads now is "not read now"."""
     live = {(p["part"], p["key"]): p for p in now}
-    sealed_keys = {(p["part"], p["key"]) for p in sealed}
     for part in sealed:
-        here = live.get((part["part"], part["key"]))
+        here = live.pop((part["part"], part["key"]), None)
         fields = [(f, v) for f, v in part.items() if f not in ("part", "key")]
         found.parts_compared += 1
         if here is None:
@@ -191,26 +195,38 @@ def compare_node(
                 Difference(node, part["part"], part["key"], MISSING, [(f, v, None) for f, v in fields])
             )
             continue
-        swapped, changed = [], []
-        for f, old in fields:
-            new = here.get(f)
-            name = part_name(part["part"], part["key"])
-            if old is None:
-                if new is not None:
-                    found.notes.append(f"{node}: {name} {f} {new} now: not sealed (not reported at acceptance)")
-            elif new is None:
-                why = "not read now" if f"{part['part']}/{f}" not in fields_read else "not reported now"
-                found.unknown.append(f"{node}: {name} {f}: sealed {old}, {why}")
-            elif new != old:
-                (swapped if _identifies(part["part"], f) else changed).append((f, old, new))
-        if swapped:
-            found.differences.append(Difference(node, part["part"], part["key"], SWAPPED, swapped + changed))
-        elif changed:
-            found.differences.append(Difference(node, part["part"], part["key"], CHANGED, changed))
-    for key, part in live.items():
-        if key not in sealed_keys:
-            fields = [(f, None, v) for f, v in part.items() if f not in ("part", "key")]
-            found.differences.append(Difference(node, part["part"], part["key"], EXTRA, fields))
+        swapped, changed = _compare_fields(node, part, fields, here, found, fields_read)
+        if swapped or changed:
+            change = SWAPPED if swapped else CHANGED
+            found.differences.append(Difference(node, part["part"], part["key"], change, swapped + changed))
+    for part in live.values():
+        extra: Change = [(f, None, v) for f, v in part.items() if f not in ("part", "key")]
+        found.differences.append(Difference(node, part["part"], part["key"], EXTRA, extra))
+
+
+def _compare_fields(
+    node: str,
+    part: dict[str, Any],
+    fields: list[tuple[str, Any]],
+    here: dict[str, Any],
+    found: HardwareCheck,
+    fields_read: set[str],
+) -> tuple[Change, Change]:
+    """(identifying fields that differ, other fields that differ) of one part found on the node."""
+    swapped: Change = []
+    changed: Change = []
+    name = part_name(part["part"], part["key"])
+    for f, old in fields:
+        new = here.get(f)
+        if old is None:
+            if new is not None:
+                found.notes.append(f"{node}: {name} {f} {new} now: not sealed (not reported at acceptance)")
+        elif new is None:
+            why = "not reported now" if f"{part['part']}/{f}" in fields_read else "not read now"
+            found.unknown.append(f"{node}: {name} {f}: sealed {old}, {why}")
+        elif new != old:
+            (swapped if _identifies(part["part"], f) else changed).append((f, old, new))
+    return swapped, changed
 
 
 _IDENTIFYING: dict[tuple[str, str], bool] = {}
@@ -300,12 +316,9 @@ def _read_node(node: Any, reads: list[_Read]) -> tuple[list[dict[str, Any]], set
 def hardware_verify(*, payload: dict[str, Any], cluster: Any, max_parallel: int = MAX_PARALLEL) -> HardwareCheck:
     """Compare the hardware a certificate seals with what the nodes of `cluster` report now.
     `payload` is the verified payload's summary with its "hardware" (seal.sealed_hardware)."""
-    from portal.inventory.models import Node
-
     found = HardwareCheck(cluster=cluster.name)
     sealed = payload.get("hardware") or {}
-    sealed_nodes = sealed.get("nodes") or []
-    if not sealed_nodes:
+    if not sealed.get("nodes"):
         found.unknown.append(
             f"certificate {payload.get('number')} ({payload.get('format')}) seals no hardware identities: "
             "nothing to compare"
@@ -314,18 +327,7 @@ def hardware_verify(*, payload: dict[str, Any], cluster: Any, max_parallel: int 
     named = (payload.get("cluster") or {}).get("name")
     if named and named != cluster.name:
         found.notes.append(f"the certificate is for cluster {named}; compared with cluster {cluster.name}")
-    nodes = {n.hostname: n for n in Node.objects.filter(cluster=cluster).select_related("cluster")}
-    items = sealed.get("items") or {}
-    jobs = []
-    for entry in sealed_nodes:
-        host = entry["hostname"]
-        if host not in nodes:
-            found.unknown.append(f"{host}: could not tell: not a node of cluster {cluster.name}")
-            continue
-        reads, problems = _reads(entry["hardware"].get("items") or [], items)
-        found.unknown += [f"{host}: could not tell: {p}" for p in problems]
-        if reads:
-            jobs.append((entry, nodes[host], reads))
+    jobs = _jobs(sealed, cluster, found)
     with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(jobs) or 1))) as pool:
         results = list(pool.map(lambda job: _read_node(job[1], job[2]), jobs))
     for (entry, node, _), (parts, fields, problems) in zip(jobs, results, strict=True):
@@ -341,3 +343,22 @@ def hardware_verify(*, payload: dict[str, Any], cluster: Any, max_parallel: int 
         unread = sorted({p["part"] for p in sealed_parts} - read_kinds)
         found.unknown += [f"{host}: could not tell: {kind} not read now" for kind in unread]
     return found
+
+
+def _jobs(sealed: dict[str, Any], cluster: Any, found: HardwareCheck) -> list[tuple[dict[str, Any], Any, list[_Read]]]:
+    """(sealed node entry, its Node, what to read) per node that can be read; the others are noted."""
+    from portal.inventory.models import Node
+
+    nodes = {n.hostname: n for n in Node.objects.filter(cluster=cluster).select_related("cluster")}
+    items = sealed.get("items") or {}
+    jobs = []
+    for entry in sealed["nodes"]:
+        host = entry["hostname"]
+        if host not in nodes:
+            found.unknown.append(f"{host}: could not tell: not a node of cluster {cluster.name}")
+            continue
+        reads, problems = _reads(entry["hardware"].get("items") or [], items)
+        found.unknown += [f"{host}: could not tell: {p}" for p in problems]
+        if reads:
+            jobs.append((entry, nodes[host], reads))
+    return jobs

@@ -9,7 +9,8 @@ node's state (`write_tree`); a test writes a fault into one node's files afterwa
 The tree mirrors the PCIe devices of testbed/sim/tools/lspci (the same bus ids as nvidia-smi and
 fake_nvml.c): per GPU slot, the GPU at BB:00.0 and its ConnectX-7 NIC at BB+1:00.0, both Gen5 x16
 (an H100 SXM5 and a ConnectX-7 are PCIe Gen5 x16 parts; an A100 SXM4 is Gen4 x16), plus the host
-bridge, and the node's DMI serials (`dmi_serials`). `missing_gpu` drops a GPU's function; `pcie_degraded_gpu` trains that GPU's link at Gen4
+bridge, and the node's DMI serials (`dmi_serials`).
+`missing_gpu` drops a GPU's function; `pcie_degraded_gpu` trains that GPU's link at Gen4
 x8, as the NVML and nvidia-smi paths report it. Attributes are the kernel's formats
 (drivers/pci/pci-sysfs.c): `vendor` "0x10de", `class` "0x030200", `current_link_speed`
 "32.0 GT/s PCIe", `current_link_width` "16".
