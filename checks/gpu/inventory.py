@@ -2,7 +2,8 @@
 
 Evidence is the probe JSON, and the node's DMI identity (/sys/class/dmi/id, read like
 any node file: checks/core/node_files.py). The identities recorded here (each GPU's UUID,
-serial, PCI bus id and VBIOS; the system, board and chassis serials) are what a certificate
+serial, PCI bus id and VBIOS; the system, board and chassis serials; the power supplies' serials
+from the BMC's FRU inventory, checks/gpu/bmc_fru.py) are what a certificate
 later names and `kiln verify --against` reads again. A DMI serial that cannot be read (the
 kernel makes product_serial readable by root only) or that is a firmware placeholder is
 recorded as not reported, with the reason; it is never judged.
@@ -37,6 +38,7 @@ from checks.core.base import (
 from checks.core.node_files import read_files, read_files_command
 from checks.core.presentation import GPU_MISSING, REINSTALL_DRIVER, HardwareIdentity, Presentation, Remedy
 from checks.core.probe_check import Facts, Probe, ProbeCheck, ProbeParams, gpu_list
+from checks.gpu.bmc_fru import FRU_LABEL, fru_command, psu_measurements
 
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 
@@ -53,6 +55,7 @@ def split_models(text: str) -> tuple[str, ...]:
 
 DMI_DIR = "/sys/class/dmi/id"
 DMI_LABEL = "dmi"
+DMI_TIMEOUT_S = 10  # a few sysfs reads take milliseconds; this bounds a node whose /sys hangs
 # DMI file -> the measurement that records it (SMBIOS type 1 system, type 2 board, type 3 chassis).
 DMI_SERIALS = {"product_serial": "system_serial", "board_serial": "board_serial", "chassis_serial": "chassis_serial"}
 # What firmware prints where no serial was programmed (SMBIOS leaves the string to the vendor; these
@@ -137,6 +140,7 @@ class GpuInventory(ProbeCheck):
             HardwareIdentity("gpu_serial", "GPU", "serial", key="gpu"),
             HardwareIdentity("gpu_uuid", "GPU", "uuid", key="gpu"),
             HardwareIdentity("gpu_vbios", "GPU", "vbios", key="gpu", identifies=False),
+            HardwareIdentity("psu_serial", "PSU", "serial", key="psu"),
         ),
         gpu_bus_id="gpu_pci_bus_id",
         remedies=(
@@ -154,15 +158,17 @@ class GpuInventory(ProbeCheck):
         return inventory_consensus({node: f for node, f in facts.items() if f})
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
-        dmi = read_files_command(DMI_DIR, tuple(DMI_SERIALS), label=DMI_LABEL, timeout=float(params.timeout_s))
-        return [*super().commands(params, node), dmi]
+        dmi = read_files_command(DMI_DIR, tuple(DMI_SERIALS), label=DMI_LABEL, timeout=DMI_TIMEOUT_S)
+        return [*super().commands(params, node), dmi, fru_command()]
 
     def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
-        # A probe output alone (stored before the DMI read, or one file parsed by hand) records no
-        # chassis identity rather than an empty one.
+        # A probe output alone (stored before the identity reads, or one file parsed by hand) records
+        # no chassis or PSU identity rather than an empty one.
         dmi = [o for o in outputs if o.command.label == DMI_LABEL]
-        probe = [o for o in outputs if o.command.label != DMI_LABEL]
-        return super().parse(probe) + (parse_dmi_serials(dmi[0].stdout) if dmi else [])
+        fru = [o for o in outputs if o.command.label == FRU_LABEL]
+        probe = [o for o in outputs if o.command.label not in (DMI_LABEL, FRU_LABEL)]
+        found = super().parse(probe) + (parse_dmi_serials(dmi[0].stdout) if dmi else [])
+        return found + (psu_measurements(fru[0].stdout) if fru else [])
 
     def measure(self, probe: Probe) -> list[Measurement]:
         out = [

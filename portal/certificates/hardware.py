@@ -304,7 +304,10 @@ def _read_node(node: Any, reads: list[_Read]) -> tuple[list[dict[str, Any]], set
             if not measurements:
                 problems.append(f"{read.item_key}: {verdict.reason}")
                 continue
-            fields |= {f"{i.part}/{i.field}" for i in declared}
+            # A declared identity counts as read only when the node answered with it: a BMC that did
+            # not answer leaves its PSUs "not read now", never "missing".
+            named = {m.name for m in measurements}
+            fields |= {f"{i.part}/{i.field}" for i in declared if i.measurement in named}
             parts += identities(rows_of(measurements), declared)
     except TransportError as exc:
         problems.append(f"{exc.kind}: {exc.message}")

@@ -16,6 +16,7 @@ State keys (absent = the healthy default, an 8x H100 SXM node):
     node=NAME (seeds UUIDs/serials; default gethostname(); `uuid_seed` is an alias)
 Faults (GPU values are physical slots, "3" or a list "1,5"):
     missing_gpu  swap_gpu (another board in the slot: its own UUID and serial, as after a swap)
+    swap_psu (fake_ipmitool.c `fru print`: PSU N, 1-6, is another unit with its own serial)
     ecc_uncorrectable_gpu (+ ecc_uncorrectable_count=2)  ecc_corrected_gpu
     (+ ecc_corrected_count=5)  remap_pending_gpu  remap_failure_gpu  ecc_disabled_gpu
     temp_gpu (+ temp_value=90)  pcie_degraded_gpu (gen 4 x8; the simulated nvbandwidth's host copies
@@ -127,6 +128,8 @@ FAULT_KEYS: frozenset[str] = frozenset(
     {
         "missing_gpu",
         "swap_gpu",
+        # Another power supply in this bay (ipmitool fru: its own serial).
+        "swap_psu",
         "ecc_uncorrectable_gpu",
         "ecc_uncorrectable_count",
         "ecc_corrected_gpu",

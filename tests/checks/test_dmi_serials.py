@@ -47,7 +47,7 @@ def test_a_cut_output_is_not_reported_rather_than_an_error_of_the_inventory() ->
 def test_the_inventory_reads_dmi_beside_the_probe_and_parses_a_probe_alone_as_before() -> None:
     check = get_check("gpu_inventory")
     commands = check.commands(check.make_params({}), NodeContext(hostname="n1"))
-    assert [c.label for c in commands] == ["probe.py", DMI_LABEL]
+    assert [c.label for c in commands] == ["probe.py", DMI_LABEL, "bmc fru"]
     assert all(c.read_only for c in commands)
     probe = '{"schema": 1, "source": "nvml", "gpu_count": 0, "gpus": [], "errors": []}'
     alone = check.parse([CommandOutput(commands[0], probe, "", 0)])

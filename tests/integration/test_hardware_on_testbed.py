@@ -86,8 +86,8 @@ def test_it_names_the_node_the_gpu_and_both_serials_of_a_swapped_gpu(accepted) -
     before = json.loads(text)["hardware"]
     assert code == 0 and before["differences"] == [] and before["could_not_tell"] == []
     assert before["nodes_compared"] == 3
-    # 3 nodes x (chassis + 8 GPUs + 9 NICs) sealed and read again.
-    assert before["parts_compared"] == 3 * (1 + 8 + 9)
+    # 3 nodes x (chassis + 8 GPUs + 6 PSUs + 9 NICs) sealed and read again.
+    assert before["parts_compared"] == 3 * (1 + 8 + 6 + 9)
 
     gpu = next(g for g in _gpus_now(tb, node) if g[0] == 3)
     tb.set_faults(node, swap_gpu=3)
@@ -101,6 +101,14 @@ def test_it_names_the_node_the_gpu_and_both_serials_of_a_swapped_gpu(accepted) -
     assert f"serial {gpu[1]} (sealed) -> {swapped[1]} (now)" in line
     assert gpu[2] in line and swapped[2] in line  # the UUIDs too
     assert text.count("swapped") == 1  # the other GPUs and nodes are the ones sealed
+
+    # A power supply swapped on another node is named too, beside the GPU.
+    other = tb.nodes[2].hostname
+    tb.set_faults(other, swap_psu=4)
+    code, text = verify(str(path), "--against", "hw", "--json")
+    changes = {(d["node"], d["part"], d["key"], d["change"]) for d in json.loads(text)["hardware"]["differences"]}
+    assert code == hardware.DIFFERS_EXIT
+    assert changes == {(node, "GPU", "3", "swapped"), (other, "PSU", "PSU4", "swapped")}
 
 
 def test_an_unreachable_node_is_could_not_tell_not_a_difference(accepted) -> None:
