@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 
 from checks.core.base import Command, Measurement
+from checks.core.parsers import Parsed, register_parser
 
 FRU_LABEL = "bmc fru"
 EXIT_MARK = "kiln-fru-exit"
@@ -90,3 +91,10 @@ def psu_measurements(stdout: str) -> list[Measurement]:
     if fru_exit(stdout) != 0:
         return []
     return parse_fru_psus(stdout)
+
+
+@register_parser("ipmitool_fru")
+def parse_ipmitool_fru(text: str) -> Parsed:
+    """`python -m checks parse ipmitool_fru FILE`: the power supplies' serials of a FRU listing."""
+    found = parse_fru_psus(text)
+    return Parsed(found, [] if found else ["no power supply listed"])

@@ -32,7 +32,7 @@
  * delay_ms, flood_mb) leave the BMC alone.
  *
  * `ipmitool fru` (`fru print`) lists the builtin FRU device and the six PSUs in ipmitool's format
- * (lib/ipmi_fru.c, as in tests/fixtures/ipmitool/ipmitool_fru_print_*): each PSU's Product Serial is
+ * (lib/ipmi_fru.c, as in tests/fixtures/ipmitool-fru/): each PSU's Product Serial is
  * seeded by the node's name; swap_psu=N (or "2,5") makes PSU N another unit, with its own serial.
  */
 #include <errno.h>

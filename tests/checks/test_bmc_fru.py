@@ -9,7 +9,7 @@ from pathlib import Path
 from checks.gpu.bmc_fru import EXIT_MARK, fru_command, fru_exit, parse_fru_psus, psu_measurements
 from tests.checks.probe_docs import REPO
 
-FIXTURE = REPO / "tests/fixtures/ipmitool/ipmitool_fru_print_sun_x4270.txt"
+FIXTURE = REPO / "tests/fixtures/ipmitool-fru/ipmitool_fru_print_sun_x4270.txt"
 
 
 def test_it_reads_the_board_serial_of_each_power_supply_of_the_real_capture() -> None:
