@@ -339,13 +339,29 @@ def hardware_verify(*, payload: dict[str, Any], cluster: Any, max_parallel: int 
         if not fields:
             continue
         found.nodes_compared += 1
-        read_kinds = {f.split("/", 1)[0] for f in fields}
-        sealed_parts = entry["hardware"].get("parts") or []
-        # A kind of part only a failed read names (the NIC check could not run) is could-not-tell, not missing.
-        compare_node(host, [p for p in sealed_parts if p["part"] in read_kinds], parts, found, fields)
-        unread = sorted({p["part"] for p in sealed_parts} - read_kinds)
-        found.unknown += [f"{host}: could not tell: {kind} not read now" for kind in unread]
+        _compare_read(host, entry["hardware"].get("parts") or [], parts, fields, found)
     return found
+
+
+def _compare_read(
+    host: str, sealed_parts: list[dict[str, Any]], parts: list[dict[str, Any]], fields: set[str], found: HardwareCheck
+) -> None:
+    """One read node against its sealed parts, kind of part by kind of part."""
+    read_kinds = {f.split("/", 1)[0] for f in fields}
+    sealed_kinds = {p["part"] for p in sealed_parts}
+    # A kind of part only a failed read names (the BMC did not answer) is could-not-tell, not
+    # missing; a kind the acceptance sealed none of (its BMC did not answer then) is not extra.
+    compare_node(
+        host,
+        [p for p in sealed_parts if p["part"] in read_kinds],
+        [p for p in parts if p["part"] in sealed_kinds],
+        found,
+        fields,
+    )
+    found.unknown += [f"{host}: could not tell: {kind} not read now" for kind in sorted(sealed_kinds - read_kinds)]
+    for kind in sorted({p["part"] for p in parts} - sealed_kinds):
+        count = sum(1 for p in parts if p["part"] == kind)
+        found.notes.append(f"{host}: {count} {kind} part(s) read now, none sealed (not read at acceptance)")
 
 
 def _jobs(sealed: dict[str, Any], cluster: Any, found: HardwareCheck) -> list[tuple[dict[str, Any], Any, list[_Read]]]:

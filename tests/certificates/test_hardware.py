@@ -116,13 +116,16 @@ def test_it_reads_every_node_and_an_unreadable_one_is_could_not_tell(issued, mon
         serial = "SWAPPED" if node.hostname == "n03" else f"SN{node.hostname}1"
         parts = [sealed_gpu(0, f"SN{node.hostname}0", uuid=f"GPU-{node.hostname}-0")]
         parts.append(sealed_gpu(1, serial, uuid=f"GPU-{node.hostname}-1"))
-        return parts, {"GPU/serial", "GPU/uuid"}, []
+        # The BMC answers now, though the acceptance sealed no PSU: a note, not an extra part.
+        parts.append({"part": "PSU", "key": "PSU1", "serial": "DTH1"})
+        return parts, {"GPU/serial", "GPU/uuid", "PSU/serial"}, []
 
     monkeypatch.setattr(hardware, "_read_node", read)
     found = hardware.hardware_verify(payload=payload, cluster=issued.campaign.cluster)
     assert [d.line() for d in found.differences] == ["n03: GPU 1 swapped: serial SNn031 (sealed) -> SWAPPED (now)"]
     assert found.unknown == ["n02: could not tell: unreachable: connection refused"]
     assert found.nodes_compared == 3 and found.exit_code == hardware.DIFFERS_EXIT
+    assert "n01: 1 PSU part(s) read now, none sealed (not read at acceptance)" in found.notes
 
 
 def test_a_certificate_without_hardware_is_could_not_tell(cluster) -> None:
