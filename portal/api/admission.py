@@ -52,7 +52,11 @@ class VerificationAdmissionMiddleware:
 
 @functools.cache
 def _verify_paths() -> tuple[str, ...]:
-    return (reverse("certificates:certificate_verify"), reverse("api:certificate-verify"))
+    return (
+        reverse("certificates:certificate_verify"),
+        reverse("api:certificate-verify"),
+        reverse("api:certificate-verify-hardware"),
+    )
 
 
 def _user_id(request: HttpRequest) -> int | None:

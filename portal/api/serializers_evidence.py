@@ -109,6 +109,10 @@ class VerifyRequestSerializer(serializers.Serializer[Any]):
     pdf = serializers.FileField(help_text="The certificate PDF to verify.")
 
 
+class VerifyHardwareRequestSerializer(VerifyRequestSerializer):
+    cluster = serializers.CharField(help_text="The cluster whose nodes are read again over SSH.")
+
+
 class VerdictSerializer(serializers.Serializer[Any]):
     status = serializers.CharField(help_text="valid, tampered, unknown key, not a certificate or revoked.")
     detail = serializers.CharField()
@@ -116,6 +120,13 @@ class VerdictSerializer(serializers.Serializer[Any]):
     fingerprint = serializers.CharField()
     notes = serializers.ListField(child=serializers.CharField())
     payload = serializers.DictField(allow_null=True, help_text="The sealed payload, when one was found.")
+
+
+class HardwareVerdictSerializer(VerdictSerializer):
+    hardware = serializers.DictField(
+        help_text="The sealed parts against the live nodes (as `kiln verify --against --json`): differences "
+        "(swapped, changed, missing, extra), could_not_tell, notes, nodes_compared, parts_compared."
+    )
 
 
 class NodeHealthSerializer(serializers.ModelSerializer[NodeHealth]):

@@ -381,3 +381,15 @@ def _jobs(sealed: dict[str, Any], cluster: Any, found: HardwareCheck) -> list[tu
         if reads:
             jobs.append((entry, nodes[host], reads))
     return jobs
+
+
+def certificate_hardware_verify(*, verdict: Any, cluster: Any) -> HardwareCheck:
+    """`hardware_verify` for a verdict of verification.certificate_verify(hardware=True): a
+    certificate that did not verify is not compared (a forged payload's serials prove nothing)."""
+    from portal.certificates import seal
+
+    if verdict.status not in (seal.VALID, seal.REVOKED) or not verdict.payload:
+        found = HardwareCheck(cluster=cluster.name)
+        found.unknown.append("not compared: the certificate itself did not verify")
+        return found
+    return hardware_verify(payload=verdict.payload, cluster=cluster)

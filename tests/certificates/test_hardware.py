@@ -160,3 +160,29 @@ def test_kiln_verify_compares_nothing_for_a_tampered_certificate(issued, tmp_pat
     answer = json.loads(out)
     assert code == 1 and answer["status"] == "tampered"
     assert answer["hardware"]["could_not_tell"] == ["not compared: the certificate itself did not verify"]
+
+
+def test_the_api_compares_the_hardware_for_an_operator_only(issued, users, client, monkeypatch) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    def read(node: Any, reads: list[Any]) -> tuple[list[dict[str, Any]], set[str], list[str]]:
+        serial = "SWAPPED" if node.hostname == "n04" else f"SN{node.hostname}0"
+        parts = [sealed_gpu(0, serial, uuid=f"GPU-{node.hostname}-0")]
+        parts.append(sealed_gpu(1, f"SN{node.hostname}1", uuid=f"GPU-{node.hostname}-1"))
+        return parts, {"GPU/serial", "GPU/uuid"}, []
+
+    monkeypatch.setattr(hardware, "_read_node", read)
+
+    def post(cluster: str) -> Any:
+        upload = SimpleUploadedFile("c.pdf", bytes(issued.pdf), content_type="application/pdf")
+        return client.post("/api/v1/certificates/verify-hardware/", {"pdf": upload, "cluster": cluster})
+
+    client.force_login(users["viewer"])
+    assert post("c1").status_code == 403
+    client.force_login(users["operator"])
+    assert post("nope").status_code == 400
+    answer = post("c1").json()
+    assert (answer["status"], answer["exit_code"]) == ("valid", hardware.DIFFERS_EXIT)
+    texts = [d["text"] for d in answer["hardware"]["differences"]]
+    assert texts == ["n04: GPU 0 swapped: serial SNn040 (sealed) -> SWAPPED (now)"]
+    assert "hardware" not in answer["payload"]  # the sealed parts are compared, not echoed

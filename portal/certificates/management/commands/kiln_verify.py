@@ -89,7 +89,7 @@ class Command(BaseCommand):
         evidence = self._evidence(verdict, options["evidence"]) if options["evidence"] else None
         if evidence is not None and not evidence.ok and code == 0:
             code = verification.EVIDENCE_MISMATCH_EXIT
-        parts = self._hardware(verdict, cluster) if cluster is not None else None
+        parts = hardware.certificate_hardware_verify(verdict=verdict, cluster=cluster) if cluster is not None else None
         if parts is not None and code == 0:
             code = parts.exit_code
         if options["json"]:
@@ -98,16 +98,6 @@ class Command(BaseCommand):
             self._print(path, verdict, evidence)
             self._print_hardware(parts)
         sys.exit(code)
-
-    @staticmethod
-    def _hardware(verdict: seal.Verdict, cluster: Cluster) -> hardware.HardwareCheck:
-        """The live nodes against a certificate whose payload verified; a forged payload's serials
-        prove nothing, so a certificate that did not verify is not compared."""
-        if verdict.status not in (seal.VALID, seal.REVOKED) or not verdict.payload:
-            found = hardware.HardwareCheck(cluster=cluster.name)
-            found.unknown.append("not compared: the certificate itself did not verify")
-            return found
-        return hardware.hardware_verify(payload=verdict.payload, cluster=cluster)
 
     def _print_hardware(self, parts: hardware.HardwareCheck | None) -> None:
         if parts is None:
