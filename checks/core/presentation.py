@@ -336,6 +336,31 @@ ERROR_REMEDY = Remedy("could not tell", COULD_NOT_TELL)
 UNJUDGED_REMEDY = Remedy("could not tell", COULD_NOT_JUDGE)
 
 
+# What part of a node a hardware identity names (HardwareIdentity.part), and how a report names one.
+HARDWARE_PARTS = ("chassis", "GPU", "NIC", "PSU")
+
+
+@dataclass(frozen=True)
+class HardwareIdentity:
+    """A text measurement that names a physical part of the node, sealed per node in the
+    certificate and read again from the live node by `kiln verify --against`. `part` is one of
+    HARDWARE_PARTS; `field` what the text is ("serial", "uuid", "guid", "vbios", "firmware"); `key`
+    tells parts of one kind apart: "gpu" the measurement's GPU index, another word the label of
+    that name ("ca": mlx5_0), "" one part per node. A field that `identifies` the part (a serial,
+    a UUID, a GUID) differing means another part is in its place; one that does not (firmware)
+    means the same part changed."""
+
+    measurement: str
+    part: str
+    field: str
+    key: str = ""
+    identifies: bool = True
+
+    def __post_init__(self) -> None:
+        if self.part not in HARDWARE_PARTS:
+            raise ValueError(f"hardware identity {self.measurement!r}: unknown part {self.part!r}")
+
+
 @dataclass(frozen=True)
 class Presentation:
     """Everything the portal shows of one check kind. `rank` orders kinds on pages that list several
@@ -350,6 +375,8 @@ class Presentation:
     certificate_charts: tuple[CertificateChart, ...] = ()
     # Per-GPU text measurement -> field of the certificate's GPU identity ({"gpu_uuid": "uuid"}).
     gpu_identity: tuple[tuple[str, str], ...] = ()
+    # The hardware identities a node's result of the kind names (the certificate seals them per node).
+    hardware: tuple[HardwareIdentity, ...] = ()
     # Per-GPU text measurement holding the GPU's PCI bus id (triage view, RMA text).
     gpu_bus_id: str = ""
     # What to do when the kind fails (the triage view): the first remedy naming the measurement, else

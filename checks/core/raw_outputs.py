@@ -35,6 +35,7 @@ from checks.thermal.check import SENSORS
 from checks.topology.check import TOPO_LABEL
 
 IBSTAT_LABEL = "ibstat"  # checks/rdma/infiniband.py IbPorts.commands
+FRU_LABEL = "bmc fru"  # checks/gpu/bmc_fru.py fru_command (GpuInventory.commands)
 SENSORS_REDFISH_LABEL = SENSORS + " redfish"  # checks/thermal/check.py DlcTemperature.commands
 
 
@@ -107,6 +108,9 @@ RAW_JUDGES: dict[str, RawJudge] = {
     ),
     "dcgmi_diag": RawJudge("dcgm_diag", _labelled(DCGMI_LABEL)),
     "ibstat": RawJudge("ib_ports", _labelled(IBSTAT_LABEL)),
+    "ipmitool_fru": RawJudge(
+        "gpu_inventory", _labelled(FRU_LABEL), "gpu_inventory judges the probe; the FRU listing is recorded, not judged"
+    ),
     "fio": RawJudge("fs_throughput", _fio),
     "ior": RawJudge("fs_throughput", _fio, "fs_throughput judges fio JSON; IOR output is parsed, not judged"),
     "elbencho": RawJudge("fs_throughput", _fio, "fs_throughput judges fio JSON; elbencho output is parsed, not judged"),

@@ -1,7 +1,12 @@
 """gpu_inventory: how many GPUs, which models, which driver, and who they are.
 
-Evidence is the probe JSON. The GPU identities recorded here (UUID, serial,
-PCI bus id, VBIOS) are what a certificate later names.
+Evidence is the probe JSON, and the node's DMI identity (/sys/class/dmi/id, read like
+any node file: checks/core/node_files.py). The identities recorded here (each GPU's UUID,
+serial, PCI bus id and VBIOS; the system, board and chassis serials; the power supplies' serials
+from the BMC's FRU inventory, checks/gpu/bmc_fru.py) are what a certificate
+later names and `kiln verify --against` reads again. A DMI serial that cannot be read (the
+kernel makes product_serial readable by root only) or that is a firmware placeholder is
+recorded as not reported, with the reason; it is never judged.
 
 Expected GPU count: the node's own `expected_gpus` (NodeContext) when set,
 since it is the most specific record; otherwise the `expected_gpu_count`
@@ -16,9 +21,24 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from checks.core.base import ERROR, FAIL, PASS, Finding, Measurement, NodeContext, ParamsError, Verdict, register
-from checks.core.presentation import GPU_MISSING, REINSTALL_DRIVER, Presentation, Remedy
+from checks.core.base import (
+    ERROR,
+    FAIL,
+    PASS,
+    Command,
+    CommandOutput,
+    EvidenceError,
+    Finding,
+    Measurement,
+    NodeContext,
+    ParamsError,
+    Verdict,
+    register,
+)
+from checks.core.node_files import read_files, read_files_command
+from checks.core.presentation import GPU_MISSING, REINSTALL_DRIVER, HardwareIdentity, Presentation, Remedy
 from checks.core.probe_check import Facts, Probe, ProbeCheck, ProbeParams, gpu_list
+from checks.gpu.bmc_fru import FRU_LABEL, fru_command, psu_measurements
 
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 
@@ -31,6 +51,55 @@ def parse_version(text: str) -> tuple[int, ...] | None:
 
 def split_models(text: str) -> tuple[str, ...]:
     return tuple(m.strip() for m in text.split(",") if m.strip())
+
+
+DMI_DIR = "/sys/class/dmi/id"
+DMI_LABEL = "dmi"
+DMI_TIMEOUT_S = 10  # a few sysfs reads take milliseconds; this bounds a node whose /sys hangs
+# DMI file -> the measurement that records it (SMBIOS type 1 system, type 2 board, type 3 chassis).
+DMI_SERIALS = {"product_serial": "system_serial", "board_serial": "board_serial", "chassis_serial": "chassis_serial"}
+# What firmware prints where no serial was programmed (SMBIOS leaves the string to the vendor; these
+# are the usual AMI/OEM defaults): a placeholder names no part, so it is "not reported", never a serial.
+DMI_PLACEHOLDERS = frozenset(
+    {
+        "",
+        "0",
+        "0123456789",
+        "default string",
+        "none",
+        "n/a",
+        "not applicable",
+        "not specified",
+        "system serial number",
+        "chassis serial number",
+        "base board serial number",
+        "to be filled by o.e.m.",
+    }
+)
+
+
+def parse_dmi_serials(stdout: str) -> list[Measurement]:
+    """The node-file reader's output for DMI_DIR -> one text measurement per serial; an unreadable,
+    absent or placeholder serial is text "" with labels["missing"] saying why."""
+    names = tuple(DMI_SERIALS)
+    try:
+        files = read_files(stdout, names).get(DMI_DIR)
+    except EvidenceError as exc:
+        return [Measurement(name=m, text="", labels={"missing": str(exc)}) for m in DMI_SERIALS.values()]
+    out = []
+    for file, name in DMI_SERIALS.items():
+        value = None if files is None else files.get(file)
+        if files is None:
+            why = f"no {DMI_DIR} on the node (no DMI tables)"
+        elif value is None:
+            why = f"{DMI_DIR}/{file} unreadable (root only on most kernels)"
+        elif value.strip().lower() in DMI_PLACEHOLDERS:
+            why = f"{DMI_DIR}/{file} holds the placeholder {value.strip()!r}"
+        else:
+            out.append(Measurement(name=name, text=value.strip()))
+            continue
+        out.append(Measurement(name=name, text="", labels={"missing": why}))
+    return out
 
 
 @dataclass
@@ -61,9 +130,18 @@ class GpuInventory(ProbeCheck):
     description: ClassVar[str] = "GPU count, model and driver match the profile, and every node agrees with its peers."
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = InventoryThresholds
-    # The GPU identities a certificate names for each node.
+    # The GPU identities a certificate names for each node, and the hardware identities it seals.
     presentation: ClassVar[Presentation] = Presentation(
         gpu_identity=(("gpu_uuid", "uuid"), ("gpu_serial", "serial")),
+        hardware=(
+            HardwareIdentity("system_serial", "chassis", "system serial"),
+            HardwareIdentity("board_serial", "chassis", "board serial"),
+            HardwareIdentity("chassis_serial", "chassis", "chassis serial"),
+            HardwareIdentity("gpu_serial", "GPU", "serial", key="gpu"),
+            HardwareIdentity("gpu_uuid", "GPU", "uuid", key="gpu"),
+            HardwareIdentity("gpu_vbios", "GPU", "vbios", key="gpu", identifies=False),
+            HardwareIdentity("psu_serial", "PSU", "serial", key="psu"),
+        ),
         gpu_bus_id="gpu_pci_bus_id",
         remedies=(
             Remedy("software", REINSTALL_DRIVER, ("driver_version", "cuda_version")),
@@ -78,6 +156,19 @@ class GpuInventory(ProbeCheck):
     def consensus(cls, per_node: dict[str, list[Measurement]]) -> dict[str, str]:
         facts = {node: inventory_facts(measurements) for node, measurements in per_node.items()}
         return inventory_consensus({node: f for node, f in facts.items() if f})
+
+    def commands(self, params: Any, node: NodeContext) -> list[Command]:
+        dmi = read_files_command(DMI_DIR, tuple(DMI_SERIALS), label=DMI_LABEL, timeout=DMI_TIMEOUT_S)
+        return [*super().commands(params, node), dmi, fru_command()]
+
+    def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
+        # A probe output alone (stored before the identity reads, or one file parsed by hand) records
+        # no chassis or PSU identity rather than an empty one.
+        dmi = [o for o in outputs if o.command.label == DMI_LABEL]
+        fru = [o for o in outputs if o.command.label == FRU_LABEL]
+        probe = [o for o in outputs if o.command.label not in (DMI_LABEL, FRU_LABEL)]
+        found = super().parse(probe) + (parse_dmi_serials(dmi[0].stdout) if dmi else [])
+        return found + (psu_measurements(fru[0].stdout) if fru else [])
 
     def measure(self, probe: Probe) -> list[Measurement]:
         out = [

@@ -4,7 +4,8 @@ Evidence is `ibstat` (infiniband-diags). Parser kind `ibstat`; measurements:
 - `port_state` (text: Active, Down, Initializing, Armed) and `port_rate` (Gb/s) per port, labels
   `ca`, `port`, `link_layer` (InfiniBand | Ethernet), `physical_state` (LinkUp, Polling,
   Disabled, ...), `ca_type`;
-- `ca_firmware` (text) per CA, labels `ca`, `ca_type`.
+- `ca_firmware` and `ca_guid` (text: the CA's firmware version and its Node GUID, the identity the
+  certificate seals for the NIC) per CA, labels `ca`, `ca_type`.
 
 Which ports are judged: those whose link layer is in `link_layers` ("InfiniBand" by default; RoCE
 fabrics are "Ethernet", so a RoCE cluster sets "InfiniBand,Ethernet" or "Ethernet") and whose CA
@@ -40,11 +41,13 @@ from checks.core.base import (
 )
 from checks.core.evidence import COUNT, EXIT_STATUS, Rule
 from checks.core.parsers import Parsed, register_parser
-from checks.core.presentation import RESEAT_LINK, Presentation, Remedy
+from checks.core.presentation import RESEAT_LINK, HardwareIdentity, Presentation, Remedy
 
 _CA = re.compile(r"^CA '(?P<name>[^']+)'\s*$")
 _PORT = re.compile(r"^Port (?P<port>\d+):\s*$")
 _FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*)$")
+# CA lines recorded as text measurements: the firmware, and the Node GUID that names the NIC.
+_CA_TEXT = {"Firmware version": "ca_firmware", "Node GUID": "ca_guid"}
 # What ibstat prints for "Link layer" (rdma-core infiniband-diags ibstat.c, link_layer_str).
 _LINK_LAYERS = ("InfiniBand", "Ethernet", "Unknown")
 
@@ -113,8 +116,8 @@ def parse_ibstat_text(text: str) -> list[Measurement]:
             ca_type = value
         elif key == "Number of ports" and value.isdigit():
             declared[ca] = int(value)
-        elif key == "Firmware version":
-            out.append(Measurement(name="ca_firmware", text=value, labels={"ca": ca}))
+        elif key in _CA_TEXT:
+            out.append(Measurement(name=_CA_TEXT[key], text=value, labels={"ca": ca}))
     flush_port()
     if not cas:
         first = next((line.strip() for line in text.splitlines() if line.strip()), "")
@@ -123,7 +126,7 @@ def parse_ibstat_text(text: str) -> list[Measurement]:
     # CA type is printed after the name but before the firmware line; label firmware with it.
     types = {m.labels["ca"]: m.labels["ca_type"] for m in out if m.name == "port_state"}
     for m in out:
-        if m.name == "ca_firmware":
+        if m.name in _CA_TEXT.values():
             m.labels["ca_type"] = types.get(m.labels["ca"], "")
     return out
 
@@ -198,7 +201,14 @@ class IbPorts(Check):
     description: ClassVar[str] = "Expected count of active ports at the expected rate."
     Params: ClassVar[type] = IbParams
     Thresholds: ClassVar[type] = IbThresholds
-    presentation: ClassVar[Presentation] = Presentation(remedies=(Remedy("link", RESEAT_LINK),))
+    # Each CA's Node GUID and firmware are the NIC identities a certificate seals per node.
+    presentation: ClassVar[Presentation] = Presentation(
+        remedies=(Remedy("link", RESEAT_LINK),),
+        hardware=(
+            HardwareIdentity("ca_guid", "NIC", "guid", key="ca"),
+            HardwareIdentity("ca_firmware", "NIC", "firmware", key="ca", identifies=False),
+        ),
+    )
     # 255: ibstat could not query some CA but printed the rest (kept; see the module docstring).
     ok_exit_codes: ClassVar[tuple[int, ...]] = (0, 255)
     evidence: ClassVar[dict[str, Rule]] = {"ibstat_exit_code": EXIT_STATUS, "ports_active": COUNT}

@@ -75,7 +75,12 @@ class VerificationAdmissionMiddleware:
 
 @functools.cache
 def _verify_paths() -> tuple[str, ...]:
-    return (reverse("certificates:certificate_verify"), reverse("api:certificate-verify"), _public_path())
+    return (
+        reverse("certificates:certificate_verify"),
+        reverse("api:certificate-verify"),
+        reverse("api:certificate-verify-hardware"),
+        _public_path(),
+    )
 
 
 @functools.cache

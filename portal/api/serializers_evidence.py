@@ -127,6 +127,10 @@ class VerifyRequestSerializer(serializers.Serializer[Any]):
     pdf = serializers.FileField(help_text="The certificate PDF to verify.")
 
 
+class VerifyHardwareRequestSerializer(VerifyRequestSerializer):
+    cluster = serializers.CharField(help_text="The cluster whose nodes are read again over SSH.")
+
+
 class VerdictSerializer(serializers.Serializer[Any]):
     status = serializers.CharField(help_text="valid, tampered, unknown key, not a certificate or revoked.")
     detail = serializers.CharField()
@@ -138,6 +142,13 @@ class VerdictSerializer(serializers.Serializer[Any]):
         child=serializers.CharField(allow_blank=True),
         help_text="When the PDF was signed: `time` (ISO 8601), `source` (`timestamp authority`: an RFC 3161 "
         "timestamp this site trusts, by `tsa`; or `portal clock`), `note`. Empty when the signature was not read.",
+    )
+
+
+class HardwareVerdictSerializer(VerdictSerializer):
+    hardware = serializers.DictField(
+        help_text="The sealed parts against the live nodes (as `kiln verify --against --json`): differences "
+        "(swapped, changed, missing, extra), could_not_tell, notes, nodes_compared, parts_compared."
     )
 
 

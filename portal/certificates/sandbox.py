@@ -49,9 +49,10 @@ log = logging.getLogger(__name__)
 SUMMARY_KEYS = ("number", "verdict", "issued_at", "format", "audit_head")
 
 
-def _summary(payload: dict[str, Any] | None, digests: bool = False) -> dict[str, Any] | None:
+def _summary(payload: dict[str, Any] | None, digests: bool = False, hardware: bool = False) -> dict[str, Any] | None:
     """What the pages and kiln_verify show of the payload (the full evidence can be 100+ MB); with
-    `digests`, also the sealed evidence digests an export is checked against (export.py)."""
+    `digests`, also the sealed evidence digests an export is checked against (export.py); with
+    `hardware`, the sealed hardware identities the live nodes are compared with (hardware.py)."""
     if not isinstance(payload, dict):
         return None
     cluster = payload.get("cluster")
@@ -62,6 +63,8 @@ def _summary(payload: dict[str, Any] | None, digests: bool = False) -> dict[str,
     out["waivers"] = len(payload.get("waivers") or [])
     if digests:
         out["evidence_digests"] = seal.sealed_digests(payload)
+    if hardware:
+        out["hardware"] = seal.sealed_hardware(payload)
     return out
 
 
@@ -123,8 +126,8 @@ def _drop() -> dict[str, Any]:
     return {"user": NOBODY, "group": NOBODY, "extra_groups": []}
 
 
-def verify_isolated(data: bytes, *, digests: bool = False) -> seal.Verdict:
-    """document.verify_document in a limited child process (`digests`: see _summary)."""
+def verify_isolated(data: bytes, *, digests: bool = False, hardware: bool = False) -> seal.Verdict:
+    """document.verify_document in a limited child process (`digests`, `hardware`: see _summary)."""
     if len(data) > MAX_INPUT:
         return seal.Verdict(seal.NOT_A_CERTIFICATE, f"larger than {MAX_INPUT // 1024**2} MiB")
     from django.conf import settings
@@ -136,7 +139,8 @@ def verify_isolated(data: bytes, *, digests: bool = False) -> seal.Verdict:
     wall = float(settings.KILN_VERIFY_WALL_S)
     try:
         proc = subprocess.run(
-            [sys.executable, "-E", "-s", "-m", "portal.certificates.sandbox", *(["--digests"] if digests else [])],
+            [sys.executable, "-E", "-s", "-m", "portal.certificates.sandbox", *(["--digests"] if digests else []),
+             *(["--hardware"] if hardware else [])],
             input=header + data, capture_output=True, timeout=wall, env=child_env(), check=False,
             cwd=settings.BASE_DIR, close_fds=True, **_drop(),
         )  # fmt: skip
@@ -200,7 +204,8 @@ def main() -> int:
     except Exception as exc:  # any parser failure on hostile bytes: the parent decides what it means
         print(f"{type(exc).__name__}: {str(exc)[:300]}", file=sys.stderr)
         return 3
-    verdict.payload = _summary(verdict.payload, digests="--digests" in sys.argv[1:])
+    flags = sys.argv[1:]
+    verdict.payload = _summary(verdict.payload, digests="--digests" in flags, hardware="--hardware" in flags)
     sys.stdout.write(json.dumps(asdict(verdict)))
     return 0
 

@@ -34,10 +34,13 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-FORMAT = "kiln-certificate/3"
+FORMAT = "kiln-certificate/4"
 # Format 2 carried every result's full evidence in the body; format 3 carries per-node summaries and
-# digests of the evidence (evidence.py). Both verify the same way: nothing here reads the layout.
-FORMATS = ("kiln-certificate/2", FORMAT)
+# digests of the evidence (evidence.py); format 4 adds each node's hardware identities (hardware.py).
+# All verify the same way: nothing here reads the layout.
+FORMATS = ("kiln-certificate/2", "kiln-certificate/3", FORMAT)
+# The formats whose nodes carry evidence digests (an evidence export is checked against them).
+DIGEST_FORMATS = ("kiln-certificate/3", FORMAT)
 LEGACY_FORMAT = "kiln-certificate/1"  # payload-only seal; the PDF itself was not signed
 VALID = "valid"
 TAMPERED = "tampered"
@@ -173,3 +176,24 @@ def sealed_digests(payload: dict[str, Any]) -> dict[str, str]:
         if "evidence_sha256" in g:
             out[f"group result {g['result_id']}"] = g["evidence_sha256"]
     return out
+
+
+def sealed_hardware(payload: dict[str, Any]) -> dict[str, Any]:
+    """What `kiln verify --against` compares (portal/certificates/hardware.py): each node's sealed
+    hardware identities, and the plan items that read them (as the cited runs ran them, else as the
+    campaign's plan has them). Nodes of a certificate before format 4 have none."""
+    nodes = [
+        {"hostname": n.get("hostname"), "hardware": n["hardware"]}
+        for n in payload.get("nodes") or []
+        if isinstance(n, dict) and isinstance(n.get("hardware"), dict)
+    ]
+    wanted = {key for n in nodes for key in n["hardware"].get("items") or []}
+    items: dict[str, Any] = {}
+    for plan in payload.get("plans") or []:
+        for item in (plan.get("snapshot") or {}).get("items") or []:
+            if item.get("key") in wanted:
+                items[item["key"]] = item
+    for item in (payload.get("campaign_plan") or {}).get("items") or []:
+        if item.get("key") in wanted:
+            items.setdefault(item["key"], item)
+    return {"nodes": nodes, "items": items}

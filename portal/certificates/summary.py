@@ -15,7 +15,7 @@ from typing import Any
 
 from checks import presentation_of
 from checks.core.presentation import KeyMetric
-from portal.certificates import evidence, seal
+from portal.certificates import evidence, hardware, seal
 from portal.certificates.selectors import WAIVED
 from portal.runs.models import Scope
 
@@ -117,8 +117,9 @@ def _gpus(records: list[dict[str, Any]], identity: dict[str, dict[str, str]]) ->
 def node_summary(
     *, node: Any, cells: list[Any], loaded: evidence.Loaded, identity: dict[str, dict[str, str]], gathered: Gathered
 ) -> dict[str, Any]:
-    """A node's entry in the body: identity, GPU identities, a summary per check, and the digest of
-    its evidence record (its node-scope results, by plan item key)."""
+    """A node's entry in the body: identity, GPU identities, the hardware identities its results
+    name (hardware.py), a summary per check, and the digest of its evidence record (its node-scope
+    results, by plan item key)."""
     checks: dict[str, Any] = {}
     records = []
     for cell in cells:
@@ -141,6 +142,7 @@ def node_summary(
         "position": node.position,
         "group": node.group,
         "gpus": _gpus(records, identity),
+        "hardware": hardware.node_hardware(records),
         "checks": checks,
         "evidence_sha256": evidence.digest(evidence.node_record(node.hostname, records)),
     }

@@ -58,13 +58,14 @@ def _legacy_check(verdict: seal.Verdict, data: bytes) -> seal.Verdict:
     return verdict
 
 
-def certificate_verify(*, data: bytes, digests: bool = False) -> seal.Verdict:
+def certificate_verify(*, data: bytes, digests: bool = False, hardware: bool = False) -> seal.Verdict:
     """All six steps: the document (in a sandboxed child process), then what this portal knows of
     its number. With `digests`, the verdict's payload summary carries the sealed evidence digests
-    (format 3) for checking an evidence export (evidence_check)."""
+    (format 3) for checking an evidence export (evidence_check); with `hardware`, the sealed
+    hardware identities (format 4) for comparing with the live nodes (hardware.py)."""
     from portal.certificates.sandbox import verify_isolated
 
-    verdict = verify_isolated(data, digests=digests)
+    verdict = verify_isolated(data, digests=digests, hardware=hardware)
     if verdict.legacy and verdict.status == seal.VALID:
         verdict = _legacy_check(verdict, data)
     if verdict.status != seal.VALID or not verdict.payload:
@@ -127,7 +128,7 @@ def evidence_check(*, verdict: seal.Verdict, lines: Iterable[bytes]) -> export.E
     payload = verdict.payload or {}
     if verdict.status not in SOUND:
         return export.EvidenceCheck(False, "the certificate itself did not verify: its digests prove nothing")
-    if payload.get("format") != seal.FORMAT:
+    if payload.get("format") not in seal.DIGEST_FORMATS:
         return export.EvidenceCheck(
             False, f"a {payload.get('format')} certificate carries its evidence in its payload: no digests to check"
         )

@@ -15,7 +15,9 @@ State keys (absent = the healthy default, an 8x H100 SXM node):
     vbios=96.00.89.00.01  serial_prefix=16549220
     node=NAME (seeds UUIDs/serials; default gethostname(); `uuid_seed` is an alias)
 Faults (GPU values are physical slots, "3" or a list "1,5"):
-    missing_gpu  ecc_uncorrectable_gpu (+ ecc_uncorrectable_count=2)  ecc_corrected_gpu
+    missing_gpu  swap_gpu (another board in the slot: its own UUID and serial, as after a swap)
+    swap_psu (fake_ipmitool.c `fru print`: PSU N, 1-6, is another unit with its own serial)
+    ecc_uncorrectable_gpu (+ ecc_uncorrectable_count=2)  ecc_corrected_gpu
     (+ ecc_corrected_count=5)  remap_pending_gpu  remap_failure_gpu  ecc_disabled_gpu
     temp_gpu (+ temp_value=90)  pcie_degraded_gpu (gen 4 x8; the simulated nvbandwidth's host copies
     of that GPU scale with it: a quarter)  power_cap_gpu (enforced power limit power_cap_w=500
@@ -125,6 +127,9 @@ DEFAULTS: dict[str, str] = {
 FAULT_KEYS: frozenset[str] = frozenset(
     {
         "missing_gpu",
+        "swap_gpu",
+        # Another power supply in this bay (ipmitool fru: its own serial).
+        "swap_psu",
         "ecc_uncorrectable_gpu",
         "ecc_uncorrectable_count",
         "ecc_corrected_gpu",

@@ -30,6 +30,10 @@
  * 0, state deactivated); dcmi_hang=1 (the BMC never answers: only the caller's timeout ends it);
  * dcmi_garbage=1 (a truncated reading followed by junk). The GPU-driver faults (hang, garbage,
  * delay_ms, flood_mb) leave the BMC alone.
+ *
+ * `ipmitool fru` (`fru print`) lists the builtin FRU device and the six PSUs in ipmitool's format
+ * (lib/ipmi_fru.c, as in tests/fixtures/ipmitool-fru/): each PSU's Product Serial is
+ * seeded by the node's name; swap_psu=N (or "2,5") makes PSU N another unit, with its own serial.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -433,6 +437,54 @@ static int dcmi_reading(const char *state_path) {
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------ fru */
+
+#define PSUS 6 /* an HGX H100 node's power supplies (see the top of this file) */
+
+static unsigned long long fnv1a(const char *text) {
+    unsigned long long h = 1469598103934665603ULL;
+    for (; *text; text++) {
+        h ^= (unsigned char)*text;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+/* Whether `n` is in a list such as "2" or "2,5". */
+static int listed(const char *list, int n) {
+    const char *p = list;
+    while (p && *p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) return 0;
+        if (v == n) return 1;
+        p = end;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return 0;
+}
+
+static int fru(void) {
+    const char *node = get("node", "");
+    const char *swapped = get("swap_psu", "");
+    char seed[512];
+    int i;
+    snprintf(seed, sizeof seed, "%s/chassis", node);
+    printf("FRU Device Description : Builtin FRU Device (ID 0)\n");
+    printf(" Chassis Type          : Rack Mount Chassis\n");
+    printf(" Chassis Serial        : CH%010llu\n", fnv1a(seed) % 10000000000ULL);
+    printf(" Product Manufacturer  : Kiln Simulated Systems\n");
+    printf(" Product Name          : HGX H100 8-GPU node\n\n");
+    for (i = 1; i <= PSUS; i++) {
+        snprintf(seed, sizeof seed, "%s/psu%d%s", node, i, listed(swapped, i) ? "/swap" : "");
+        printf("FRU Device Description : PSU%d (ID %d)\n", i, 10 + i);
+        printf(" Product Manufacturer  : DELTA\n");
+        printf(" Product Name          : ECD16010092\n");
+        printf(" Product Serial        : DTH%010llu\n\n", fnv1a(seed) % 10000000000ULL);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------ main */
 
 /* ipmitool's global options that take a value (ipmitool(1)): skipped with their value. */
@@ -456,11 +508,18 @@ int main(int argc, char **argv) {
         else if (argv[i][0] != '-')
             args[n++] = argv[i];
     }
-    if (!n || (strcmp(args[0], "sdr") && strcmp(args[0], "dcmi"))) {
-        fprintf(stderr, "%s: only 'sdr' and 'dcmi power reading' are supported\n", PROG);
+    if (!n || (strcmp(args[0], "sdr") && strcmp(args[0], "dcmi") && strcmp(args[0], "fru"))) {
+        fprintf(stderr, "%s: only 'sdr', 'dcmi power reading' and 'fru print' are supported\n", PROG);
         return 1;
     }
     read_state(state_path);
+    if (!strcmp(args[0], "fru")) {
+        if (n > 2 || (n == 2 && strcmp(args[1], "print"))) {
+            fprintf(stderr, "%s: only 'fru print' is supported\n", PROG);
+            return 1;
+        }
+        return fru();
+    }
     if (!strcmp(args[0], "dcmi")) {
         if (n != 3 || strcmp(args[1], "power") || strcmp(args[2], "reading")) {
             fprintf(stderr, "%s: only 'dcmi power reading' is supported\n", PROG);

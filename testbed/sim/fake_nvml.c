@@ -61,6 +61,7 @@ typedef struct {
     uint64_t missing, ecc_unc, ecc_corr, remap_pending, remap_failure, ecc_disabled, temp_gpus, pcie_degraded;
     uint64_t hot, throttle; /* under load only */
     uint64_t power_cap; /* enforced power limit lowered to power_cap_w */
+    uint64_t swapped; /* another board in the slot: its own UUID and serial */
     int power_cap_w;
     int hot_delta;
     int ecc_uncorrectable_count;
@@ -149,6 +150,7 @@ static void apply(sim_state_t *s, const char *key, const char *value) {
     else if (!strcmp(key, "temp_value")) s->temp_value = atoi(value);
     else if (!strcmp(key, "pcie_degraded_gpu")) s->pcie_degraded = parse_set(value);
     else if (!strcmp(key, "power_cap_gpu")) s->power_cap = parse_set(value);
+    else if (!strcmp(key, "swap_gpu")) s->swapped = parse_set(value);
     else if (!strcmp(key, "power_cap_w")) s->power_cap_w = atoi(value);
     else if (!strcmp(key, "hot_gpu")) s->hot = parse_set(value);
     else if (!strcmp(key, "hot_delta")) s->hot_delta = atoi(value);
@@ -202,14 +204,24 @@ static void build_gpus(void) {
         if (g_state.missing & ((uint64_t)1 << slot)) continue;
         g = &g_gpus[g_count++];
         g->slot = slot;
+        unsigned int serial_part;
         snprintf(seed, sizeof(seed), "%s/%d/a", g_state.node, slot);
         a = fnv1a(seed);
-        snprintf(seed, sizeof(seed), "%s/%d/b", g_state.node, slot);
+        serial_part = (unsigned int)(a % 1000);
+        if (g_state.swapped & ((uint64_t)1 << slot)) {
+            /* The replacement board: its IDs from another seed, its serial never the one it replaced. */
+            snprintf(seed, sizeof(seed), "%s/%d/swap/a", g_state.node, slot);
+            a = fnv1a(seed);
+            serial_part = (unsigned int)(a % 1000) == serial_part ? (serial_part + 1) % 1000 : (unsigned int)(a % 1000);
+            snprintf(seed, sizeof(seed), "%s/%d/swap/b", g_state.node, slot);
+        } else {
+            snprintf(seed, sizeof(seed), "%s/%d/b", g_state.node, slot);
+        }
         b = fnv1a(seed);
         snprintf(g->uuid, MAX_TEXT, "GPU-%08x-%04x-%04x-%04x-%012llx", (unsigned int)(a >> 32),
                  (unsigned int)((a >> 16) & 0xffff), (unsigned int)(a & 0xffff), (unsigned int)(b >> 48),
                  (unsigned long long)(b & 0xffffffffffffULL));
-        snprintf(g->serial, MAX_TEXT, "%.80s%03u%02d", g_state.serial_prefix, (unsigned int)(a % 1000), slot);
+        snprintf(g->serial, MAX_TEXT, "%.80s%03u%02d", g_state.serial_prefix, serial_part, slot);
         g->bus = slot < 8 ? k_bus[slot] : (unsigned int)(0xe0 + slot - 8);
         snprintf(g->bus_id, MAX_TEXT, "00000000:%02X:00.0", g->bus);
     }

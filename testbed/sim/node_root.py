@@ -9,7 +9,8 @@ node's state (`write_tree`); a test writes a fault into one node's files afterwa
 The tree mirrors the PCIe devices of testbed/sim/tools/lspci (the same bus ids as nvidia-smi and
 fake_nvml.c): per GPU slot, the GPU at BB:00.0 and its ConnectX-7 NIC at BB+1:00.0, both Gen5 x16
 (an H100 SXM5 and a ConnectX-7 are PCIe Gen5 x16 parts; an A100 SXM4 is Gen4 x16), plus the host
-bridge. `missing_gpu` drops a GPU's function; `pcie_degraded_gpu` trains that GPU's link at Gen4
+bridge, and the node's DMI serials (`dmi_serials`).
+`missing_gpu` drops a GPU's function; `pcie_degraded_gpu` trains that GPU's link at Gen4
 x8, as the NVML and nvidia-smi paths report it. Attributes are the kernel's formats
 (drivers/pci/pci-sysfs.c): `vendor` "0x10de", `class` "0x030200", `current_link_speed`
 "32.0 GT/s PCIe", `current_link_width` "16".
@@ -17,6 +18,7 @@ x8, as the NVML and nvidia-smi paths report it. Attributes are the kernel's form
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -24,6 +26,7 @@ from pathlib import Path
 
 NODE_ROOT_ENV = "KILN_NODE_ROOT"
 PCI_DEVICES = "sys/bus/pci/devices"
+DMI_ID = "sys/class/dmi/id"
 # The GPU slots' bus ids, as testbed/sim/nvidia-smi, fake_nvml.c and tools/lspci number them.
 HGX_BUS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 GEN5, GEN4 = "32.0 GT/s PCIe", "16.0 GT/s PCIe"
@@ -67,6 +70,13 @@ def pci_devices(state: dict[str, str]) -> dict[str, dict[str, str]]:
     return out
 
 
+def dmi_serials(state: dict[str, str]) -> dict[str, str]:
+    """The node's DMI serials (/sys/class/dmi/id), seeded by its name: the system and board carry
+    their own, the chassis the placeholder many boards' firmware leaves there."""
+    seed = hashlib.sha256(state.get("node", "").encode()).hexdigest().upper()
+    return {"product_serial": f"SIM{seed[:9]}", "board_serial": f"BRD{seed[9:18]}", "chassis_serial": "Default string"}
+
+
 def write_tree(state_file: Path, state: dict[str, str]) -> Path:
     """Write the node's healthy tree for `state` in place of the one there (faults written into it
     by a test are gone). Built beside it and swapped in: a reader sees the old tree or the new one
@@ -79,6 +89,9 @@ def write_tree(state_file: Path, state: dict[str, str]) -> Path:
         folder.mkdir(parents=True)
         for name, text in attributes.items():
             (folder / name).write_text(text + "\n")
+    (fresh / DMI_ID).mkdir(parents=True)
+    for name, text in dmi_serials(state).items():
+        (fresh / DMI_ID / name).write_text(text + "\n")
     for folder in [fresh, *fresh.rglob("*")]:
         os.chmod(folder, 0o755 if folder.is_dir() else 0o644)  # sshd-spawned node shells may run as another user
     old = root.with_name(f".{root.name}.old")

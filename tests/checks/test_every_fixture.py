@@ -36,6 +36,7 @@ KINDS: dict[str, str] = {
     "ior/*.txt": "ior",
     "lspci/*.txt": "lspci_acs",
     "ipmitool/*.txt": "ipmitool_sdr",
+    "ipmitool-fru/*.txt": "ipmitool_fru",
     "ipmitool-dcmi/dcmi-*.txt": "ipmitool_dcmi_power",
     "ipmitool-dcmi/sdr-*.txt": "ipmitool_sdr_power",
     "power/dcmi_*.txt": "ipmitool_dcmi_power",

@@ -167,3 +167,12 @@ def test_its_consensus_names_are_what_the_consensus_compares() -> None:
     }
     kept = {h: [m for m in ms if m.name in IbPorts.consensus_names] for h, ms in per_node.items()}
     assert set(IbPorts.consensus(per_node)) == {"n3"} and IbPorts.consensus(kept) == IbPorts.consensus(per_node)
+
+
+def test_it_records_each_cas_node_guid_as_its_identity() -> None:
+    ms = parse_ibstat((FIXTURES / ROCE).read_text()).measurements
+    guids = ports(ms, "ca_guid")
+    assert guids["mlx5_0"].text == "0xa088c20300e3142a"
+    assert guids["mlx5_0"].labels["ca_type"] == "MT4129"
+    assert guids["mlx5_1"].text == "0xe8ebd303003307da"
+    assert set(guids) == set(ports(ms, "ca_firmware"))  # one identity per CA, beside its firmware

@@ -44,6 +44,7 @@ FIXTURE_GLOBS: dict[str, tuple[str, ...]] = {
     "ior": ("ior/*.txt",),
     "ipmitool_dcmi_power": ("ipmitool-dcmi/dcmi-*.txt", "power/dcmi_*.txt"),
     "ipmitool_sdr": ("ipmitool/*.txt",),
+    "ipmitool_fru": ("ipmitool-fru/*.txt",),
     "ipmitool_sdr_power": ("ipmitool-dcmi/sdr-*.txt", "power/sdr_*.txt"),
     "nccl": ("nccl-tests/*_perf_*.txt", "nccl-alltoall/*.txt"),
     "nvbandwidth": ("nvbandwidth/*.txt",),

@@ -135,12 +135,13 @@ def test_it_builds_one_probe_command_from_params() -> None:
     from checks.probe import probe_source
 
     commands = get_check("gpu_inventory").commands(ProbeParams(timeout_s=45), NODE)
-    assert len(commands) == 1
+    assert [c.label for c in commands] == ["probe.py", "dmi", "bmc fru"]  # the probe, then the identities
     command = commands[0]
     assert command.argv == ("python3", "-")
     assert command.stdin == probe_source()
     assert (command.timeout, command.label) == (45.0, "probe.py")
-    assert get_check("gpu_inventory").timeout(ProbeParams()) == 60.0
+    # The probe's 60 s, then the DMI read's 10 s and the BMC FRU read's 25 s (checks/gpu/bmc_fru.py).
+    assert get_check("gpu_inventory").timeout(ProbeParams()) == 95.0
 
 
 def test_it_exposes_evidence_error_for_parsers() -> None:

@@ -22,7 +22,7 @@ TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def declared_names() -> frozenset[str]:
-    """Every measurement and series name the checks declare (presentation, remedies, GPU identity)
+    """Every measurement and series name the checks declare (presentation, remedies, GPU and hardware identity)
     or judge as evidence."""
     from checks import presented
     from checks.core.base import REGISTRY
@@ -31,6 +31,7 @@ def declared_names() -> frozenset[str]:
     for _, shown in presented():
         names |= shown.charted_names() | shown.fleet_metrics()
         names |= {n for r in shown.remedies for n in r.names} | {n for n, _ in shown.gpu_identity}
+        names |= {h.measurement for h in shown.hardware}
         names.add(shown.gpu_bus_id)
     for cls in REGISTRY.values():
         names |= set(getattr(cls, "evidence", {}) or {})

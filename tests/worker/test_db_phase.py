@@ -66,7 +66,8 @@ def test_it_holds_no_connection_while_a_command_runs(transactional_db, cluster, 
 
 
 def test_it_runs_the_probe_once_for_the_checks_that_share_it(transactional_db, cluster, make_run, fake_nodes) -> None:  # noqa: F811
-    """gpu-inventory and ecc-health both read the probe: the node runs it once, then the kernel log."""
+    """gpu-inventory and ecc-health both read the probe: the node runs it once (with the inventory's
+    DMI and BMC identity reads), then the kernel log."""
     run = make_run(cluster, nodes=list(cluster.nodes.filter(hostname="n02")))
     node = cluster.nodes.get(hostname="n02")
     book = ledger_open("t")
@@ -75,8 +76,8 @@ def test_it_runs_the_probe_once_for_the_checks_that_share_it(transactional_db, c
     finally:
         ledger_close()
     labels = [c.label for c in fake_nodes["n02"].commands]
-    assert labels == ["probe.py", "kernel log"]
-    assert book.notes == {"node": "n02", "commands_run": 2, "commands_shared": 1}
+    assert labels == ["probe.py", "dmi", "bmc fru", "kernel log"]
+    assert book.notes == {"node": "n02", "commands_run": 4, "commands_shared": 1}
     assert set(book.parts) >= {"claim", "connect", "commands", "record"}
 
 

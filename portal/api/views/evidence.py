@@ -23,12 +23,12 @@ from rest_framework.response import Response
 from portal import uploads
 from portal.api import filters
 from portal.api import serializers_evidence as api
-from portal.certificates import services, verification
+from portal.certificates import hardware, services, verification
 from portal.certificates.models import Campaign, Certificate, Signature
 from portal.health import selectors as health_selectors
 from portal.health.models import HealthTransition, NodeHealth, Schedule
-from portal.inventory.models import Node
-from portal.roles import APPROVER, VIEWER
+from portal.inventory.models import Cluster, Node
+from portal.roles import APPROVER, OPERATOR, VIEWER
 from portal.runs.models import Run
 
 
@@ -121,7 +121,8 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
     serializer_class = api.CertificateSerializer
     filterset_class = filters.CertificateFilter
     ordering_fields = ["issued_at", "number", "id"]
-    action_roles = {"verify": VIEWER}
+    # Reading a cluster's nodes again runs the inventory checks on them: an operator's act.
+    action_roles = {"verify": VIEWER, "verify_hardware": OPERATOR}
 
     @extend_schema(
         responses={(200, "application/pdf"): OpenApiResponse(OpenApiTypes.BINARY, description="The sealed PDF.")}
@@ -164,6 +165,54 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
                 "notes": list(verdict.notes),
                 "payload": verdict.payload,
                 "time": verdict.time,
+            }
+        )
+
+    @extend_schema(
+        request={"multipart/form-data": api.VerifyHardwareRequestSerializer},
+        responses={
+            200: api.HardwareVerdictSerializer,
+            400: OpenApiResponse(description="No such cluster, or the file is larger than KILN_MAX_UPLOAD_MB."),
+            429: OpenApiResponse(description="Too many verifications at once (yours or the site's): see Retry-After."),
+        },
+        summary="Verify a certificate against the live nodes' hardware",
+        description="`kiln verify FILE --against CLUSTER`: the certificate as `verify` checks it, then the "
+        "serials, UUIDs, GUIDs and firmware it seals against what the cluster's nodes report now, read over "
+        "SSH. `exit_code` 6: a part differs; 7: something could not be read.",
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="verify-hardware",
+        parser_classes=[MultiPartParser],
+        filter_backends=[],
+        pagination_class=None,
+    )
+    def verify_hardware(self, request: Request) -> Response:
+        form = api.VerifyHardwareRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        cluster = Cluster.objects.filter(name=form.validated_data["cluster"]).first()
+        if cluster is None:
+            return Response({"cluster": ["No cluster of that name."]}, status=status.HTTP_400_BAD_REQUEST)
+        upload = form.validated_data["pdf"]
+        if upload.size > uploads.file_limit():
+            return Response(
+                {"detail": f"The file is larger than {settings.KILN_MAX_UPLOAD_MB} MiB."},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        verdict = verification.certificate_verify(data=upload.read(), hardware=True)
+        found = hardware.certificate_hardware_verify(verdict=verdict, cluster=cluster)
+        code = verification.EXIT_CODES.get(verdict.status)
+        payload = {k: v for k, v in (verdict.payload or {}).items() if k != "hardware"} if verdict.payload else None
+        return Response(
+            {
+                "status": verdict.status,
+                "detail": verdict.detail,
+                "exit_code": found.exit_code if code == 0 else code,
+                "fingerprint": verdict.fingerprint,
+                "notes": list(verdict.notes),
+                "payload": payload,
+                "hardware": found.as_json(),
             }
         )
 
