@@ -124,7 +124,7 @@ def test_it_answers_400_to_unreadable_input_on_every_url_for_every_role(clients)
 
 # An anonymous upload to these is answered (the login page, 401) before its body is read at all
 # (tests/certificates/test_verify_bounds.py): nothing in it can reach the database.
-UNREAD_ANONYMOUS_UPLOADS = {"certificate_verify": 302, "certificate-verify": 401}
+UNREAD_ANONYMOUS_UPLOADS = {"certificate_verify": 302, "certificate-verify": 401, "certificate-verify-hardware": 401}
 
 
 def _upload_refused_unread(name: str, role: str, method: str, response) -> bool:

@@ -10,6 +10,8 @@ from django.utils import timezone
 
 from checks.core.base import Measurement as CheckMeasurement
 from checks.core.base import Verdict
+from checks.gpu.bmc_fru import fru_command
+from checks.gpu.inventory import DMI_TIMEOUT_S
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.inventory.models import Cluster
 from portal.runs import rawoutput, services
@@ -64,7 +66,8 @@ def test_it_resolves_each_layer_of_the_snapshot_in_order(cluster, inventory_plan
         "expected_driver": "550.54.15",  # cluster over item
     }
     assert resolved["params"] == {"timeout_s": 20}  # item over definition over default (60)
-    assert resolved["timeout_s"] == 20
+    # The probe's 20 s (the item's param) and the fixed budgets of the identity reads (DMI, BMC FRU).
+    assert resolved["timeout_s"] == 20 + DMI_TIMEOUT_S + fru_command().timeout
     assert resolved["kind"] == "gpu_inventory" and resolved["key"] == "inv"
     assert snapshot["slug"] == "inv-plan" and snapshot["profile"] == "H100-SXM-8"
 
