@@ -162,26 +162,44 @@ def _asn1_cert(cert: x509.Certificate) -> asn1_x509.Certificate:
 def _tsa_stamper(timestamping: Timestamping) -> Any:
     """A pyHanko TimeStamper that says plainly what went wrong: no answer, an HTTP error, not an
     RFC 3161 reply, a refusal, a reply for another request (nonce) or another digest (imprint)."""
-    import requests
+    # The standard library's HTTP client: the production lock has no requests.
+    import base64
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
     from pyhanko.sign.timestamps import TimeStamper
 
     url, shown, timeout = timestamping.url, timestamping.shown, timestamping.timeout_s
 
     def post(request: tsp.TimeStampReq) -> bytes:
         headers = {"Content-Type": "application/timestamp-query", "Accept": "application/timestamp-reply"}
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise TimestampError(f"the timestamp authority {shown} is not an http(s) URL")
+        if parts.username is not None:  # a TSA behind HTTP basic authentication, its user in the URL
+            user = urllib.parse.unquote(parts.username) + ":" + urllib.parse.unquote(parts.password or "")
+            headers["Authorization"] = "Basic " + base64.b64encode(user.encode()).decode("ascii")
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
+        target = urllib.parse.urlunsplit(parts._replace(netloc=host + (f":{parts.port}" if parts.port else "")))
+        asked = urllib.request.Request(target, data=request.dump(), headers=headers, method="POST")
         try:
-            answer = requests.post(url, data=request.dump(), headers=headers, timeout=timeout)
-        except requests.Timeout:
+            with urllib.request.urlopen(asked, timeout=timeout) as answer:
+                kind = answer.headers.get("Content-Type", "").split(";")[0].strip()
+                body = answer.read()
+        except urllib.error.HTTPError as exc:
+            raise TimestampError(f"the timestamp authority {shown} answered HTTP {exc.code}") from None
+        except TimeoutError:
             raise TimestampError(f"the timestamp authority {shown} did not answer within {timeout:g} s") from None
-        except requests.RequestException as exc:
+        except (urllib.error.URLError, OSError) as exc:
+            if isinstance(getattr(exc, "reason", None), TimeoutError):
+                raise TimestampError(f"the timestamp authority {shown} did not answer within {timeout:g} s") from None
             raise TimestampError(f"the timestamp authority {shown} cannot be reached: {exc}") from None
-        if answer.status_code != 200:
-            raise TimestampError(f"the timestamp authority {shown} answered HTTP {answer.status_code}")
-        kind = answer.headers.get("Content-Type", "").split(";")[0].strip()
         if kind != "application/timestamp-reply":
             raise TimestampError(f"the timestamp authority {shown} answered {kind or 'no content type'}, "
                                  "not an RFC 3161 reply (application/timestamp-reply)")  # fmt: skip
-        return bytes(answer.content)
+        return bytes(body)
 
     class KilnTimeStamper(TimeStamper):  # type: ignore[misc]
         async def async_request_tsa_response(self, req: tsp.TimeStampReq) -> Any:

@@ -5,6 +5,7 @@ certificate expires. A local TSA (tests/certificates/tsa.py) answers, or misbeha
 
 from __future__ import annotations
 
+import base64
 import datetime
 import io
 import json
@@ -204,6 +205,21 @@ def test_a_tsa_that_is_down_or_untrusted_fails_the_issuing(signed, tmp_path, set
     assert certificate_issue_task.apply(args=[signed.pk]).get() is None
     signed.refresh_from_db()
     assert "KILN_TSA_CA is not" in signed.issue_error
+    assert not Certificate.objects.exists()
+
+
+def test_a_tsa_behind_basic_authentication_gets_the_urls_user(signed, tsa, settings):
+    settings.KILN_TSA_URL = tsa.url.replace("http://", "http://kiln%40site:s3cret@")
+    assert certificate_issue_task.apply(args=[signed.pk]).get() is not None
+    assert tsa.authorizations and set(tsa.authorizations) == {"Basic " + base64.b64encode(b"kiln@site:s3cret").decode()}
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://127.0.0.1/tsa"])
+def test_a_tsa_url_other_than_http_is_never_opened(signed, tsa, settings, url):
+    settings.KILN_TSA_URL = url
+    assert certificate_issue_task.apply(args=[signed.pk]).get() is None
+    signed.refresh_from_db()
+    assert "is not an http(s) URL" in signed.issue_error, signed.issue_error
     assert not Certificate.objects.exists()
 
 

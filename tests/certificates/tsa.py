@@ -69,6 +69,7 @@ class LocalTsa:
     root_pem: Path
     mode: str = GOOD
     served: list[str] = field(default_factory=list)
+    authorizations: list[str] = field(default_factory=list)  # each request's Authorization header
 
 
 def _answer(stamper: object, body: bytes, mode: str) -> tuple[int, str, bytes]:
@@ -110,6 +111,7 @@ def local_tsa(folder: Path) -> Iterator[LocalTsa]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            state.authorizations.append(self.headers.get("Authorization", ""))
             code, kind, reply = _answer(stamper, body, state.mode)
             state.served.append(state.mode)
             self.send_response(code)
