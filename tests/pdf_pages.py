@@ -68,10 +68,9 @@ def clipping_problems(found: list[Page]) -> list[str]:
         left, right = SIDE_MARGIN_PT - TOLERANCE_PT, page.width - SIDE_MARGIN_PT + TOLERANCE_PT
         for w in page.words:
             if w.x0 < left or w.x1 > right or w.y0 < -TOLERANCE_PT or w.y1 > page.height + TOLERANCE_PT:
-                problems.append(
-                    f"page {page.number}: {w.text!r} at x {w.x0:.1f}–{w.x1:.1f}, y {w.y0:.1f}–{w.y1:.1f} "
-                    f"past the printable box (x {left:.1f}–{right:.1f} of a {page.width:.0f} × {page.height:.0f} pt page)"
-                )
+                where = f"x {w.x0:.1f}–{w.x1:.1f}, y {w.y0:.1f}–{w.y1:.1f}"
+                box = f"x {left:.1f}–{right:.1f} of a {page.width:.0f} × {page.height:.0f} pt page"
+                problems.append(f"page {page.number}: {w.text!r} at {where} past the printable box ({box})")
         ordered = sorted(page.words, key=lambda w: w.y0)
         for i, w in enumerate(ordered):
             for other in ordered[i + 1 :]:

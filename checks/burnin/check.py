@@ -245,7 +245,9 @@ class BurnIn(Check):
         # The slowest GPU sets the node's pace in a synchronous job.
         outliers=(OutlierMetric("gflops", "slowest GPU", ("gflops",), "Gflop/s", True, lowest("gflops")),),
         certificate_charts=(
-            CertificateChart("Burn-in throughput per GPU", "bars", ("gflops",), "Gflop/s", x_title="node/GPU"),
+            CertificateChart(
+                "Burn-in throughput per GPU", "bars", ("gflops",), "Gflop/s", x_title="node (a bar per GPU)"
+            ),
         ),
     )  # fmt: skip
     evidence: ClassVar[dict[str, Rule]] = {

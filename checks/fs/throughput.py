@@ -207,6 +207,8 @@ FS_KEY_METRICS = (
 FS_LABELS = (
     ("write_bw_sum", "Write bandwidth (all jobs)"),
     ("read_bw_sum", "Read bandwidth (all jobs)"),
+    ("write_bw", "Write bandwidth"),
+    ("read_bw", "Read bandwidth"),
 )
 
 

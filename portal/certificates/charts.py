@@ -23,6 +23,7 @@ from django.db.models import Q
 
 from checks import presentation_of, presented
 from checks.core.presentation import CertificateChart
+from portal import formatting
 from portal.runs.models import CheckResult, Measurement, Scope, Series
 from portal.runs.packing import unpack, unpack_pair
 
@@ -112,7 +113,8 @@ def figures_build(*, result_ids: list[int], items: list[dict[str, Any]]) -> list
         if chart.style == "curves":
             fig = _curves_figure(chart, curves.get((kind, chart.names[0]), []), thresholds)
         else:
-            fig = _bars_figure(chart, {name: values.get((kind, name), []) for name in chart.names})
+            labels = {name: formatting.name_label(name, presentation_of(kind).label_of(name)) for name in chart.names}
+            fig = _bars_figure(chart, {name: values.get((kind, name), []) for name in chart.names}, labels)
         if fig is not None:
             fig.update_layout(template="plotly_white", margin={"l": 60, "r": 20, "t": 20, "b": 60})
             figures.append((chart.title, fig))
@@ -232,14 +234,36 @@ def _add_envelope(fig: Any, curves: list[Mapping[str, Any]]) -> None:
     fig.add_trace(go.Scatter(x=xs, y=mid, mode="lines", name="median", line={"width": 2}))
 
 
-def _bars_figure(chart: CertificateChart, by_name: dict[str, list[Mapping[str, Any]]]) -> Any:
+# The x axis of an exported chart: 900 px less the 60 + 20 px side margins (figures_build), and
+# plotly's default 12-px tick font, whose characters average about 7 px (Open Sans at 12 px).
+PLOT_WIDTH_PX = 820
+TICK_CHAR_PX = 7.0
+TICK_GAP_PX = 16  # between two tick labels, so that they read as two
+
+
+def category_ticks(categories: list[str], nodes: list[str]) -> tuple[list[str], list[str]]:
+    """(tick values, tick texts) for bars in `categories`, one per bar, of the nodes `nodes` (one per
+    bar too): a tick at each node's first bar, labelled with the node, and only every k-th node when
+    all of them would not fit side by side, so that labels never collide or need turning."""
+    firsts = [i for i, node in enumerate(nodes) if i == 0 or nodes[i - 1] != node]
+    widest = max((len(nodes[i]) for i in firsts), default=1)
+    room = max(1, int(PLOT_WIDTH_PX // (widest * TICK_CHAR_PX + TICK_GAP_PX)))
+    step = math.ceil(len(firsts) / room)
+    kept = firsts[::step]
+    return [categories[i] for i in kept], [nodes[i] for i in kept]
+
+
+def _bars_figure(
+    chart: CertificateChart, by_name: dict[str, list[Mapping[str, Any]]], labels: Mapping[str, str] | None = None
+) -> Any:
     import plotly.graph_objects as go
 
     if not any(by_name.values()):
         return None
     if max(len(rows) for rows in by_name.values()) > MAX_BARS:
-        return _histogram_figure(chart, by_name)
+        return _histogram_figure(chart, by_name, labels)
     fig = go.Figure()
+    ticks: tuple[list[str], list[str]] = ([], [])
     for name, rows in by_name.items():
         x = [
             row["result__node__hostname"] if row["gpu"] is None else f"{row['result__node__hostname']}/{row['gpu']}"
@@ -247,17 +271,22 @@ def _bars_figure(chart: CertificateChart, by_name: dict[str, list[Mapping[str, A
         ]
         bar = go.Bar(x=x, y=[row["value"] / chart.scale for row in rows])
         if chart.grouped:
-            bar.name = name
+            bar.name = (labels or {}).get(name, name)
         fig.add_trace(bar)
+        if len(x) > len(ticks[0]):
+            ticks = category_ticks(x, [row["result__node__hostname"] for row in rows])
     if chart.grouped:
         fig.update_layout(barmode="group")
     if chart.x_title:
         fig.update_layout(xaxis_title=chart.x_title)
     fig.update_layout(yaxis_title=chart.y_title)
+    fig.update_xaxes(tickmode="array", tickvals=ticks[0], ticktext=ticks[1], tickangle=0)
     return fig
 
 
-def _histogram_figure(chart: CertificateChart, by_name: dict[str, list[Mapping[str, Any]]]) -> Any:
+def _histogram_figure(
+    chart: CertificateChart, by_name: dict[str, list[Mapping[str, Any]]], labels: Mapping[str, str] | None = None
+) -> Any:
     """How many nodes (or GPUs) measured each value: the bars chart past MAX_BARS bars."""
     import plotly.graph_objects as go
 
@@ -265,7 +294,8 @@ def _histogram_figure(chart: CertificateChart, by_name: dict[str, list[Mapping[s
     per_gpu = any(row["gpu"] is not None for rows in by_name.values() for row in rows)
     for name, rows in by_name.items():
         values = [row["value"] / chart.scale for row in rows if math.isfinite(row["value"])]
-        fig.add_trace(go.Histogram(x=values, name=f"{name} ({len(values)})", nbinsx=HISTOGRAM_BINS, opacity=0.75))
+        label = (labels or {}).get(name, name)
+        fig.add_trace(go.Histogram(x=values, name=f"{label} ({len(values)})", nbinsx=HISTOGRAM_BINS, opacity=0.75))
     fig.update_layout(
         barmode="overlay", showlegend=True, xaxis_title=chart.y_title, yaxis_title="GPUs" if per_gpu else "nodes"
     )

@@ -178,10 +178,12 @@ def _range_rows(item: dict[str, Any], ranges: list[dict[str, Any]], phases: Phas
     rows = []
     for r in ranges:
         split = phases.get((item["key"], r["name"], r["unit"], r["threshold"]))
+        label = measurement_label(item.get("kind", ""), r["name"])
+        threshold = formatting.threshold(r["threshold"], r["unit"]) if r["threshold"] else formatting.NOT_SET
         for part in split or [{**r, "phase": ""}]:
             rows.append(
-                {"name": r["name"], "label": measurement_label(item.get("kind", ""), r["name"]), "phase": part["phase"], "unit": formatting.unit_shown(r["unit"]), "n": part["n"],
-                 "threshold": formatting.threshold(r["threshold"], r["unit"]) if r["threshold"] else formatting.NOT_SET,
+                {"name": r["name"], "label": label, "phase": part["phase"], "unit": formatting.unit_shown(r["unit"]),
+                 "n": part["n"], "threshold": threshold,
                  **{k: formatting.quantity(part[k], r["unit"]) for k in ("min", "median", "max")}}
             )  # fmt: skip
     return rows
@@ -216,13 +218,14 @@ def pdf_context(payload: dict[str, Any], phases: PhaseRanges | None = None) -> d
             name = measurement_label(item.get("kind", ""), m["name"])
             threshold = formatting.threshold(m["threshold"], m["unit"]) if m["threshold"] else formatting.NOT_SET
             out_of_spec.append(
-                {"where": where, "check": item.get("name") or key, "name": name, "raw": m["name"],
+                {"where": where, "check": item.get("name") or key, "name": name,
                  "gpu": m["gpu"], "value": formatting.quantity(m["value"], m["unit"]), "threshold": threshold}
             )  # fmt: skip
         hidden = check.get("out_of_spec_count", 0) - len(check.get("out_of_spec", ()))
         if hidden > 0:
-            out_of_spec.append({"where": where, "check": item.get("name") or key, "gpu": None, "raw": "",
-                                "name": f"… {hidden} more (see the evidence)", "value": "", "threshold": ""})  # fmt: skip
+            more = f"… {hidden} more (see the evidence)"
+            out_of_spec.append({"where": where, "check": item.get("name") or key, "gpu": None,
+                                "name": more, "value": "", "threshold": ""})  # fmt: skip
 
     node_rows = []
     for node in payload["nodes"]:

@@ -106,7 +106,9 @@ def test_a_64_node_certificate_fits_every_page_and_its_node_table_one_line_a_nod
         for word in page.words
         if word.text == "Node" and any(re.fullmatch(r"C\d+", w.text) for w in page.line_of(word))
     ]
-    checks_shown = sorted({h for header in headers for h in header if re.fullmatch(r"C\d+", h)}, key=lambda c: int(c[1:]))
+    checks_shown = sorted(
+        {h for header in headers for h in header if re.fullmatch(r"C\d+", h)}, key=lambda c: int(c[1:])
+    )
     assert checks_shown == [f"C{i}" for i in range(1, CHECKS + 1)]
     tables = {tuple(h) for h in headers}
     assert len(tables) >= 2, tables  # split by columns
@@ -125,7 +127,9 @@ def _no_threshold_or_setting_is_blank(path: Path, payload: dict[str, Any]) -> No
     text = subprocess.run(["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True, check=True).stdout
     plan = " ".join(text.split("The plan: checks, parameters and thresholds", 1)[1].split())
     items = [item for p in payload["plans"] for item in p["snapshot"]["items"]]
-    unset = {k for item in items for k, v in {**item["params"], **item["thresholds"]}.items() if v in (None, "", [], {})}
+    unset = {
+        k for item in items for k, v in {**item["params"], **item["thresholds"]}.items() if v in (None, "", [], {})
+    }
     assert unset, "the catalog has settings with no value (expected versions, optional limits)"
     for name in unset:
         assert f"{name} not set" in plan, name
