@@ -241,16 +241,33 @@ TICK_CHAR_PX = 7.0
 TICK_GAP_PX = 16  # between two tick labels, so that they read as two
 
 
-def category_ticks(categories: list[str], nodes: list[str]) -> tuple[list[str], list[str]]:
-    """(tick values, tick texts) for bars in `categories`, one per bar, of the nodes `nodes` (one per
-    bar too): a tick at each node's first bar, labelled with the node, and only every k-th node when
-    all of them would not fit side by side, so that labels never collide or need turning."""
-    firsts = [i for i, node in enumerate(nodes) if i == 0 or nodes[i - 1] != node]
-    widest = max((len(nodes[i]) for i in firsts), default=1)
+def bar_ticks(nodes: list[str]) -> tuple[list[float], list[str]]:
+    """(tick positions, tick texts) for bars at x = 0, 1, … of the nodes `nodes` (one per bar; a
+    node's GPUs side by side): a tick under the middle of each node's bars, labelled with the node;
+    only every k-th node when all of their labels would not fit side by side, and none whose label
+    would run past the plot's edge (into the y axis's labels), so that labels never collide or need
+    turning."""
+    runs: list[tuple[int, int]] = []
+    for i, node in enumerate(nodes):
+        if runs and nodes[runs[-1][0]] == node:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    if not runs:
+        return [], []
+    widest = max(len(nodes[start]) for start, _ in runs)
     room = max(1, int(PLOT_WIDTH_PX // (widest * TICK_CHAR_PX + TICK_GAP_PX)))
-    step = math.ceil(len(firsts) / room)
-    kept = firsts[::step]
-    return [categories[i] for i in kept], [nodes[i] for i in kept]
+    step = math.ceil(len(runs) / room)
+    px_per_bar = PLOT_WIDTH_PX / len(nodes)  # bars span -0.5 … n - 0.5
+    values, texts = [], []
+    for start, end in runs[::step]:
+        centre = (start + end) / 2
+        half = len(nodes[start]) * TICK_CHAR_PX / 2
+        at = (centre + 0.5) * px_per_bar
+        if at - half >= 0 and at + half <= PLOT_WIDTH_PX:
+            values.append(centre)
+            texts.append(nodes[start])
+    return values, texts
 
 
 def _bars_figure(
@@ -262,19 +279,23 @@ def _bars_figure(
         return None
     if max(len(rows) for rows in by_name.values()) > MAX_BARS:
         return _histogram_figure(chart, by_name, labels)
+
+    # One position per bar (node, or node/GPU) shared by every trace, in node then GPU order, so
+    # that grouped traces line up; the axis is labelled per node (bar_ticks).
+    def place(row: Mapping[str, Any]) -> tuple[str, int]:
+        return row["result__node__hostname"], -1 if row["gpu"] is None else int(row["gpu"])
+
+    places = sorted({place(row) for rows in by_name.values() for row in rows})
+    at = {p: i for i, p in enumerate(places)}
     fig = go.Figure()
-    ticks: tuple[list[str], list[str]] = ([], [])
     for name, rows in by_name.items():
-        x = [
-            row["result__node__hostname"] if row["gpu"] is None else f"{row['result__node__hostname']}/{row['gpu']}"
-            for row in rows
-        ]
-        bar = go.Bar(x=x, y=[row["value"] / chart.scale for row in rows])
+        hover = [host if gpu < 0 else f"{host}/{gpu}" for host, gpu in map(place, rows)]
+        x = [at[place(row)] for row in rows]
+        bar = go.Bar(x=x, y=[row["value"] / chart.scale for row in rows], hovertext=hover)
         if chart.grouped:
             bar.name = (labels or {}).get(name, name)
         fig.add_trace(bar)
-        if len(x) > len(ticks[0]):
-            ticks = category_ticks(x, [row["result__node__hostname"] for row in rows])
+    ticks = bar_ticks([host for host, _ in places])
     if chart.grouped:
         fig.update_layout(barmode="group")
     if chart.x_title:

@@ -115,7 +115,7 @@ def test_past_a_readable_count_the_bars_become_a_histogram(bars: int, kind: str)
         assert fig.layout.yaxis.title.text == "GPUs" and fig.layout.xaxis.title.text == "Gflop/s"
 
 
-@pytest.mark.parametrize(("nodes", "gpus"), [(8, 8), (30, 8), (64, 1)])
+@pytest.mark.parametrize(("nodes", "gpus"), [(8, 8), (30, 8), (64, 1), (300, 1)])
 def test_bar_labels_name_each_node_once_and_never_collide(nodes: int, gpus: int) -> None:
     rows = [
         {"result__node__hostname": f"gpu-node-{n:03d}", "gpu": g if gpus > 1 else None, "value": 1000.0}
@@ -124,12 +124,19 @@ def test_bar_labels_name_each_node_once_and_never_collide(nodes: int, gpus: int)
     ]
     fig = charts._bars_figure(BARS, {"gflops": rows}, {"gflops": "Throughput per GPU"})
     axis = fig.layout.xaxis
-    texts = list(axis.ticktext)
-    assert axis.tickangle == 0 and len(set(texts)) == len(texts)  # level, and a node named once
-    assert texts[0] == "gpu-node-000" and all(t.startswith("gpu-node-") for t in texts)
-    needed = len(texts) * (max(map(len, texts)) * charts.TICK_CHAR_PX + charts.TICK_GAP_PX)
-    assert needed <= charts.PLOT_WIDTH_PX  # side by side without touching
-    if nodes * (len(texts[0]) * charts.TICK_CHAR_PX + charts.TICK_GAP_PX) <= charts.PLOT_WIDTH_PX:
+    values, texts = list(axis.tickvals), list(axis.ticktext)
+    assert axis.tickangle == 0 and texts and len(set(texts)) == len(texts)  # level, and a node named once
+    per_bar = charts.PLOT_WIDTH_PX / (nodes * gpus)
+    spans = [
+        ((v + 0.5) * per_bar - len(t) * charts.TICK_CHAR_PX / 2, (v + 0.5) * per_bar + len(t) * charts.TICK_CHAR_PX / 2)
+        for v, t in zip(values, texts, strict=True)
+    ]
+    assert all(0 <= left and right <= charts.PLOT_WIDTH_PX for left, right in spans)  # inside the plot
+    assert all(b[0] - a[1] >= charts.TICK_GAP_PX - 1e-9 for a, b in zip(spans, spans[1:], strict=False))  # apart
+    for value, text in zip(values, texts, strict=True):  # under the middle of that node's bars
+        mine = [i for i, row in enumerate(rows) if row["result__node__hostname"] == text]
+        assert value == (mine[0] + mine[-1]) / 2
+    if gpus == 8 and nodes == 8:
         assert len(texts) == nodes  # every node named when they all fit
 
 
@@ -138,3 +145,11 @@ def test_grouped_bars_are_named_by_their_labels() -> None:
     rows = {name: [{"result__node__hostname": "n1", "gpu": None, "value": 5e9}] for name in chart.names}
     fig = charts._bars_figure(chart, rows, {"write_bw": "Write bandwidth", "read_bw": "Read bandwidth"})
     assert [t.name for t in fig.data] == ["Write bandwidth", "Read bandwidth"]
+
+
+def test_grouped_bars_share_one_place_per_node_whatever_rows_each_name_has() -> None:
+    chart = CertificateChart("fs", "bars", ("write_bw", "read_bw"), "GB/s", scale=1e9, grouped=True)
+    write = [{"result__node__hostname": h, "gpu": None, "value": 5e9} for h in ("n1", "n2", "n3")]
+    read = [{"result__node__hostname": h, "gpu": None, "value": 6e9} for h in ("n1", "n3")]  # n2 read nothing
+    fig = charts._bars_figure(chart, {"write_bw": write, "read_bw": read})
+    assert list(fig.data[0].x) == [0, 1, 2] and list(fig.data[1].x) == [0, 2]
