@@ -30,6 +30,8 @@ TINY = 1e-9  # below this (and not zero) the same
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 OPERATORS = {">=": "≥", "<=": "≤", "==": "=", "!=": "≠", ">": ">", "<": "<"}
 # The number must end there: "== 550.54.15" (a version) is text, not 550.54 followed by ".15".
+# Between two bounds judged together: " · ", or ", " before an operator and a number (not "in a,b").
+_BOUNDS = re.compile(r"\s+·\s+|,\s+(?=(?:>=|<=|==|!=|>|<)\s*[-+.\d])")
 _THRESHOLD = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(?![\d.])\s*(.*)$")
 
 
@@ -103,8 +105,9 @@ def threshold(text: Any, unit: str = "") -> str:
     is not an operator and a number ("== Completed", "in a,b") is shown as it is."""
     if not isinstance(text, str) or not text.strip():
         return MISSING
-    if " · " in text:  # several bounds judged together (">= 30000 · >= 44978 (median - 10%)"): each
-        return " · ".join(threshold(part, unit) for part in text.split(" · "))
+    parts = _BOUNDS.split(text)
+    if len(parts) > 1:  # several bounds judged together (">= 30000 · >= 44978 (median - 10%)"): each
+        return " · ".join(threshold(part, unit) for part in parts)
     match = _THRESHOLD.match(text)
     if match is None:
         return text

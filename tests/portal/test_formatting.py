@@ -85,6 +85,7 @@ def test_edge_cases_never_print_a_fake_number_or_e_notation(value: object, unit:
         ("== 550.54.15 and >= 520.61.05", "", "== 550.54.15 and >= 520.61.05"),  # a version is text
         # Two bounds judged together (burn-in: a floor and the fleet's median less 10%).
         (">= 30000 · >= 44978 (median - 10%)", "Gflop/s", "≥ 30,000 Gflop/s · ≥ 44,978 Gflop/s (median - 10%)"),
+        (">= 30000, >= 44978 (median - 10%)", "Gflop/s", "≥ 30,000 Gflop/s · ≥ 44,978 Gflop/s (median - 10%)"),
         ("in a,b", "", "in a,b"),
         ("", "C", "—"),
         (None, "C", "—"),
