@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from checks import REGISTRY
 from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 from portal.certificates import pdf, pdf_tables, services
 from portal.inventory.models import Cluster, Node
-from tests.certificates.conftest import finish
+from portal.runs.models import Measurement, Run
 from tests.conftest import REPO, skip_or_fail
 from tests.pdf_pages import clipping_problems, pages
 
@@ -46,6 +47,27 @@ def _plan() -> TestPlan:
     return plan
 
 
+def _finish(run: Run, failing: str) -> None:
+    """tests/certificates/conftest.py finish() in bulk (1,152 results): every result passes but
+    gpu-node-007's `failing`, with a GPU inventory and one judged measurement each."""
+    now = timezone.now()
+    run.results.update(status="pass", reason="pass on purpose", stdout="raw output", finished_at=now)
+    run.results.filter(node__hostname="gpu-node-007", item_key=failing).update(status="fail", reason="fail on purpose")
+    rows = []
+    for result in run.results.select_related("node"):
+        host, bad = result.node.hostname, result.status == "fail"
+        if result.kind == "gpu_inventory":
+            for gpu in range(2):
+                rows.append(Measurement(result=result, name="gpu_uuid", gpu=gpu, text=f"GPU-{host}-{gpu}"))
+                rows.append(Measurement(result=result, name="gpu_serial", gpu=gpu, text=f"SN{host}{gpu}"))
+        else:
+            rows.append(Measurement(result=result, name="volatile_uncorrected", gpu=0, value=2.0 if bad else 0.0,
+                                    threshold="<= 0", ok=not bad))  # fmt: skip
+    Measurement.objects.bulk_create(rows)
+    run.status, run.started_at, run.finished_at = "fail", run.started_at or now, now
+    run.save()
+
+
 @pytest.fixture
 def big_certificate(users, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     """A 64-node certificate with serials, racks and one waived failure."""
@@ -62,7 +84,7 @@ def big_certificate(users, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     run = services.campaign_run_start(campaign=campaign, node_set="", user=users["operator"], enqueue=False)
     failed = run.results.exclude(kind="gpu_inventory").order_by("item_key").first()
     assert failed is not None
-    finish(run, {("gpu-node-007", failed.item_key): "fail"})
+    _finish(run, failed.item_key)
     services.waiver_grant(
         campaign=campaign, hostname="gpu-node-007", item_key=failed.item_key, justification="Cable reseated, re-run",
         user=users["vendor"],
