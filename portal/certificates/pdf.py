@@ -87,18 +87,25 @@ def public_verify_url() -> str:
 
 def _parts(node_rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
     """The front matter; the state table, one table per column group (checks that fit a page's
-    width), NODES_PER_PART nodes per part; the GPU identities; the rest."""
+    width), NODES_PER_PART nodes per part, as aligned lines past TABLE_MAX_NODES nodes (pdf_tables.py
+    says why); the GPU identities; the rest."""
     yield "certificates/pdf/front.html", {}
     serials = pdf_tables.has_serials(node_rows)
-    groups = pdf_tables.state_groups(node_rows, len(checks), serials=serials)
+    lines = len(node_rows) > pdf_tables.TABLE_MAX_NODES
+    groups = pdf_tables.state_groups(node_rows, len(checks), serials=serials, lines=lines)
     for number, group in enumerate(groups, start=1):
         legend = [(f"C{c['index']}", c["item"]["name"]) for c in checks[group.first - 1 : group.last]]
         header = pdf_tables.state_header(group, serials=serials)
         for start in range(0, len(node_rows), NODES_PER_PART):
             rows = node_rows[start : start + NODES_PER_PART]
+            body = (
+                {"text": pdf_tables.state_lines(rows, group, serials=serials)}
+                if lines
+                else {"rows": pdf_tables.state_rows(rows, group, serials=serials)}
+            )
             yield "certificates/pdf/nodes.html", {
                 "table": "states", "group": group, "group_number": number, "group_count": len(groups),
-                "header": header, "legend": legend, "rows": pdf_tables.state_rows(rows, group, serials=serials),
+                "header": header, "legend": legend, **body,
                 "first_row": start + 1, "last_row": start + len(rows), "total_rows": len(node_rows), "serials": serials,
             }  # fmt: skip
     widths = pdf_tables.gpus_widths(node_rows)

@@ -23,7 +23,7 @@ from portal.certificates import pdf, pdf_tables, services
 from portal.inventory.models import Cluster, Node
 from portal.runs.models import Measurement, Run
 from tests.conftest import REPO, skip_or_fail
-from tests.pdf_pages import clipping_problems, pages
+from tests.pdf_pages import Page, clipping_problems, pages
 
 NODES = 64
 CHECKS = 18  # the plan the demo showed with columns C13–C18 wrapped onto a second line
@@ -112,36 +112,40 @@ def test_a_64_node_certificate_fits_every_page_and_its_node_table_one_line_a_nod
     subprocess.run(["pdftoppm", "-png", "-r", "60", str(path), str(SHOTS / "page")], check=True, timeout=120)
     assert len(list(SHOTS.glob("page-*.png"))) == len(found), "a PNG per page"
 
-    # Every node row of the state tables: the hostname, then only its serial, rack and states, on one
-    # line; the checks split over tables (C13–C18 do not fit beside C1–C12), each listing every node.
+    rows = _one_line_a_node(found, [f"gpu-node-{i:03d}" for i in range(1, NODES + 1)], CHECKS)
+    assert any("waived" in line for line in rows["gpu-node-007"])
+
+    # Charts are off here (KILN_CERT_CHARTS=0); the issue time is reported, not bounded (machine load).
+    print(f"64-node certificate: {len(found)} pages, issued in {made['issue_s']:.1f} s")
+    _no_threshold_or_setting_is_blank(path, json.loads(made["payload"]))
+
+
+def _one_line_a_node(found: list[Page], hosts: list[str], checks: int) -> dict[str, list[list[str]]]:
+    """Every node row of the state tables: the hostname, then only its serial, rack and states, on
+    one line; the checks split over tables (C13–C18 do not fit beside C1–C12), each listing every
+    node. The rows found, by hostname."""
     rows: dict[str, list[list[str]]] = {}
     for page in found:
         for word in page.words:
-            if re.fullmatch(r"gpu-node-\d{3}", word.text):
+            if word.text in hosts:
                 line = [w.text for w in page.line_of(word)]
                 if line[0] == word.text and line[-1] in STATES:
                     rows.setdefault(word.text, []).append(line)
-    assert sorted(rows) == [f"gpu-node-{i:03d}" for i in range(1, NODES + 1)]
+    assert sorted(rows) == sorted(hosts)
     headers = [
         [w.text for w in page.line_of(word)]
         for page in found
         for word in page.words
         if word.text == "Node" and any(re.fullmatch(r"C\d+", w.text) for w in page.line_of(word))
     ]
-    checks_shown = sorted(
-        {h for header in headers for h in header if re.fullmatch(r"C\d+", h)}, key=lambda c: int(c[1:])
-    )
-    assert checks_shown == [f"C{i}" for i in range(1, CHECKS + 1)]
+    shown = sorted({h for header in headers for h in header if re.fullmatch(r"C\d+", h)}, key=lambda c: int(c[1:]))
+    assert shown == [f"C{i}" for i in range(1, checks + 1)]
     tables = {tuple(h) for h in headers}
     assert len(tables) >= 2, tables  # split by columns
     for host, lines in rows.items():
         assert len(lines) == len(tables), (host, lines)
         assert sorted(len(line) for line in lines) == sorted(len(h) for h in tables), (host, lines)
-    assert any("waived" in line for line in rows["gpu-node-007"])
-
-    # Charts are off here (KILN_CERT_CHARTS=0); the issue time is reported, not bounded (machine load).
-    print(f"64-node certificate: {len(found)} pages, issued in {made['issue_s']:.1f} s")
-    _no_threshold_or_setting_is_blank(path, json.loads(made["payload"]))
+    return rows
 
 
 def _no_threshold_or_setting_is_blank(path: Path, payload: dict[str, Any]) -> None:
@@ -195,3 +199,34 @@ def test_a_hostile_cell_is_escaped_in_the_state_table() -> None:
     [group] = pdf_tables.state_groups(rows, 2)
     [row] = pdf_tables.state_rows(rows, group)
     assert "<img" not in row and "<b>" not in row and "&lt;img" in row
+
+
+def test_past_the_table_limit_the_state_table_is_aligned_lines_that_fit_the_same_way(monkeypatch, tmp_path) -> None:
+    """Past TABLE_MAX_NODES nodes (about 1.3 ms a node instead of 14 at 18 checks) the same columns,
+    the same split and one line per node, as text: rendered here for 64 nodes with the limit lowered."""
+    monkeypatch.setattr(pdf_tables, "TABLE_MAX_NODES", 10)
+    rows = _rows(NODES, CHECKS, hostname="gpu-node-{:03d}")
+    rows[6]["states"][0] = "waived"
+    checks = [{"index": i, "item": {"name": f"Check {i}"}} for i in range(1, CHECKS + 1)]
+    parts = [extra for template, extra in pdf._parts(rows, checks) if extra.get("table") == "states"]
+    assert parts and all(extra["group"].lines and "rows" not in extra for extra in parts)
+    path = tmp_path / "lines.pdf"
+    path.write_bytes(
+        pdf._join([pdf._render_part("certificates/pdf/nodes.html", {**e, "p": {}, "first_page": 1}).write_pdf()
+                   for e in parts], b"{}", {}, title="lines")
+    )  # fmt: skip
+    found = pages(path)
+    assert not clipping_problems(found), "\n".join(clipping_problems(found)[:20])
+    lines = _one_line_a_node(found, [r["hostname"] for r in rows], CHECKS)
+    assert "waived" in lines["gpu-node-006"][0]
+
+
+@pytest.mark.parametrize("checks", [1, 12, 18, 40])
+def test_aligned_lines_are_sized_with_their_gaps_and_fit_the_page(checks: int) -> None:
+    rows = _rows(5, checks)
+    for group in pdf_tables.state_groups(rows, checks, lines=True):
+        text = pdf_tables.state_lines(rows, group)
+        width = max(len(group.chars), 1) * pdf_tables.GAP + sum(group.chars)
+        assert width * pdf_tables.MONO_ADVANCE_EM * group.font_pt <= pdf_tables.LINE_WIDTH_PT + 1e-6
+        assert all(len(str(line)) <= width for block in text.blocks for line in block)  # plain "pass" lines
+        assert str(text.header).split()[: len(group.lead)] == ["Node", "Serial", "Rack/pos"][: len(group.lead)]
