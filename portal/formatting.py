@@ -15,6 +15,7 @@ from typing import Any
 
 MISSING = "—"
 INVALID = "invalid"
+NOT_SET = "not set"  # a plan setting with no value: said in words, never a blank
 # Decimal prefixes for units stored in bytes (B, B/s); SI, as fio and storage vendors quote.
 BYTE_UNITS = {"B": "B", "B/s": "B/s"}
 BYTE_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
@@ -29,6 +30,8 @@ TINY = 1e-9  # below this (and not zero) the same
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 OPERATORS = {">=": "≥", "<=": "≤", "==": "=", "!=": "≠", ">": ">", "<": "<"}
 # The number must end there: "== 550.54.15" (a version) is text, not 550.54 followed by ".15".
+# Between two bounds judged together: " · ", or ", " before an operator and a number (not "in a,b").
+_BOUNDS = re.compile(r"\s+·\s+|,\s+(?=(?:>=|<=|==|!=|>|<)\s*[-+.\d])")
 _THRESHOLD = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(?![\d.])\s*(.*)$")
 
 
@@ -102,8 +105,9 @@ def threshold(text: Any, unit: str = "") -> str:
     is not an operator and a number ("== Completed", "in a,b") is shown as it is."""
     if not isinstance(text, str) or not text.strip():
         return MISSING
-    if " · " in text:  # several bounds judged together (">= 30000 · >= 44978 (median - 10%)"): each
-        return " · ".join(threshold(part, unit) for part in text.split(" · "))
+    parts = _BOUNDS.split(text)
+    if len(parts) > 1:  # several bounds judged together (">= 30000 · >= 44978 (median - 10%)"): each
+        return " · ".join(threshold(part, unit) for part in parts)
     match = _THRESHOLD.match(text)
     if match is None:
         return text
@@ -137,22 +141,50 @@ def _exact_bytes(x: float) -> str:
 
 def setting(name: str, value: Any) -> str:
     """A plan parameter or threshold's value for people, exactly: "duration_s", 600 -> "600 s";
-    "max_bytes", 8589934592 -> "8 GiB"; True -> "yes"; a list -> "a, b"; None -> "—" (not set)."""
+    "max_bytes", 8589934592 -> "8 GiB"; True -> "yes"; a list -> "a, b"; None, "" or an empty
+    list -> "not set" (a blank would read as a value lost)."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list | tuple):
-        return ", ".join(setting("", v) for v in value) or MISSING
+        return ", ".join(setting("", v) for v in value) or NOT_SET
     if isinstance(value, dict):
-        return ", ".join(f"{k} {setting(k, v)}" for k, v in value.items()) or MISSING
+        return ", ".join(f"{k} {setting(k, v)}" for k, v in value.items()) or NOT_SET
     x = as_number(value)
     if x is None:
-        return MISSING if value is None else str(value)
+        return NOT_SET if value is None or not str(value).strip() else str(value)
     if not math.isfinite(x):
         return INVALID
     unit = next((u for suffix, u in SETTING_SUFFIX_UNITS.items() if name.endswith(suffix)), "")
     if unit == "B":
         return _exact_bytes(x)
     return f"{_exact(x)} {SPELLING.get(unit, unit)}".rstrip()
+
+
+# Abbreviations in measurement and setting names, spelled as people write them. Words, not names:
+# a name this does not cover still reads ("coolant_delta_t" -> "Coolant delta T").
+WORDS = {
+    "gpu": "GPU", "gpus": "GPUs", "cpu": "CPU", "ecc": "ECC", "pcie": "PCIe", "nvlink": "NVLink",
+    "nvlinks": "NVLinks", "nic": "NIC", "nics": "NICs", "ib": "InfiniBand", "bw": "bandwidth",
+    "busbw": "bus bandwidth", "algbw": "algorithm bandwidth", "temp": "temperature", "xid": "Xid",
+    "sxid": "SXid", "os": "OS", "ofed": "OFED", "nccl": "NCCL", "cuda": "CUDA", "vbios": "VBIOS",
+    "bios": "BIOS", "bmc": "BMC", "psu": "PSU", "pdu": "PDU", "ups": "UPS", "dlc": "DLC", "id": "ID",
+    "uuid": "UUID", "fp16": "FP16", "fp32": "FP32", "fp64": "FP64", "tc": "tensor core", "gflops": "Gflop/s",
+    "tflops": "Tflop/s", "iops": "IOPS", "md": "metadata", "rdma": "RDMA", "hca": "HCA", "t": "T",
+    "pct": "%", "mtu": "MTU", "sm": "SM", "dcgm": "DCGM",
+}  # fmt: skip
+
+
+def name_label(name: str, declared: str = "") -> str:
+    """How people read a measurement or setting name: the label its check declares, else the name
+    in words ("ecc_volatile_uncorrected" -> "ECC volatile uncorrected")."""
+    if declared:
+        return declared
+    words = [WORDS.get(word.lower(), word) for word in re.split(r"[_\s]+", name.strip()) if word]
+    if not words:
+        return MISSING
+    first = words[0]
+    words[0] = first[:1].upper() + first[1:] if first.islower() else first
+    return " ".join(words)
 
 
 def unit_shown(unit: str) -> str:

@@ -177,6 +177,15 @@ class BurnInThresholds:
         check_node_power_thresholds(self)
 
 
+# How the certificate names these measurements (checks/core/presentation.py measurement_labels).
+BURN_IN_LABELS = (
+    ("gflops", "Throughput per GPU"),
+    ("errors", "gpu_burn errors"),
+    ("ecc_new_uncorrected", "New uncorrected ECC errors"),
+    ("row_remaps_new", "New row remaps"),
+)
+
+
 @register
 class BurnIn(Check):
     key: ClassVar[str] = "burn_in"
@@ -197,6 +206,7 @@ class BurnIn(Check):
 
     Thresholds: ClassVar[type] = BurnInThresholds
     presentation: ClassVar[Presentation] = Presentation(
+        measurement_labels=BURN_IN_LABELS,
         chart="burn_in",
         rank=20,
         telemetry=TelemetryChart(
@@ -235,7 +245,9 @@ class BurnIn(Check):
         # The slowest GPU sets the node's pace in a synchronous job.
         outliers=(OutlierMetric("gflops", "slowest GPU", ("gflops",), "Gflop/s", True, lowest("gflops")),),
         certificate_charts=(
-            CertificateChart("Burn-in throughput per GPU", "bars", ("gflops",), "Gflop/s", x_title="node/GPU"),
+            CertificateChart(
+                "Burn-in throughput per GPU", "bars", ("gflops",), "Gflop/s", x_title="node (a bar per GPU)"
+            ),
         ),
     )  # fmt: skip
     evidence: ClassVar[dict[str, Rule]] = {

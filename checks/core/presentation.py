@@ -399,6 +399,9 @@ class Presentation:
     # Fleet comparison (distribution, rack heatmap) of fleet metrics no key metric gives a direction
     # and a per-GPU folding (`direction`).
     fleet: tuple[FleetMetric, ...] = ()
+    # Measurement name -> how people read it (the certificate's tables and charts). A name declared
+    # nowhere reads in words (portal/formatting.py name_label: "ecc_enabled" -> "ECC enabled").
+    measurement_labels: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.chart not in CHART_FAMILIES:
@@ -425,6 +428,11 @@ class Presentation:
             "filesystem": self.throughput,
             "capacity": self.capacity,
         }
+
+    def label_of(self, name: str) -> str:
+        """The label declared for measurement `name`, '' when none is. A key metric's label is not
+        used: it names one value folded per node ("slowest GPU"), not the measurement itself."""
+        return next((label for declared, label in self.measurement_labels if declared == name), "")
 
     def charted_names(self) -> frozenset[str]:
         """Every measurement and series name the kind's charts read (the portal holds none of its own)."""

@@ -203,6 +203,15 @@ FS_KEY_METRICS = (
 )
 
 
+# How the certificate names these measurements (checks/core/presentation.py measurement_labels).
+FS_LABELS = (
+    ("write_bw_sum", "Write bandwidth (all jobs)"),
+    ("read_bw_sum", "Read bandwidth (all jobs)"),
+    ("write_bw", "Write bandwidth"),
+    ("read_bw", "Read bandwidth"),
+)
+
+
 @register
 class FsThroughput(Check):
     key: ClassVar[str] = "fs_throughput"
@@ -219,6 +228,7 @@ class FsThroughput(Check):
 
     Thresholds: ClassVar[type] = FsThresholds
     presentation: ClassVar[Presentation] = Presentation(
+        measurement_labels=FS_LABELS,
         chart="filesystem",
         rank=40,
         throughput=ThroughputChart(
@@ -358,6 +368,7 @@ class FsAggregate(GroupCheck):
     Params: ClassVar[type] = FsAggregateParams
     Thresholds: ClassVar[type] = FsAggregateThresholds
     presentation: ClassVar[Presentation] = Presentation(
+        measurement_labels=FS_LABELS,
         chart="filesystem",
         rank=41,
         key_metrics=FS_KEY_METRICS,

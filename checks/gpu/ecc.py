@@ -189,6 +189,18 @@ _COUNTERS = (
 )
 
 
+# How the certificate names these measurements (checks/core/presentation.py measurement_labels).
+ECC_LABELS = (
+    ("remap_failure", "Row remap failures"),
+    ("remap_pending", "Row remaps pending"),
+    ("ecc_enabled", "ECC enabled"),
+    ("ecc_volatile_uncorrected", "Uncorrected ECC errors (since boot)"),
+    ("ecc_volatile_corrected", "Corrected ECC errors (since boot)"),
+    ("ecc_aggregate_uncorrected", "Uncorrected ECC errors (lifetime)"),
+    ("ecc_aggregate_corrected", "Corrected ECC errors (lifetime)"),
+)
+
+
 @register
 class EccHealth(ProbeCheck):
     key: ClassVar[str] = "ecc_health"
@@ -199,6 +211,7 @@ class EccHealth(ProbeCheck):
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = EccThresholds
     presentation: ClassVar[Presentation] = Presentation(
+        measurement_labels=ECC_LABELS,
         chart="ecc",
         rank=50,
         counters=CounterTable(

@@ -115,6 +115,15 @@ class LinksThresholds:
                 raise ParamsError(f"threshold {name!r}: must be >= 0 or None, got {value}")
 
 
+# How the certificate names these measurements (checks/core/presentation.py measurement_labels).
+LINK_LABELS = (
+    ("pcie_gen_max", "PCIe generation (max)"),
+    ("pcie_width_current", "PCIe link width (current)"),
+    ("nvlinks_active", "Active NVLinks"),
+    ("nvlink_speed", "NVLink speed"),
+)
+
+
 @register
 class GpuLinks(ProbeCheck):
     key: ClassVar[str] = "gpu_links"
@@ -122,7 +131,9 @@ class GpuLinks(ProbeCheck):
     description: ClassVar[str] = "PCIe generation and width, NVLink status."
     Params: ClassVar[type] = ProbeParams
     Thresholds: ClassVar[type] = LinksThresholds
-    presentation: ClassVar[Presentation] = Presentation(remedies=(Remedy("link", RESEAT_LINK),))
+    presentation: ClassVar[Presentation] = Presentation(
+        measurement_labels=LINK_LABELS, remedies=(Remedy("link", RESEAT_LINK),)
+    )
     evidence: ClassVar[dict[str, Rule]] = {
         **PROBE_EVIDENCE,
         # PCIe 1.0 to 7.0 (PCI-SIG released PCIe 7.0 in June 2025): NVML reports the generation number.

@@ -269,6 +269,13 @@ BUSBW_KEY_METRIC = KeyMetric(
 )
 
 
+# How the certificate names these measurements (checks/core/presentation.py measurement_labels).
+NCCL_LABELS = (
+    ("busbw_peak", "Bus bandwidth (peak)"),
+    ("wrong", "Wrong results (#wrong)"),
+)
+
+
 @register
 class NcclAllReduce(_NcclBase):
     key: ClassVar[str] = "nccl_allreduce"
@@ -279,6 +286,7 @@ class NcclAllReduce(_NcclBase):
     Params: ClassVar[type] = NcclParams
     Thresholds: ClassVar[type] = NcclThresholds
     presentation: ClassVar[Presentation] = Presentation(
+        measurement_labels=NCCL_LABELS,
         chart="nccl",
         rank=10,
         curves="busbw",
@@ -406,7 +414,12 @@ class NcclAllReduceMulti(NcclGroupCheck):
     )
     Thresholds: ClassVar[type] = NcclThresholds
     presentation: ClassVar[Presentation] = Presentation(
-        chart="nccl", rank=11, key_metrics=(BUSBW_KEY_METRIC,), curves="busbw", series_threshold=BUSBW_FLOOR
+        measurement_labels=NCCL_LABELS,
+        chart="nccl",
+        rank=11,
+        key_metrics=(BUSBW_KEY_METRIC,),
+        curves="busbw",
+        series_threshold=BUSBW_FLOOR,
     )
     profile_thresholds: ClassVar[dict[str, dict[str, Any]]] = {
         # Conservative default; tune per site. 2-node all_reduce busbw is bound by the nodes' NICs:

@@ -82,7 +82,9 @@ class GpuPowerLimit(ProbeCheck):
             ),
         ),
         certificate_charts=(
-            CertificateChart("Enforced power limit per GPU", "bars", ("power_limit_w",), "W", x_title="node/GPU"),
+            CertificateChart(
+                "Enforced power limit per GPU", "bars", ("power_limit_w",), "W", x_title="node (a bar per GPU)"
+            ),
         ),
     )  # fmt: skip
 

@@ -194,6 +194,13 @@ class IbThresholds:
 IB_CONSENSUS_NAMES = ("ports_active", "port_rate_min")  # what ib_consensus compares
 
 
+# How the certificate names these measurements (checks/core/presentation.py measurement_labels).
+IB_LABELS = (
+    ("port_rate", "Port rate"),
+    ("ports_active", "Active ports"),
+)
+
+
 @register
 class IbPorts(Check):
     key: ClassVar[str] = "ib_ports"
@@ -203,6 +210,7 @@ class IbPorts(Check):
     Thresholds: ClassVar[type] = IbThresholds
     # Each CA's Node GUID and firmware are the NIC identities a certificate seals per node.
     presentation: ClassVar[Presentation] = Presentation(
+        measurement_labels=IB_LABELS,
         remedies=(Remedy("link", RESEAT_LINK),),
         hardware=(
             HardwareIdentity("ca_guid", "NIC", "guid", key="ca"),

@@ -120,6 +120,17 @@ def sensor_names(thresholds: DlcThresholds, node: NodeContext) -> dict[str, str]
     return {role: str(configured.get(role) or fallback[role]) for role in fallback}
 
 
+# How the certificate names these measurements (checks/core/presentation.py measurement_labels).
+DLC_LABELS = (
+    ("temp_gpu_steady", "GPU temperature, steady"),
+    ("temp_memory_steady", "Memory (HBM) temperature, steady"),
+    ("coolant_delta_t", "Coolant ΔT (outlet − inlet)"),
+    ("temperature", "Coolant temperature (BMC sensor)"),
+    ("sensor", "Leak sensor state"),
+    ("thermal_throttle_samples", "Samples with thermal throttling"),
+)
+
+
 @register
 class DlcTemperature(Check):
     key: ClassVar[str] = "dlc_temperature"
@@ -139,6 +150,7 @@ class DlcTemperature(Check):
 
     Thresholds: ClassVar[type] = DlcThresholds
     presentation: ClassVar[Presentation] = Presentation(
+        measurement_labels=DLC_LABELS,
         chart="dlc",
         phase_bars=PhaseBars(
             "temp_gpu_steady", "slowdown_temp", margin="min_margin_c", sibling="max_sibling_delta_c"

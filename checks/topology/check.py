@@ -114,6 +114,10 @@ class TopologyThresholds:
         nics_needed(self.expect_nic_per_gpu)
 
 
+# How the certificate names these measurements (checks/core/presentation.py measurement_labels).
+TOPOLOGY_LABELS = (("gpu_nearest_nic_link", "GPU-to-nearest-NIC link (0 self … 6 SYS)"),)
+
+
 @register
 class GpuNicTopology(Check):
     key: ClassVar[str] = "topology"
@@ -145,6 +149,7 @@ class GpuNicTopology(Check):
         "A100-SXM-8": {"max_gpu_nic_link": "PXB", "expect_nic_per_gpu": True},
     }
     presentation: ClassVar[Presentation] = Presentation(
+        measurement_labels=TOPOLOGY_LABELS,
         chart="matrix",
         rank=55,
         matrices=(

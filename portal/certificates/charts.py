@@ -23,6 +23,7 @@ from django.db.models import Q
 
 from checks import presentation_of, presented
 from checks.core.presentation import CertificateChart
+from portal import formatting
 from portal.runs.models import CheckResult, Measurement, Scope, Series
 from portal.runs.packing import unpack, unpack_pair
 
@@ -112,7 +113,8 @@ def figures_build(*, result_ids: list[int], items: list[dict[str, Any]]) -> list
         if chart.style == "curves":
             fig = _curves_figure(chart, curves.get((kind, chart.names[0]), []), thresholds)
         else:
-            fig = _bars_figure(chart, {name: values.get((kind, name), []) for name in chart.names})
+            labels = {name: formatting.name_label(name, presentation_of(kind).label_of(name)) for name in chart.names}
+            fig = _bars_figure(chart, {name: values.get((kind, name), []) for name in chart.names}, labels)
         if fig is not None:
             fig.update_layout(template="plotly_white", margin={"l": 60, "r": 20, "t": 20, "b": 60})
             figures.append((chart.title, fig))
@@ -232,32 +234,80 @@ def _add_envelope(fig: Any, curves: list[Mapping[str, Any]]) -> None:
     fig.add_trace(go.Scatter(x=xs, y=mid, mode="lines", name="median", line={"width": 2}))
 
 
-def _bars_figure(chart: CertificateChart, by_name: dict[str, list[Mapping[str, Any]]]) -> Any:
+# The x axis of an exported chart: 900 px less the 60 + 20 px side margins (figures_build), and
+# plotly's default 12-px tick font, whose characters average about 7 px (Open Sans at 12 px).
+PLOT_WIDTH_PX = 820
+TICK_CHAR_PX = 7.0
+TICK_GAP_PX = 16  # between two tick labels, so that they read as two
+
+
+def bar_ticks(nodes: list[str]) -> tuple[list[float], list[str]]:
+    """(tick positions, tick texts) for bars at x = 0, 1, … of the nodes `nodes` (one per bar; a
+    node's GPUs side by side): a tick under the middle of each node's bars, labelled with the node;
+    only every k-th node when all of their labels would not fit side by side, and none whose label
+    would run past the plot's edge (into the y axis's labels), so that labels never collide or need
+    turning."""
+    runs: list[tuple[int, int]] = []
+    for i, node in enumerate(nodes):
+        if runs and nodes[runs[-1][0]] == node:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    if not runs:
+        return [], []
+    widest = max(len(nodes[start]) for start, _ in runs)
+    room = max(1, int(PLOT_WIDTH_PX // (widest * TICK_CHAR_PX + TICK_GAP_PX)))
+    step = math.ceil(len(runs) / room)
+    px_per_bar = PLOT_WIDTH_PX / len(nodes)  # bars span -0.5 … n - 0.5
+    values, texts = [], []
+    for start, end in runs[::step]:
+        centre = (start + end) / 2
+        half = len(nodes[start]) * TICK_CHAR_PX / 2
+        at = (centre + 0.5) * px_per_bar
+        if at - half >= 0 and at + half <= PLOT_WIDTH_PX:
+            values.append(centre)
+            texts.append(nodes[start])
+    return values, texts
+
+
+def _bars_figure(
+    chart: CertificateChart, by_name: dict[str, list[Mapping[str, Any]]], labels: Mapping[str, str] | None = None
+) -> Any:
     import plotly.graph_objects as go
 
     if not any(by_name.values()):
         return None
     if max(len(rows) for rows in by_name.values()) > MAX_BARS:
-        return _histogram_figure(chart, by_name)
+        return _histogram_figure(chart, by_name, labels)
+
+    # One position per bar (node, or node/GPU) shared by every trace, in node then GPU order, so
+    # that grouped traces line up; the axis is labelled per node (bar_ticks).
+    def place(row: Mapping[str, Any]) -> tuple[str, int]:
+        return row["result__node__hostname"], -1 if row["gpu"] is None else int(row["gpu"])
+
+    places = sorted({place(row) for rows in by_name.values() for row in rows})
+    at = {p: i for i, p in enumerate(places)}
     fig = go.Figure()
     for name, rows in by_name.items():
-        x = [
-            row["result__node__hostname"] if row["gpu"] is None else f"{row['result__node__hostname']}/{row['gpu']}"
-            for row in rows
-        ]
-        bar = go.Bar(x=x, y=[row["value"] / chart.scale for row in rows])
+        hover = [host if gpu < 0 else f"{host}/{gpu}" for host, gpu in map(place, rows)]
+        x = [at[place(row)] for row in rows]
+        bar = go.Bar(x=x, y=[row["value"] / chart.scale for row in rows], hovertext=hover)
         if chart.grouped:
-            bar.name = name
+            bar.name = (labels or {}).get(name, name)
         fig.add_trace(bar)
+    ticks = bar_ticks([host for host, _ in places])
     if chart.grouped:
         fig.update_layout(barmode="group")
     if chart.x_title:
         fig.update_layout(xaxis_title=chart.x_title)
     fig.update_layout(yaxis_title=chart.y_title)
+    fig.update_xaxes(tickmode="array", tickvals=ticks[0], ticktext=ticks[1], tickangle=0)
     return fig
 
 
-def _histogram_figure(chart: CertificateChart, by_name: dict[str, list[Mapping[str, Any]]]) -> Any:
+def _histogram_figure(
+    chart: CertificateChart, by_name: dict[str, list[Mapping[str, Any]]], labels: Mapping[str, str] | None = None
+) -> Any:
     """How many nodes (or GPUs) measured each value: the bars chart past MAX_BARS bars."""
     import plotly.graph_objects as go
 
@@ -265,7 +315,8 @@ def _histogram_figure(chart: CertificateChart, by_name: dict[str, list[Mapping[s
     per_gpu = any(row["gpu"] is not None for rows in by_name.values() for row in rows)
     for name, rows in by_name.items():
         values = [row["value"] / chart.scale for row in rows if math.isfinite(row["value"])]
-        fig.add_trace(go.Histogram(x=values, name=f"{name} ({len(values)})", nbinsx=HISTOGRAM_BINS, opacity=0.75))
+        label = (labels or {}).get(name, name)
+        fig.add_trace(go.Histogram(x=values, name=f"{label} ({len(values)})", nbinsx=HISTOGRAM_BINS, opacity=0.75))
     fig.update_layout(
         barmode="overlay", showlegend=True, xaxis_title=chart.y_title, yaxis_title="GPUs" if per_gpu else "nodes"
     )

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from django.urls import reverse
 
+from checks import presentation_of
 from portal import formatting
 from portal.certificates import cover, pdf_tables
 
@@ -42,7 +43,7 @@ def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict
                charts_note: str, signer: str = "", phases: PhaseRanges | None = None,
                ca_fingerprint: str = "") -> bytes:  # fmt: skip
     """The document, rendered in parts (the front matter, NODES_PER_PART nodes per part of each
-    per-node table, the rest) whose page numbers carry on, joined into one PDF with the attachments.
+    per-node table and column group, the rest) whose page numbers carry on, joined into one PDF with the attachments.
     WeasyPrint lays out one part at a time: its memory is bounded by a part, not by the cluster.
     `phases` (phases.py) splits a range recorded in several phases into one row per phase.
     `signer` and `ca_fingerprint`: the SHA-256 fingerprints of the PDF-signing certificate and of the
@@ -68,7 +69,7 @@ def pdf_render(*, payload: dict[str, Any], payload_bytes: bytes, seal_data: dict
     }
     parts: list[bytes] = []
     page = 1
-    for template, extra in _parts(context["node_rows"], len(context["checks"])):
+    for template, extra in _parts(context["node_rows"], context["checks"]):
         document = _render_part(template, {**context, **extra, "first_page": page})
         page += len(document.pages)
         parts.append(document.write_pdf())
@@ -84,25 +85,36 @@ def public_verify_url() -> str:
     return str(settings.KILN_PUBLIC_URL) + reverse("certificates:public_verify")
 
 
-def _parts(node_rows: list[dict[str, Any]], check_count: int) -> Iterator[tuple[str, dict[str, Any]]]:
+def _parts(node_rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The front matter; the state table, one table per column group (checks that fit a page's
+    width), NODES_PER_PART nodes per part, as aligned lines past TABLE_MAX_NODES nodes (pdf_tables.py
+    says why); the GPU identities; the rest."""
     yield "certificates/pdf/front.html", {}
     serials = pdf_tables.has_serials(node_rows)
-    widths = {
-        "states": pdf_tables.states_widths(node_rows, check_count, serials=serials),
-        "gpus": pdf_tables.gpus_widths(node_rows),
-    }
-    for table in ("states", "gpus"):
+    lines = len(node_rows) > pdf_tables.TABLE_MAX_NODES
+    groups = pdf_tables.state_groups(node_rows, len(checks), serials=serials, lines=lines)
+    for number, group in enumerate(groups, start=1):
+        legend = [(f"C{c['index']}", c["item"]["name"]) for c in checks[group.first - 1 : group.last]]
+        header = pdf_tables.state_header(group, serials=serials)
         for start in range(0, len(node_rows), NODES_PER_PART):
             rows = node_rows[start : start + NODES_PER_PART]
-            text = (
-                pdf_tables.states_table(rows, check_count, widths=widths["states"], serials=serials)
-                if table == "states"
-                else pdf_tables.gpus_table(rows, widths=widths["gpus"])
+            body = (
+                {"text": pdf_tables.state_lines(rows, group, serials=serials)}
+                if lines
+                else {"rows": pdf_tables.state_rows(rows, group, serials=serials)}
             )
             yield "certificates/pdf/nodes.html", {
-                "table": table, "text": text, "first_row": start + 1, "last_row": start + len(rows),
-                "total_rows": len(node_rows), "serials": serials,
+                "table": "states", "group": group, "group_number": number, "group_count": len(groups),
+                "header": header, "legend": legend, **body,
+                "first_row": start + 1, "last_row": start + len(rows), "total_rows": len(node_rows), "serials": serials,
             }  # fmt: skip
+    widths = pdf_tables.gpus_widths(node_rows)
+    for start in range(0, len(node_rows), NODES_PER_PART):
+        rows = node_rows[start : start + NODES_PER_PART]
+        yield "certificates/pdf/nodes.html", {
+            "table": "gpus", "text": pdf_tables.gpus_table(rows, widths=widths), "first_row": start + 1,
+            "last_row": start + len(rows), "total_rows": len(node_rows),
+        }  # fmt: skip
     yield "certificates/pdf/tail.html", {}
 
 
@@ -161,16 +173,24 @@ def pdf_extract(data: bytes) -> tuple[bytes, dict[str, Any]]:
     return payload_bytes, seal_data
 
 
-def _range_rows(item_key: str, ranges: list[dict[str, Any]], phases: PhaseRanges) -> list[dict[str, Any]]:
-    """The check's ranges for people: values and threshold in the measurement's unit, a range
-    recorded in several phases shown as one row per phase."""
+def measurement_label(kind: str, name: str) -> str:
+    """A measurement's name as people read it: the label its check declares, else in words."""
+    return formatting.name_label(name, presentation_of(kind).label_of(name))
+
+
+def _range_rows(item: dict[str, Any], ranges: list[dict[str, Any]], phases: PhaseRanges) -> list[dict[str, Any]]:
+    """The check's ranges for people: the measurement's label, values and threshold in its unit, a
+    range recorded in several phases shown as one row per phase. A range that no threshold judged
+    says so rather than leaving the cell blank."""
     rows = []
     for r in ranges:
-        split = phases.get((item_key, r["name"], r["unit"], r["threshold"]))
+        split = phases.get((item["key"], r["name"], r["unit"], r["threshold"]))
+        label = measurement_label(item.get("kind", ""), r["name"])
+        threshold = formatting.threshold(r["threshold"], r["unit"]) if r["threshold"] else formatting.NOT_SET
         for part in split or [{**r, "phase": ""}]:
             rows.append(
-                {"name": r["name"], "phase": part["phase"], "unit": formatting.unit_shown(r["unit"]), "n": part["n"],
-                 "threshold": formatting.threshold(r["threshold"], r["unit"]),
+                {"name": r["name"], "label": label, "phase": part["phase"], "unit": formatting.unit_shown(r["unit"]),
+                 "n": part["n"], "threshold": threshold,
                  **{k: formatting.quantity(part[k], r["unit"]) for k in ("min", "median", "max")}}
             )  # fmt: skip
     return rows
@@ -196,19 +216,23 @@ def pdf_context(payload: dict[str, Any], phases: PhaseRanges | None = None) -> d
     node summaries list. Everything else is in the attached payload and the exported evidence.
     Numbers are written for people (portal/formatting.py); the payload keeps them raw."""
     items = payload["campaign_plan"]["items"]
+    by_key = {item["key"]: item for item in items}
     out_of_spec = []
 
     def collect(key: str, where: str, check: dict[str, Any]) -> None:
+        item = by_key.get(key, {})
         for m in check.get("out_of_spec", ()):
-            name = m["name"] + (f"[GPU {m['gpu']}]" if m["gpu"] is not None else "")
+            name = measurement_label(item.get("kind", ""), m["name"])
+            threshold = formatting.threshold(m["threshold"], m["unit"]) if m["threshold"] else formatting.NOT_SET
             out_of_spec.append(
-                {"where": where, "check": key, "name": name, "value": formatting.quantity(m["value"], m["unit"]),
-                 "threshold": formatting.threshold(m["threshold"], m["unit"])}
+                {"where": where, "check": item.get("name") or key, "name": name,
+                 "gpu": m["gpu"], "value": formatting.quantity(m["value"], m["unit"]), "threshold": threshold}
             )  # fmt: skip
         hidden = check.get("out_of_spec_count", 0) - len(check.get("out_of_spec", ()))
         if hidden > 0:
-            out_of_spec.append({"where": where, "check": key, "name": f"… {hidden} more (see the evidence)",
-                                "value": "", "threshold": ""})  # fmt: skip
+            more = f"… {hidden} more (see the evidence)"
+            out_of_spec.append({"where": where, "check": item.get("name") or key, "gpu": None,
+                                "name": more, "value": "", "threshold": ""})  # fmt: skip
 
     node_rows = []
     for node in payload["nodes"]:
@@ -219,7 +243,7 @@ def pdf_context(payload: dict[str, Any], phases: PhaseRanges | None = None) -> d
         collect(group["item_key"], group["node_set"], group)
     checks = []
     for index, (item, summary) in enumerate(zip(items, payload["summary"], strict=True), start=1):
-        rows = _range_rows(item["key"], summary.get("ranges", ()), phases or {})
+        rows = _range_rows(item, summary.get("ranges", ()), phases or {})
         checks.append({"index": index, "item": item, "summary": summary, "ranges": rows})
     counts = _node_counts(node_rows)
     return {"checks": checks, "node_rows": node_rows, "out_of_spec": out_of_spec, "node_counts": counts}

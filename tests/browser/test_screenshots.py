@@ -7,7 +7,9 @@ test-artifacts/screenshots/<width>/<page>.png, and on each page:
 - no chart text (a title, a tick label, a legend) cut off at its chart's edge;
 - no raw template syntax (`{#`, `{{`, `{%`) in the text a person reads;
 - no console error (a 404 for the favicon included), no uncaught exception, no chart that failed.
-The issued certificate's pages are saved as PNG too (pdftoppm), under test-artifacts/screenshots/certificate/.
+The issued certificate's pages are saved as PNG too (pdftoppm), under test-artifacts/screenshots/certificate/,
+and each page is held to the same rule, read from the PDF's words (tests/pdf_pages.py): no word past
+the printable box, none drawn over another (a cell too narrow, chart labels that collide).
 
 One data set serves the module (tests/browser/screenshot_site.py: the demo cluster's runs executed
 inline, a certified campaign, an open one, a run still running; about 40 s), and each width
@@ -33,6 +35,7 @@ from tests.browser.conftest import log_in
 from tests.browser.screenshot_site import USERNAME, Site, site_build
 from tests.conftest import REPO, skip_or_fail
 from tests.load import busy_loops
+from tests.pdf_pages import clipping_problems, pages
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -209,8 +212,9 @@ def test_every_page_fits_reads_clean_and_logs_no_error(site: tuple[str, Site], p
     assert not problems, f"{len(problems)} problem(s) on {len(data.pages)} pages:\n" + "\n".join(problems)
 
 
-def test_the_certificate_pages_render_as_png(site: tuple[str, Site], tmp_path: Path) -> None:
-    """The issued certificate, page by page, as a person reading it sees it (60 dpi, for a look)."""
+def test_the_certificate_pages_render_as_png_and_nothing_is_cut_off(site: tuple[str, Site], tmp_path: Path) -> None:
+    """The issued certificate, page by page, as a person reading it sees it (60 dpi, for a look), and
+    every page passes the no-clipping rule."""
     for tool in ("pdftoppm", "pdfinfo", "pdftotext"):
         if not shutil.which(tool):
             skip_or_fail(f"the certificate screenshots need {tool} (apt-get install poppler-utils)")
@@ -222,12 +226,16 @@ def test_the_certificate_pages_render_as_png(site: tuple[str, Site], tmp_path: P
     subprocess.run(["pdftoppm", "-png", "-r", "60", str(pdf), str(folder / "page")], check=True, timeout=120)
 
     info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True).stdout
-    pages = re.search(r"^Pages:\s+(\d+)", info, re.M)
-    assert pages and int(pages.group(1)) >= 2, info
-    assert len(list(folder.glob("page-*.png"))) == int(pages.group(1)), "a PNG per page"
+    pages_seen = re.search(r"^Pages:\s+(\d+)", info, re.M)
+    assert pages_seen and int(pages_seen.group(1)) >= 2, info
+    assert len(list(folder.glob("page-*.png"))) == int(pages_seen.group(1)), "a PNG per page"
     text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
     assert data.certificate in text and "PASS WITH WAIVERS" in text
     assert not RAW_TEMPLATE.search(text), RAW_TEMPLATE.search(text)
+    found = pages(pdf)
+    assert len(found) == int(pages_seen.group(1)) and all(page.words for page in found)
+    problems = clipping_problems(found)
+    assert not problems, f"{len(problems)} problem(s) on {len(found)} pages:\n" + "\n".join(problems[:40])
 
 
 def _run_row(page: Page, run_id: int) -> dict[str, Any]:

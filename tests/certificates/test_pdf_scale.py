@@ -1,5 +1,5 @@
-"""The certificate at fleet size: per-node tables as aligned text lines (escaped, non-pass states
-coloured, columns aligned across parts, GPUs of a node kept together) and charts that show a
+"""The certificate at fleet size: per-node tables (escaped, non-pass states coloured, columns sized
+over every node so that parts line up, GPUs of a node kept together) and charts that show a
 distribution instead of one trace per node past a readable count."""
 
 from __future__ import annotations
@@ -21,39 +21,31 @@ def _node(i: int, *, states: list[str] | None = None, gpus: int = 8, hostname: s
     }  # fmt: skip
 
 
-def _text(line: str) -> str:
-    return line.replace('<span class="st-waived">', "").replace('<span class="st-fail">', "").replace("</span>", "")
-
-
 def test_a_hostile_hostname_is_escaped_and_cannot_break_the_markup() -> None:
     nodes = [_node(1, hostname='<img src=x onerror="alert(1)">&')]
-    widths = pdf_tables.states_widths(nodes, 2)
-    table = pdf_tables.states_table(nodes, 2, widths=widths)
-    [line] = table.blocks[0]
-    assert "<img" not in line and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;" in line
+    [group] = pdf_tables.state_groups(nodes, 2)
+    [row] = pdf_tables.state_rows(nodes, group)
+    assert "<img" not in row and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;" in row
     gpus = pdf_tables.gpus_table(nodes, widths=pdf_tables.gpus_widths(nodes))
     assert all("<img" not in line for line in gpus.blocks[0])
 
 
-def test_only_states_other_than_pass_are_marked_and_columns_stay_aligned() -> None:
+def test_only_states_other_than_pass_are_marked() -> None:
     nodes = [_node(1, states=["pass", "waived"]), _node(22, states=["pass", "pass"], hostname="a-much-longer-name")]
-    widths = pdf_tables.states_widths(nodes, 2)
-    table = pdf_tables.states_table(nodes, 2, widths=widths)
-    first, second = table.blocks[0]
-    assert '<span class="st-waived">waived</span>' in first and "<span" not in second
-    # The last column starts at the same character in the header and in every line.
-    column = _text(table.header).index("C2")
-    assert _text(first)[column:].startswith("waived") and _text(second)[column:].startswith("pass")
+    [group] = pdf_tables.state_groups(nodes, 2)
+    first, second = pdf_tables.state_rows(nodes, group)
+    assert '<td class="st-waived">waived</td>' in first and "class=" not in second
+    assert pdf_tables.state_header(group) == ["Node", "Serial", "Rack/pos", "C1", "C2"]
 
 
-def test_parts_of_one_table_use_the_widths_of_the_whole_table() -> None:
+def test_the_parts_of_one_table_share_the_widths_of_its_widest_cells() -> None:
+    """The columns are sized over every node, so a part (NODES_PER_PART nodes) without the long
+    hostname still lines up with the one that has it."""
     nodes = [_node(i) for i in range(4)] + [_node(99, hostname="x" * 40)]
-    widths = pdf_tables.states_widths(nodes, 2)
-    early = pdf_tables.states_table(nodes[:2], 2, widths=widths)
-    late = pdf_tables.states_table(nodes[2:], 2, widths=widths)
-    assert early.header == late.header and early.font_pt == late.font_pt
-    assert _text(early.blocks[0][0]).index("pass") == _text(late.blocks[0][-1]).index("pass")
-    assert _text(early.header).index("C1") == _text(early.blocks[0][0]).index("pass")
+    [group] = pdf_tables.state_groups(nodes, 2)
+    [alone] = pdf_tables.state_groups(nodes[:4], 2)
+    assert group.widths_pt[0] > alone.widths_pt[0] and group.widths_pt[1:] == alone.widths_pt[1:]
+    assert group.widths_pt[0] >= 40 * pdf_tables.MONO_ADVANCE_EM * group.font_pt
 
 
 def test_a_wide_table_shrinks_its_font_to_fit_the_page_down_to_a_floor() -> None:
@@ -121,3 +113,43 @@ def test_past_a_readable_count_the_bars_become_a_histogram(bars: int, kind: str)
     if kind == "histogram":
         assert len(trace.x) == bars - 1 and trace.name == f"gflops ({bars - 1})"  # NaN left out, counted honestly
         assert fig.layout.yaxis.title.text == "GPUs" and fig.layout.xaxis.title.text == "Gflop/s"
+
+
+@pytest.mark.parametrize(("nodes", "gpus"), [(8, 8), (30, 8), (64, 1), (300, 1)])
+def test_bar_labels_name_each_node_once_and_never_collide(nodes: int, gpus: int) -> None:
+    rows = [
+        {"result__node__hostname": f"gpu-node-{n:03d}", "gpu": g if gpus > 1 else None, "value": 1000.0}
+        for n in range(nodes)
+        for g in range(gpus)
+    ]
+    fig = charts._bars_figure(BARS, {"gflops": rows}, {"gflops": "Throughput per GPU"})
+    axis = fig.layout.xaxis
+    values, texts = list(axis.tickvals), list(axis.ticktext)
+    assert axis.tickangle == 0 and texts and len(set(texts)) == len(texts)  # level, and a node named once
+    per_bar = charts.PLOT_WIDTH_PX / (nodes * gpus)
+    spans = [
+        ((v + 0.5) * per_bar - len(t) * charts.TICK_CHAR_PX / 2, (v + 0.5) * per_bar + len(t) * charts.TICK_CHAR_PX / 2)
+        for v, t in zip(values, texts, strict=True)
+    ]
+    assert all(0 <= left and right <= charts.PLOT_WIDTH_PX for left, right in spans)  # inside the plot
+    assert all(b[0] - a[1] >= charts.TICK_GAP_PX - 1e-9 for a, b in zip(spans, spans[1:], strict=False))  # apart
+    for value, text in zip(values, texts, strict=True):  # under the middle of that node's bars
+        mine = [i for i, row in enumerate(rows) if row["result__node__hostname"] == text]
+        assert value == (mine[0] + mine[-1]) / 2
+    if gpus == 8 and nodes == 8:
+        assert len(texts) == nodes  # every node named when they all fit
+
+
+def test_grouped_bars_are_named_by_their_labels() -> None:
+    chart = CertificateChart("fs", "bars", ("write_bw", "read_bw"), "GB/s", scale=1e9, grouped=True)
+    rows = {name: [{"result__node__hostname": "n1", "gpu": None, "value": 5e9}] for name in chart.names}
+    fig = charts._bars_figure(chart, rows, {"write_bw": "Write bandwidth", "read_bw": "Read bandwidth"})
+    assert [t.name for t in fig.data] == ["Write bandwidth", "Read bandwidth"]
+
+
+def test_grouped_bars_share_one_place_per_node_whatever_rows_each_name_has() -> None:
+    chart = CertificateChart("fs", "bars", ("write_bw", "read_bw"), "GB/s", scale=1e9, grouped=True)
+    write = [{"result__node__hostname": h, "gpu": None, "value": 5e9} for h in ("n1", "n2", "n3")]
+    read = [{"result__node__hostname": h, "gpu": None, "value": 6e9} for h in ("n1", "n3")]  # n2 read nothing
+    fig = charts._bars_figure(chart, {"write_bw": write, "read_bw": read})
+    assert list(fig.data[0].x) == [0, 1, 2] and list(fig.data[1].x) == [0, 2]

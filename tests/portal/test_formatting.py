@@ -85,6 +85,7 @@ def test_edge_cases_never_print_a_fake_number_or_e_notation(value: object, unit:
         ("== 550.54.15 and >= 520.61.05", "", "== 550.54.15 and >= 520.61.05"),  # a version is text
         # Two bounds judged together (burn-in: a floor and the fleet's median less 10%).
         (">= 30000 · >= 44978 (median - 10%)", "Gflop/s", "≥ 30,000 Gflop/s · ≥ 44,978 Gflop/s (median - 10%)"),
+        (">= 30000, >= 44978 (median - 10%)", "Gflop/s", "≥ 30,000 Gflop/s · ≥ 44,978 Gflop/s (median - 10%)"),
         ("in a,b", "", "in a,b"),
         ("", "C", "—"),
         (None, "C", "—"),
@@ -151,9 +152,36 @@ def test_the_result_page_shows_values_and_floors_alike(client, make_user, cluste
         ("use_cuda", True, "yes"),
         ("ops", ["write", "read"], "write, read"),
         ("sensor", "GPU", "GPU"),
-        ("limit", None, "—"),
+        ("limit", None, "not set"),
+        ("expected_kernel", "", "not set"),
+        ("expected_kernel", "  ", "not set"),
+        ("xid_ignore_codes", [], "not set"),
         ("bad_s", float("nan"), "invalid"),
     ],
 )
 def test_plan_settings_are_shown_with_the_unit_their_name_declares(name: str, value: object, shown: str) -> None:
     assert formatting.setting(name, value) == shown
+
+
+@pytest.mark.parametrize(
+    ("name", "declared", "shown"),
+    [
+        ("ecc_volatile_uncorrected", "", "ECC volatile uncorrected"),
+        ("nvlink_speed", "", "NVLink speed"),
+        ("write_bw_sum", "", "Write bandwidth sum"),
+        ("gpuCount", "", "gpuCount"),  # a name already in mixed case is left as written
+        ("busbw_peak", "Bus bandwidth (peak)", "Bus bandwidth (peak)"),
+        ("", "", "—"),
+    ],
+)
+def test_a_measurement_reads_by_its_declared_label_else_in_words(name: str, declared: str, shown: str) -> None:
+    assert formatting.name_label(name, declared) == shown
+
+
+def test_a_check_declares_the_labels_of_its_measurements_and_nothing_else() -> None:
+    from checks import presentation_of
+
+    dlc = presentation_of("dlc_temperature")
+    assert dlc.label_of("coolant_delta_t") == "Coolant ΔT (outlet − inlet)"
+    assert dlc.label_of("busbw_peak") == ""  # another kind's measurement: not this kind's to name
+    assert presentation_of("no_such_kind").label_of("coolant_delta_t") == ""
