@@ -38,11 +38,12 @@ _PSU = re.compile(r"^(?:PSU?|PWS|POWER[ _]?SUPPLY)[ _-]?\d+", re.IGNORECASE)
 _PLACEHOLDERS = frozenset({"", "n/a", "na", "unknown", "not specified", "to be filled by o.e.m."})
 
 
-def fru_command() -> Command:
-    """`ipmitool fru print` under `timeout`, its exit code printed after its output: the shell
-    always exits 0, so the inventory never fails on the BMC."""
-    script = f'timeout -k {KILL_GRACE_S} {FRU_TIMEOUT_S} ipmitool fru print 2>/dev/null; echo "{EXIT_MARK} $?"'
-    limit = float(FRU_TIMEOUT_S + KILL_GRACE_S + COMMAND_SLACK_S)
+def fru_command(within_s: float = FRU_TIMEOUT_S) -> Command:
+    """`ipmitool fru print` under `timeout` (`within_s`, at most FRU_TIMEOUT_S), its exit code
+    printed after its output: the shell always exits 0, so the inventory never fails on the BMC."""
+    bound = min(float(within_s), float(FRU_TIMEOUT_S))
+    script = f'timeout -k {KILL_GRACE_S} {bound:g} ipmitool fru print 2>/dev/null; echo "{EXIT_MARK} $?"'
+    limit = bound + KILL_GRACE_S + COMMAND_SLACK_S
     return Command(argv=("sh", "-c", script), timeout=limit, label=FRU_LABEL, read_only=True)
 
 

@@ -158,8 +158,12 @@ class GpuInventory(ProbeCheck):
         return inventory_consensus({node: f for node, f in facts.items() if f})
 
     def commands(self, params: Any, node: NodeContext) -> list[Command]:
-        dmi = read_files_command(DMI_DIR, tuple(DMI_SERIALS), label=DMI_LABEL, timeout=DMI_TIMEOUT_S)
-        return [*super().commands(params, node), dmi, fru_command()]
+        # The identity reads take at most the check's own time limit each: a plan that gives the
+        # inventory a few seconds does not get 35 s of them on top.
+        within = float(params.timeout_s)
+        dmi_bound = min(float(DMI_TIMEOUT_S), within)
+        dmi = read_files_command(DMI_DIR, tuple(DMI_SERIALS), label=DMI_LABEL, timeout=dmi_bound)
+        return [*super().commands(params, node), dmi, fru_command(within)]
 
     def parse(self, outputs: list[CommandOutput]) -> list[Measurement]:
         # A probe output alone (stored before the identity reads, or one file parsed by hand) records

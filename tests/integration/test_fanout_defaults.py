@@ -64,11 +64,12 @@ def test_the_default_worker_drives_every_node_at_once_on_few_connections(
     # One SSH connection per node for the whole run.
     after = accepted(clean_testbed)
     assert {h: after[h] - before[h] for h in after} == dict.fromkeys(after, 1)
-    # gpu-inventory and ecc-health share the probe: probe, kernel log; the second probe is shared.
+    # gpu-inventory and ecc-health share the probe: probe, the inventory's identity reads (DMI, BMC
+    # FRU), kernel log; the second probe is shared.
     time.sleep(1)  # the ledger line is logged after the task's last phase
     lines = [e for e in parse_ledger(celery_worker_process.log_path.read_text()) if e.run_id == run.pk]
     assert sorted(e.notes["node"] for e in lines) == sorted(after)
-    assert {(e.ran, e.shared) for e in lines} == {(2, 1)}
+    assert {(e.ran, e.shared) for e in lines} == {(4, 1)}
     assert all(e.queries["record"] > 0 and e.parts["connect"] > 0 for e in lines)
     # The worker's PostgreSQL connections, sampled through the run: the pool, never one per task.
     assert 1 <= peak <= settings.KILN_WORKER_DB_CONNECTIONS, peak

@@ -41,20 +41,21 @@ def test_it_completes_a_run_after_the_worker_is_killed(
     from tests.conftest import WorkerProcess, _flush_broker
 
     # This is the redelivered task's path. The reaper (a thread in every worker) would end the
-    # interrupted checks `error` ("worker lost") once their 30 s leases lapse, before the 45 s
+    # interrupted checks `error` ("worker lost") once their 30 s leases lapse, before the 60 s
     # redelivery: its passes are spaced past the run here (tests/faults/test_reaper_unstarved.py
     # and tests/integration/test_reaper_after_kill.py take the reaper's path).
     monkeypatch.setenv("KILN_REAPER_INTERVAL_S", "900")
 
     # Short nested timeouts so the broker's visibility timeout (how long a killed worker's task
-    # waits before redelivery) can be short too: check 3 s < task hard limit (43 s: each command's
-    # budget + REMOTE_KILL_GRACE_S 5 s + CHANNEL_SLACK_S 5 s, 2 connects x 3 s, slack 3 s, then
-    # + 5 s; worker/timeouts.py, which run_start checks) < visibility 45 s. The visibility must also outlast the killed
+    # waits before redelivery) can be short too: check 3 s < task hard limit (54 s: each command's
+    # budget, the inventory's identity reads of 3 s and 3 + 5 s among them, + REMOTE_KILL_GRACE_S
+    # 5 s + CHANNEL_SLACK_S 5 s, 2 connects x 3 s, slack 3 s, then + 5 s; worker/timeouts.py,
+    # which run_start checks) < visibility 60 s. The visibility must also outlast the killed
     # worker's leases (KILN_LEASE_TTL_S 30 s after its last heartbeat, a few seconds after the
     # delivery): a redelivered task claims no check under a live lease.
     settings.KILN_SSH_CONNECT_TIMEOUT = 3
     settings.KILN_TASK_SLACK_S = 3
-    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 45}
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 60}
     TestPlan.objects.get(slug="itest").items.update(param_overrides={"timeout_s": 3})
     # Slow, healthy nodes: a check takes long enough to be caught running, and leaves 2.4 s of its
     # 3 s to the probe's start on a loaded machine (with 1.2 s of 2 s, a CI run timed the probe out).
@@ -87,8 +88,8 @@ def test_it_completes_a_run_after_the_worker_is_killed(
         second = WorkerProcess(tmp_path / "worker-2.log", concurrency=4)
         second.start()
         try:
-            # Redelivery waits out the visibility timeout (45 s after the delivery), then the
-            # node's remaining checks run at 0.6 s per node call: ~45 s after the kill on an idle
+            # Redelivery waits out the visibility timeout (60 s after the delivery), then the
+            # node's remaining checks run at 0.6 s per node call: ~60 s after the kill on an idle
             # machine, so the budget leaves room for a loaded CI runner.
             wait_for(
                 lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"),

@@ -174,8 +174,9 @@ def test_the_quick_plan_runs_the_probe_once_per_node() -> None:
     probes = [c for c in transport.ran if c.argv == ("python3", "-")]
     assert sum(1 for c in commands if c.argv == ("python3", "-")) == 4
     assert len(probes) == 1
-    # sw_consistency's stack-versions script (checks/software/stack.py) is its own read, run once.
-    assert (len(commands), reads.ran, reads.shared) == (11, 8, 3)
+    # sw_consistency's stack-versions script (checks/software/stack.py) is its own read, run once;
+    # so are the inventory's identity reads (DMI, BMC FRU).
+    assert (len(commands), reads.ran, reads.shared) == (13, 10, 3)
 
 
 # Tools that load the GPUs, the network or the disks, or write files: never read-only.
