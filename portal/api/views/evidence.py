@@ -150,11 +150,8 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
         form = api.VerifyRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         upload = form.validated_data["pdf"]
-        if upload.size > uploads.file_limit():  # the upload handler answers 413 first; kept as a guard
-            return Response(
-                {"detail": f"The file is larger than {settings.KILN_MAX_UPLOAD_MB} MiB."},
-                status=status.HTTP_400_BAD_REQUEST,
-            )
+        if (refused := _too_large(upload)) is not None:
+            return refused
         verdict = verification.certificate_verify(data=upload.read())  # within its slots (middleware)
         return Response(
             {
@@ -195,11 +192,8 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
         if cluster is None:
             return Response({"cluster": ["No cluster of that name."]}, status=status.HTTP_400_BAD_REQUEST)
         upload = form.validated_data["pdf"]
-        if upload.size > uploads.file_limit():
-            return Response(
-                {"detail": f"The file is larger than {settings.KILN_MAX_UPLOAD_MB} MiB."},
-                status=status.HTTP_400_BAD_REQUEST,
-            )
+        if (refused := _too_large(upload)) is not None:
+            return refused
         verdict = verification.certificate_verify(data=upload.read(), hardware=True)
         found = hardware.certificate_hardware_verify(verdict=verdict, cluster=cluster)
         code = verification.EXIT_CODES.get(verdict.status)
@@ -215,6 +209,16 @@ class CertificateViewSet(viewsets.ReadOnlyModelViewSet[Certificate]):
                 "hardware": found.as_json(),
             }
         )
+
+
+def _too_large(upload: Any) -> Response | None:
+    """400 for a file over the upload limit (the upload handler answers 413 first; kept as a guard)."""
+    if upload.size > uploads.file_limit():
+        return Response(
+            {"detail": f"The file is larger than {settings.KILN_MAX_UPLOAD_MB} MiB."},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    return None
 
 
 class NodeHealthViewSet(viewsets.ReadOnlyModelViewSet[NodeHealth]):
