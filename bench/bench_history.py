@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -66,6 +67,12 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def setup_django(database_url: str) -> None:
     from portal.datadir import init_data_dir
 
@@ -73,6 +80,8 @@ def setup_django(database_url: str) -> None:
     init_data_dir(data_dir)
     os.environ.update(
         DATABASE_URL=database_url,
+        # The template run's own facility service, never another demo's (`make up` listens on the default).
+        KILN_DEMO_FACILITY_PORT=str(free_port()),
         KILN_DATA_DIR=str(data_dir),
         KILN_ALLOW_LOCAL_TRANSPORT="1",  # the template run's simulated nodes
         KILN_METRICS_TOKEN=METRICS_TOKEN,
