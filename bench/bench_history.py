@@ -106,6 +106,7 @@ def seed(args: argparse.Namespace) -> dict[str, Any]:
         print("reusing the seeded database")
         clusters = {name: Cluster.objects.get(name=name) for name in names}
         key_values_seed(list(clusters.values()))
+        summary_seed(list(clusters.values()))
         return clusters
     t0 = time.perf_counter()
     template = history_seed.template_run()
@@ -118,7 +119,19 @@ def seed(args: argparse.Namespace) -> dict[str, Any]:
         settle(run_ids[-1])
         print(f"seeded {history_seed.describe(clusters[name])} in {time.perf_counter() - t0:.0f} s", flush=True)
     key_values_seed(list(clusters.values()))
+    summary_seed(list(clusters.values()))
     return clusters
+
+
+def summary_seed(clusters: list[Any]) -> None:
+    """What closing a run stores in its summary that the seeder's SQL copy does not (the run page's
+    cells and slowest nodes). Runs that have it are left alone."""
+    from portal.runs.finalize import summary_complete
+    from portal.runs.models import Run
+
+    for run_id in Run.objects.filter(cluster__in=clusters).order_by("id").values_list("id", flat=True):
+        if summary_complete(run_id=run_id):
+            print(f"  summary of run #{run_id} completed", flush=True)
 
 
 def key_values_seed(clusters: list[Any]) -> None:
@@ -242,12 +255,15 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
 
     return [
         ("run page", PAGE_MS, get(reverse("runs:run_detail", args=[run.pk])), False),
+        ("run page, problems only", PAGE_MS, get(reverse("runs:run_detail", args=[run.pk]) + "?problems=1"), False),
         (
             "run grid fragment (htmx)",
             PAGE_MS,
             get(reverse("runs:run_detail", args=[run.pk]), {"HX-Request": "true"}),
             False,
         ),
+        ("run triage CSV", PAGE_MS, get(reverse("runs:run_triage_csv", args=[run.pk])), False),
+        ("run RMA text", PAGE_MS, get(reverse("runs:run_triage_rma", args=[run.pk])), False),
         ("cluster page", PAGE_MS, get(reverse("inventory:cluster_detail", args=[cluster.name])), False),
         (
             "node page (history)",

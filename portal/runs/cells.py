@@ -93,9 +93,7 @@ def runs_counts(*, run_ids: list[int]) -> dict[int, RunCounts]:
         .order_by()
     )
     for row in node_rows:
-        waiting = row["waiting"] if row["status"] == Status.RUNNING else 0
-        _add(counts[row["run_id"]], WAITING, waiting)
-        _add(counts[row["run_id"]], row["status"], row["n"] - waiting)
+        add_node_cells(counts[row["run_id"]], row["status"], row["n"], row["waiting"])
     groups = CheckResult.objects.filter(run_id__in=run_ids, scope=Scope.GROUP).values_list(
         "run_id", "status", "node_set", "attribution"
     )
@@ -103,6 +101,19 @@ def runs_counts(*, run_ids: list[int]) -> dict[int, RunCounts]:
         for state in group_cells(status, node_set, attribution).values():
             _add(counts[run_id], state, 1)
     return {pk: RunCounts(cells=c) for pk, c in counts.items()}
+
+
+def add_node_cells(counts: dict[str, int], status: str, n: int, not_started: int) -> None:
+    """Adds `n` per-node results of `status` to `counts`, `not_started` of them without a command
+    started yet (a `running` one of those shows `waiting`)."""
+    waiting = not_started if status == Status.RUNNING else 0
+    _add(counts, WAITING, waiting)
+    _add(counts, status, n - waiting)
+
+
+def add_cell(counts: dict[str, int], state: str) -> None:
+    """Adds one cell in `state` (a multi-node result's share of a node: group_shares)."""
+    _add(counts, state, 1)
 
 
 def group_cells(status: str, node_set: str, attribution: dict[str, Any] | None) -> dict[str, str]:

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from checks.core.base import REGISTRY, Check, worst_status
 from checks.core.base import Measurement as CheckMeasurement
-from portal.runs import cells, dispatch, leases, outliers
+from portal.runs import cells, dispatch, grid, leases, outliers
 from portal.runs.dbretry import db_retry
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunEvent, Scope, Status
 
@@ -104,10 +104,36 @@ def _close(run: Run, tally: dict[tuple[str, str], int]) -> None:
         first = CheckResult.objects.filter(run_id=run.pk).aggregate(first=Min("started_at"))["first"]
         run.started_at = first or run.finished_at
     nodes = CheckResult.objects.filter(run_id=run.pk).values("node_id").distinct().count()
-    # "cells": what the runs list shows, counted as the run page counts (cells.RunCounts).
+    # "cells": what the runs list shows, counted as the run page counts (cells.RunCounts);
+    # "slowest": the nodes whose checks took longest (the run page's summary reads them from here).
     shown = cells.run_counts(run=run).cells
-    run.summary = {"results": sum(counts.values()), "nodes": nodes, "counts": counts, "cells": shown}
+    slowest = [[host, seconds] for host, seconds in grid.slowest_read(run_id=run.pk)]
+    run.summary = {
+        "results": sum(counts.values()),
+        "nodes": nodes,
+        "counts": counts,
+        "cells": shown,
+        "slowest": slowest,
+    }
     run.save(update_fields=["status", "reason", "finished_at", "started_at", "summary"])
+
+
+def summary_complete(*, run_id: int) -> bool:
+    """Adds what closing a run stores today ("cells", "slowest") to a closed run's summary that
+    lacks it (closed by an older Kiln, or copied in by bench/history_seed.py); the run page reads
+    these instead of counting every result. Idempotent: True when it wrote."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status in ACTIVE_STATUSES:
+            return False
+        summary = dict(run.summary or {})
+        if "cells" in summary and "slowest" in summary:
+            return False
+        summary.setdefault("cells", cells.run_counts(run=run).cells)
+        summary.setdefault("slowest", [[host, seconds] for host, seconds in grid.slowest_read(run_id=run.pk)])
+        run.summary = summary
+        run.save(update_fields=["summary"])
+    return True
 
 
 def _enqueue_group(run_id: int, result_id: int) -> None:

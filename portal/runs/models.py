@@ -165,6 +165,9 @@ class CheckResult(models.Model):
             # A node's page and trends look for the group results that span it: a few per run, found
             # without reading the run's every result (partial: node results are most rows).
             models.Index(fields=["run"], condition=models.Q(scope="group"), name="checkresult_group_by_run"),
+            # A run's results in some states: its failed ones (the triage), its problems (the grid's
+            # filter), without reading the rest of the run (migration 0014).
+            models.Index(fields=["run", "status"], name="checkresult_run_status"),
         ]
 
     def __str__(self) -> str:
@@ -317,7 +320,12 @@ class Measurement(models.Model):
 
     class Meta:
         ordering = ["result", "gpu", "name", "id"]
-        indexes = [models.Index(fields=["result", "name"], name="measurement_result_name")]
+        indexes = [
+            models.Index(fields=["result", "name"], name="measurement_result_name"),
+            # The out-of-spec ones, all the triage reads (a few rows, not a failed result's every
+            # measurement; migration 0014 builds it on each monthly partition).
+            models.Index(fields=["result"], condition=models.Q(ok=False), name="measurement_out_of_spec"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name}={self.value if self.value is not None else self.text}"

@@ -3,54 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
+from django.db.models import Count, Max, Prefetch, QuerySet, Sum
 from django.utils import timezone
 
 from checks import presentation_of
 from checks.core.base import ParamsError, worst_status
 from portal.inventory.models import Cluster, Node
-from portal.runs import cells, estimates
-from portal.runs.cells import RunCounts
+from portal.runs import estimates
 from portal.runs.models import ACTIVE_STATUSES, STATUS_COLOURS, CheckResult, Measurement, Run, RunEvent, Scope, Status
-
-
-@dataclass(slots=True)
-class GridCell:
-    """One cell of the run grid: a node's result, or its share of a multi-node result (`pk` is then
-    the group result's)."""
-
-    pk: int
-    status: str
-    reason: str
-    item_key: str
-    started: bool = True  # its commands have started (cells.py: a claimed check waits its turn)
-
-    @property
-    def shown(self) -> str:
-        return cells.shown(self.status, self.started)
-
-
-@dataclass(slots=True)
-class NodeRef:
-    id: int
-    hostname: str
-
-
-@dataclass(slots=True)
-class GridRow:
-    node: NodeRef
-    cells: list[GridCell | None]
-    worst: str = ""
-
-    @property
-    def problems(self) -> list[GridCell]:
-        """The cells worth reading in the "Why" column."""
-        return [c for c in self.cells if c is not None and c.status != Status.PASS and c.reason]
 
 
 @dataclass
@@ -83,58 +48,6 @@ class RunProgress:
         return eta_text(self.eta_s)
 
 
-@dataclass
-class RunGrid:
-    run: Run
-    columns: list[dict[str, Any]]
-    rows: list[GridRow]
-    progress: RunProgress
-    problems_only: bool = False
-    partial: bool = False  # only the rows that changed (the live poll)
-    colours: dict[str, str] = field(default_factory=lambda: STATUS_COLOURS)
-    # The whole run's cells by the state they show (cells.run_counts, as the triage, the runs list
-    # and the API count them): a multi-node result fills a cell in each member's row.
-    cells: dict[str, int] = field(default_factory=dict)
-
-    # The summary reads through to the progress (templates and older callers use grid.counts...).
-    @property
-    def counts(self) -> dict[str, int]:
-        return self.progress.counts
-
-    # done/total count cells too, as the badges do (the ETA and the API count results).
-    @property
-    def total(self) -> int:
-        return sum(self.cells.values()) if self.cells else self.progress.total
-
-    @property
-    def done(self) -> int:
-        if not self.cells:
-            return self.progress.done
-        return self.total - sum(self.cells.get(s, 0) for s in cells.ACTIVE_SHOWN)
-
-    @property
-    def percent(self) -> int:
-        return int(100 * self.done / self.total) if self.total else 100
-
-    @property
-    def count_items(self) -> list[tuple[str, int, str]]:
-        return cells.count_items(self.cells)
-
-    @property
-    def counted(self) -> RunCounts:
-        """The whole run's counts, for the triage box beside the grid."""
-        return RunCounts(cells=self.cells)
-
-    @property
-    def triage_key(self) -> str:
-        """Changes whenever the triage box would: a check failed or errored (results never leave
-        those states), or the run finished."""
-        return f"{self.cells.get(Status.FAIL, 0)}-{self.cells.get(Status.ERROR, 0)}-{int(self.run.is_active)}"
-
-
-_PROBLEMS = {Status.FAIL, Status.ERROR, Status.WARN, Status.CANCELLED}
-
-
 def run_progress(*, run: Run) -> RunProgress:
     """Counts by status and an ETA, from one aggregate query (grouped by kind, scope and status)."""
     rows = list(
@@ -143,10 +56,12 @@ def run_progress(*, run: Run) -> RunProgress:
         .annotate(n=Count("id"), seconds=Sum("duration_s"), timed=Count("duration_s"))
         .order_by()
     )
-    return _progress(run, rows)
+    return progress_of(run, rows)
 
 
-def _progress(run: Run, rows: Sequence[Mapping[str, Any]]) -> RunProgress:
+def progress_of(run: Run, rows: Sequence[Mapping[str, Any]], groups: Sequence[GroupEta] | None = None) -> RunProgress:
+    """RunProgress from rows of (kind, scope, status, n, seconds, timed); `groups`: the run's active
+    multi-node results when the caller has them (else one query reads them)."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + row["n"]
@@ -154,7 +69,7 @@ def _progress(run: Run, rows: Sequence[Mapping[str, Any]]) -> RunProgress:
     done = total - sum(counts.get(s, 0) for s in ACTIVE_STATUSES)
     if not run.is_active:
         return RunProgress(counts=counts, total=total, done=done)
-    groups = _active_groups(run)
+    groups = _active_groups(run) if groups is None else groups
     eta = estimate_eta(elapsed_s=run.elapsed_s, rows=rows, groups=groups)
     late = [g.running_s - g.expected_s for g in groups if g.running_s is not None and g.expected_s is not None]
     return RunProgress(counts=counts, total=total, done=done, eta_s=eta, overdue_s=max([0.0, *late]))
@@ -172,14 +87,22 @@ class GroupEta:
 
 def _active_groups(run: Run) -> list[GroupEta]:
     """The run's queued and running multi-node results (a few rows, on their own partial index)."""
+    return group_etas(
+        run,
+        CheckResult.objects.filter(run=run, scope=Scope.GROUP, status__in=ACTIVE_STATUSES)
+        .order_by()
+        .values_list("item_key", "kind", "status", "started_at"),
+    )
+
+
+def group_etas(run: Run, groups: Iterable[tuple[str, str, str, datetime | None]]) -> list[GroupEta]:
+    """GroupEta of the active ones of (item key, kind, status, started_at) of multi-node results."""
     items = {item["key"]: item for item in run.plan_snapshot.get("items", [])}
     now = timezone.now()
     out = []
-    for key, kind, status, started in (
-        CheckResult.objects.filter(run=run, scope=Scope.GROUP, status__in=ACTIVE_STATUSES)
-        .order_by()
-        .values_list("item_key", "kind", "status", "started_at")
-    ):
+    for key, kind, status, started in groups:
+        if status not in ACTIVE_STATUSES:
+            continue
         running = (now - started).total_seconds() if status == Status.RUNNING and started else None
         out.append(GroupEta(kind, _declared_s(items.get(key)), None if running is None else max(0.0, running)))
     return out
@@ -282,127 +205,6 @@ def eta_text(seconds: float | None) -> str:
         return f"ETA ~{minutes} min"
     hours, minutes = divmod(minutes, 60)
     return f"ETA ~{hours} h {minutes} min" if minutes else f"ETA ~{hours} h"
-
-
-_GROUP_FIELDS: tuple[str, ...] = (
-    "id", "item_key", "status", "reason", "node_set", "attribution", "started_at", "finished_at",
-)  # fmt: skip
-_GROUP_FIELDS += ("duration_s",)
-Tally = dict[tuple[str, str], list[Any]]
-
-
-def run_grid(*, run: Run, problems_only: bool = False, changed_since: datetime | None = None) -> RunGrid:
-    """Nodes × checks for one run in a constant number of queries (rows as tuples: a run of 1,250
-    nodes × 8 checks is 10,000 results, and model instances would cost more than the page).
-
-    `changed_since` keeps only the rows of nodes with a result that started or finished since then
-    (the live poll swaps just those rows); the summary always covers the whole run."""
-    columns = run.plan_snapshot["items"]
-    positions = {item["key"]: i for i, item in enumerate(columns)}
-    results = CheckResult.objects.filter(run=run)
-    # A few rows: the multi-node checks, with their member lists.
-    group_results = list(results.filter(scope=Scope.GROUP).values_list(*_GROUP_FIELDS))
-    node_results = results.filter(scope=Scope.NODE)
-    if changed_since is not None:
-        if any((t or changed_since) > changed_since for g in group_results for t in g[6:8]):
-            changed_since = None  # a multi-node result shows in every member's row: send them all
-        else:
-            changed = Q(started_at__gte=changed_since) | Q(finished_at__gte=changed_since)
-            node_results = node_results.filter(node_id__in=node_results.filter(changed).values("node_id"))
-    rows, tally = _grid_rows(node_results, positions, len(columns))
-    _place_group_results(run, rows, group_results, positions, len(columns), add_rows=changed_since is None)
-    row_list = sorted(rows.values(), key=lambda r: r.node.hostname)
-    for row in row_list:
-        row.worst = worst_status([c.status for c in row.cells if c is not None])
-    shown = cells.run_counts(run=run).cells  # the one count of the run page, triage, runs list and API
-    if problems_only:
-        row_list = [r for r in row_list if any(c is not None and c.status in _PROBLEMS for c in r.cells)]
-    if changed_since is None:
-        progress = _progress(run, _tallied(columns, tally, group_results))
-    else:
-        progress = run_progress(run=run)
-    return RunGrid(
-        run=run,
-        columns=columns,
-        rows=row_list,
-        progress=progress,
-        problems_only=problems_only,
-        partial=changed_since is not None,
-        cells=shown,
-    )
-
-
-def _grid_rows(
-    node_results: QuerySet[CheckResult], positions: dict[str, int], width: int
-) -> tuple[dict[int, GridRow], Tally]:
-    """One row per node with its per-node results in place, and the tally the progress is made of:
-    per (item, status), the count, the summed durations and how many had one (the whole grid also
-    yields the progress: one query less than run_progress)."""
-    # Tuples, not instances, and no JSON columns: this loop sees every result of the run.
-    values = node_results.order_by("node__hostname", "position").values_list(
-        "id", "node_id", "node__hostname", "item_key", "status", "reason", "duration_s", "command_started_at"
-    )
-    rows: dict[int, GridRow] = {}
-    tally: Tally = {}
-    for pk, node_id, hostname, item_key, status, reason, duration, command_started in values:
-        row = rows.get(node_id)
-        if row is None:
-            row = rows[node_id] = GridRow(node=NodeRef(node_id, hostname), cells=[None] * width)
-        row.cells[positions.get(item_key, 0)] = GridCell(pk, status, reason, item_key, command_started is not None)
-        counter = tally.get((item_key, status))
-        if counter is None:
-            counter = tally[(item_key, status)] = [0, 0.0, 0]
-        counter[0] += 1
-        if duration is not None:
-            counter[1] += duration
-            counter[2] += 1
-    return rows, tally
-
-
-def _place_group_results(
-    run: Run,
-    rows: dict[int, GridRow],
-    group_results: list[tuple[Any, ...]],
-    positions: dict[str, int],
-    width: int,
-    *,
-    add_rows: bool,
-) -> None:
-    """A multi-node check shows in the row of every node it spans (cells.group_shares: the node's
-    attributed verdict when the output named it, else the group's). `add_rows`: a node with no
-    per-node result of its own (a plan of multi-node checks only: the heat soak) gets a row."""
-    placed = [
-        (pk, item_key, cells.group_shares(status, reason, node_set, attribution))
-        for pk, item_key, status, reason, node_set, attribution, *_ in group_results
-    ]
-    by_hostname = {row.node.hostname: row for row in rows.values()}
-    missing = {host for *_, shares in placed for host in shares} - set(by_hostname) if add_rows else set()
-    if missing:
-        nodes = Node.objects.filter(cluster_id=run.cluster_id, hostname__in=missing).values_list("id", "hostname")
-        for node_id, hostname in nodes:
-            by_hostname[hostname] = rows[node_id] = GridRow(node=NodeRef(node_id, hostname), cells=[None] * width)
-    for pk, item_key, shares in placed:
-        column = positions.get(item_key)
-        if column is None:
-            continue  # not an item of this run's snapshot
-        for hostname, (status, reason) in shares.items():
-            row = by_hostname.get(hostname)
-            if row is not None:
-                row.cells[column] = GridCell(pk, status, reason, item_key)
-
-
-def _tallied(columns: list[dict[str, Any]], tally: Tally, group_results: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    kinds = {item["key"]: item["kind"] for item in columns}
-    tallied = [
-        {"kind": kinds.get(key, key), "scope": Scope.NODE, "status": status, "n": n, "seconds": sec, "timed": timed}
-        for (key, status), (n, sec, timed) in tally.items()
-    ]
-    tallied += [
-        {"kind": kinds.get(key, key), "scope": Scope.GROUP, "status": status, "n": 1, "seconds": sec}
-        | {"timed": int(sec is not None)}
-        for _, key, status, *_, sec in group_results
-    ]
-    return tallied
 
 
 def run_events(*, run: Run, limit: int = 200) -> list[RunEvent]:

@@ -19,18 +19,23 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.urls import reverse
 
 from checks import presentation_of, presented
 from checks.core.presentation import ERROR_REMEDY, UNJUDGED_REMEDY, Remedy
 from portal import formatting
 from portal.inventory.models import Node
-from portal.runs.models import CheckResult, Measurement, Scope, Series, Status
+from portal.runs.models import CheckResult, Measurement, Run, Scope, Series, Status
 
 TRIAGED = (Status.FAIL, Status.ERROR)
+# Nodes, results, measurements and GPUs a line lists on a page: a fault on 500 nodes stays one short
+# row (a screen of 20 names), and the CSV and the RMA text list every one.
+LISTED = 20
 _NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+(?:[.:]\d+)*")
 # Identity results a GPU's serial and bus id are read from: these statuses measured the GPUs.
 _MEASURED = (Status.PASS, Status.WARN, Status.FAIL)
@@ -131,7 +136,8 @@ class Member:
 
 @dataclass
 class Line:
-    """One cause on one or more nodes: the triage view's row."""
+    """One cause on one or more nodes: the triage view's row. What it derives from its members is
+    worked out once (cached_property), when read: after triage_lines has made the line whole."""
 
     status: str
     cause: str
@@ -142,7 +148,7 @@ class Line:
     def count(self) -> int:
         return len(self.members)
 
-    @property
+    @cached_property
     def node_set(self) -> str:
         return str(NodeSet.fromlist([m.hostname for m in self.members]))
 
@@ -156,7 +162,7 @@ class Line:
         seen = dict.fromkeys(f"{e.rule} {e.threshold}".strip() for m in self.members for e in m.evidence)
         return list(seen)
 
-    @property
+    @cached_property
     def cited(self) -> list[tuple[Cited, str]]:
         """Each result once, with the node it is that node's own result for when the line spans several
         nodes ("" for a group result the nodes share, or a one-node line)."""
@@ -171,13 +177,50 @@ class Line:
                 out.setdefault(c.result_id, (c, own))
         return list(out.values())
 
-    @property
+    @cached_property
     def gpus(self) -> list[tuple[str, Gpu]]:
         return [(m.hostname, g) for m in self.members for g in m.gpus]
 
     @property
     def reason(self) -> str:
         return self.members[0].reason
+
+    # What a page lists of a line, LISTED of each at most (the exports list everything).
+    @property
+    def listed_members(self) -> list[Member]:
+        return self.members[:LISTED]
+
+    @property
+    def more_members(self) -> int:
+        return max(0, self.count - LISTED)
+
+    @property
+    def listed_cited(self) -> list[tuple[Cited, str]]:
+        return self.cited[:LISTED]
+
+    @property
+    def more_cited(self) -> int:
+        return max(0, len(self.cited) - LISTED)
+
+    @cached_property
+    def evidence(self) -> list[tuple[Member, Evidence]]:
+        return [(m, e) for m in self.members for e in m.evidence]
+
+    @property
+    def listed_evidence(self) -> list[tuple[Member, Evidence]]:
+        return self.evidence[:LISTED]
+
+    @property
+    def more_evidence(self) -> int:
+        return max(0, len(self.evidence) - LISTED)
+
+    @property
+    def listed_gpus(self) -> list[tuple[str, Gpu]]:
+        return self.gpus[:LISTED]
+
+    @property
+    def more_gpus(self) -> int:
+        return max(0, len(self.gpus) - LISTED)
 
 
 def normalise(reason: str, hostname: str) -> str:
@@ -193,11 +236,12 @@ def _measured(row: dict[str, Any]) -> str:
 
 
 def _check_names(results: Iterable[CheckResult]) -> dict[tuple[int, str], str]:
-    runs = {r.run_id: r.run for r in results}  # a run's snapshot read once, not once per result
+    # Each run's snapshot read once (one query), not once per result.
+    snapshots = Run.objects.filter(pk__in={r.run_id for r in results}).values_list("pk", "plan_snapshot")
     return {
         (run_id, item.get("key", "")): item.get("name") or item.get("key", "")
-        for run_id, run in runs.items()
-        for item in run.plan_snapshot.get("items", [])
+        for run_id, snapshot in snapshots
+        for item in (snapshot or {}).get("items", [])
     }
 
 
@@ -226,8 +270,11 @@ def _answered(results: list[CheckResult]) -> set[int]:
     """The errored results whose node returned something (an exit code, output, or samples): their
     error is in the answer, not in reaching the node."""
     errored = [r for r in results if r.status == Status.ERROR]
+    if not errored:
+        return set()
     sampled = set(Series.objects.filter(result__in=errored).values_list("result_id", flat=True))
-    return {r.pk for r in errored if r.exit_code is not None or r.stdout or r.stderr or r.pk in sampled}
+    # has_output: annotated by triage_lines (the outputs themselves are not read).
+    return {r.pk for r in errored if r.exit_code is not None or getattr(r, "has_output", False) or r.pk in sampled}
 
 
 def _findings(result: CheckResult, bad: list[dict[str, Any]]) -> list[tuple[Remedy, str, list[dict[str, Any]]]]:
@@ -337,13 +384,25 @@ def _attach_gpus(members: list[Member]) -> None:
             m.gpus.append(Gpu(index, known.get(serial_name, ""), known.get(bus_name, "")))
 
 
-def triage_lines(*, result_ids: Iterable[int]) -> list[Line]:
-    """The triage lines of these results (those that failed or errored), failures first, then by
-    how many nodes share the line and the first node's name."""
-    results = list(
-        CheckResult.objects.filter(pk__in=list(result_ids), status__in=TRIAGED)
-        .select_related("node", "node__cluster", "run")
-        .defer("stdout", "stderr", "stdout_raw", "stderr_raw", "command")
+# What the lines are made of: never the outputs (has_output says whether there were any).
+_TRIAGE_FIELDS = (
+    "run", "node__hostname", "node__serial", "node__cluster__name", "item_key", "kind", "scope", "node_set",
+    "attribution", "position", "status", "reason", "exit_code", "finished_at",
+)  # fmt: skip
+
+
+def triage_lines(*, result_ids: Iterable[int] | None = None, run_id: int | None = None) -> list[Line]:
+    """The triage lines of these results (those that failed or errored), or of a run's, failures
+    first, then by how many nodes share the line and the first node's name."""
+    found = CheckResult.objects.filter(status__in=TRIAGED)
+    if run_id is not None:
+        found = found.filter(run_id=run_id)  # its failed results only (the status index), not every id of the run
+    if result_ids is not None:
+        found = found.filter(pk__in=list(result_ids))
+    results: list[CheckResult] = list(
+        found.select_related("node", "node__cluster")
+        .only(*_TRIAGE_FIELDS)
+        .annotate(has_output=ExpressionWrapper(~Q(stdout="") | ~Q(stderr=""), output_field=BooleanField()))
         .order_by("node__hostname", "position", "id")
     )
     members = _members(results)
@@ -358,7 +417,14 @@ def triage_lines(*, result_ids: Iterable[int]) -> list[Line]:
 
 def run_triage(*, run_id: int) -> list[Line]:
     """A run's triage lines."""
-    return triage_lines(result_ids=CheckResult.objects.filter(run_id=run_id).values_list("id", flat=True))
+    return triage_lines(run_id=run_id)
+
+
+def failing_nodes(lines: list[Line]) -> tuple[str, int]:
+    """The folded node set of the nodes the lines name (those with a failed or errored check), and
+    how many they are."""
+    hosts = {m.hostname for line in lines for m in line.members}
+    return (str(NodeSet.fromlist(sorted(hosts))) if hosts else ""), len(hosts)
 
 
 def campaign_triage(*, state: Any) -> list[Line]:

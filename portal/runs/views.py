@@ -25,8 +25,8 @@ from django.views.decorators.http import require_POST
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster
 from portal.roles import OPERATOR, VIEWER, has_role, role_required
-from portal.runs import cells, estimates, selectors, services
-from portal.runs.models import STATUS_COLOURS, Run
+from portal.runs import cells, estimates, grid, selectors, services, triage
+from portal.runs.models import STATUS_COLOURS, Run, Status
 
 
 @role_required(VIEWER)
@@ -111,33 +111,55 @@ LIVE_OVERLAP_S = 10.0
 
 @role_required(VIEWER)
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    """The run page. htmx polls it while the run is active: `?since=T` (the summary's poll) answers
-    with the summary and only the rows that changed since T, swapped out of band, so a 1,250-node
-    grid is not re-rendered (nor its scroll position lost) every 2 s; a plain htmx request, or one
-    made once the run has finished, gets the whole grid. The triage box rides along out of band
-    whenever what it shows changed since the poll's last answer (`triaged`)."""
+    """The run page: the whole run's summary and triage, then one page of the grid (grid.PAGE_ROWS
+    nodes in hostname order), filtered in the database (`problems=1`, `state=`, `nodes=` a node set
+    or part of a hostname), `page=N`, or `node=HOST` for the page that holds that node's row.
+
+    htmx polls it while the run is active: `?since=T` (the summary's poll) answers with the summary
+    and only the rows of the page that changed since T, swapped out of band; when the run finished,
+    a multi-node result moved, or the filter follows the results (a node enters or leaves it as its
+    checks finish), the whole grid answers instead, retargeted at #run-grid. A plain htmx request
+    gets the whole grid. The triage box rides along out of band whenever what it shows changed since
+    the poll's last answer (`triaged`)."""
     run = get_object_or_404(Run.objects.select_related("cluster", "requested_by"), pk=run_id)
-    problems_only = request.GET.get("problems") == "1"
+    grid_filter = grid.GridFilter.from_params(request.GET)
     since = _timestamp(request.GET.get("since"))
     now = timezone.now()
     htmx = bool(request.headers.get("HX-Request"))
-    # The problem filter polls the whole (filtered) grid: a node that turns bad must appear in it.
-    live = htmx and since is not None and run.is_active and not problems_only
+    live = htmx and since is not None and run.is_active and not grid_filter.follows_results
     changed_since = since - timedelta(seconds=LIVE_OVERLAP_S) if live and since else None
-    grid = selectors.run_grid(run=run, problems_only=problems_only, changed_since=changed_since)
-    query = {"problems": "1"} if problems_only else {"since": f"{now.timestamp():.3f}"}
-    # The poll says which failures its page's triage box shows: a new one swaps the box too.
-    query["triaged"] = grid.triage_key
-    compact = live and grid.partial
+    found = grid.run_grid(
+        run=run,
+        grid_filter=grid_filter,
+        page=request.GET.get("page"),
+        node=request.GET.get("node", "").strip()[:253],  # a hostname's longest (inventory.Node)
+        changed_since=changed_since,
+    )
+    here = reverse("runs:run_detail", args=[run.pk])
+    kept = {**grid_filter.params(), **({"page": str(found.page.number)} if found.page.number > 1 else {})}
+    # The poll keeps the filter and the page, and says which failures its triage box shows: a new
+    # one swaps the box too.
+    poll = {**kept, "since": f"{now.timestamp():.3f}", "triaged": found.triage_key}
+    compact = live and found.partial
+    triage_oob = htmx and request.GET.get("triaged") != found.triage_key
     context = {
         "run": run,
-        "grid": grid,
-        "rows_html": grid_rows_html(grid, oob=compact),
+        "grid": found,
+        "rows_html": grid_rows_html(found, oob=compact),
         "can_operate": has_role(request.user, OPERATOR),
-        "poll_url": f"{reverse('runs:run_detail', args=[run.pk])}?{urlencode(query)}",
+        "poll_url": f"{here}?{urlencode(poll)}",
         "compact": compact,
-        "triage_oob": htmx and request.GET.get("triaged") != grid.triage_key,
+        "triage_oob": triage_oob,
+        "pages": _page_links(here, grid_filter, found.page),
+        "slowest": [(host, seconds, _url(here, {**kept, "node": host})) for host, seconds in _slowest(run)],
+        "filter_urls": {
+            "all": _url(here, {k: v for k, v in grid_filter.params().items() if k != "problems"}),
+            "problems": _url(here, {**grid_filter.params(), "problems": "1"}),
+        },
+        "states": cells.SHOWN_ORDER,
     }
+    if not htmx or triage_oob:
+        context["triage_lines"] = triage.run_triage(run_id=run.pk)
     if not htmx:
         context["events"] = selectors.run_events(run=run)
         return render(request, "runs/run_detail.html", context)
@@ -151,15 +173,37 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     return response
 
 
-def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeString]:
+def _slowest(run: Run) -> list[tuple[str, float]]:
+    return grid.slowest_nodes(run=run) if not run.is_active else []
+
+
+def _url(path: str, params: dict[str, str]) -> str:
+    return f"{path}?{urlencode(params)}" if params else path
+
+
+def _page_links(path: str, grid_filter: grid.GridFilter, page: grid.GridPage) -> dict[str, str]:
+    """first/previous/next/last -> the URL of that page with the filter kept ("" where there is none)."""
+
+    def at(number: int) -> str:
+        return _url(path, {**grid_filter.params(), **({"page": str(number)} if number > 1 else {})})
+
+    return {
+        "first": at(1) if page.has_previous else "",
+        "previous": at(page.number - 1) if page.has_previous else "",
+        "next": at(page.number + 1) if page.has_next else "",
+        "last": at(page.pages) if page.has_next else "",
+    }
+
+
+def grid_rows_html(found: grid.RunGrid, *, oob: bool = False) -> list[SafeString]:
     """The grid's rows as HTML, every value escaped. Written here rather than in the template on
-    purpose: 1,250 nodes × 8 checks is 10,000 cells, and Django's template engine spends about
-    0.5 s on them where this takes a few tens of ms (bench/bench_pages.py). `oob`: each row is
-    swapped out of band by the live poll, wrapped in <template> so a lone <tr> survives parsing.
-    Node names link to the node's page, cells to their result."""
+    purpose: a page of 100 nodes x 8 checks is 800 cells, which Django's template engine renders
+    several times slower than this loop (bench/bench_pages.py). `oob`: each row is swapped out of
+    band by the live poll, wrapped in <template> so a lone <tr> survives parsing. Node names link to
+    the node's page, cells to their result; the row of the node asked for (`focus`) is marked."""
     prefix, _, suffix = reverse("runs:result_detail", args=[0]).rpartition("/0/")
     prefix, suffix = escape(prefix), escape(suffix)
-    node_prefix, _, node_suffix = reverse("history:node_detail", args=[grid.run.cluster.name, "0"]).rpartition("/0/")
+    node_prefix, _, node_suffix = reverse("history:node_detail", args=[found.run.cluster.name, "0"]).rpartition("/0/")
     node_prefix, node_suffix = escape(node_prefix), escape(node_suffix)
     escaped: dict[str, str] = {}  # most reasons repeat ("all within spec"): escape each once
 
@@ -175,10 +219,11 @@ def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeSt
     around: dict[tuple[str, bool, str], tuple[str, str]] = {}
     whys: dict[tuple[tuple[str, str], ...], str] = {}  # rows failing alike share their "Why"
     rows = []
-    for row in grid.rows:
+    for row in found.rows:
         host = esc(row.node.hostname)
         node_url = f"{node_prefix}/{escape(quote(row.node.hostname, safe=''))}/{node_suffix}"
-        parts = [f'{open_row}<tr id="node-{row.node.id}"{swap}><td><a href="{node_url}">{host}</a></td>']
+        mark = ' class="focus"' if row.node.id == found.focus else ""
+        parts = [f'{open_row}<tr id="node-{row.node.id}"{mark}{swap}><td><a href="{node_url}">{host}</a></td>']
         for cell in row.cells:
             if cell is None:
                 parts.append("<td></td>")
@@ -189,9 +234,12 @@ def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeSt
                 state = esc(cell.shown)
                 waiting = cell.shown == cells.WAITING and not cell.reason
                 title = esc(WAITING_TITLE) if waiting else esc(cell.reason)
+                # A passing cell's reason is on its result's page: as a title on every pass cell it
+                # was most of the page (18 checks' sentences on each of 100 rows, ~200 KB).
+                titled = f' title="{title}"' if cell.status != Status.PASS and title else ""
                 head_tail = around[key] = (
                     f'<td><a class="cell {state}" href="{prefix}/',
-                    f'/{suffix}" title="{title}">{state}</a></td>',
+                    f'/{suffix}"{titled}>{state}</a></td>',
                 )
             parts.append(f"{head_tail[0]}{cell.pk}{head_tail[1]}")
         problems = row.problems
@@ -207,7 +255,7 @@ def grid_rows_html(grid: selectors.RunGrid, *, oob: bool = False) -> list[SafeSt
 WAITING_TITLE = "claimed by a worker; runs after this node's earlier checks"
 
 
-def _why_html(problems: list[selectors.GridCell], esc: Callable[[str], str]) -> str:
+def _why_html(problems: list[grid.GridCell], esc: Callable[[str], str]) -> str:
     """Each distinct reason once, after the checks that gave it (cells.why)."""
     return " · ".join(
         f"<b>{esc(', '.join(keys))}</b>: {esc(Truncator(reason).chars(160))}" for keys, reason in cells.why(problems)

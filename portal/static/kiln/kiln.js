@@ -9,4 +9,10 @@
       event.preventDefault();
     }
   });
+  // The run page opened at a node's row (?node=HOST): bring that row into view inside the grid's
+  // scrolling box. Deferred scripts run once the document is parsed.
+  var focus = document.querySelector("#run-grid tr.focus");
+  if (focus && focus.scrollIntoView) {
+    focus.scrollIntoView({ block: "center" });
+  }
 })();

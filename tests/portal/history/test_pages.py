@@ -356,7 +356,13 @@ def test_closed_runs_are_listed_from_their_summary_and_active_ones_counted(
     services.run_finalize(run_id=closed.pk)
     closed.refresh_from_db()
     cells = {"pass": 7, "fail": 1}  # the grid's cells: as many as results, no multi-node check here
-    assert closed.summary == {"results": 8, "nodes": 4, "counts": {"pass": 7, "fail": 1}, "cells": cells}
+    assert closed.summary == {
+        "results": 8,
+        "nodes": 4,
+        "counts": {"pass": 7, "fail": 1},
+        "cells": cells,
+        "slowest": closed.summary["slowest"],  # the run page's (tests/portal/test_run_page.py)
+    }
     set_result(active, "n01", "ecc-health", "warn", "hot")
 
     CheckResult.objects.filter(run=closed).update(status="error")  # the page must not count these again
