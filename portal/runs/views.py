@@ -151,7 +151,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "compact": compact,
         "triage_oob": triage_oob,
         "pages": _page_links(here, grid_filter, found.page),
-        "slowest": [(host, seconds, _url(here, {**kept, "node": host})) for host, seconds in _slowest(run)],
+        # The slowest nodes' rows, whatever the filter (a filter may leave them out).
+        "slowest": [(host, seconds, _url(here, {"node": host})) for host, seconds in _slowest(run)],
         "filter_urls": {
             "all": _url(here, {k: v for k, v in grid_filter.params().items() if k != "problems"}),
             "problems": _url(here, {**grid_filter.params(), "problems": "1"}),
