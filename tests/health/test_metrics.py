@@ -282,3 +282,20 @@ def test_after_close_runs_inline_when_the_broker_refuses_its_task(cluster, make_
     monkeypatch.setattr(tasks.run_closed, "apply_async", lambda args, kwargs=None, **options: sent.append(args))
     signals.after_close(run.pk)
     assert evaluated == [run.pk] and sent == [(run.pk,)]  # sent, not run here
+
+
+def test_a_default_scrape_has_two_series_per_node_whatever_it_measured(
+    client, token, cluster, make_run, django_capture_on_commit_callbacks
+) -> None:
+    """Per node its state and when it was judged (and a series per failing check): none per GPU or
+    per measurement, however many each node has."""
+    run = make_run(cluster)
+    for result in run.results.filter(item_key="ecc-health"):
+        for gpu in range(8):
+            for counter in ("volatile_uncorrected", "aggregate_corrected"):
+                add_measurement(result, f"ecc_{counter}", value=gpu, gpu=gpu)
+    finish(run, {"n02": ("fail", "GPU 3 ECC")}, django_capture_on_commit_callbacks)
+    families = scrape(client, token)
+    per_node = [s for family in families.values() for s in family.samples if "node" in s.labels]
+    assert len(per_node) == 2 * 4 + 1  # 4 nodes, one failing check
+    assert len(scrape(client, token, "?cluster=c1&detail=1")["kiln_gpu_ecc_errors"].samples) == 4 * 8 * 2
