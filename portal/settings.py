@@ -323,6 +323,10 @@ KILN_RETENTION_CRON = env.str("KILN_RETENTION_CRON", default="30 3 * * *")
 # Bearer token for /metrics (Prometheus). The environment wins; else the token `manage.py kiln_init`
 # generated into the data folder (`make up` prints it); neither: /metrics answers 403.
 KILN_METRICS_TOKEN = env.str("KILN_METRICS_TOKEN", default="").strip() or metrics_token_read(DATA_DIR)
+# Each node's per-GPU values on every scrape (off: only with ?detail=1 on a one-cluster scrape). Off by
+# default: they are ~150 series and ~13 KB per 8-GPU node, 170 MB at 12,500 nodes, where health and the
+# per-cluster aggregates are ~2 series per node (docs/operations/monitoring.md).
+KILN_METRICS_DETAIL = env.bool("KILN_METRICS_DETAIL", default=False)
 # Sender of alert e-mails; empty: DEFAULT_FROM_EMAIL.
 KILN_ALERT_FROM_EMAIL = env.str("KILN_ALERT_FROM_EMAIL", default="")
 # Delivery attempts per alert before it is `failed`, and the first retry delay (doubling, capped at

@@ -3,6 +3,8 @@ the environment and documents its default):
 
     KILN_METRICS_TOKEN               bearer token for /metrics (default: the data folder's metrics_token;
                                      neither: /metrics answers 403)
+    KILN_METRICS_DETAIL              every scrape carries each node's per-GPU values (False: only
+                                     ?detail=1 with ?cluster=)
     KILN_ALERT_FROM_EMAIL            sender of alert emails (default: DEFAULT_FROM_EMAIL)
     KILN_ALERT_MAX_ATTEMPTS          delivery attempts per alert before it is `failed` (5)
     KILN_ALERT_RETRY_BASE_S          first retry delay; doubles each attempt (30)
@@ -31,6 +33,10 @@ def _get(name: str) -> str:
 
 def metrics_token() -> str:
     return _get("KILN_METRICS_TOKEN").strip()
+
+
+def metrics_detail() -> bool:
+    return bool(settings.KILN_METRICS_DETAIL)
 
 
 def alert_from_email() -> str:

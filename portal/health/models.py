@@ -318,11 +318,18 @@ class NodeRisk(models.Model):
 class NodeMetrics(models.Model):
     """One /metrics family of one node: its latest key measurements as Prometheus sample lines
     (portal/health/metrics.py), written when a run that judged the node finishes, so a scrape
-    concatenates these rows instead of reading the fleet's measurements."""
+    concatenates these rows instead of reading the fleet's measurements. `values` holds the same
+    numbers for its cluster's aggregates (ClusterMetrics)."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="exported_metrics")
     family = models.CharField(max_length=100)
     samples = models.TextField(help_text="Sample lines in the Prometheus text format, without HELP and TYPE.")
+    values = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="{label value: [values]} of a measurement family, {check kind: 1 failing / 0} of the "
+        "failing-checks family; null: stored before values were kept (re-rendered after migrate).",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["node", "family"], name="node_metrics_unique")]
@@ -330,6 +337,23 @@ class NodeMetrics(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.family}"
+
+
+class ClusterMetrics(models.Model):
+    """One /metrics family of one cluster: sample lines rendered from its nodes' NodeMetrics when a
+    run of the cluster finishes (the per-cluster aggregates, and the failing checks of its nodes), so
+    a default scrape streams a few rows per cluster whatever the node count."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="exported_metrics")
+    family = models.CharField(max_length=100)
+    samples = models.TextField(help_text="Sample lines in the Prometheus text format, without HELP and TYPE.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "family"], name="cluster_metrics_unique")]
+        indexes = [models.Index(fields=["family", "cluster"], name="cluster_metrics_family")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}: {self.family}"
 
 
 class WorkerBeat(models.Model):

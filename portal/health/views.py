@@ -159,12 +159,17 @@ def schedule_delete(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("health:schedules")
 
 
+DETAIL_VALUES = {"1": True, "true": True, "0": False, "false": False}  # ?detail= of /metrics
+
+
 @login_not_required
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponseBase:
     """Prometheus scrape endpoint. `Authorization: Bearer $KILN_METRICS_TOKEN`; no header: 401,
     a wrong token (or none configured, so the endpoint is off): 403. `?cluster=NAME`: that cluster
-    only (404 when there is none of that name). Streamed: its size grows with the fleet."""
+    only (404 when there is none of that name). `?detail=1` adds each node's per-GPU values, on a
+    scrape of one cluster only (400 without `cluster`); `?detail=0` leaves them out where
+    KILN_METRICS_DETAIL puts them in every scrape. Streamed."""
     from portal.health.metrics import CONTENT_TYPE, exposition_chunks
 
     token = conf.metrics_token()
@@ -176,6 +181,12 @@ def metrics(request: HttpRequest) -> HttpResponseBase:
     if not token or not hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token.encode()):
         return HttpResponse("invalid metrics token\n", status=403, content_type="text/plain")
     cluster = request.GET.get("cluster")
+    asked = request.GET.get("detail")
+    if asked is not None and asked not in DETAIL_VALUES:
+        return HttpResponse("detail is 1 or 0\n", status=400, content_type="text/plain")
+    detail = DETAIL_VALUES[asked] if asked is not None else conf.metrics_detail()
+    if asked is not None and detail and cluster is None:
+        return HttpResponse("detail=1 needs cluster=NAME\n", status=400, content_type="text/plain")
     if cluster is not None and not Cluster.objects.filter(name=cluster).exists():
         return HttpResponse("no such cluster\n", status=404, content_type="text/plain")
-    return StreamingHttpResponse(exposition_chunks(cluster=cluster), content_type=CONTENT_TYPE)
+    return StreamingHttpResponse(exposition_chunks(cluster=cluster, detail=detail), content_type=CONTENT_TYPE)

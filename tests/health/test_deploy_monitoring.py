@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from django.urls import reverse
 
 from portal.health.models import Schedule, ScheduledFire
 from portal.health.services import worker_beat_record
@@ -30,6 +31,8 @@ from tests.portal.helpers import add_measurement
 DASHBOARD = REPO / "deploy" / "grafana" / "kiln-dashboard.json"
 PROMETHEUS = REPO / "deploy" / "prometheus"
 RULES = PROMETHEUS / "kiln-rules.yml"
+# The dashboard's row of per-GPU panels: their series need a scrape with detail (?detail=1).
+DETAIL_ROW = "Per-GPU detail"
 # Series Prometheus itself makes for every scrape target, not Kiln's.
 PROMETHEUS_OWN = {"up"}
 KEYWORDS = {
@@ -91,15 +94,24 @@ def dashboard_expressions() -> list[tuple[str, str]]:
     return found
 
 
+def detail_panels() -> list[str]:
+    """Titles of the panels in the per-GPU detail row: what a default scrape does not serve."""
+    board = json.loads(DASHBOARD.read_text())
+    return [p["title"] for top in board["panels"] if top["title"].startswith(DETAIL_ROW) for p in top["panels"]]
+
+
 def rule_expressions() -> list[tuple[str, str]]:
     rules = yaml.safe_load(RULES.read_text())
     return [(f"rule {r.get('alert') or r.get('record')}", r["expr"]) for g in rules["groups"] for r in g["rules"]]
 
 
 @pytest.fixture
-def served(client, token, cluster, make_run, quick_plan, django_capture_on_commit_callbacks) -> dict[str, Any]:
-    """The real /metrics after a seeded fleet: a finished run with GPU temperatures, burn-in peaks and
-    ECC counters, one failed node, a finished sweep, a worker beat."""
+def served(
+    client, token, cluster, make_run, quick_plan, django_capture_on_commit_callbacks
+) -> dict[str, dict[str, Any]]:
+    """The real /metrics after a seeded fleet (a finished run with GPU temperatures, burn-in peaks and
+    ECC counters, one failed node, a finished sweep, a worker beat): the default scrape, and the
+    cluster's with per-GPU detail."""
     from portal.catalog.models import CheckDefinition, TestPlan, TestPlanItem
 
     plan = TestPlan.objects.create(slug="deploy", name="Deploy monitoring plan")
@@ -120,7 +132,7 @@ def served(client, token, cluster, make_run, quick_plan, django_capture_on_commi
     ScheduledFire.objects.create(schedule=schedule, fire_time=dt.datetime.now(dt.UTC), run=run)
     finish(run, {"n02": ("fail", "GPU 1 ECC")}, django_capture_on_commit_callbacks)
     worker_beat_record(name="celery@deploy-test")
-    return scrape(client, token)
+    return {"default": scrape(client, token), "detail": scrape(client, token, f"?cluster={cluster.name}&detail=1")}
 
 
 def _family_of(name: str, families: dict[str, Any]) -> str | None:
@@ -137,29 +149,50 @@ def _family_of(name: str, families: dict[str, Any]) -> str | None:
 
 
 def test_every_metric_the_dashboard_and_rules_use_is_served(served) -> None:
+    """By the default scrape, except the detail row's panels: by a scrape with detail."""
     expressions = dashboard_expressions() + rule_expressions()
     assert len(expressions) >= 15, expressions
+    detail = {f"panel {title!r}" for title in detail_panels()}
+    assert len(detail) >= 4, detail
     used: set[str] = set()
     for where, expr in expressions:
         names = metric_names(expr)
         assert names, f"{where}: no metric in {expr!r}"
+        families = served["detail" if where in detail else "default"]
         for name in names - PROMETHEUS_OWN:
-            family = _family_of(name, served)
-            assert family is not None, f"{where}: {name} is not served by /metrics (served: {sorted(served)})"
-            assert name.startswith("kiln_") and served[family].samples, f"{where}: {name} has no samples"
+            family = _family_of(name, families)
+            assert family is not None, f"{where}: {name} is not served by /metrics (served: {sorted(families)})"
+            assert name.startswith("kiln_") and families[family].samples, f"{where}: {name} has no samples"
             used.add(family)
         for name, labels in matched_labels(expr):
             if name in PROMETHEUS_OWN:
                 continue
-            have = {key for sample in served[_family_of(name, served)].samples for key in sample.labels}
+            have = {key for sample in families[_family_of(name, families)].samples for key in sample.labels}
             assert labels <= have, f"{where}: {name} has no label {sorted(labels - have)} (it has {sorted(have)})"
     # What the issue asks the dashboard and alerts to show.
     wanted = {
-        "kiln_cluster_nodes", "kiln_node_health_state", "kiln_node_check_failing", "kiln_gpu_temp_celsius",
-        "kiln_gpu_ecc_errors", "kiln_cluster_last_sweep_duration_seconds",
-        "kiln_cluster_next_sweep_due_timestamp_seconds", "kiln_worker_last_heartbeat_timestamp_seconds",
+        "kiln_cluster_nodes", "kiln_node_health_state", "kiln_node_check_failing", "kiln_cluster_check_failing_nodes",
+        "kiln_cluster_measurement", "kiln_gpu_temp_celsius", "kiln_gpu_ecc_errors",
+        "kiln_cluster_last_sweep_duration_seconds", "kiln_cluster_next_sweep_due_timestamp_seconds",
+        "kiln_worker_last_heartbeat_timestamp_seconds",
     }  # fmt: skip
     assert wanted <= used, sorted(wanted - used)
+    # The aggregates' selectors name a served metric, and stats the aggregate has.
+    aggregated = {s.labels["metric"] for s in served["default"]["kiln_cluster_measurement"].samples}
+    stats = {s.labels["stat"] for s in served["default"]["kiln_cluster_measurement"].samples}
+    for where, expr in expressions:
+        for metric in re.findall(r'\bmetric="([^"]+)"', expr):
+            assert metric in aggregated, f"{where}: no aggregate of {metric} (have {sorted(aggregated)})"
+        for chosen in re.findall(r'\bstat=~?"([^"]+)"', expr):
+            assert set(chosen.split("|")) <= stats, f"{where}: stat {chosen} (have {sorted(stats)})"
+
+
+def test_the_detail_rows_panels_say_they_need_detail() -> None:
+    board = json.loads(DASHBOARD.read_text())
+    [row] = [top for top in board["panels"] if top["title"].startswith(DETAIL_ROW)]
+    assert row["type"] == "row" and row["collapsed"] is True  # not queried until opened
+    for panel in row["panels"]:
+        assert "?detail=1" in panel["description"] and "KILN_METRICS_DETAIL" in panel["description"], panel["title"]
 
 
 def test_the_dashboard_is_an_importable_grafana_dashboard() -> None:
@@ -244,3 +277,14 @@ def test_promtool_parses_every_dashboard_expression(tmp_path: Path) -> None:
     assert checked.returncode == 0 and f"SUCCESS: {len(rules)} rules found" in checked.stdout, (
         checked.stdout + checked.stderr
     )
+
+
+def test_promtool_accepts_what_metrics_serves(served, client, token) -> None:
+    """`promtool check metrics` parses the exposition and lints it (names, help, label names a
+    summary or histogram reserves), by default and with detail."""
+    promtool = _promtool()
+    for query in ("", "?cluster=c1&detail=1"):
+        response = client.get(reverse("health:metrics") + query, HTTP_AUTHORIZATION=f"Bearer {token}")
+        text = b"".join(response.streaming_content)
+        checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=120)
+        assert checked.returncode == 0, (query, checked.stdout + checked.stderr)

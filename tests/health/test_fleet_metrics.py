@@ -45,15 +45,25 @@ def test_it_counts_each_clusters_nodes_per_state_with_zeros(
 def test_it_exports_each_nodes_failing_checks_by_kind_from_its_latest_result(
     client, token, cluster, make_run, django_capture_on_commit_callbacks
 ) -> None:
+    """Per node only the kinds that fail (a series per failure, none per passing check); per
+    cluster every kind with a verdict, zeros included."""
     finish(make_run(cluster), {"n02": ("fail", "GPU 3 ECC")}, django_capture_on_commit_callbacks)
-    failing = scrape(client, token)["kiln_node_check_failing"]
-    assert _values(failing, node="n02") == {("c1", "ecc_health"): 1.0, ("c1", "gpu_inventory"): 0.0}
-    assert sum(s.value for s in failing.samples) == 1 and len(failing.samples) == 8
+    families = scrape(client, token)
+    failing = families["kiln_node_check_failing"]
+    assert _values(failing) == {("c1", "ecc_health", "n02"): 1.0}
+    per_cluster = families["kiln_cluster_check_failing_nodes"]
+    assert _values(per_cluster) == {("c1", "ecc_health"): 1.0, ("c1", "gpu_inventory"): 0.0}
     finish(make_run(cluster), {"n02": ("error", "unreachable")}, django_capture_on_commit_callbacks)
-    still = scrape(client, token)["kiln_node_check_failing"]  # `error` could not tell: the fail stands
-    assert _values(still, node="n02")[("c1", "ecc_health")] == 1.0
+    still = scrape(client, token)  # `error` could not tell: the fail stands
+    assert _values(still["kiln_node_check_failing"]) == {("c1", "ecc_health", "n02"): 1.0}
+    assert _values(still["kiln_cluster_check_failing_nodes"])[("c1", "ecc_health")] == 1.0
     finish(make_run(cluster), capture=django_capture_on_commit_callbacks)
-    assert sum(s.value for s in scrape(client, token)["kiln_node_check_failing"].samples) == 0
+    cleared = scrape(client, token)
+    assert "kiln_node_check_failing" not in cleared
+    assert _values(cleared["kiln_cluster_check_failing_nodes"]) == {
+        ("c1", "ecc_health"): 0.0,
+        ("c1", "gpu_inventory"): 0.0,
+    }
 
 
 def _sweep(cluster, make_run, schedule: Schedule, fired: dt.datetime, seconds: float | None) -> None:

@@ -12,7 +12,12 @@ from portal.health.services.alerts import (
     alerts_create,
     slack_body,
 )
-from portal.health.services.exported import node_metrics_backfill, node_metrics_refresh, run_metrics_refresh
+from portal.health.services.exported import (
+    cluster_metrics_refresh,
+    node_metrics_backfill,
+    node_metrics_refresh,
+    run_metrics_refresh,
+)
 from portal.health.services.risks import risks_refresh
 from portal.health.services.scheduler import (
     GIVE_ACTIONS,
@@ -47,6 +52,7 @@ __all__ = [
     "health_evaluate_run",
     "risks_refresh",
     "hooks_plan",
+    "cluster_metrics_refresh",
     "node_metrics_backfill",
     "node_metrics_refresh",
     "run_metrics_refresh",
