@@ -1,19 +1,25 @@
-"""Server time and query counts of the run page at 1,250 nodes × 8 checks, against a 16-node peer.
+"""Every page and export at scale, against a 16-node peer.
 
-    python bench/bench_pages.py [--repeat 7] [--nodes 1250] [--peer 16]
+    python bench/bench_pages.py [--nodes 1250] [--peer 16] [--runs 30] [--repeat 5] [--reuse] [--only TEXT,...]
+    python bench/bench_pages.py --live [--repeat 7] [--nodes 1250] [--peer 16]
 
-Seeds its own database: a fresh SQLite file in a temporary folder, or, with DATABASE_URL, a
-throw-away `test_<name>` database on that server (created and dropped like the test runner does).
-Each cluster gets one finished run and one active run of the same 8-check plan, with a handful of
-measurements per result (per-GPU ones for burn-in and temperature). Pages are fetched with Django's
-test Client as a logged-in viewer: server time only (no network, no browser), the median of
+Without --live: the history bench (bench/bench_history.py, its docstring says how it seeds): a
+month of runs shaped like real ones at 1,250 nodes, then every page, fragment and export a user
+opens for the latest run (run page, problems only, grid fragment, triage CSV and RMA text, compare,
+fleet distribution, rack heatmap, node and cluster pages, results and measurements exports with
+their first byte, /metrics, the health page), closing a run and what the worker does after it;
+each line against its target and the peer.
+
+With --live: an active run, seeded here rather than from history, since the history seeder's runs
+are all finished. Seeds its own database: a fresh SQLite file in a temporary folder, or, with
+DATABASE_URL, a throw-away `test_<name>` database on that server (created and dropped like the test
+runner does). Each cluster gets one finished run and one active run of the same 8-check plan, with a
+handful of measurements per result (per-GPU ones for burn-in and temperature). Pages are fetched with
+Django's test Client as a logged-in viewer: server time only (no network, no browser), the median of
 `--repeat` requests after one warm-up (wall time, and this process's CPU time, which a busy shared
-machine inflates less; with PostgreSQL the database's own time is in wall only), and the query
-count of one request.
-
-Pages: the run page (full HTML), the grid fragment htmx fetches (HX-Request), the live poll of an
-active run (the summary plus the rows changed in the last seconds), and a node page
-(/clusters/<name>/nodes/<hostname>/ when the URL exists, else the cluster page).
+machine inflates less; with PostgreSQL the database's own time is in wall only), and the query count
+of one request: the run page (full HTML), the grid fragment htmx fetches (HX-Request), the live poll
+of an active run (the summary plus the rows changed in the last seconds), and a node page.
 Target: under 300 ms and a query count that does not grow with the node count.
 """
 
@@ -229,7 +235,16 @@ def measure(
 
 
 def main() -> int:
+    if "--live" not in sys.argv[1:]:
+        from bench.bench_history import main as history_main
+
+        return history_main()
+    return live_main()
+
+
+def live_main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--live", action="store_true", help="an active run's pages and live poll")
     parser.add_argument("--nodes", type=int, default=1250)
     parser.add_argument("--peer", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=7)
