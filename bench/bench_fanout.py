@@ -144,6 +144,7 @@ def setup_django(args: argparse.Namespace, data_dir: Path) -> None:
     django.setup()
     from django.core.management import call_command
 
+    call_command("kiln_init", verbosity=0)  # the data folder's keys: `kiln run` refuses to start without them
     call_command("migrate", verbosity=0, interactive=False)
 
 
