@@ -11,17 +11,17 @@ each round every tool runs once, the tools taking turns to go first (round r sta
 so none is always the one on cold caches or on a machine still busy with the last tool's nodes.
 Medians are reported with their spread (lowest-highest).
 
-  - kiln: what a user runs, `kiln run CLUSTER quick --nodes NODESET --wait --json` (the `kiln`
-    console script beside this Python), timed by the wall clock from starting it to its exit: its
-    start-up, starting the run, the queue, the node tasks, closing the run, noticing the end and
-    printing the verdicts. The run must end pass or warn (exit 0). Per-phase costs come from the
-    run's own timestamps: start-up (CLI start to the run created), queue (to the first node task
-    starting it), nodes (to the last result recorded), close (to the run finished) and notice
-    (to the CLI's exit); and per node from the worker's per-task log line (worker/db.py's ledger):
-    claim, SSH connect, judging, recording (queries), closing, Kiln's own time beside the node's
-    commands. Meanwhile pg_stat_activity is sampled every 20 ms: the worker's PostgreSQL
-    connections (application_name `kiln-worker`) at most at once and how many were opened; and the
-    worker's CPU time per node (/proc) and peak memory.
+  - kiln: what a user runs, `kiln run CLUSTER quick --nodes NODESET --wait` (the `kiln` console
+    script beside this Python, its bytecode cached as pip installs it), timed by the wall clock
+    from starting it to its exit: its start-up, starting the run, the queue, the node tasks,
+    closing the run, noticing the end and printing the verdicts. The run must end pass or warn
+    (exit 0). Per-phase costs come from the run's own timestamps: start-up (CLI start to the run
+    created), queue (to the first node task starting it), nodes (to the last result recorded),
+    close (to the run finished) and notice (to the CLI's exit); and per node from the worker's
+    per-task log line (worker/db.py's ledger): claim, SSH connect, judging, recording (queries),
+    closing, Kiln's own time beside the node's commands. Meanwhile pg_stat_activity is sampled
+    every 20 ms: the worker's PostgreSQL connections (application_name `kiln-worker`) at most at
+    once and how many were opened; and the worker's CPU time per node (/proc) and peak memory.
   - the peers: pdsh (apt-get install -y pdsh), clush (the system one, apt-get install -y
     clustershell, else ClusterShell's module, a Kiln dependency) and asyncssh (the `bench` extra,
     pip install -e '.[bench]'; left out, with a note, when missing) run on every node exactly the
@@ -59,8 +59,8 @@ flushed). KILN_BENCH_DATABASE_URL / KILN_BENCH_BROKER_URL override the defaults.
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -184,6 +184,7 @@ class Worker:
     def __init__(self, log_path: Path, env: dict[str, str], overrides: dict[str, str]) -> None:
         self.log_path = log_path
         self.env = {k: v for k, v in env.items() if k not in WORKER_ENV_DEFAULTS} | overrides
+        self.env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: bytecode cached (installed_env)
         self.process: subprocess.Popen[bytes] | None = None
 
     def peak_rss_mb(self) -> float:
@@ -254,26 +255,34 @@ def node_set(hostnames: list[str]) -> str:
 
 
 def kiln_once(setup: Setup, size: int) -> KilnRun:
-    """`kiln run bench quick --nodes ... --wait --json` on the first `size` nodes, timed from its
-    start to its exit, with the worker's connections sampled meanwhile."""
+    """`kiln run bench quick --nodes ... --wait` on the first `size` nodes, timed from its start to
+    its exit, with the worker's connections sampled meanwhile."""
     from portal.runs.models import Run
 
-    argv = [*kiln_argv(), "run", CLUSTER, "quick", "--nodes", node_set(setup.hostnames[:size]), "--wait", "--json"]
+    argv = [*kiln_argv(), "run", CLUSTER, "quick", "--nodes", node_set(setup.hostnames[:size]), "--wait"]
     sampler = ConnectionSampler(setup.database_url)
     sampler.start()
     wall_start = time.time()
     started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False, timeout=1800)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, cwd=REPO, env=installed_env(), check=False, timeout=1800
+    )
     seconds = time.monotonic() - started
     wall_end = time.time()
     peak = sampler.stop()
-    try:
-        run_id = int(json.loads(proc.stdout)["run"])
-    except (ValueError, KeyError, TypeError):
+    last = (proc.stdout.strip().splitlines() or [""])[-1]  # "run N: STATUS (reason)"
+    match = re.match(r"run (\d+): ", last)
+    if match is None:
         return KilnRun(seconds, proc.returncode, None, "?", peak, len(sampler.pids), error=proc.stderr[-500:])
-    run = Run.objects.get(pk=run_id)
+    run = Run.objects.get(pk=int(match[1]))
     phases = run_phases(run, wall_start, wall_end)
-    return KilnRun(seconds, proc.returncode, run_id, run.status, peak, len(sampler.pids), phases)
+    return KilnRun(seconds, proc.returncode, run.pk, run.status, peak, len(sampler.pids), phases)
+
+
+def installed_env() -> dict[str, str]:
+    """This environment as an installed Kiln's commands see it: bytecode cached (pip compiles it at
+    install), so PYTHONDONTWRITEBYTECODE, which a test environment may set, is left out."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def run_phases(run: Any, wall_start: float, wall_end: float) -> dict[str, float]:
@@ -357,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     testbed = Testbed(max(sizes), workdir / "testbed", name="bfan").up()
     print(f"testbed of {max(sizes)} nodes up in {time.monotonic() - started:.1f} s", flush=True)
     overrides = dict(item.split("=", 1) for item in args.worker_env)
-    worker = Worker(workdir / "worker.log", dict(os.environ), overrides)
+    worker = Worker(workdir / "worker.log", installed_env(), overrides)
     try:
         setup = _setup(args, testbed, worker, workdir)
         failures: list[str] = []

@@ -63,8 +63,9 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     kiln = shutil.which("kiln", path=str(Path(sys.executable).parent)) or "kiln"
     db = urlsplit(args.database_url)
+    # As an installed Kiln runs: its bytecode cached (a test environment may set this variable).
     env = dict(
-        os.environ,
+        {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         DATABASE_URL=args.database_url,
         CELERY_BROKER_URL=args.broker_url,
         KILN_DATA_DIR=str(work / "data"),
