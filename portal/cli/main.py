@@ -256,6 +256,7 @@ def _server_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def main(argv: Sequence[str] | None = None) -> int:
     """`kiln ARGS`. From the command line (no `argv`), the process then ends at once (`leave`)."""
     if argv is None:
+        code: int | str | None
         try:
             code = _main(sys.argv[1:])
         except SystemExit as exc:
