@@ -1,38 +1,54 @@
 """Fan-out side by side: Kiln's `quick` plan against pdsh, clush and asyncssh on the same nodes.
 
     python bench/bench_fanout.py [--nodes 64] [--repeat 3]          (as root, like the testbed)
+    python bench/bench_fanout.py --write-commands FILE              (no root, no testbed)
 
 Brings up one testbed (real sshd in network namespaces, `python -m testbed`) of the largest size
-asked (default sizes 8, 16, 32, 64) and, for each size, on its first N nodes, `--repeat` times in
-turn (median reported):
-  - kiln: the built-in `quick` plan, started as the portal starts it (services.run_start) and run by
-    ONE real worker process started as the docs say, `celery -A worker worker`, with no pool or
-    concurrency flag and no KILN_WORKER_* variable: the defaults. Time = the run's finished_at less
-    its created_at (both stamped by Kiln). Meanwhile pg_stat_activity is sampled every 20 ms: the
-    worker's connections (application_name `kiln-worker`, client backends) at most at once, and how
-    many were opened; and the worker's CPU time per node (/proc).
-  - pdsh (when installed: apt-get install -y pdsh) and clush (the system one, apt-get install -y
-    clustershell, else ClusterShell's module, a Kiln dependency): the same node-side commands, the
-    quick plan's full list as a node runs them, in ONE shell line per node: each command exactly as
-    Kiln's transport sends it
-    (worker.ssh.remote_shell_line: env, `timeout -k`, the argv), the probe script (Kiln feeds it
-    on stdin) written once to a temporary file and fed from it to each `python3 -`, outputs sent
-    back. Fan-out = N (every node at once, the strongest setting of each), ssh with the testbed's
-    ssh_config (key, known_hosts).
-  - asyncssh: a script that opens N connections at once and runs the same commands, one channel
-    each, stdin fed, in order: Kiln's own pattern on an event loop. Needs the `bench` extra
-    (pip install -e '.[bench]'); left out, with a note, when asyncssh is missing.
-Every peer must bring back every node's end marker with no failed command, and Kiln's run must end
-pass or warn, else the bench says so and exits 1.
+asked (default sizes 8, 16, 32, 64) and starts ONE Kiln worker as the docs say, `celery -A worker
+worker`, with no pool or concurrency flag and no KILN_WORKER_* variable: the defaults. Then, for
+each size, on its first N nodes, one unmeasured warm-up round and `--repeat` measured rounds; in
+each round every tool runs once, the tools taking turns to go first (round r starts with tool r),
+so none is always the one on cold caches or on a machine still busy with the last tool's nodes.
+Medians are reported with their spread (lowest-highest).
 
-Then Kiln's own cost per node at the largest size, from the worker's per-task log line
-(worker/db.py's ledger): SSH connect, claim, judging, recording (queries), closing the run, and
-everything but the node's commands; and the worker's peak memory. On a small machine the nodes,
-PostgreSQL and the worker share the cores: compare the worker's CPU per node with its wall times.
+  - kiln: what a user runs, `kiln run CLUSTER quick --nodes NODESET --wait` (the `kiln` console
+    script beside this Python, its bytecode cached as pip installs it), timed by the wall clock
+    from starting it to its exit: its start-up, starting the run, the queue, the node tasks,
+    closing the run, noticing the end and printing the verdicts. The run must end pass or warn
+    (exit 0). Per-phase costs come from the run's own timestamps: start-up (CLI start to the run
+    created), queue (to the first node task starting it), nodes (to the last result recorded),
+    close (to the run finished) and notice (to the CLI's exit); and per node from the worker's
+    per-task log line (worker/db.py's ledger): claim, SSH connect, judging, recording (queries),
+    closing, Kiln's own time beside the node's commands. Meanwhile pg_stat_activity is sampled
+    every 20 ms: the worker's PostgreSQL connections (application_name `kiln-worker`) at most at
+    once and how many were opened; and the worker's CPU time per node (/proc) and peak memory.
+  - the peers: pdsh (apt-get install -y pdsh), clush (the system one, apt-get install -y
+    clustershell, else ClusterShell's module, a Kiln dependency) and asyncssh (the `bench` extra,
+    pip install -e '.[bench]'; left out, with a note, when missing) run on every node exactly the
+    commands Kiln's worker sends there (bench/fanout_peers.py node_side_commands): the plan's
+    commands less the reads Kiln answers from an identical earlier read (worker/shared_reads.py:
+    the probe runs once per node, not once per check), each as the shell line Kiln's transport
+    sends (worker.ssh.remote_shell_line: `sh` printing its pid, the tag, env, `timeout -k`, the
+    argv). pdsh and clush run them in ONE shell line per node, the probe script (Kiln feeds it on
+    stdin) written once to a temporary file and fed from it; asyncssh opens one connection per
+    node and runs them one channel each, stdin fed, in order: Kiln's own pattern on an event loop.
+    Fan-out = N (every node at once, each tool's strongest setting), ssh with the testbed's
+    ssh_config (key, known_hosts). The same script is written to WORKDIR/node-commands.sh, and by
+    `--write-commands FILE` alone: what an independent measurement feeds its own peer.
+Every peer must bring back every node's end marker with no failed command, Kiln's run must end
+pass or warn, and the worker must have sent each node as many commands as the peers run (its log
+says), else the bench says NOT VALID and exits 1.
+
 `--worker-env NAME=VALUE` runs the worker with a setting changed (KILN_WORKER_POOL=prefork, ...) to
 compare; the output then says it is not the defaults. The last line reads:
     fanout N nodes: kiln K s, fastest peer P s (NAME), ratio R
-where the fastest peer is the faster of pdsh and clush (the issue's yardstick).
+at the largest size, where the fastest peer is the fastest of pdsh, clush and asyncssh (those
+installed) by median.
+
+bench/fanout_independent.py checks this bench from its documentation alone: its own testbed, the
+`kiln` CLI for the cluster, the nodes, the worker and the run, and pdsh fed the script
+`--write-commands` writes, each timed by its own clock. Run it beside this one; the two should
+agree within 10% (docs/development/testing.md).
 
 PostgreSQL and Redis as for `make test`: --database-url (default
 postgresql://postgres@127.0.0.1:5432/kiln_bench_fanout; a database whose name starts with
@@ -44,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -51,7 +68,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.fanout_peers import (
     WORKER_CONNECTIONS_SQL,
     LedgerLine,
+    node_side_commands,
     node_side_line,
     parse_ledger,
     run_asyncssh,
@@ -69,14 +87,17 @@ from bench.fanout_peers import (
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SIZES = (8, 16, 32, 64)
-PEERS = ("pdsh", "clush")  # the yardstick of the last line (pdsh only where it is installed)
+CLUSTER = "bench"
 WORKER_ENV_DEFAULTS = ("KILN_WORKER_POOL", "KILN_WORKER_CONCURRENCY", "KILN_WORKER_DB_CONNECTIONS")
+# The phases of a Kiln run as its user waits for it, from the run's own timestamps (KilnRun.phases).
+PHASES = ("start-up", "queue", "nodes", "close", "notice")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, action="append", help="a testbed size (repeatable; default 8 16 32 64)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each tool per size (median; default 3)")
+    parser.add_argument("--repeat", type=int, default=3, help="measured rounds per size (median; default 3)")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds per size first (default 1)")
     parser.add_argument(
         "--database-url",
         default=os.environ.get("KILN_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/kiln_bench_fanout"),
@@ -90,6 +111,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="NAME=VALUE",
         help="give the worker a setting (e.g. KILN_WORKER_POOL=prefork) to compare with the defaults; "
         "the last line then does not describe the defaults",
+    )
+    parser.add_argument(
+        "--write-commands",
+        type=Path,
+        metavar="FILE",
+        help="only write the shell script the peers run on each node to FILE (sh FILE runs it) and exit",
     )
     return parser.parse_args(argv)
 
@@ -110,12 +137,14 @@ def setup_django(args: argparse.Namespace, data_dir: Path) -> None:
     os.environ["DATABASE_URL"] = args.database_url
     os.environ["CELERY_BROKER_URL"] = args.broker_url
     os.environ["KILN_DATA_DIR"] = str(data_dir)
+    os.environ["KILN_ENV_FILE"] = ""  # the bench's settings, not a .env the checkout may hold
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
 
     django.setup()
     from django.core.management import call_command
 
+    call_command("kiln_init", verbosity=0)  # the data folder's keys: `kiln run` refuses to start without them
     call_command("migrate", verbosity=0, interactive=False)
 
 
@@ -155,6 +184,7 @@ class Worker:
     def __init__(self, log_path: Path, env: dict[str, str], overrides: dict[str, str]) -> None:
         self.log_path = log_path
         self.env = {k: v for k, v in env.items() if k not in WORKER_ENV_DEFAULTS} | overrides
+        self.env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: bytecode cached (installed_env)
         self.process: subprocess.Popen[bytes] | None = None
 
     def peak_rss_mb(self) -> float:
@@ -202,35 +232,70 @@ class Worker:
 
 @dataclass
 class KilnRun:
-    seconds: float  # the run's finished_at less its created_at
+    seconds: float  # `kiln run --wait`: its start to its exit, by the wall clock
+    exit_code: int
+    run_id: int | None
+    status: str
     peak_connections: int  # the worker's PostgreSQL connections, at most at once
     opened_connections: int  # distinct server processes seen: connections opened during the run
-    status: str
-    run_id: int
+    phases: dict[str, float] = field(default_factory=dict)  # PHASES -> seconds
+    error: str = ""
 
 
-def kiln_once(cluster: Any, plan: Any, nodes: list[Any], database_url: str) -> KilnRun:
-    """One `quick` run on `nodes` through the worker, with its connections sampled."""
-    from portal.runs import services
-    from portal.runs.models import ACTIVE_STATUSES, Run
+def kiln_argv() -> list[str]:
+    """The `kiln` console script installed beside this Python (pip's entry point), else its module."""
+    script = Path(sys.executable).with_name("kiln")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "portal.cli"]
 
-    sampler = ConnectionSampler(database_url)
+
+def node_set(hostnames: list[str]) -> str:
+    from ClusterShell.NodeSet import NodeSet
+
+    return str(NodeSet.fromlist(hostnames))
+
+
+def kiln_once(setup: Setup, size: int) -> KilnRun:
+    """`kiln run bench quick --nodes ... --wait` on the first `size` nodes, timed from its start to
+    its exit, with the worker's connections sampled meanwhile."""
+    from portal.runs.models import Run
+
+    argv = [*kiln_argv(), "run", CLUSTER, "quick", "--nodes", node_set(setup.hostnames[:size]), "--wait"]
+    sampler = ConnectionSampler(setup.database_url)
     sampler.start()
-    run = services.run_start(cluster=cluster, plan=plan, nodes=nodes)
-    deadline = time.monotonic() + 900
-    while Run.objects.filter(pk=run.pk, status__in=ACTIVE_STATUSES).exists():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"run {run.pk} did not finish in 900 s")
-        time.sleep(0.1)
+    wall_start = time.time()
+    started = time.monotonic()
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, cwd=REPO, env=installed_env(), check=False, timeout=1800
+    )
+    seconds = time.monotonic() - started
+    wall_end = time.time()
     peak = sampler.stop()
-    run.refresh_from_db()
-    if run.finished_at is None:
-        raise SystemExit(f"run {run.pk} is {run.status} but has no finish time")
-    seconds = (run.finished_at - run.created_at).total_seconds()
-    return KilnRun(seconds, peak, len(sampler.pids), run.status, run.pk)
+    last = (proc.stdout.strip().splitlines() or [""])[-1]  # "run N: STATUS (reason)"
+    match = re.match(r"run (\d+): ", last)
+    if match is None:
+        return KilnRun(seconds, proc.returncode, None, "?", peak, len(sampler.pids), error=proc.stderr[-500:])
+    run = Run.objects.get(pk=int(match[1]))
+    phases = run_phases(run, wall_start, wall_end)
+    return KilnRun(seconds, proc.returncode, run.pk, run.status, peak, len(sampler.pids), phases)
 
 
-def quick_commands(cluster):
+def installed_env() -> dict[str, str]:
+    """This environment as an installed Kiln's commands see it: bytecode cached (pip compiles it at
+    install), so PYTHONDONTWRITEBYTECODE, which a test environment may set, is left out."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def run_phases(run: Any, wall_start: float, wall_end: float) -> dict[str, float]:
+    """Where a user's wait went, from the run's timestamps (all from this machine's clock)."""
+    from django.db.models import Max
+
+    last = run.results.aggregate(last=Max("finished_at"))["last"]
+    marks = [wall_start, *(t.timestamp() for t in (run.created_at, run.started_at, last, run.finished_at)), wall_end]
+    return {name: max(0.0, marks[i + 1] - marks[i]) for i, name in enumerate(PHASES)}
+
+
+def quick_commands(cluster: Any) -> list[Any]:
+    """Every command the quick plan's checks ask for on one node, in order."""
     from checks.core.base import NodeContext, get_check
     from portal.catalog.models import TestPlan
     from portal.runs.services import plan_snapshot_build
@@ -250,22 +315,37 @@ class Setup:
 
     testbed: Any
     worker: Worker
-    cluster: Any
-    plan: Any
-    nodes: list[Any]
-    commands: list[Any]
+    hostnames: list[str]
+    asked: int  # commands the plan's checks ask for per node
+    sent: list[Any]  # the commands Kiln sends per node (the probe once), what the peers run
     line: str
-    shells: list[tuple[str, Any]]
-    has_asyncssh: bool
+    tools: list[str]
     database_url: str
     repeat: int
+    warmup: int
 
 
-Row = tuple[int, dict[str, float], int, float]  # size, median seconds per tool, peak connections, CPU/node
+@dataclass
+class Row:
+    """One size's measured rounds."""
+
+    size: int
+    times: dict[str, list[float]]
+    phases: dict[str, list[float]]
+    peak_connections: int
+    cpu_per_node: float
+
+    def median(self, tool: str) -> float:
+        return statistics.median(self.times[tool])
+
+    def fastest_peer(self) -> str:
+        return min((t for t in self.times if t != "kiln"), key=self.median)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.write_commands:
+        return write_commands(args)
     sizes = sorted(set(args.nodes or DEFAULT_SIZES))
     if os.geteuid() != 0:
         raise SystemExit("the bench brings up a testbed (network namespaces, sshd): run it as root")
@@ -282,16 +362,21 @@ def main(argv: list[str] | None = None) -> int:
     import redis
 
     redis.Redis.from_url(args.broker_url).flushdb()
+    started = time.monotonic()
     testbed = Testbed(max(sizes), workdir / "testbed", name="bfan").up()
+    print(f"testbed of {max(sizes)} nodes up in {time.monotonic() - started:.1f} s", flush=True)
     overrides = dict(item.split("=", 1) for item in args.worker_env)
-    worker = Worker(workdir / "worker.log", dict(os.environ), overrides)
+    worker = Worker(workdir / "worker.log", installed_env(), overrides)
     try:
-        setup = _setup(args, testbed, worker)
+        setup = _setup(args, testbed, worker, workdir)
         failures: list[str] = []
         kiln_runs: dict[int, list[int]] = {}
         rows = [_measure_size(setup, size, failures, kiln_runs.setdefault(size, [])) for size in sizes]
-        print_table(rows, [name for name, _ in setup.shells], setup.has_asyncssh)
-        print_overhead(sizes[-1], kiln_overhead(workdir / "worker.log", kiln_runs[sizes[-1]]))
+        print_table(rows, setup.tools)
+        print_phases(rows)
+        entries = kiln_overhead(workdir / "worker.log", kiln_runs[sizes[-1]])
+        print_overhead(sizes[-1], entries)
+        failures += commands_agree(entries, len(setup.sent))
         print(f"  the worker's peak memory (VmHWM) over the whole bench: {worker.peak_rss_mb():.0f} MB")
         return _verdict(rows[-1], failures, overrides)
     finally:
@@ -299,13 +384,28 @@ def main(argv: list[str] | None = None) -> int:
         testbed.down()
 
 
-def _setup(args: argparse.Namespace, testbed: Any, worker: Worker) -> Setup:
+def write_commands(args: argparse.Namespace) -> int:
+    """--write-commands: the script every peer runs on each node, with no testbed and no worker."""
+    workdir = Path(tempfile.mkdtemp(prefix="kiln-bench-commands-"))
+    fresh_database(args.database_url)
+    setup_django(args, workdir / "data")
+    from portal.inventory.services import cluster_create
+
+    cluster = cluster_create(name=CLUSTER, ssh_user="root", profile="H100-SXM-8")
+    commands = quick_commands(cluster)
+    sent = node_side_commands(commands)
+    args.write_commands.write_text(node_side_line(sent) + "\n")
+    print(f"{args.write_commands}: the {len(sent)} commands Kiln sends each node for the quick plan", end="")
+    print(f" ({len(commands)} asked)")
+    return 0
+
+
+def _setup(args: argparse.Namespace, testbed: Any, worker: Worker, workdir: Path) -> Setup:
     """The cluster of the testbed's nodes in Kiln, the quick plan's commands, the worker started."""
-    from portal.catalog.models import TestPlan
     from portal.inventory.services import cluster_create, nodes_add
 
     cluster = cluster_create(
-        name="bench",
+        name=CLUSTER,
         ssh_user=testbed.ssh_user,
         ssh_key_path=str(testbed.client_key_path),
         known_hosts_path=str(testbed.known_hosts_path),
@@ -314,77 +414,111 @@ def _setup(args: argparse.Namespace, testbed: Any, worker: Worker) -> Setup:
     for node in testbed.nodes:
         nodes_add(cluster=cluster, hostnames=node.hostname, addresses=node.address)
     commands = quick_commands(cluster)
-    line = node_side_line(commands)
+    sent = node_side_commands(commands)
+    line = node_side_line(sent)
+    (workdir / "node-commands.sh").write_text(line + "\n")
+    tools = ["kiln", *(name for name in ("pdsh", "clush") if _installed(name))]
+    tools += ["asyncssh"] if _has_asyncssh() else []
     print(
-        f"quick plan: {len(commands)} commands per node ({sum(1 for c in commands if c.read_only)} read-only); "
-        f"peers' shell line {len(line)} bytes; one worker, default settings; median of {args.repeat}",
+        f"quick plan: {len(commands)} commands asked per node, {len(sent)} sent (identical reads once); "
+        f"peers' shell line {len(line)} bytes ({workdir / 'node-commands.sh'}); one worker, default settings; "
+        f"{args.warmup} warm-up + {args.repeat} measured rounds per size, tools taking turns to go first",
         flush=True,
     )
     worker.start()
     return Setup(
         testbed=testbed,
         worker=worker,
-        cluster=cluster,
-        plan=TestPlan.objects.get(slug="quick"),
-        nodes=list(cluster.nodes.order_by("hostname")),
-        commands=commands,
+        hostnames=[n.hostname for n in testbed.nodes],
+        asked=len(commands),
+        sent=sent,
         line=line,
-        shells=[(name, runner) for name, runner in (("pdsh", run_pdsh), ("clush", run_clush)) if _installed(name)],
-        has_asyncssh=_has_asyncssh(),
+        tools=tools,
         database_url=args.database_url,
         repeat=args.repeat,
+        warmup=args.warmup,
     )
 
 
 def _measure_size(setup: Setup, size: int, failures: list[str], kiln_runs: list[int]) -> Row:
-    """Kiln and each peer on the first `size` nodes, `repeat` times in turn; the medians."""
-    times: dict[str, list[float]] = {"kiln": [], "pdsh": [], "clush": [], "asyncssh": []}
-    peaks, cpu = [], []
-    for rep in range(setup.repeat):
-        cpu_before = setup.worker.cpu_seconds()
-        kiln = kiln_once(setup.cluster, setup.plan, setup.nodes[:size], setup.database_url)
-        cpu.append((setup.worker.cpu_seconds() - cpu_before) / size)
-        times["kiln"].append(kiln.seconds)
-        peaks.append(kiln.peak_connections)
-        kiln_runs.append(kiln.run_id)
-        if kiln.status not in ("pass", "warn"):
-            failures.append(f"kiln run {kiln.run_id} on {size} nodes ended {kiln.status}")
-        _run_peers(setup, size, times, failures)
+    """Every tool on the first `size` nodes, round after round, each round in another order."""
+    row = Row(size, {t: [] for t in setup.tools}, {p: [] for p in PHASES}, 0, 0.0)
+    cpu: list[float] = []
+    for rnd in range(setup.warmup + setup.repeat):
+        measured = rnd >= setup.warmup
+        turn = rnd % len(setup.tools)
+        order = setup.tools[turn:] + setup.tools[:turn]
+        took: dict[str, float] = {}
+        notes = ""
+        for tool in order:
+            if tool == "kiln":
+                cpu_before = setup.worker.cpu_seconds()
+                kiln = kiln_once(setup, size)
+                took[tool] = kiln.seconds
+                if kiln.exit_code != 0 or kiln.status not in ("pass", "warn"):
+                    failures.append(
+                        f"kiln run {kiln.run_id} on {size} nodes ended {kiln.status} (exit {kiln.exit_code}) "
+                        f"{kiln.error}"
+                    )
+                if measured:
+                    cpu.append((setup.worker.cpu_seconds() - cpu_before) / size)
+                    row.peak_connections = max(row.peak_connections, kiln.peak_connections)
+                    for phase, seconds in kiln.phases.items():
+                        row.phases[phase].append(seconds)
+                    if kiln.run_id is not None:
+                        kiln_runs.append(kiln.run_id)
+                    notes = (
+                        f"; kiln: PG connections {kiln.peak_connections} at most ({kiln.opened_connections} opened), "
+                        f"worker CPU {cpu[-1] * 1000:.0f} ms per node"
+                    )
+            else:
+                took[tool] = _run_peer(setup, tool, size, failures)
+        if measured:
+            for tool, seconds in took.items():
+                row.times[tool].append(seconds)
+        label = f"run {rnd - setup.warmup + 1}" if measured else "warm-up"
         print(
-            f"  {size} nodes, run {rep + 1}: "
-            + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items() if v)
-            + f"; kiln: PG connections {kiln.peak_connections} at most"
-            + f" ({kiln.opened_connections} opened), worker CPU {cpu[-1] * 1000:.0f} ms per node",
+            f"  {size} nodes, {label} ({' > '.join(order)}): "
+            + ", ".join(f"{t} {took[t]:.2f} s" for t in setup.tools)
+            + notes,
             flush=True,
         )
-    medians = {k: statistics.median(v) for k, v in times.items() if v}
-    return size, medians, max(peaks), statistics.median(cpu)
+    row.cpu_per_node = statistics.median(cpu) if cpu else 0.0
+    return row
 
 
-def _run_peers(setup: Setup, size: int, times: dict[str, list[float]], failures: list[str]) -> None:
-    """pdsh, clush and asyncssh once each on the first `size` nodes."""
-    tb_nodes = setup.testbed.nodes[:size]
-    for name, runner in setup.shells:
-        seconds, bad = runner(setup.testbed, tb_nodes, setup.line)
-        times[name].append(seconds)
-        failures += [f"{name} on {size} nodes: {b}" for b in bad]
-    if setup.has_asyncssh:
-        seconds, bad = run_asyncssh(setup.testbed, tb_nodes, setup.commands)
-        times["asyncssh"].append(seconds)
-        failures += [f"asyncssh on {size} nodes: {b}" for b in bad]
+def _run_peer(setup: Setup, tool: str, size: int, failures: list[str]) -> float:
+    """One peer once on the first `size` nodes."""
+    nodes = setup.testbed.nodes[:size]
+    if tool == "asyncssh":
+        seconds, bad = run_asyncssh(setup.testbed, nodes, setup.sent)
+    else:
+        seconds, bad = {"pdsh": run_pdsh, "clush": run_clush}[tool](setup.testbed, nodes, setup.line)
+    failures += [f"{tool} on {size} nodes: {b}" for b in bad]
+    return seconds
+
+
+def commands_agree(entries: list[LedgerLine], peers_run: int) -> list[str]:
+    """The peers must run what Kiln's worker ran: its log counts the commands each node task sent."""
+    if not entries:
+        return ["no per-task lines in the worker log: cannot tell the peers ran what Kiln ran"]
+    sent = sorted({e.ran for e in entries})
+    if sent != [peers_run]:
+        return [f"the worker sent {sent} commands per node, the peers ran {peers_run}"]
+    return []
 
 
 def _verdict(largest: Row, failures: list[str], overrides: dict[str, str]) -> int:
     """The last lines: what makes the numbers invalid, then Kiln against the fastest peer."""
-    size, medians, _, _ = largest
-    peer = min((p for p in PEERS if p in medians), key=lambda p: medians[p])
     for failure in failures:
         print(f"NOT VALID: {failure}")
     if overrides:
         print(f"NOT THE DEFAULTS: the worker ran with {overrides}")
-    kiln_s, peer_s = medians["kiln"], medians[peer]
+    peer = largest.fastest_peer()
+    kiln_s, peer_s = largest.median("kiln"), largest.median(peer)
     print(
-        f"fanout {size} nodes: kiln {kiln_s:.2f} s, fastest peer {peer_s:.2f} s ({peer}), ratio {kiln_s / peer_s:.2f}"
+        f"fanout {largest.size} nodes: kiln {kiln_s:.2f} s, fastest peer {peer_s:.2f} s ({peer}), "
+        f"ratio {kiln_s / peer_s:.2f}"
     )
     return 1 if failures else 0
 
@@ -406,16 +540,37 @@ def _has_asyncssh() -> bool:
     return True
 
 
-def print_table(rows: list[Row], shells: list[str], has_asyncssh: bool) -> None:
-    tools = ["kiln", *shells, *(["asyncssh"] if has_asyncssh else [])]
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):6.2f} s ({min(values):.1f}-{max(values):.1f})"
+
+
+def print_table(rows: list[Row], tools: list[str]) -> None:
     print()
-    header = " | ".join(f"{t:>8}" for t in tools)
-    print(f"nodes | {header} | fastest of pdsh/clush | kiln ratio | kiln peak PG conns | worker CPU/node")
-    for size, medians, peak, cpu in rows:
-        peer = min((p for p in PEERS if p in medians), key=lambda p: medians[p])
-        cells = " | ".join(f"{medians[t]:>6.2f} s" for t in tools)
-        ratio = medians["kiln"] / medians[peer]
-        print(f"{size:>5} | {cells} | {peer:>21} | {ratio:>10.2f} | {peak:>18} | {cpu * 1000:>12.0f} ms")
+    header = " | ".join(f"{t:>19}" for t in tools)
+    print(f"nodes | {header} | fastest peer | kiln ratio | kiln peak PG conns | worker CPU/node")
+    subhead = " | ".join(f"{'median (low-high)':>19}" for _ in tools)
+    print(f"      | {subhead} |")
+    for row in rows:
+        peer = row.fastest_peer()
+        cells = " | ".join(f"{_spread(row.times[t]):>19}" for t in tools)
+        ratio = row.median("kiln") / row.median(peer)
+        print(
+            f"{row.size:>5} | {cells} | {peer:>12} | {ratio:>10.2f} | {row.peak_connections:>18} | "
+            f"{row.cpu_per_node * 1000:>12.0f} ms"
+        )
+    print()
+
+
+def print_phases(rows: list[Row]) -> None:
+    """Where `kiln run --wait`'s time went (medians), size by size."""
+    print("kiln run --wait, by phase (median s): start-up = CLI start to run created, queue = to the first")
+    print("node task, nodes = to the last result recorded, close = to the run finished, notice = to the CLI's exit")
+    print("nodes | " + " | ".join(f"{p:>8}" for p in PHASES))
+    for row in rows:
+        cells = " | ".join(
+            f"{statistics.median(row.phases[p]):>8.2f}" if row.phases[p] else f"{'-':>8}" for p in PHASES
+        )
+        print(f"{row.size:>5} | {cells}")
     print()
 
 
@@ -433,7 +588,7 @@ def print_overhead(size: int, entries: list[LedgerLine]) -> None:
         return f"{statistics.median(values) * 1000:.0f} ms"
 
     parts = ("claim", "connect", "judge", "record", "finalise")
-    print(f"Kiln per node at {size} nodes (median over {len(entries)} node tasks of the runs above):")
+    print(f"Kiln per node at {size} nodes (median over {len(entries)} node tasks of the measured runs):")
     print(
         "  "
         + ", ".join(f"{p} {med([e.parts.get(p, 0.0) for e in entries])}" for p in parts)

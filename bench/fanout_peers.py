@@ -1,8 +1,11 @@
 """The peers of bench/bench_fanout.py (pdsh, clush, asyncssh) and the reading of the worker's log.
 
-Every peer runs, on every node, the commands Kiln's transport would send for the same plan
-(worker.ssh.remote_shell_line), so the nodes do the same work; a peer's run counts only when every
-node printed its end marker with no failed command.
+Every peer runs, on every node, exactly the commands Kiln's worker sends for the same plan
+(`node_side_commands`): the plan's commands less those Kiln answers from an identical earlier read
+(worker/shared_reads.py: the probe runs once per node), each as the shell line Kiln's transport
+sends (worker.ssh.remote_shell_line, with a result's tag as a node task tags it), its stdin fed.
+So the nodes do the same work whoever drives them; a peer's run counts only when every node printed
+its end marker with no failed command.
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks.core.base import Command
+from checks.core.base import Command, CommandOutput
+from worker.shared_reads import SharedReads
 from worker.ssh import remote_shell_line
 
 DONE = "@@kiln-bench-done"
+# The tag a node task gives its commands (worker/procgroup.py tag_for(result, attempt)): the peers'
+# lines carry one of the same shape, so each starts the same `sh` that prints its pid and execs.
+PEER_TAG = "1.1"
 # The worker's connections to PostgreSQL: its client backends (a query's parallel workers show in
 # pg_stat_activity under the same application_name, but are not connections).
 WORKER_CONNECTIONS_SQL = (
@@ -29,9 +36,34 @@ WORKER_CONNECTIONS_SQL = (
 )
 
 
+class _Recorder:
+    """A transport that runs nothing: it notes each command it is asked to send, and answers it
+    as completed at once (so SharedReads may hand its output on, as it does after a real read)."""
+
+    def __init__(self) -> None:
+        self.sent: list[Command] = []
+
+    def run(self, command: Command, *, tag: str = "", on_start: Any = None) -> CommandOutput:
+        self.sent.append(command)
+        return CommandOutput(command=command, stdout="", stderr="", exit_code=0, duration_s=0.0)
+
+    def close(self) -> None:
+        pass
+
+
+def node_side_commands(commands: list[Command]) -> list[Command]:
+    """The commands a node task sends to its node for a plan whose checks ask for `commands`, in
+    order: Kiln's own SharedReads decides which identical read-only reads it answers itself."""
+    recorder = _Recorder()
+    shared = SharedReads(recorder)  # type: ignore[arg-type]
+    for command in commands:
+        shared.run(command)
+    return recorder.sent
+
+
 def node_side_line(commands: list[Command]) -> str:
-    """One shell line that runs `commands` in order on a node, as Kiln's transport would run each:
-    the same `remote_shell_line`, stdin fed from a file written once (heredoc) where the command
+    """One shell line that runs `commands` in order on a node, as Kiln's transport runs each:
+    the same `remote_shell_line` with a node task's tag, stdin fed from a file written once (heredoc) where the command
     has one, closed (/dev/null) where it has none, every output sent back. It ends with
     `@@kiln-bench-done F`, F = how many commands exited non-zero."""
     files: dict[str, str] = {}
@@ -49,7 +81,7 @@ def node_side_line(commands: list[Command]) -> str:
                 setup.append(f"cat >\"$d/in{index}\" <<'{delimiter}'\n{text}{delimiter}")
                 files[command.stdin] = f'"$d/in{index}"'
             redirect = f"<{files[command.stdin]}"
-        body.append(f"{remote_shell_line(command)} {redirect} || f=$((f+1))")
+        body.append(f"{remote_shell_line(command, PEER_TAG)} {redirect} || f=$((f+1))")
     tail = ['rm -rf "$d"', f"printf '{DONE} %s\\n' \"$f\""]
     return "\n".join([*setup, *body, *tail])
 
@@ -116,7 +148,8 @@ def run_asyncssh(testbed: Any, nodes: list[Any], commands: list[Command]) -> tup
         ) as conn:
             failed = 0
             for command in commands:
-                result = await conn.run(remote_shell_line(command), input=command.stdin, check=False)
+                line = remote_shell_line(command, PEER_TAG)
+                result = await conn.run(line, input=command.stdin, check=False)
                 failed += result.exit_status != 0
             return f"{node.hostname}: {failed} command(s) failed" if failed else None
 

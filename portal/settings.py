@@ -202,13 +202,15 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # PSS, measured). Celery time limits are not enforced on threads; what bounds a task instead is in
 # worker/timeouts.py.
 CELERY_WORKER_POOL = env.str("KILN_WORKER_POOL", default="threads")
-# Nodes one worker process drives at once. 64: one worker keeps a 64-node sweep fully parallel, as
-# pdsh and clush fan out to every node at once. Past that the process's Python (one core under the
-# GIL) is the limit: the quick plan costs the worker ~0.09 s of CPU per node (SSH, parsing,
-# recording; bench/bench_fanout.py), so one process keeps up with 64 nodes whose checks take more
-# than ~6 s; add worker processes (docs/operations/workers-and-sizing.md) rather than threads. Prefork: the CPU count.
+# Nodes one worker process drives at once. 256: one worker runs a 256-node sweep in one wave, as
+# pdsh and clush fan out to every node at once (64 ran it in four waves, each as long as the
+# whole sweep; bench/bench_fanout.py --nodes 256). A node task is a thread waiting on SSH: the quick
+# plan costs the worker ~0.2 s of CPU per node (SSH, parsing, recording; the bench prints it) and
+# 256 of them ~450 MB of memory, under 4 database connections whatever the count (below). Past
+# that the process's Python (one core under the GIL) is the limit: add worker processes
+# (docs/operations/workers-and-sizing.md) rather than threads. Prefork: the CPU count.
 CELERY_WORKER_CONCURRENCY = env.int(
-    "KILN_WORKER_CONCURRENCY", default=64 if CELERY_WORKER_POOL in ("threads", "gevent", "eventlet") else 0
+    "KILN_WORKER_CONCURRENCY", default=256 if CELERY_WORKER_POOL in ("threads", "gevent", "eventlet") else 0
 ) or (os.cpu_count() or 1)
 # Database connections one worker process holds at most, whatever its concurrency: node tasks do
 # their database work in short phases (claim, record a result, close the run; ~2-20 ms each) and

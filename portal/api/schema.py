@@ -1,4 +1,4 @@
-"""How the OpenAPI schema describes Kiln's token authentication (imported by ApiConfig.ready)."""
+"""How the OpenAPI schema describes Kiln's token authentication (imported by portal/api/urls.py)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from portal.api import schema  # noqa: F401  (registers the token scheme with drf-spectacular)
 from portal.api.exceptions import not_found
 from portal.api.views import docs, evidence, inventory, runs, tokens
 

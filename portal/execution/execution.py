@@ -68,20 +68,19 @@ def execute_node(*, run_id: int, node_id: int, claim: str) -> int:
     The claimed results are held under a lease (portal/runs/leases.py) while they run: renewed by
     the process's heartbeat, and stopped on the node when they are closed under the task. The
     database is used in short phases (worker/db.py): no connection is held while the node works."""
-    with db_phase("claim"):
+    with db_phase("claim"):  # one phase: the claim and what the task reads to run the claimed checks
         results = services.results_claim(run_id=run_id, node_id=node_id, claim=claim)
-    if not results:
-        return 0
-    with leases.held(claim=claim, results=results, label=f"node #{node_id}") as holding:
-        return _execute_held(run_id=run_id, node_id=node_id, claim=claim, results=results, holding=holding)
-
-
-def _execute_held(*, run_id: int, node_id: int, claim: str, results: list[CheckResult], holding: leases.Holding) -> int:
-    with db_phase("claim"):
+        if not results:
+            return 0
         services.run_mark_started(run_id=run_id)
         run = Run.objects.select_related("cluster").get(pk=run_id)
         node = Node.objects.select_related("cluster").get(pk=node_id)
-    holding.label = node.hostname
+    with leases.held(claim=claim, results=results, label=node.hostname) as holding:
+        return _execute_held(run=run, node=node, claim=claim, results=results, holding=holding)
+
+
+def _execute_held(*, run: Run, node: Node, claim: str, results: list[CheckResult], holding: leases.Holding) -> int:
+    run_id, node_id = run.pk, node.pk
     target = node_target(node)
     try:
         with timed("connect"):

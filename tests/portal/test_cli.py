@@ -216,3 +216,33 @@ def test_init_runs_what_make_up_runs_before_starting(monkeypatch: pytest.MonkeyP
     ]  # fmt: skip
     assert cli.init_steps(site="", keys=True)[-1] == ["kiln_keys", "init", "--if-missing"]
     assert all(step[0] != "kiln_keys" for step in cli.init_steps(site="", keys=False))
+
+
+def _leaving(code: str) -> subprocess.CompletedProcess[str]:
+    script = (
+        "import atexit, sys\n"
+        "from portal.cli.main import leave\n"
+        "atexit.register(lambda: print('atexit ran', end=''))\n"
+        "print('buffered ', end='')\n"  # still in stdout's buffer when leave() is called (a pipe)
+        f"leave({code})\n"
+        "print('never')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    return subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "err"), [("3", 3, ""), ("None", 0, ""), ("'no cluster'", 1, "no cluster\n")]
+)
+def test_leaving_runs_the_exit_handlers_and_flushes_then_ends_with_the_code(code: str, status: int, err: str) -> None:
+    left = _leaving(code)
+    assert (left.returncode, left.stdout, left.stderr) == (status, "buffered atexit ran", err)
+
+
+def test_the_command_line_ends_through_leave_with_the_commands_exit_code() -> None:
+    """`python -m portal.cli` (main() with no argv): an unknown option is argparse's exit 2, and the
+    process ends there, its usage message on stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "portal.cli", "--no-such-option"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and "usage: kiln" in proc.stderr

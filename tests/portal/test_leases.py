@@ -109,3 +109,31 @@ def test_it_renews_the_leases_of_what_a_task_holds(sim_node: Node, settings: Any
     time.sleep(0.6)  # released: no more beats
     assert {r.pk: r.heartbeat_at for r in CheckResult.objects.filter(run=run)} == renewed
     assert all("pid" in r.worker_name for r in CheckResult.objects.filter(run=run))
+
+
+def test_a_command_start_is_written_ahead_of_the_queued_process_group_writes(sim_node: Node) -> None:
+    """A task waits for its "command started" mark before its command starts; nobody waits on the
+    process-group writes queued before it (thousands in a tick at 256 nodes): the mark goes first."""
+    run = services.run_start(cluster=sim_node.cluster, plan=burn_plan(600), enqueue=False)
+    claimed = services.results_claim(run_id=run.pk, node_id=sim_node.pk, claim="task-1")
+    keeper = leases.LeaseKeeper()
+    order: list[str] = []
+    going = threading.Event()
+
+    def slow(name: str) -> Callable[[], None]:
+        def write() -> None:
+            going.wait(10) if name == "w0" else time.sleep(0.3)
+            order.append(name)
+
+        return write
+
+    for i in range(5):
+        keeper.submit(slow(f"w{i}"))
+    waiter = in_thread(lambda: keeper.mark_started(claimed[0].pk) and order.append("started"))
+    time.sleep(0.3)  # the mark is queued while w0 is being written, w1..w4 behind it
+    going.set()
+    waiter.join(10)
+    assert keeper.flush()
+
+    assert order.index("started") < order.index("w2"), order  # right after the write in progress
+    assert CheckResult.objects.get(pk=claimed[0].pk).command_started_at is not None

@@ -79,6 +79,7 @@ def test_it_runs_the_probe_once_for_the_checks_that_share_it(transactional_db, c
     assert labels == ["probe.py", "dmi", "bmc fru", "kernel log"]
     assert book.notes == {"node": "n02", "commands_run": 4, "commands_shared": 1}
     assert set(book.parts) >= {"claim", "connect", "commands", "record"}
+    assert book.parts["claim"].count == 1  # the claim and the run's and node's reads: one phase
 
 
 def test_it_holds_at_most_the_configured_connections_across_many_node_tasks(

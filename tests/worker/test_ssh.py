@@ -187,6 +187,28 @@ def test_it_builds_verifying_ssh_clients_without_connecting(tmp_path: Path) -> N
         client._policy.missing_host_key(client, "10.0.0.9", load_public(public))
 
 
+def test_a_client_trusts_only_its_own_hosts_keys_from_one_parse_of_known_hosts(tmp_path: Path) -> None:
+    _, first = keygen(tmp_path, "first")
+    _, second = keygen(tmp_path, "second")
+    _, other = keygen(tmp_path, "other")
+    lines = [f"10.0.0.{i} {other}" for i in range(2, 200)]
+    text = "\n".join([f"10.0.0.1 {first}", *lines, f"10.0.0.1 {second}", f"[10.0.0.1]:2222 {other}"]) + "\n"
+    ssh._known_hosts.cache_clear()
+
+    clients = [SSHTransport(NodeTarget(hostname=f"gpu{i}", address="10.0.0.1", known_hosts=text)) for i in range(3)]
+
+    assert ssh._known_hosts.cache_info().misses == 1  # parsed once for every node of the cluster
+    for transport in clients:
+        keys = transport.connection.client.get_host_keys()
+        assert list(keys.keys()) == ["10.0.0.1"]  # not a copy of every node's entries
+        # Two lines of one key type for a host: the later one is trusted, as before.
+        assert ssh.fingerprint(keys.lookup("10.0.0.1")["ssh-ed25519"]) == ssh.fingerprint(load_public(second))
+    on_port = SSHTransport(NodeTarget(hostname="gpu9", address="10.0.0.1", port=2222, known_hosts=text))
+    assert list(on_port.connection.client.get_host_keys().keys()) == ["[10.0.0.1]:2222"]
+    unknown = SSHTransport(NodeTarget(hostname="gpu8", address="10.0.0.250", known_hosts=text))
+    assert list(unknown.connection.client.get_host_keys().keys()) == []
+
+
 # --- LocalTransport -----------------------------------------------------------------------------
 
 

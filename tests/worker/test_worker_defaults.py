@@ -22,9 +22,9 @@ def cli_context() -> click.Context:
     return click.Context(click.Command("worker"), obj=types.SimpleNamespace(app=app))
 
 
-def test_it_runs_a_threads_pool_of_64_by_default() -> None:
+def test_it_runs_a_threads_pool_of_256_by_default() -> None:
     assert app.conf.worker_pool == "threads"
-    assert app.conf.worker_concurrency == 64
+    assert app.conf.worker_concurrency == 256
 
 
 def test_celery_without_flags_takes_the_pool_and_concurrency_from_the_settings() -> None:
@@ -32,7 +32,7 @@ def test_celery_without_flags_takes_the_pool_and_concurrency_from_the_settings()
     replace both with the configured values, or the documented command would run prefork x cores."""
     pool = WorkersPool().convert("prefork", None, cli_context())
     assert pool_name(pool) == "threads"
-    assert _concurrency_value(cli_context(), None, None) == 64
+    assert _concurrency_value(cli_context(), None, None) == 256
 
 
 def test_it_says_which_pools_do_not_enforce_time_limits() -> None:

@@ -1,0 +1,210 @@
+"""An independent check of bench/bench_fanout.py: Kiln and pdsh on the same testbed nodes, measured
+from the documentation alone, with none of the bench's code.
+
+    python bench/fanout_independent.py --nodes 64 [--repeat 3]        (as root, like the testbed)
+
+Only what the docs give a user: `python -m testbed up` for the nodes (its JSON description), the
+`kiln` command line for everything Kiln does (`kiln init`, `kiln cluster create`, `kiln nodes
+import`, `kiln worker`, `kiln run CLUSTER quick --wait`), `bench/bench_fanout.py --write-commands
+FILE` for the shell script of the commands Kiln sends a node (the peer's work), and pdsh run as its
+manual says, fan-out = every node. Each tool is timed by this script's own clock around the whole
+command, Kiln from starting `kiln run` to its exit. One unmeasured warm-up round, then `--repeat`
+rounds, the two tools taking turns to go first. The last line reads:
+    independent N nodes: kiln K s (low-high), pdsh P s (low-high), ratio R
+to set beside bench_fanout's line for the same size: the two ratios should agree within 10%.
+
+Its own database (--database-url, default postgresql://postgres@127.0.0.1:5432/kiln_bench_independent,
+dropped and created afresh with dropdb/createdb; a second one, its name + `_commands`, for
+--write-commands) and broker (--broker-url, default redis://127.0.0.1:6379/13, flushed by
+`redis-cli`). KILN_BENCH_DATABASE_URL / KILN_BENCH_BROKER_URL do not apply: nothing is shared with
+the bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+REPO = Path(__file__).resolve().parent.parent
+DONE = "@@kiln-bench-done"  # how the script --write-commands writes ends, with its failure count
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/kiln_bench_independent")
+    parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/13")
+    parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp dir)")
+    return parser.parse_args()
+
+
+def sh(argv: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, check=False, **kw)  # type: ignore[call-overload]
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"{' '.join(argv[:4])} ... exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        )
+    return proc
+
+
+def main() -> int:
+    args = parse_args()
+    work = args.dir or Path(tempfile.mkdtemp(prefix="kiln-independent-"))
+    work.mkdir(parents=True, exist_ok=True)
+    kiln = shutil.which("kiln", path=str(Path(sys.executable).parent)) or "kiln"
+    db = urlsplit(args.database_url)
+    # As an installed Kiln runs: its bytecode cached (a test environment may set this variable).
+    env = dict(
+        {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        DATABASE_URL=args.database_url,
+        CELERY_BROKER_URL=args.broker_url,
+        KILN_DATA_DIR=str(work / "data"),
+        KILN_ENV_FILE="",
+        PGHOST=db.hostname or "127.0.0.1",
+        PGPORT=str(db.port or 5432),
+        PGUSER=db.username or "postgres",
+    )
+    name = db.path.lstrip("/")
+    for database in (name, f"{name}_commands"):
+        sh(["dropdb", "--if-exists", "--force", database], env)
+        sh(["createdb", database], env)
+    sh(["redis-cli", "-u", args.broker_url, "flushdb"], env)
+    sh([kiln, "init"], env)
+
+    script = work / "node-commands.sh"
+    base = args.database_url.rpartition("/")[0]
+    sh(
+        [
+            sys.executable,
+            "bench/bench_fanout.py",
+            "--write-commands",
+            str(script),
+            "--database-url",
+            f"{base}/{name}_commands",
+        ],
+        env,
+    )
+
+    up = sh(
+        [
+            sys.executable,
+            "-m",
+            "testbed",
+            "up",
+            "--nodes",
+            str(args.nodes),
+            "--name",
+            "bind",
+            "--dir",
+            str(work / "tb"),
+        ],
+        env,
+    )
+    testbed = json.loads(up.stdout)
+    worker = None
+    try:
+        hosts = [n["hostname"] for n in testbed["nodes"]]
+        csv = work / "nodes.csv"
+        csv.write_text(
+            "hostname,address,ssh_port\n"
+            + "".join(f"{n['hostname']},{n['address']},{n['port']}\n" for n in testbed["nodes"])
+        )
+        sh(
+            [
+                kiln,
+                "cluster",
+                "create",
+                "indep",
+                "--ssh-user",
+                testbed["ssh_user"],
+                "--ssh-key",
+                testbed["client_key_path"],
+                "--known-hosts",
+                testbed["known_hosts_path"],
+            ],
+            env,
+        )
+        sh([kiln, "nodes", "import", "indep", str(csv)], env)
+        log = (work / "worker.log").open("wb")
+        worker = subprocess.Popen(
+            [kiln, "worker"], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + 120
+        while b" ready." not in (work / "worker.log").read_bytes():
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("kiln worker did not start: " + (work / "worker.log").read_text()[-2000:])
+            time.sleep(0.2)
+
+        line = script.read_text()
+        pdsh_env = dict(env, PDSH_SSH_ARGS=f"-F {testbed['ssh_config_path']} -a -x -l%u %h")
+
+        def run_kiln() -> float:
+            started = time.perf_counter()
+            proc = subprocess.run(
+                [kiln, "run", "indep", "quick", "--wait"],
+                env=env,
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            took = time.perf_counter() - started
+            if proc.returncode != 0:
+                raise SystemExit(f"kiln run exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-1000:]}")
+            return took
+
+        def run_pdsh() -> float:
+            started = time.perf_counter()
+            proc = subprocess.run(
+                ["pdsh", "-R", "ssh", "-f", str(len(hosts)), "-w", ",".join(hosts), line],
+                env=pdsh_env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            took = time.perf_counter() - started
+            good = sum(1 for out in proc.stdout.splitlines() if out.split(": ", 1)[-1] == f"{DONE} 0")
+            if good != len(hosts):
+                raise SystemExit(f"pdsh: {good} of {len(hosts)} nodes ran every command:\n{proc.stderr[-2000:]}")
+            return took
+
+        tools = {"kiln": run_kiln, "pdsh": run_pdsh}
+        times: dict[str, list[float]] = {t: [] for t in tools}
+        for rnd in range(1 + args.repeat):
+            order = list(tools) if rnd % 2 == 0 else list(tools)[::-1]
+            took = {t: tools[t]() for t in order}
+            if rnd:
+                for t, s in took.items():
+                    times[t].append(s)
+            print(
+                f"  {args.nodes} nodes, {'run ' + str(rnd) if rnd else 'warm-up'}: "
+                + ", ".join(f"{t} {took[t]:.2f} s" for t in tools),
+                flush=True,
+            )
+        k, p = statistics.median(times["kiln"]), statistics.median(times["pdsh"])
+        print(
+            f"independent {args.nodes} nodes: kiln {k:.2f} s ({min(times['kiln']):.1f}-{max(times['kiln']):.1f}), "
+            f"pdsh {p:.2f} s ({min(times['pdsh']):.1f}-{max(times['pdsh']):.1f}), ratio {k / p:.2f}"
+        )
+        return 0
+    finally:
+        if worker is not None and worker.poll() is None:
+            os.killpg(worker.pid, 15)
+            worker.wait(30)
+        subprocess.run(
+            [sys.executable, "-m", "testbed", "down", "--dir", str(work / "tb")], env=env, cwd=REPO, check=False
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
