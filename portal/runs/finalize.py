@@ -23,10 +23,9 @@ import json
 import logging
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any
 
 from django.db import DatabaseError, transaction
-from django.db.models import Count, F, Lookup, Min, Q, Subquery, TextField
+from django.db.models import Count, F, Min, Q, Subquery, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -34,6 +33,7 @@ from checks.core.base import REGISTRY, Check, worst_status
 from checks.core.base import Measurement as CheckMeasurement
 from portal.runs import cells, dispatch, leases, outliers
 from portal.runs.dbretry import db_retry
+from portal.runs.lookups import AmongIds
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunEvent, Scope, Status
 
 logger = logging.getLogger(__name__)
@@ -217,27 +217,6 @@ def _agrees(check_class: type[Check]) -> bool:
     return inspect.getattr_static(check_class, "consensus") is not inspect.getattr_static(Check, "consensus")
 
 
-class _AmongIds(Lookup):
-    """`lhs` is one of the ids the subquery returns. On PostgreSQL `lhs = ANY(ARRAY(subquery))`: the
-    ids become one array, and read in `lhs` order through a server-side cursor, the planner probes
-    the (result, name) index once per result and filters the names, whatever the history in the
-    table. Each other form let it scan: `IN (subquery)` or a join became a hash join over every
-    measurement of the month once the run's share of them looked large, a list of the ids cost
-    planning time per id, and with the names in the index condition it probed once per name too."""
-
-    lookup_name = "among_ids"
-
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
-        lhs, lhs_params = self.process_lhs(compiler, connection)
-        rhs, rhs_params = self.process_rhs(compiler, connection)
-        return f"{lhs} IN {rhs}", [*lhs_params, *rhs_params]
-
-    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
-        lhs, lhs_params = self.process_lhs(compiler, connection)
-        rhs, rhs_params = self.process_rhs(compiler, connection)
-        return f"{lhs} = ANY(ARRAY{rhs})", [*lhs_params, *rhs_params]
-
-
 def _declared_read(run: Run) -> _Declared:
     """The run's plan items that a cross-node check reads, their judged results, and the rows those
     checks declare (see _Declared)."""
@@ -278,9 +257,9 @@ def _declared_read(run: Run) -> _Declared:
     ]
     if every:  # a consensus that declares no names reads every measurement of its results
         wanted |= Q(result_id__in=every)
-    # The same results' ids, read again by the database, the rows in result order: see _AmongIds.
+    # The same results read again by the database, the rows in result order (portal/runs/lookups.py).
     rows = (
-        Measurement.objects.filter(wanted, _AmongIds(F("result_id"), Subquery(judged.order_by().values("id"))))
+        Measurement.objects.filter(wanted, AmongIds(F("result_id"), Subquery(judged.order_by().values("id"))))
         .order_by("result_id")
         .annotate(labels_text=Cast("labels", TextField()))
         .values_list("id", "result_id", "name", "value", "unit", "gpu", "text", "threshold", "ok", "labels_text")
