@@ -118,7 +118,8 @@ SHAPES: dict[str, tuple[list[Make], int]] = {
         [_driver, _one("cuda_version", text="12.4"), _one("kernel", text="6.8.0-45-generic"),
          _one("os", text="Ubuntu 22.04.4 LTS", id="ubuntu", version_id="22.04"),
          _one("ofed_version", text="MLNX_OFED_LINUX-23.10-1.1.9.0", flavour="MLNX_OFED_LINUX", version="23.10-1.1.9.0"),
-         _one("nccl_lib_version", text="2.21.5", version="2.21.5"), _one("ucx_version", text="1.16.0", version="1.16.0"),
+         _one("nccl_lib_version", text="2.21.5", version="2.21.5"),
+         _one("ucx_version", text="1.16.0", version="1.16.0"),
          _one("enroot_version", text="3.4.1", version="3.4.1"), _one("pyxis_version", text="0.19.0-1", loaded="yes"),
          _one("slurm_version", text="23.11.4", build="slurm"), _texts("nic_firmware", "28.39.1002", NICS, "ca"),
          _per_gpu_text("vbios", "96.00.89.00.01")],
@@ -145,8 +146,8 @@ SHAPES: dict[str, tuple[list[Make], int]] = {
     "dlc_temperature": ([_phases("temp_gpu_steady", 38.0, 71.0), _phases("temp_memory_steady", 45.0, 80.0)], 138),
     "burn_in": ([_per_gpu("gflops", 52000.0, "Gflop/s"), _per_gpu("temp_max", 76.0, "C")], 127),
     "ecc_health": (
-        [_per_gpu(name, 0.0) for name in
-         ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected", "ecc_aggregate_uncorrected")],
+        [_per_gpu(f"ecc_{counter}", 0.0) for counter in
+         ("volatile_corrected", "volatile_uncorrected", "aggregate_corrected", "aggregate_uncorrected")],
         91,
     ),
     "fs_throughput": (

@@ -31,9 +31,8 @@ def template_run() -> Any:
     """The demo acceptance plan run inline on four simulated nodes; returns the Run."""
     from django.core.management import call_command
 
-    from portal.runs.models import Run
-
     from portal.demo.facility import facility_served
+    from portal.runs.models import Run
 
     call_command("kiln_demo", "--healthy", stdout=io.StringIO())
     try:

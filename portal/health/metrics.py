@@ -31,9 +31,11 @@ job per cluster, or a federating Prometheus per site: docs/operations/monitoring
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
-from django.db.models import Max
+from django.db.models import Max, QuerySet
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
@@ -59,7 +61,7 @@ FAILING = "kiln_node_check_failing"
 FAMILIES[FAILING] = ("Latest finished result of this check kind failed (1) or not (0)", ["cluster", "node", "kind"])
 JUDGED = [Status.PASS, Status.WARN, Status.FAIL]  # finished with a verdict on the hardware
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-ROWS_PER_FETCH = 2000  # NodeMetrics rows per database round trip while streaming a scrape
+ROWS_PER_FETCH = 2000  # rows per database round trip while streaming a scrape, or the latest measurements
 
 
 class _One:
@@ -87,55 +89,80 @@ def _sample_lines(family: Metric) -> str:
     return "".join(line + "\n" for line in render([family]).splitlines() if not line.startswith("#"))
 
 
-def node_samples(node_ids: list[int]) -> dict[tuple[int, str], str]:
-    """(node id, metric) -> sample lines of those nodes' latest measurements and failing checks. Three queries."""
-    latest = list(
-        CheckResult.objects.filter(node_id__in=node_ids, scope=Scope.NODE, status__in=JUDGED)
+def node_samples(node_ids: Iterable[int] | QuerySet[Any]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(node id, {metric: sample lines}) of those nodes' latest measurements and failing checks, a
+    node at a time in node order, from two streamed queries whatever their number (the latest
+    results are picked in SQL): memory holds one node's families."""
+    ids = node_ids if isinstance(node_ids, QuerySet) else list(node_ids)
+    latest = (
+        CheckResult.objects.filter(node_id__in=ids, scope=Scope.NODE, status__in=JUDGED)
+        .order_by()
         .values("node_id", "kind")
         .annotate(last=Max("id"))
-        .values_list("last", flat=True)
+        .values("last")
     )
-    families = _failing(latest)
-    rows = Measurement.objects.filter(
-        result_id__in=latest, name__in={name for _, name in MEASUREMENTS}, value__isnull=False
-    ).values_list(
-        "result__node_id",
-        "result__node__cluster__name",
-        "result__node__hostname",
-        "result__kind",
-        "name",
-        "gpu",
-        "labels",
-        "value",
+    failing = groupby(_failing(latest), key=itemgetter(0))
+    rows = (
+        Measurement.objects.filter(
+            result_id__in=latest.filter(kind__in={kind for kind, _ in MEASUREMENTS}),
+            name__in={name for _, name in MEASUREMENTS},
+            value__isnull=False,
+        )
+        .order_by("result__node_id", "gpu", "id")
+        .values_list(
+            "result__node_id",
+            "result__node__cluster__name",
+            "result__node__hostname",
+            "result__kind",
+            "name",
+            "gpu",
+            "labels",
+            "value",
+        )
     )  # fmt: skip
-    for node_id, cluster, host, kind, name, gpu, labels, value in rows.order_by("result__node_id", "gpu", "id"):
+    measured = groupby(rows.iterator(chunk_size=ROWS_PER_FETCH), key=itemgetter(0))
+    # Every node with a measurement has a verdict, so has its failing family: the two streams
+    # advance together, the measurements a node behind at most.
+    pending = next(measured, None)
+    for node_id, verdicts in failing:
+        families = {FAILING: _failing_family(verdicts)}
+        while pending is not None and pending[0] <= node_id:
+            if pending[0] == node_id:
+                _add_measured(families, pending[1])
+            pending = next(measured, None)
+        yield node_id, {metric: _sample_lines(family) for metric, family in families.items()}
+
+
+def _add_measured(families: dict[str, Metric], rows: Iterable[tuple[Any, ...]]) -> None:
+    for _, cluster, host, kind, name, gpu, labels, value in rows:
         spec = MEASUREMENTS.get((kind, name))
         if spec is None or value is None:  # value is never None (filtered above); the row type cannot say so
             continue
         metric, help_text, extra, extra_value = spec
-        family = families.get((node_id, metric))
+        family = families.get(metric)
         if family is None:
-            family = families[(node_id, metric)] = GaugeMetricFamily(metric, help_text, labels=FAMILIES[metric][1])
+            family = families[metric] = GaugeMetricFamily(metric, help_text, labels=FAMILIES[metric][1])
         values = [cluster, host, "" if gpu is None else str(gpu)]
         if extra:
             values.append(extra_value if extra_value is not None else str((labels or {}).get(extra, "")))
         family.add_metric(values, float(value))
-    return {key: _sample_lines(family) for key, family in families.items()}
 
 
-def _failing(latest: list[int]) -> dict[tuple[int, str], GaugeMetricFamily]:
-    """One kiln_node_check_failing family per node: a 0/1 sample per check kind it has a verdict of."""
-    families: dict[tuple[int, str], GaugeMetricFamily] = {}
-    help_text, labels = FAMILIES[FAILING]
+def _failing(latest: QuerySet[Any]) -> Iterator[tuple[Any, ...]]:
+    """The latest verdict of each check kind of each node, streamed in node order."""
     rows = CheckResult.objects.filter(id__in=latest).values_list(
         "node_id", "node__cluster__name", "node__hostname", "kind", "status"
     )
-    for node_id, cluster, host, kind, status in rows.order_by("node_id", "kind"):
-        family = families.get((node_id, FAILING))
-        if family is None:
-            family = families[(node_id, FAILING)] = GaugeMetricFamily(FAILING, help_text, labels=labels)
+    return rows.order_by("node_id", "kind").iterator(chunk_size=ROWS_PER_FETCH)
+
+
+def _failing_family(verdicts: Iterable[tuple[Any, ...]]) -> GaugeMetricFamily:
+    """One node's kiln_node_check_failing family: a 0/1 sample per check kind it has a verdict of."""
+    help_text, labels = FAMILIES[FAILING]
+    family = GaugeMetricFamily(FAILING, help_text, labels=labels)
+    for _, cluster, host, kind, status in verdicts:
         family.add_metric([cluster, host, kind], 1.0 if status == Status.FAIL else 0.0)
-    return families
+    return family
 
 
 STATE_FAMILY = ("kiln_node_health_state", "Node health state (1 = current)")

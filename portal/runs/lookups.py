@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db.models import Lookup
+
+if TYPE_CHECKING:  # the stubs' names
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models.sql.compiler import SQLCompiler, _AsSqlType
 
 
 class AmongIds(Lookup):
@@ -18,12 +22,12 @@ class AmongIds(Lookup):
 
     lookup_name = "among_ids"
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> _AsSqlType:
         lhs, lhs_params = self.process_lhs(compiler, connection)
         rhs, rhs_params = self.process_rhs(compiler, connection)
-        return f"{lhs} IN {rhs}", [*lhs_params, *rhs_params]
+        return f"{lhs} IN {rhs}", (*lhs_params, *rhs_params)
 
-    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    def as_postgresql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> _AsSqlType:
         lhs, lhs_params = self.process_lhs(compiler, connection)
         rhs, rhs_params = self.process_rhs(compiler, connection)
-        return f"{lhs} = ANY(ARRAY{rhs})", [*lhs_params, *rhs_params]
+        return f"{lhs} = ANY(ARRAY{rhs})", (*lhs_params, *rhs_params)
