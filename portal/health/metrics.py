@@ -125,7 +125,7 @@ def node_samples(node_ids: Iterable[int] | QuerySet[Any]) -> Iterator[tuple[int,
     # advance together, the measurements a node behind at most.
     pending = next(measured, None)
     for node_id, verdicts in failing:
-        families = {FAILING: _failing_family(verdicts)}
+        families: dict[str, GaugeMetricFamily] = {FAILING: _failing_family(verdicts)}
         while pending is not None and pending[0] <= node_id:
             if pending[0] == node_id:
                 _add_measured(families, pending[1])
@@ -133,7 +133,7 @@ def node_samples(node_ids: Iterable[int] | QuerySet[Any]) -> Iterator[tuple[int,
         yield node_id, {metric: _sample_lines(family) for metric, family in families.items()}
 
 
-def _add_measured(families: dict[str, Metric], rows: Iterable[tuple[Any, ...]]) -> None:
+def _add_measured(families: dict[str, GaugeMetricFamily], rows: Iterable[tuple[Any, ...]]) -> None:
     for _, cluster, host, kind, name, gpu, labels, value in rows:
         spec = MEASUREMENTS.get((kind, name))
         if spec is None or value is None:  # value is never None (filtered above); the row type cannot say so
