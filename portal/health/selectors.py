@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, F, Max, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 
 from portal.health import conf, trends
 from portal.health.models import (
@@ -23,6 +27,8 @@ from portal.inventory.models import Cluster, Node
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, Scope, Status
 
 OUT_OF_TRENDS = [HealthState.FAILED, HealthState.UNREACHABLE]  # already news: no trend shown
+# Trend rows per round trip of a streamed read (a node has ~300 at 5 sweeps: a few dozen nodes).
+TREND_ROWS_PER_FETCH = 10000
 STATE_ORDER = [
     HealthState.FAILED,
     HealthState.UNREACHABLE,
@@ -138,6 +144,42 @@ def _latest_results(*, run_ids: list[int], node_ids: list[int], keep: int) -> li
             taken[(node_id, kind)] = taken.get((node_id, kind), 0) + 1
             picked.append(result_id)
     return picked
+
+
+def trend_rows_by_node(*, run_id: int, run_ids: list[int], keep: int) -> Iterator[list[dict[str, Any]]]:
+    """trend_rows(run_ids=..., node_ids=<the nodes `run_id` judged>, keep=...), a node's rows at a time
+    in node order, from one streamed query whatever the fleet's size: each node's `keep` latest
+    results of each trended check are ranked in SQL (as _latest_results picks them), so neither a
+    list of ids nor more than one node's rows is ever held."""
+    judged = CheckResult.objects.filter(run_id=run_id).values("node_id")
+    latest = (
+        CheckResult.objects.filter(
+            run_id__in=run_ids,
+            node_id__in=judged,
+            scope=Scope.NODE,
+            kind__in={r.kind for r in trends.RULES},
+            status__in=[Status.PASS, Status.WARN],
+        )
+        .annotate(rank=Window(RowNumber(), partition_by=[F("node_id"), F("kind")], order_by=F("id").desc()))
+        .filter(rank__lte=keep)
+        .values("id")
+    )
+    rows = (
+        Measurement.objects.filter(result_id__in=latest, name__in={r.name for r in trends.RULES})
+        .order_by("result__node_id")
+        .values_list(
+            "result__node_id", "result__node__hostname", "result__kind", "name", "gpu", "labels", "value", "result_id"
+        )
+    )
+    for _, found in groupby(rows.iterator(chunk_size=TREND_ROWS_PER_FETCH), key=itemgetter(0)):
+        node = [
+            {"node_id": node_id, "hostname": hostname, "kind": kind, "name": name, "gpu": gpu,
+             "phase": (labels or {}).get("phase", ""), "value": value, "result_id": result_id}
+            for node_id, hostname, kind, name, gpu, labels, value, result_id in found
+            if (kind, name) in trends.RULE_BY_KEY
+        ]  # fmt: skip
+        if node:
+            yield node
 
 
 def trend_rows(*, run_ids: list[int], node_ids: list[int] | None = None, keep: int = 0) -> list[dict[str, Any]]:

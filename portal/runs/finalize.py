@@ -4,8 +4,10 @@ Every node task calls `run_finalize` when it ends (and the reaper, and cancel). 
 
 1. One aggregate (status counts by scope) says whether every per-node result is final.
 2. Cross-node checks, exactly once per run: consensus (`Check.consensus`: the odd node out on
-   driver, firmware...) then fleet outliers (portal/runs/outliers.py). They run OUTSIDE the run's
-   row lock, so the pages, cancel and the other finishing tasks never wait on them. Exactly once:
+   driver, firmware...) then fleet outliers (portal/runs/outliers.py), computed in one pass over the
+   rows their checks declare (`consensus_names`, the outlier metrics' names): two reads, one UPDATE
+   and one INSERT, whatever the run's size or the number of checks in its plan. They run OUTSIDE
+   the run's row lock, so the pages, cancel and the other finishing tasks never wait on them. Exactly once:
    the pass takes a lock on the run's first per-node result (a row no one else writes once every
    per-node result is final) and writes a `cross_node` RunEvent in the same transaction as its
    changes; a second finaliser waits on that lock, then finds the event and does nothing; a
@@ -19,9 +21,11 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+from dataclasses import dataclass, field
+from operator import itemgetter
 
 from django.db import DatabaseError, transaction
-from django.db.models import Count, Min, TextField
+from django.db.models import Count, F, Min, Q, Subquery, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -29,6 +33,7 @@ from checks.core.base import REGISTRY, Check, worst_status
 from checks.core.base import Measurement as CheckMeasurement
 from portal.runs import cells, dispatch, grid, leases, outliers
 from portal.runs.dbretry import db_retry
+from portal.runs.lookups import AmongIds
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunEvent, Scope, Status
 
 logger = logging.getLogger(__name__)
@@ -161,8 +166,7 @@ def cross_node_apply(*, run: Run) -> bool:
             return False  # a result went back to the queue (the reaper): not all in yet
         try:
             with transaction.atomic():
-                failed = _apply_consensus(run)
-                flagged = _apply_outliers(run)  # after consensus: a node consensus failed is not touched
+                failed, flagged = _apply_cross_node(run)
             message = f"cross-node checks applied: {failed} result(s) failed by consensus, {flagged} fleet outlier(s)"
         except DatabaseError:
             raise
@@ -173,60 +177,140 @@ def cross_node_apply(*, run: Run) -> bool:
     return True
 
 
-def _apply_consensus(run: Run) -> int:
-    """Cross-node agreement: each check's `consensus` names the nodes whose facts (driver,
-    firmware, kernel...) differ from the strict majority of the run; those results become `fail`.
-    Two queries per check kind that has a consensus, rows rather than model objects (a 1,250-node
-    run has about 100k such measurements), and one batched update. Returns how many."""
-    changed: list[CheckResult] = []
+# Finished with a verdict on the hardware: an error result carries no trusted value, and says nothing
+# a cross-node check could overrule.
+JUDGED = (Status.PASS, Status.WARN, Status.FAIL)
+OUTLIER_Z = "outlier_z"  # the measurement a flagged outlier gets (labels: metric), for the charts
+# Measurements per round trip of the streamed read: a 1,250-node run of 20 checks reads ~100k rows
+# (consensus facts and outlier metrics), which then never sit in memory as one list of rows.
+ROWS_PER_FETCH = 5000
+
+
+@dataclass
+class _Result:
+    """A judged per-node result of an item that a cross-node check reads, its status and reason as
+    the pass leaves them (consensus first, then outliers)."""
+
+    item_key: str
+    hostname: str
+    status: str
+    reason: str
+    changed: bool = False
+
+
+Flagged = list[tuple[outliers.Metric, outliers.Outlier]]
+Ordered = tuple[tuple[bool, int, str, int], CheckMeasurement]  # a consensus fact with its stored order
+
+
+@dataclass
+class _Declared:
+    """What the cross-node checks of one run read, and what they change. Two queries fill it, whatever
+    the run's size or its plan's width: the judged results of the items that have a consensus or an
+    outlier metric, then the measurements those checks declare (`consensus_names`, each outlier
+    metric's `names`, earlier `outlier_z` marks), streamed in one pass."""
+
+    consensus: dict[str, tuple[type[Check], frozenset[str] | None]]  # item key -> its check, the names it reads
+    metrics: dict[str, tuple[outliers.Metric, ...]]  # item key -> its outlier metrics
+    results: dict[int, _Result] = field(default_factory=dict)
+    by_item: dict[str, list[int]] = field(default_factory=dict)  # item key -> result ids, by hostname
+    facts: dict[int, list[Ordered]] = field(default_factory=dict)  # result id -> its consensus rows
+    rows: dict[str, dict[int, list[outliers.Row]]] = field(default_factory=dict)  # item -> result -> rows
+    done: set[tuple[int, str | None]] = field(default_factory=set)  # (result id, metric) already flagged
+    flags: list[Measurement] = field(default_factory=list)  # the outlier_z rows to create
+
+
+def _apply_cross_node(run: Run) -> tuple[int, int]:
+    """Consensus, then outliers (a node consensus failed is not touched), from one read of what their
+    checks declare; then one UPDATE of the results they changed and one INSERT of the outlier marks.
+    Returns (results failed by consensus, outliers flagged)."""
+    declared = _declared_read(run)
+    failed = _apply_consensus(declared)
+    flagged = _apply_outliers(declared)
+    changed = [CheckResult(pk=pk, status=r.status, reason=r.reason) for pk, r in declared.results.items() if r.changed]
+    CheckResult.objects.bulk_update(changed, ["status", "reason"])  # no batch size: one statement on PostgreSQL
+    _outlier_z_create(declared.flags)
+    if flagged:
+        logger.info("run %s: %d fleet outlier(s)", run.pk, flagged)
+    return failed, flagged
+
+
+def _outlier_z_create(rows: list[Measurement]) -> None:
+    Measurement.objects.bulk_create(rows)  # no batch size: one statement on PostgreSQL
+
+
+def _agrees(check_class: type[Check]) -> bool:
+    """The kind overrides Check's consensus: it has something to agree on."""
+    return inspect.getattr_static(check_class, "consensus") is not inspect.getattr_static(Check, "consensus")
+
+
+def _declared_read(run: Run) -> _Declared:
+    """The run's plan items that a cross-node check reads, their judged results, and the rows those
+    checks declare (see _Declared)."""
+    consensus: dict[str, tuple[type[Check], frozenset[str] | None]] = {}
+    metrics: dict[str, tuple[outliers.Metric, ...]] = {}
     for item in run.plan_snapshot["items"]:
-        if item.get("scope", Scope.NODE) != Scope.NODE or item["kind"] not in REGISTRY:
+        if item.get("scope", Scope.NODE) != Scope.NODE:
             continue
-        check_class = REGISTRY[item["kind"]]
-        if inspect.getattr_static(check_class, "consensus") is inspect.getattr_static(Check, "consensus"):
-            continue  # the kind keeps Check's consensus: it has nothing to agree on
-        results = {
-            host: (pk, status, reason)
-            for pk, host, status, reason in run.results.filter(
-                item_key=item["key"], status__in=[Status.PASS, Status.WARN, Status.FAIL]
-            ).values_list("id", "node__hostname", "status", "reason")
-        }
-        if len(results) < 3:
-            continue  # a majority of two says nothing
-        facts = _facts_per_node(results, check_class.consensus_names)
-        for hostname, reason in check_class.consensus(facts).items():
-            pk, status, old = results[hostname]
-            if reason in old:
-                continue  # already applied (a run finalised before this code kept no event)
-            new = (f"{old}; {reason}" if status == Status.FAIL else reason)[:4000]
-            changed.append(CheckResult(pk=pk, status=Status.FAIL, reason=new))
-    CheckResult.objects.bulk_update(changed, ["status", "reason"], batch_size=500)
-    return len(changed)
-
-
-def _facts_per_node(
-    results: dict[str, tuple[int, str, str]], names: frozenset[str] | None
-) -> dict[str, list[CheckMeasurement]]:
-    """hostname -> its result's measurements that the check's consensus reads (`names`; None:
-    all), as the checks know them, in the stored order."""
-    host_of = {pk: host for host, (pk, _, _) in results.items()}
-    per_node: dict[str, list[CheckMeasurement]] = {host: [] for host in results}
-    measurements = Measurement.objects.filter(result_id__in=list(host_of))
-    if names is not None:
-        measurements = measurements.filter(name__in=sorted(names))
-    rows = (
-        measurements.order_by("result_id", "gpu", "name", "id")
-        .annotate(labels_text=Cast("labels", TextField()))
-        .values_list("result_id", "name", "value", "unit", "gpu", "text", "threshold", "ok", "labels_text")
+        check_class = REGISTRY.get(item["kind"])
+        if check_class is not None and _agrees(check_class):
+            consensus[item["key"]] = (check_class, check_class.consensus_names)
+        if item["kind"] in outliers.METRICS:
+            metrics[item["key"]] = outliers.METRICS[item["kind"]]
+    declared = _Declared(consensus=consensus, metrics=metrics)
+    keys = sorted({*consensus, *metrics})
+    if not keys:
+        return declared
+    judged = CheckResult.objects.filter(run_id=run.pk, scope=Scope.NODE, item_key__in=keys, status__in=JUDGED)
+    # By hostname, as the consensus has always seen the nodes.
+    results = judged.order_by("node__hostname", "position", "id").values_list(
+        "id", "item_key", "node__hostname", "status", "reason"
     )
-    for result_id, name, value, unit, gpu, text, threshold, ok, labels in rows.iterator(chunk_size=5000):
-        per_node[host_of[result_id]].append(
-            CheckMeasurement(
-                name=name, value=value, unit=unit, gpu=gpu, text=text, threshold=threshold, ok=ok,
-                labels=_labels(labels),
+    for pk, item_key, hostname, status, reason in results:
+        declared.results[pk] = _Result(item_key, hostname, status, reason)
+        declared.by_item.setdefault(item_key, []).append(pk)
+    if not declared.results:
+        return declared
+    outlier_names = {name for found in metrics.values() for metric in found for name in metric.names}
+    names = set(outlier_names) | ({OUTLIER_Z} if metrics else set())
+    for _, declared_names in consensus.values():
+        names |= declared_names or set()
+    wanted = Q(name__in=sorted(names))
+    every = [
+        pk
+        for key, (_, declared_names) in consensus.items()
+        if declared_names is None
+        for pk in declared.by_item.get(key, [])
+    ]
+    if every:  # a consensus that declares no names reads every measurement of its results
+        wanted |= Q(result_id__in=every)
+    # The same results read again by the database, the rows in result order (portal/runs/lookups.py).
+    rows = (
+        Measurement.objects.filter(wanted, AmongIds(F("result_id"), Subquery(judged.order_by().values("id"))))
+        .order_by("result_id")
+        .annotate(labels_text=Cast("labels", TextField()))
+        .values_list("id", "result_id", "name", "value", "unit", "gpu", "text", "threshold", "ok", "labels_text")
+    )
+    for pk, result_id, name, value, unit, gpu, text, threshold, ok, labels_text in rows.iterator(
+        chunk_size=ROWS_PER_FETCH
+    ):
+        result = declared.results.get(result_id)
+        if result is None:
+            continue  # not judged when the results were read
+        labels = _labels(labels_text)
+        agreed = consensus.get(result.item_key)
+        if agreed is not None and (agreed[1] is None or name in agreed[1]):
+            fact = CheckMeasurement(
+                name=name, value=value, unit=unit, gpu=gpu, text=text, threshold=threshold, ok=ok, labels=labels
             )
-        )  # fmt: skip
-    return per_node
+            # The stored order (result, gpu, name, id), GPU-less rows last as PostgreSQL sorts NULLs.
+            declared.facts.setdefault(result_id, []).append(((gpu is None, gpu or 0, name, pk), fact))
+        if result.item_key in metrics:
+            if name == OUTLIER_Z:
+                declared.done.add((result_id, labels.get("metric")))
+            elif name in outlier_names:
+                row = {"result_id": result_id, "name": name, "value": value, "gpu": gpu, "labels": labels}
+                declared.rows.setdefault(result.item_key, {}).setdefault(result_id, []).append(row)
+    return declared
 
 
 def _labels(text: str | None) -> dict:
@@ -235,93 +319,57 @@ def _labels(text: str | None) -> dict:
     return json.loads(text) if text and text != "{}" else {}
 
 
-def _apply_outliers(run: Run) -> int:
+def _apply_consensus(declared: _Declared) -> int:
+    """Cross-node agreement: each check's `consensus` names the nodes whose facts (driver, firmware,
+    kernel...) differ from the strict majority of the run; those results become `fail`, the reason
+    appended to a failed one's. In memory (_apply_cross_node writes). Returns how many."""
+    failed = 0
+    for item_key, (check_class, _) in declared.consensus.items():
+        hosts = {declared.results[pk].hostname: pk for pk in declared.by_item.get(item_key, [])}
+        if len(hosts) < 3:
+            continue  # a majority of two says nothing
+        facts = {
+            host: [fact for _, fact in sorted(declared.facts.get(pk, []), key=itemgetter(0))]
+            for host, pk in hosts.items()
+        }
+        for hostname, reason in check_class.consensus(facts).items():
+            result = declared.results[hosts[hostname]]
+            if reason in result.reason:
+                continue  # already applied (a run finalised before this code kept no event)
+            result.reason = (f"{result.reason}; {reason}" if result.status == Status.FAIL else reason)[:4000]
+            result.status, result.changed = Status.FAIL, True
+            failed += 1
+    return failed
+
+
+def _apply_outliers(declared: _Declared) -> int:
     """Fleet outliers (portal/runs/outliers.py): a node whose key metric lags the run's median by a
     robust z-score becomes `warn` when it passed, with the deviation appended to its reason and an
-    `outlier_z` measurement (labels: metric) for the charts. fail/error results are left alone.
-
-    Idempotent: a result that already holds an `outlier_z` for a metric is not flagged again. A
-    handful of queries per run whatever its size. Returns how many outliers it flagged."""
-    items = [
-        item
-        for item in run.plan_snapshot["items"]
-        if item.get("scope", Scope.NODE) == Scope.NODE and item["kind"] in outliers.METRICS
-    ]
-    if not items:
-        return 0
-    found = _find_outliers(run, items)
-    if not found:
-        return 0
-    results = list(CheckResult.objects.filter(pk__in=list(found)).only("id", "status", "reason"))
-    new_rows = [row for result in results for row in _flag_outlier(result, found[result.pk])]
-    CheckResult.objects.bulk_update(results, ["status", "reason"], batch_size=500)
-    Measurement.objects.bulk_create(new_rows, batch_size=500)
-    logger.info("run %s: %d fleet outlier(s)", run.pk, len(new_rows))
-    return len(new_rows)
-
-
-Flagged = list[tuple[outliers.Metric, outliers.Outlier]]
-
-
-def _find_outliers(run: Run, items: list[dict]) -> dict[int, Flagged]:
-    """result id -> the metrics it lags the fleet in, for judged results not flagged already."""
-    per_item, judged = _outlier_rows(run, items)
-    done = {
-        (result_id, (labels or {}).get("metric"))
-        for result_id, labels in Measurement.objects.filter(result__run=run, name="outlier_z").values_list(
-            "result_id", "labels"
-        )
-    }
+    `outlier_z` measurement (labels: metric) for the charts. fail/error results are left alone, and so
+    is a result consensus failed. Idempotent: a result that already holds an `outlier_z` for a metric
+    is not flagged again. In memory (_apply_cross_node writes). Returns how many it flagged."""
     found: dict[int, Flagged] = {}
-    for item in items:
-        per_node = per_item.get(item["key"], {})
-        for metric in outliers.METRICS[item["kind"]]:
+    for item_key, metrics in declared.metrics.items():
+        per_node = declared.rows.get(item_key, {})
+        for metric in metrics:
             for result_id, outlier in outliers.fleet_outliers(metric, per_node).items():
-                if judged[result_id] in (Status.PASS, Status.WARN) and (result_id, metric.key) not in done:
+                judged = declared.results[result_id].status in (Status.PASS, Status.WARN)
+                if judged and (result_id, metric.key) not in declared.done:
                     found.setdefault(result_id, []).append((metric, outlier))
-    return found
+    for result_id, flagged in found.items():
+        declared.flags += _flag_outlier(result_id, declared.results[result_id], flagged)
+    return len(declared.flags)
 
 
-def _outlier_rows(run: Run, items: list[dict]) -> tuple[dict[str, dict[int, list[outliers.Row]]], dict[int, str]]:
-    """The measurements the items' outlier metrics read, per item key and result; each result's status."""
-    names = {name for item in items for metric in outliers.METRICS[item["kind"]] for name in metric.names}
-    results = {
-        pk: (item_key, status)
-        for pk, item_key, status in CheckResult.objects.filter(
-            run=run,
-            scope=Scope.NODE,
-            item_key__in=[item["key"] for item in items],
-            status__in=[Status.PASS, Status.WARN, Status.FAIL],  # error results carry no trusted value
-        )
-        .order_by()
-        .values_list("id", "item_key", "status")
-    }
-    # By result id, with no join and no default ordering (which joined results and nodes back in).
-    rows = (
-        Measurement.objects.filter(result_id__in=list(results), name__in=names)
-        .order_by()
-        .annotate(labels_text=Cast("labels", TextField()))
-        .values_list("result_id", "name", "value", "gpu", "labels_text")
-    )
-    per_item: dict[str, dict[int, list[outliers.Row]]] = {}
-    judged: dict[int, str] = {}
-    for result_id, name, value, gpu, labels in rows.iterator(chunk_size=5000):
-        item_key, status = results[result_id]
-        row = {"result_id": result_id, "name": name, "value": value, "gpu": gpu, "labels": _labels(labels)}
-        per_item.setdefault(item_key, {}).setdefault(result_id, []).append(row)
-        judged[result_id] = status
-    return per_item, judged
-
-
-def _flag_outlier(result: CheckResult, flagged: Flagged) -> list[Measurement]:
-    """Turns `result` into a warn naming its deviations (not saved); the outlier_z rows to create."""
+def _flag_outlier(result_id: int, result: _Result, flagged: Flagged) -> list[Measurement]:
+    """Turns `result` into a warn naming its deviations; the outlier_z rows to create."""
     reasons = [outliers.reason(metric, outlier) for metric, outlier in flagged]
-    result.status = Status.WARN
+    result.status, result.changed = Status.WARN, True
     result.reason = "; ".join([result.reason, *reasons] if result.reason else reasons)[:4000]
     return [
         Measurement(
-            result=result,
-            name="outlier_z",
+            result_id=result_id,
+            name=OUTLIER_Z,
             value=round(outlier.z, 2),
             threshold=f"|z| <= {outliers.Z_THRESHOLD}",
             ok=False,

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from portal.health.models import NodeHealth, NodeRisk
 from portal.health.selectors import nodes_at_risk
 from portal.health.services import risks
 from portal.health.trends import RULE_BY_KEY, worsening
-from portal.runs.models import Measurement
+from portal.inventory.models import Cluster, Node
+from portal.runs.models import Measurement, Run
 from tests.health.helpers import finish
 from tests.portal.helpers import add_measurement
 
@@ -79,16 +84,33 @@ def test_the_page_reads_the_risks_computed_when_each_run_finished(
     assert nodes_at_risk(cluster=cluster) == [], "a failed node is news already: no trend shown"
 
 
-@pytest.mark.django_db
-def test_a_refresh_replaces_a_nodes_risks_and_reads_in_steps(cluster, make_run, monkeypatch) -> None:
-    runs = []
+def climbing_ecc(cluster: Cluster, make_run: Callable[..., Run], hosts: list[str]) -> Run:
+    """Three runs in which the hosts' correctable ECC climbs 1 -> 3 -> 6; the last one."""
     for value in (1, 3, 6):
         run = make_run(cluster)
-        for host in ("n01", "n02", "n03"):
+        for host in hosts:
             result = run.results.get(node__hostname=host, item_key="ecc-health")
             add_measurement(result, "ecc_aggregate_corrected", value=value, gpu=0)
-        runs.append(finish(run))
-    monkeypatch.setattr(risks, "NODES_PER_STEP", 2)
+        finish(run)
+    return run
+
+
+@pytest.mark.django_db
+def test_a_refresh_reads_and_stores_in_as_many_queries_whatever_the_nodes(cluster, make_run) -> None:
+    large = Cluster.objects.create(name="c2", profile="H100-SXM-8", transport="local")
+    Node.objects.bulk_create(Node(cluster=large, hostname=f"m{i:02d}", rack="R1") for i in range(1, 25))
+    counted = []
+    for where, hosts in ((cluster, ["n01", "n02"]), (large, [f"m{i:02d}" for i in range(1, 25)])):
+        run = climbing_ecc(where, make_run, hosts)
+        with CaptureQueriesContext(connection) as queries:
+            assert risks.risks_refresh(run_id=run.pk) == len(hosts)
+        counted.append(len(queries))
+    assert counted[0] == counted[1]
+
+
+@pytest.mark.django_db
+def test_a_refresh_replaces_a_nodes_risks(cluster, make_run) -> None:
+    runs = [climbing_ecc(cluster, make_run, ["n01", "n02", "n03"])]
     assert risks.risks_refresh(run_id=runs[-1].pk) == 3
     assert NodeRisk.objects.count() == 3
 

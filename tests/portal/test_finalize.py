@@ -16,35 +16,45 @@ from portal.runs import finalize, services
 from portal.runs.models import CheckResult, Measurement, Run, RunEvent
 
 PLAN = ("gpu-inventory", "ecc-health", "nccl-allreduce")
+# Every kind with a consensus, and more with outlier metrics: a plan more than twice as wide.
+WIDE = (*PLAN, "sw-consistency", "ib-ports", "topology", "host-bw", "burn-in", "dlc-temperature", "fs-throughput")
 
 
-def plan() -> TestPlan:
-    made, created = TestPlan.objects.get_or_create(slug="fin", defaults={"name": "finalize"})
+def plan(slugs: tuple[str, ...] = PLAN) -> TestPlan:
+    made, created = TestPlan.objects.get_or_create(slug=f"fin-{len(slugs)}", defaults={"name": "finalize"})
     if created:
-        for order, slug in enumerate(PLAN):
+        for order, slug in enumerate(slugs):
             TestPlanItem.objects.create(plan=made, check_definition=CheckDefinition.objects.get(slug=slug), order=order)
     return made
 
 
-def finished_run(size: int, name: str) -> Run:
+def finished_run(size: int, name: str, slugs: tuple[str, ...] = PLAN) -> Run:
     """A run of `size` nodes whose results are all in: one node on an odd driver (consensus fails it),
-    one slow on busbw (an outlier), the rest alike. The run itself is still `running`."""
+    one slow on busbw (an outlier), the rest alike, with a row the cross-node checks do not read
+    beside those they do. The run itself is still `running`."""
     cluster = Cluster.objects.create(name=name, profile="H100-SXM-8", transport="local")
     Node.objects.bulk_create(Node(cluster=cluster, hostname=f"{name}{i:03d}") for i in range(1, size + 1))
-    run = services.run_start(cluster=cluster, plan=plan(), enqueue=False)
+    run = services.run_start(cluster=cluster, plan=plan(slugs), enqueue=False)
     Run.objects.filter(pk=run.pk).update(status="running")
     CheckResult.objects.filter(run=run).update(status="pass", reason="within spec")
     rows = []
     for result in CheckResult.objects.filter(run=run).select_related("node"):
         index = int(result.node.hostname[len(name) :])
-        if result.kind == "gpu_inventory":
+        rows.append(Measurement(result=result, name="probe_source", text="nvml"))
+        if result.kind in ("gpu_inventory", "sw_consistency"):
             driver = "535.104.05" if index == 2 else "550.54.15"
             rows += [
                 Measurement(result=result, name="driver_version", text=driver),
                 Measurement(result=result, name="gpu_count", value=8),
             ]
+        elif result.kind == "ib_ports":
+            rows.append(Measurement(result=result, name="ports_active", value=8, labels={"link_layers": "InfiniBand"}))
+        elif result.kind == "topology":
+            rows.append(Measurement(result=result, name="nic_count", value=9))
         elif result.kind == "nccl_allreduce":
             rows.append(Measurement(result=result, name="busbw_peak", value=400.0 if index == 3 else 470.0 + index % 3))
+        elif result.kind == "burn_in":
+            rows += [Measurement(result=result, name="gflops", value=52000.0 + index % 5, gpu=gpu) for gpu in range(8)]
     Measurement.objects.bulk_create(rows)
     return run
 
@@ -71,6 +81,53 @@ def test_it_closes_a_run_in_the_same_number_of_queries_at_8_and_60_nodes() -> No
 
 
 @pytest.mark.django_db
+def test_it_closes_in_the_same_number_of_queries_whatever_the_size_and_the_plan_width() -> None:
+    counts = {
+        (size, len(slugs)): queries_to_close(finished_run(size, f"w{len(slugs)}n{size}-", slugs))
+        for size in (8, 30)
+        for slugs in (PLAN, WIDE)
+    }
+
+    assert len(set(counts.values())) == 1, counts
+    wide = Run.objects.get(cluster__name="w10n30-")
+    # Consensus failed the odd driver in both results that record it; the slow node is the outlier.
+    assert wide.reason == f"2 fail, {10 * 30 - 3} pass, 1 warn"
+    odd = CheckResult.objects.filter(run=wide, status="fail").order_by("item_key")
+    assert [(r.item_key, r.node.hostname) for r in odd] == [
+        ("gpu-inventory", "w10n30-002"),
+        ("sw-consistency", "w10n30-002"),
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("declared", "read"),
+    [
+        ("declared", {"driver_version", "gpu_count"}),  # what the inventory's consensus compares, no more
+        (None, {"driver_version", "gpu_count", "probe_source"}),  # no names declared: every row
+    ],
+)
+def test_a_consensus_reads_the_rows_its_check_declares(monkeypatch, declared: str | None, read: set[str]) -> None:
+    from checks.gpu.inventory import GpuInventory
+
+    seen: list[set[str]] = []
+    real = GpuInventory.consensus.__func__  # type: ignore[attr-defined]
+
+    def consensus(cls: type[GpuInventory], per_node: dict) -> dict[str, str]:
+        seen.append({m.name for rows in per_node.values() for m in rows})
+        return real(cls, per_node)
+
+    if declared is None:
+        monkeypatch.setattr(GpuInventory, "consensus_names", None)
+    monkeypatch.setattr(GpuInventory, "consensus", classmethod(consensus))
+    run = finished_run(8, "a")
+
+    queries_to_close(run)
+    assert seen == [read]
+    assert CheckResult.objects.get(run=run, item_key="gpu-inventory", status="fail").node.hostname == "a002"
+
+
+@pytest.mark.django_db
 def test_it_logs_the_cross_node_pass_once_and_is_idempotent() -> None:
     run = finished_run(8, "i")
     services.run_finalize(run_id=run.pk)
@@ -86,19 +143,22 @@ def test_it_logs_the_cross_node_pass_once_and_is_idempotent() -> None:
 @pytest.mark.django_db
 def test_it_rolls_a_failed_cross_node_pass_back_and_redoes_it_next_time(monkeypatch) -> None:
     run = finished_run(8, "r")
-    real = finalize._apply_outliers
+    real = finalize._outlier_z_create
 
-    def lost_connection(run: Run) -> int:
+    def lost_connection(rows: list[Measurement]) -> None:
+        # After the results' UPDATE (the consensus fail, the outlier warn): the connection drops.
+        assert CheckResult.objects.filter(run=run, status="fail").exists()
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(finalize, "_apply_outliers", lost_connection)
+    monkeypatch.setattr(finalize, "_outlier_z_create", lost_connection)
     with pytest.raises(OperationalError):
         services.run_finalize(run_id=run.pk)
     assert not RunEvent.objects.filter(run=run).exists()
     assert not CheckResult.objects.filter(run=run, status="fail").exists()  # consensus rolled back too
+    assert not CheckResult.objects.filter(run=run, status="warn").exists()
     assert Run.objects.get(pk=run.pk).status == "running"
 
-    monkeypatch.setattr(finalize, "_apply_outliers", real)
+    monkeypatch.setattr(finalize, "_outlier_z_create", real)
     assert services.run_finalize(run_id=run.pk).status == "fail"
     assert RunEvent.objects.filter(run=run, kind=finalize.CROSS_NODE_EVENT).count() == 1
     assert Measurement.objects.filter(result__run=run, name="outlier_z").count() == 1

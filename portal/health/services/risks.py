@@ -8,33 +8,30 @@ from django.utils import timezone
 
 from portal.health import conf, trends
 from portal.health.models import NodeHealth, NodeRisk
-from portal.health.selectors import trend_rows, trend_run_ids
+from portal.health.selectors import trend_rows_by_node, trend_run_ids
 from portal.runs.models import CheckResult, Run
-
-NODES_PER_STEP = 250  # nodes whose measurements are read at once: memory stays flat at any fleet size
 
 
 def risks_refresh(*, run_id: int) -> int:
-    """Recompute the risks of the nodes `run_id` judged, in steps of NODES_PER_STEP nodes, each
-    step one transaction. Idempotent. Returns how many risks those nodes have now."""
+    """Recompute the risks of the nodes `run_id` judged: their trend rows are read in one streamed
+    query and judged a node at a time (memory stays flat at any fleet size), then stored in one
+    transaction of three statements. Idempotent. Returns how many risks those nodes have now."""
     run = Run.objects.filter(pk=run_id).values("cluster_id").first()
     if run is None:
         return 0
-    node_ids = sorted(set(CheckResult.objects.filter(run_id=run_id).values_list("node_id", flat=True)))
     keep = conf.trend_sweeps()
     run_ids = trend_run_ids(cluster_id=run["cluster_id"], keep=keep)
-    found = 0
-    for start in range(0, len(node_ids), NODES_PER_STEP):
-        step = node_ids[start : start + NODES_PER_STEP]
-        risks = trends.at_risk(trend_rows(run_ids=run_ids, node_ids=step, keep=keep), keep=keep)
-        with transaction.atomic():
-            NodeRisk.objects.filter(node_id__in=step).delete()
-            NodeRisk.objects.bulk_create(
-                NodeRisk(
-                    node_id=r.node_id, kind=r.rule.kind, name=r.rule.name, gpu=r.gpu, phase=r.phase, values=r.values
-                )
-                for r in risks
-            )
-            NodeHealth.objects.filter(node_id__in=step).update(risks_at=timezone.now())
-        found += len(risks)
-    return found
+    risks = [
+        risk
+        for rows in trend_rows_by_node(run_id=run_id, run_ids=run_ids, keep=keep)
+        for risk in trends.at_risk(rows, keep=keep)
+    ]
+    judged = CheckResult.objects.filter(run_id=run_id).values("node_id")
+    with transaction.atomic():
+        NodeRisk.objects.filter(node_id__in=judged).delete()
+        NodeRisk.objects.bulk_create(
+            NodeRisk(node_id=r.node_id, kind=r.rule.kind, name=r.rule.name, gpu=r.gpu, phase=r.phase, values=r.values)
+            for r in risks
+        )
+        NodeHealth.objects.filter(node_id__in=judged).update(risks_at=timezone.now())
+    return len(risks)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import overload
 
-from django.db.models import Q
+from django.db.models import F, Q, Subquery
 from django.db.models.fields.json import KT
 
 from portal.history.selectors.metrics import (
@@ -22,9 +22,11 @@ from portal.history.selectors.metrics import (
 )
 from portal.inventory.models import Cluster, Node
 from portal.ordering import natural_key
+from portal.runs.lookups import AmongIds
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunKeyValue, Scope, Status
 
 _KEY_KIND_SET = frozenset(_KEY_KINDS)
+ROWS_PER_FETCH = 5000  # key measurements per round trip (about 140 a node in a demo acceptance run)
 _STATUS_RANK: dict[str, int] = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 2}
 
 
@@ -89,16 +91,21 @@ def run_results(run: Run) -> tuple[dict[tuple[str, str], tuple[str, str, int]], 
 
 
 def key_values_measured(run: Run, info: dict[int, tuple[str, str, str, str]]) -> dict[ValueKey, Folded]:
-    """The run's key values folded per subject, from its measurements (one query, by result id: no
-    join, which would let the planner scan the run's every result)."""
+    """The run's key values folded per subject, from its measurements: one query, streamed, through
+    the (result, name) index a result at a time whatever the history (portal/runs/lookups.py)."""
     values: dict[ValueKey, list[Folded]] = {}
-    ids = [pk for pk, (_, _, kind, _) in info.items() if kind in _KEY_KIND_SET]  # group results: any kind
+    # The results `info` holds of the key kinds (of any scope): the rows' results, read in SQL.
+    results = CheckResult.objects.filter(run_id=run.pk, kind__in=_KEY_KINDS).order_by().values("id")
     measurements = (
-        Measurement.objects.filter(result_id__in=ids, name__in=_KEY_NAMES, value__isnull=False)
-        .order_by()
+        Measurement.objects.filter(
+            AmongIds(F("result_id"), Subquery(results)), name__in=_KEY_NAMES, value__isnull=False
+        )
+        .order_by("result_id")
         .values_list("result_id", "name", "value", "gpu", "labels")
     )
-    for result_id, name, value, gpu, labels in measurements:
+    for result_id, name, value, gpu, labels in measurements.iterator(chunk_size=ROWS_PER_FETCH):
+        if result_id not in info:
+            continue  # a result recorded after `info` was read
         hostname, item_key, kind, scope = info[result_id]
         labels = labels or {}
         metric = metric_for(kind=kind, name=name, labels=labels)
