@@ -398,19 +398,25 @@ class LeaseKeeper:
         try:
             with db_phase("heartbeat"):
                 self._flush_writes()
-                if time.monotonic() >= self._next_beat:
-                    self.beat()
-                    self._next_beat = time.monotonic() + heartbeat_s()
+                self._beat_if_due()
         except Exception:
             logger.exception("lease keeper: database write failed; retrying at the next beat")
+            self._next_beat = time.monotonic() + heartbeat_s()
+
+    def _beat_if_due(self) -> None:
+        if time.monotonic() >= self._next_beat:
+            self.beat()
             self._next_beat = time.monotonic() + heartbeat_s()
 
     def _flush_writes(self) -> None:
         """The "command started" marks first, then the queued writes in order, the marks that
         arrive meanwhile between two writes: a task waits on its mark before its command starts,
-        while nobody waits on a process-group write (with 256 nodes a tick holds thousands)."""
+        while nobody waits on a process-group write (with 256 nodes a tick holds thousands). A beat
+        that falls due meanwhile is not kept waiting either: behind a long queue on a loaded
+        database the leases lapsed, and the reaper closed live tasks' checks as "worker lost"."""
         while True:
             self._flush_started()
+            self._beat_if_due()
             with self._lock:
                 if not self._writes:
                     return

@@ -137,3 +137,24 @@ def test_a_command_start_is_written_ahead_of_the_queued_process_group_writes(sim
 
     assert order.index("started") < order.index("w2"), order  # right after the write in progress
     assert CheckResult.objects.get(pk=claimed[0].pk).command_started_at is not None
+
+
+def test_the_heartbeat_is_not_kept_waiting_behind_a_long_write_queue(sim_node: Node, settings: Any) -> None:
+    """Thousands of process-group writes queued on a slow database: the leases are still renewed
+    every beat, not once the queue is empty (they lapsed, and the reaper closed live work)."""
+    settings.KILN_HEARTBEAT_S = 0.2
+    settings.KILN_LEASE_TTL_S = 30
+    run = services.run_start(cluster=sim_node.cluster, plan=burn_plan(600), enqueue=False)
+    claimed = services.results_claim(run_id=run.pk, node_id=sim_node.pk, claim="task-1")
+    CheckResult.objects.filter(run=run).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    keeper = leases.LeaseKeeper()
+    holding = keeper.hold(claim="task-1", results=claimed, label="n01")
+    for _ in range(40):
+        keeper.submit(lambda: time.sleep(0.1))  # 4 s of queue
+
+    wait_for(
+        lambda: all(r.lease_expires_at > timezone.now() for r in CheckResult.objects.filter(run=run)),
+        2,
+        "a beat while the queue is being written",
+    )
+    keeper.release(holding)
