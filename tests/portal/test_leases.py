@@ -158,3 +158,36 @@ def test_the_heartbeat_is_not_kept_waiting_behind_a_long_write_queue(sim_node: N
         "a beat while the queue is being written",
     )
     keeper.release(holding)
+
+
+def test_process_group_writes_are_coalesced_and_keep_their_meaning(sim_node: Node, monkeypatch) -> None:
+    """Each command's group is recorded when it starts and cleared when it ends: written together,
+    per result the last state counts, and a clear only clears the group it names."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    run = services.run_start(cluster=sim_node.cluster, plan=burn_plan(600), enqueue=False)
+    first, second = services.results_claim(run_id=run.pk, node_id=sim_node.pk, claim="task-1")
+    keeper = leases.LeaseKeeper()
+    monkeypatch.setattr(keeper, "_ensure_thread", lambda: None)  # written here, by this test
+
+    def pgid(result: CheckResult) -> int | None:
+        return CheckResult.objects.get(pk=result.pk).remote_pgid
+
+    keeper.pgid_running(first.pk, 100)
+    keeper.pgid_ended(first.pk, 100)  # started and ended before any write: no group
+    keeper.pgid_running(second.pk, 200)
+    with CaptureQueriesContext(connection) as queries:
+        keeper._flush_pgids()
+    assert (pgid(first), pgid(second)) == (None, 200)
+    assert len(queries.captured_queries) == 1
+
+    keeper.pgid_ended(second.pk, 999)  # not the group it runs: left alone
+    keeper._flush_pgids()
+    assert pgid(second) == 200
+    keeper.pgid_ended(second.pk, 200)
+    keeper.pgid_running(first.pk, 300)
+    with CaptureQueriesContext(connection) as queries:
+        keeper._flush_pgids()
+    assert (pgid(first), pgid(second)) == (300, None)
+    assert len(queries.captured_queries) == 2  # one UPDATE of the groups set, one of those cleared
