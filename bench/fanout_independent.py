@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -57,14 +58,11 @@ def sh(argv: list[str], env: dict[str, str], **kw: object) -> subprocess.Complet
     return proc
 
 
-def main() -> int:
-    args = parse_args()
-    work = args.dir or Path(tempfile.mkdtemp(prefix="kiln-independent-"))
-    work.mkdir(parents=True, exist_ok=True)
-    kiln = shutil.which("kiln", path=str(Path(sys.executable).parent)) or "kiln"
+def kiln_env(args: argparse.Namespace, work: Path) -> dict[str, str]:
+    """The environment every `kiln` command runs in: this script's database, broker and data folder."""
     db = urlsplit(args.database_url)
     # As an installed Kiln runs: its bytecode cached (a test environment may set this variable).
-    env = dict(
+    return dict(
         {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         DATABASE_URL=args.database_url,
         CELERY_BROKER_URL=args.broker_url,
@@ -74,27 +72,112 @@ def main() -> int:
         PGPORT=str(db.port or 5432),
         PGUSER=db.username or "postgres",
     )
-    name = db.path.lstrip("/")
+
+
+def prepare(args: argparse.Namespace, env: dict[str, str], kiln: str, script: Path) -> None:
+    """Fresh databases and broker, `kiln init`, and the node-side script of Kiln's commands."""
+    name = urlsplit(args.database_url).path.lstrip("/")
     for database in (name, f"{name}_commands"):
         sh(["dropdb", "--if-exists", "--force", database], env)
         sh(["createdb", database], env)
     sh(["redis-cli", "-u", args.broker_url, "flushdb"], env)
     sh([kiln, "init"], env)
-
-    script = work / "node-commands.sh"
     base = args.database_url.rpartition("/")[0]
+    commands_url = f"{base}/{name}_commands"
+    sh([sys.executable, "bench/bench_fanout.py", "--write-commands", str(script), "--database-url", commands_url], env)
+
+
+def kiln_cluster(testbed: dict, env: dict[str, str], kiln: str, work: Path) -> None:
+    """The testbed's nodes as the cluster `indep`, through the command line."""
+    csv = work / "nodes.csv"
+    csv.write_text(
+        "hostname,address,ssh_port\n"
+        + "".join(f"{n['hostname']},{n['address']},{n['port']}\n" for n in testbed["nodes"])
+    )
+    key, known = testbed["client_key_path"], testbed["known_hosts_path"]
     sh(
         [
-            sys.executable,
-            "bench/bench_fanout.py",
-            "--write-commands",
-            str(script),
-            "--database-url",
-            f"{base}/{name}_commands",
+            kiln,
+            "cluster",
+            "create",
+            "indep",
+            "--ssh-user",
+            testbed["ssh_user"],
+            "--ssh-key",
+            key,
+            "--known-hosts",
+            known,
         ],
         env,
     )
+    sh([kiln, "nodes", "import", "indep", str(csv)], env)
 
+
+def start_worker(env: dict[str, str], kiln: str, work: Path) -> subprocess.Popen[bytes]:
+    """`kiln worker`, waited for until it says it is ready."""
+    log = (work / "worker.log").open("wb")
+    worker = subprocess.Popen(
+        [kiln, "worker"], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while b" ready." not in (work / "worker.log").read_bytes():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("kiln worker did not start: " + (work / "worker.log").read_text()[-2000:])
+        time.sleep(0.2)
+    return worker
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """One command's wall time by this script's clock, and what it printed."""
+    started = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, check=False)
+    return time.perf_counter() - started, proc
+
+
+def tools(testbed: dict, env: dict[str, str], kiln: str, script: Path) -> dict[str, Callable[[], float]]:
+    """Kiln's `run --wait` and pdsh running the same commands on every node at once."""
+    hosts = [n["hostname"] for n in testbed["nodes"]]
+    line = script.read_text()
+    pdsh_env = dict(env, PDSH_SSH_ARGS=f"-F {testbed['ssh_config_path']} -a -x -l%u %h")
+
+    def run_kiln() -> float:
+        took, proc = timed([kiln, "run", "indep", "quick", "--wait"], env)
+        if proc.returncode != 0:
+            raise SystemExit(f"kiln run exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-1000:]}")
+        return took
+
+    def run_pdsh() -> float:
+        took, proc = timed(["pdsh", "-R", "ssh", "-f", str(len(hosts)), "-w", ",".join(hosts), line], pdsh_env)
+        good = sum(1 for out in proc.stdout.splitlines() if out.split(": ", 1)[-1] == f"{DONE} 0")
+        if good != len(hosts):
+            raise SystemExit(f"pdsh: {good} of {len(hosts)} nodes ran every command:\n{proc.stderr[-2000:]}")
+        return took
+
+    return {"kiln": run_kiln, "pdsh": run_pdsh}
+
+
+def rounds(runners: dict[str, Callable[[], float]], nodes: int, repeat: int) -> dict[str, list[float]]:
+    """A warm-up round, then `repeat` rounds, the tools taking turns to go first."""
+    times: dict[str, list[float]] = {t: [] for t in runners}
+    for rnd in range(1 + repeat):
+        order = list(runners) if rnd % 2 == 0 else list(runners)[::-1]
+        took = {t: runners[t]() for t in order}
+        if rnd:
+            for t, s in took.items():
+                times[t].append(s)
+        label = "run " + str(rnd) if rnd else "warm-up"
+        print(f"  {nodes} nodes, {label}: " + ", ".join(f"{t} {took[t]:.2f} s" for t in runners), flush=True)
+    return times
+
+
+def main() -> int:
+    args = parse_args()
+    work = args.dir or Path(tempfile.mkdtemp(prefix="kiln-independent-"))
+    work.mkdir(parents=True, exist_ok=True)
+    kiln = shutil.which("kiln", path=str(Path(sys.executable).parent)) or "kiln"
+    env = kiln_env(args, work)
+    script = work / "node-commands.sh"
+    prepare(args, env, kiln, script)
     up = sh(
         [
             sys.executable,
@@ -113,84 +196,9 @@ def main() -> int:
     testbed = json.loads(up.stdout)
     worker = None
     try:
-        hosts = [n["hostname"] for n in testbed["nodes"]]
-        csv = work / "nodes.csv"
-        csv.write_text(
-            "hostname,address,ssh_port\n"
-            + "".join(f"{n['hostname']},{n['address']},{n['port']}\n" for n in testbed["nodes"])
-        )
-        sh(
-            [
-                kiln,
-                "cluster",
-                "create",
-                "indep",
-                "--ssh-user",
-                testbed["ssh_user"],
-                "--ssh-key",
-                testbed["client_key_path"],
-                "--known-hosts",
-                testbed["known_hosts_path"],
-            ],
-            env,
-        )
-        sh([kiln, "nodes", "import", "indep", str(csv)], env)
-        log = (work / "worker.log").open("wb")
-        worker = subprocess.Popen(
-            [kiln, "worker"], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        deadline = time.monotonic() + 120
-        while b" ready." not in (work / "worker.log").read_bytes():
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("kiln worker did not start: " + (work / "worker.log").read_text()[-2000:])
-            time.sleep(0.2)
-
-        line = script.read_text()
-        pdsh_env = dict(env, PDSH_SSH_ARGS=f"-F {testbed['ssh_config_path']} -a -x -l%u %h")
-
-        def run_kiln() -> float:
-            started = time.perf_counter()
-            proc = subprocess.run(
-                [kiln, "run", "indep", "quick", "--wait"],
-                env=env,
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            took = time.perf_counter() - started
-            if proc.returncode != 0:
-                raise SystemExit(f"kiln run exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-1000:]}")
-            return took
-
-        def run_pdsh() -> float:
-            started = time.perf_counter()
-            proc = subprocess.run(
-                ["pdsh", "-R", "ssh", "-f", str(len(hosts)), "-w", ",".join(hosts), line],
-                env=pdsh_env,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            took = time.perf_counter() - started
-            good = sum(1 for out in proc.stdout.splitlines() if out.split(": ", 1)[-1] == f"{DONE} 0")
-            if good != len(hosts):
-                raise SystemExit(f"pdsh: {good} of {len(hosts)} nodes ran every command:\n{proc.stderr[-2000:]}")
-            return took
-
-        tools = {"kiln": run_kiln, "pdsh": run_pdsh}
-        times: dict[str, list[float]] = {t: [] for t in tools}
-        for rnd in range(1 + args.repeat):
-            order = list(tools) if rnd % 2 == 0 else list(tools)[::-1]
-            took = {t: tools[t]() for t in order}
-            if rnd:
-                for t, s in took.items():
-                    times[t].append(s)
-            print(
-                f"  {args.nodes} nodes, {'run ' + str(rnd) if rnd else 'warm-up'}: "
-                + ", ".join(f"{t} {took[t]:.2f} s" for t in tools),
-                flush=True,
-            )
+        kiln_cluster(testbed, env, kiln, work)
+        worker = start_worker(env, kiln, work)
+        times = rounds(tools(testbed, env, kiln, script), args.nodes, args.repeat)
         k, p = statistics.median(times["kiln"]), statistics.median(times["pdsh"])
         print(
             f"independent {args.nodes} nodes: kiln {k:.2f} s ({min(times['kiln']):.1f}-{max(times['kiln']):.1f}), "

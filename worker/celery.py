@@ -1,7 +1,7 @@
 """The Celery app. Configuration comes from Django settings (CELERY_* names).
 
 `celery -A worker worker` with no flags runs the settings' pool and concurrency: a threads pool of
-KILN_WORKER_CONCURRENCY (64) node tasks per process (portal/settings.py says why). Each task's
+KILN_WORKER_CONCURRENCY (256) node tasks per process (portal/settings.py says why). Each task's
 thread closes its database connection when the task ends, and node tasks log one line with what
 Kiln itself spent on the node (worker/db.py).
 """

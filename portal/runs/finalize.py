@@ -246,18 +246,8 @@ def _agrees(check_class: type[Check]) -> bool:
 def _declared_read(run: Run) -> _Declared:
     """The run's plan items that a cross-node check reads, their judged results, and the rows those
     checks declare (see _Declared)."""
-    consensus: dict[str, tuple[type[Check], frozenset[str] | None]] = {}
-    metrics: dict[str, tuple[outliers.Metric, ...]] = {}
-    for item in run.plan_snapshot["items"]:
-        if item.get("scope", Scope.NODE) != Scope.NODE:
-            continue
-        check_class = REGISTRY.get(item["kind"])
-        if check_class is not None and _agrees(check_class):
-            consensus[item["key"]] = (check_class, check_class.consensus_names)
-        if item["kind"] in outliers.METRICS:
-            metrics[item["key"]] = outliers.METRICS[item["kind"]]
-    declared = _Declared(consensus=consensus, metrics=metrics)
-    keys = sorted({*consensus, *metrics})
+    declared = _declared_items(run)
+    keys = sorted({*declared.consensus, *declared.metrics})
     if not keys:
         return declared
     judged = CheckResult.objects.filter(run_id=run.pk, scope=Scope.NODE, item_key__in=keys, status__in=JUDGED)
@@ -270,47 +260,74 @@ def _declared_read(run: Run) -> _Declared:
         declared.by_item.setdefault(item_key, []).append(pk)
     if not declared.results:
         return declared
-    outlier_names = {name for found in metrics.values() for metric in found for name in metric.names}
-    names = set(outlier_names) | ({OUTLIER_Z} if metrics else set())
-    for _, declared_names in consensus.values():
-        names |= declared_names or set()
-    wanted = Q(name__in=sorted(names))
-    every = [
-        pk
-        for key, (_, declared_names) in consensus.items()
-        if declared_names is None
-        for pk in declared.by_item.get(key, [])
-    ]
-    if every:  # a consensus that declares no names reads every measurement of its results
-        wanted |= Q(result_id__in=every)
+    outlier_names = {name for found in declared.metrics.values() for metric in found for name in metric.names}
     # The same results read again by the database, the rows in result order (portal/runs/lookups.py).
     rows = (
-        Measurement.objects.filter(wanted, AmongIds(F("result_id"), Subquery(judged.order_by().values("id"))))
+        Measurement.objects.filter(
+            _declared_names(declared, outlier_names), AmongIds(F("result_id"), Subquery(judged.order_by().values("id")))
+        )
         .order_by("result_id")
         .annotate(labels_text=Cast("labels", TextField()))
         .values_list("id", "result_id", "name", "value", "unit", "gpu", "text", "threshold", "ok", "labels_text")
     )
-    for pk, result_id, name, value, unit, gpu, text, threshold, ok, labels_text in rows.iterator(
-        chunk_size=ROWS_PER_FETCH
-    ):
-        result = declared.results.get(result_id)
-        if result is None:
-            continue  # not judged when the results were read
-        labels = _labels(labels_text)
-        agreed = consensus.get(result.item_key)
-        if agreed is not None and (agreed[1] is None or name in agreed[1]):
-            fact = CheckMeasurement(
-                name=name, value=value, unit=unit, gpu=gpu, text=text, threshold=threshold, ok=ok, labels=labels
-            )
-            # The stored order (result, gpu, name, id), GPU-less rows last as PostgreSQL sorts NULLs.
-            declared.facts.setdefault(result_id, []).append(((gpu is None, gpu or 0, name, pk), fact))
-        if result.item_key in metrics:
-            if name == OUTLIER_Z:
-                declared.done.add((result_id, labels.get("metric")))
-            elif name in outlier_names:
-                row = {"result_id": result_id, "name": name, "value": value, "gpu": gpu, "labels": labels}
-                declared.rows.setdefault(result.item_key, {}).setdefault(result_id, []).append(row)
+    for row in rows.iterator(chunk_size=ROWS_PER_FETCH):
+        _declared_take(declared, outlier_names, row)
     return declared
+
+
+def _declared_items(run: Run) -> _Declared:
+    """The node-scoped plan items with a consensus or outlier metrics, from the run's snapshot."""
+    consensus: dict[str, tuple[type[Check], frozenset[str] | None]] = {}
+    metrics: dict[str, tuple[outliers.Metric, ...]] = {}
+    for item in run.plan_snapshot["items"]:
+        if item.get("scope", Scope.NODE) != Scope.NODE:
+            continue
+        check_class = REGISTRY.get(item["kind"])
+        if check_class is not None and _agrees(check_class):
+            consensus[item["key"]] = (check_class, check_class.consensus_names)
+        if item["kind"] in outliers.METRICS:
+            metrics[item["key"]] = outliers.METRICS[item["kind"]]
+    return _Declared(consensus=consensus, metrics=metrics)
+
+
+def _declared_names(declared: _Declared, outlier_names: set[str]) -> Q:
+    """Which measurements the cross-node checks read: the names they declare, earlier outlier marks,
+    and every row of a result whose consensus declares no names."""
+    names = set(outlier_names) | ({OUTLIER_Z} if declared.metrics else set())
+    for _, declared_names in declared.consensus.values():
+        names |= declared_names or set()
+    wanted = Q(name__in=sorted(names))
+    every = [
+        pk
+        for key, (_, declared_names) in declared.consensus.items()
+        if declared_names is None
+        for pk in declared.by_item.get(key, [])
+    ]
+    if every:
+        wanted |= Q(result_id__in=every)
+    return wanted
+
+
+def _declared_take(declared: _Declared, outlier_names: set[str], row: tuple) -> None:
+    """One streamed measurement row, kept as a consensus fact and/or an outlier metric's row."""
+    pk, result_id, name, value, unit, gpu, text, threshold, ok, labels_text = row
+    result = declared.results.get(result_id)
+    if result is None:
+        return  # not judged when the results were read
+    labels = _labels(labels_text)
+    agreed = declared.consensus.get(result.item_key)
+    if agreed is not None and (agreed[1] is None or name in agreed[1]):
+        fact = CheckMeasurement(
+            name=name, value=value, unit=unit, gpu=gpu, text=text, threshold=threshold, ok=ok, labels=labels
+        )
+        # The stored order (result, gpu, name, id), GPU-less rows last as PostgreSQL sorts NULLs.
+        declared.facts.setdefault(result_id, []).append(((gpu is None, gpu or 0, name, pk), fact))
+    if result.item_key in declared.metrics:
+        if name == OUTLIER_Z:
+            declared.done.add((result_id, labels.get("metric")))
+        elif name in outlier_names:
+            row_ = {"result_id": result_id, "name": name, "value": value, "gpu": gpu, "labels": labels}
+            declared.rows.setdefault(result.item_key, {}).setdefault(result_id, []).append(row_)
 
 
 def _labels(text: str | None) -> dict:

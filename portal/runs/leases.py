@@ -34,6 +34,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError
 from django.db.models import Case, IntegerField, Q, Value, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from checks.core.base import Command, CommandOutput
@@ -391,8 +392,10 @@ class LeaseKeeper:
         try:
             if sets:
                 CheckResult.objects.filter(pk__in=sets).update(
-                    remote_pgid=Case(
-                        *(When(pk=pk, then=Value(value)) for pk, value in sets.items()), output_field=IntegerField()
+                    # Cast: a CASE whose every branch is NULL (groups started and ended between
+                    # two writes) is text to PostgreSQL, and the column is an integer.
+                    remote_pgid=Cast(
+                        Case(*(When(pk=pk, then=Value(value)) for pk, value in sets.items())), IntegerField()
                     )
                 )
             if clears:

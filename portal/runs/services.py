@@ -416,7 +416,9 @@ def measurements_write(*, result_id: int, measurements: list[CheckMeasurement], 
     statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
         sql.Identifier(Measurement._meta.db_table), sql.SQL(", ").join(map(sql.Identifier, MEASUREMENT_COLUMNS))
     )
-    with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
+    # Through Django's error wrapper, as its own queries are: a lost connection mid-COPY is then the
+    # OperationalError that db_retry retries, not psycopg's own class.
+    with connection.cursor() as cursor, connection.wrap_database_errors, cursor.cursor.copy(statement) as copy:
         for row in rows:
             copy.write_row((*row[:8], Jsonb(row[8]), row[9]))
     return len(rows)

@@ -29,8 +29,9 @@ def test_the_default_worker_drives_every_node_at_once_on_few_connections(
     testbed_cluster, clean_testbed, celery_worker_process, settings
 ) -> None:
     log = celery_worker_process.log_path.read_text()
-    assert "concurrency: 64 (thread)" in log
-    assert "Kiln worker: threads pool, 64 tasks at once, at most 4 database connections" in log
+    assert settings.CELERY_WORKER_CONCURRENCY == 256
+    assert "concurrency: 256 (thread)" in log
+    assert "Kiln worker: threads pool, 256 tasks at once, at most 4 database connections" in log
 
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)

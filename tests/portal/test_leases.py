@@ -191,3 +191,10 @@ def test_process_group_writes_are_coalesced_and_keep_their_meaning(sim_node: Nod
         keeper._flush_pgids()
     assert (pgid(first), pgid(second)) == (300, None)
     assert len(queries.captured_queries) == 2  # one UPDATE of the groups set, one of those cleared
+
+    # Only groups that started and ended between two writes: every value set is NULL, which
+    # PostgreSQL types as text in a CASE unless it is cast.
+    keeper.pgid_running(first.pk, 400)
+    keeper.pgid_ended(first.pk, 400)
+    keeper._flush_pgids()
+    assert pgid(first) is None
