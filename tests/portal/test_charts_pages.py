@@ -7,6 +7,7 @@ import csv
 import io
 import json
 
+import plotly.graph_objects as go
 import pytest
 from django.core.cache import cache
 from django.urls import reverse
@@ -347,6 +348,40 @@ def test_it_counts_group_measurements_for_the_node_they_name(viewer, run) -> Non
     assert sorted(p.node for p in dist.points) == ["n01", "n02", "n03", "n04"]
 
 
+@pytest.mark.parametrize(
+    ("item_key", "metric", "how"),
+    [("burn-in", "gflops", "min"), ("burn-in", "temp_max", "max"), ("ecc-health", "ecc_aggregate_uncorrected", "sum"),
+     ("fs-throughput", "write_bw_sum", ""), ("fs-aggregate", "write_bw_sum", "")],
+)  # fmt: skip
+def test_each_nodes_point_is_folded_in_sql_as_its_rows_say(run, item_key: str, metric: str, how: str) -> None:
+    from portal.charts.selectors import run_distribution, run_metric_values
+
+    for result in CheckResult.objects.filter(run=run, kind="ecc_health").select_related("node"):
+        for gpu in range(4):
+            add_measurement(result, "ecc_aggregate_uncorrected", value=float(gpu * len(result.node.hostname)), gpu=gpu)
+    burn = result_of(run, "burn_in", "n02")
+    add_measurement(burn, "gflops", value=100_000.0, unit="Gflop/s", gpu=9)  # as low as GPU 0: GPU 0 is named
+
+    dist = run_distribution(run=run, item_key=item_key, metric=metric)
+
+    rows = run_metric_values(run=run, item_key=item_key, metric=metric)
+    assert rows and not any(r["node"] is None for r in rows)
+    by_node: dict[str, list[tuple[float, int | None]]] = {}
+    for r in rows:
+        by_node.setdefault(r["node"], []).append((r["value"], r["gpu"]))
+    if how == "sum":
+        expected = {node: (sum(v for v, _ in got), None) for node, got in by_node.items()}
+    elif how:
+        pick = min if how == "min" else max
+        expected = {node: pick(sorted(got, key=lambda v: v[1]), key=lambda v: v[0]) for node, got in by_node.items()}
+    else:
+        expected = {node: got[0] for node, got in by_node.items()}
+    assert dist.aggregate == how
+    assert {p.node: (p.value, p.gpu) for p in dist.points} == expected
+    assert [p.node for p in dist.points] == ["n01", "n02", "n03", "n04"]
+    assert "job" not in str(rows) and len(rows) == sum(len(v) for v in by_node.values())
+
+
 def test_it_says_so_when_the_metric_is_unknown(viewer, run) -> None:
     response = viewer.get(reverse("charts:run_distribution", args=[run.pk]) + "?check=nope&metric=nothing")
 
@@ -380,6 +415,14 @@ def test_it_places_nodes_in_racks_coloured_by_worst_status(viewer, cluster, run)
     assert cells["n03"][2] == STATUS_ORDER.index("error")  # from the group result's attribution
     assert cells["n01"][2] == STATUS_ORDER.index("pass")
     assert cells["n04"][0] == "unracked"
+
+
+def test_a_heatmap_cell_links_the_node_page_as_reverse_would(cluster) -> None:
+    from portal.charts.selectors.rack import node_results_url_maker
+
+    url = node_results_url_maker(cluster=cluster.name)
+    for hostname in ["n01", "gpu-a.b_c~d", "n:01@x", "nöd é", "a+b&c=d;e,f", "100%"]:
+        assert url(hostname, 7) == reverse("history:node_detail", args=[cluster.name, hostname]), hostname
 
 
 def test_it_colours_racks_by_a_metric(viewer, run) -> None:
@@ -435,6 +478,10 @@ def test_it_keeps_run_chart_queries_constant_in_the_node_count(
         with django_assert_max_num_queries(12):
             response = viewer.get(url)
         assert response.status_code == 200, url
+        if response.context and response.context.get(
+            "figure"
+        ):  # traces built as plain data: plotly accepts them as they are
+            go.Figure(response.context["figure"])
 
 
 def test_it_keeps_figures_small_at_forty_nodes(viewer, chart_plan) -> None:

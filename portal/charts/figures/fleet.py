@@ -12,8 +12,9 @@ from portal.charts.figures.common import (
     THRESHOLD_COLOUR,
     _escape,
     _hline,
-    _json,
     _new,
+    _trace,
+    _with_traces,
 )
 from portal.charts.selectors.fleet import threshold_value
 from portal.formatting import quantity, unit_shown
@@ -66,43 +67,49 @@ def distribution_figure(data: Distribution) -> dict[str, Any]:
         margin={**_BASE_LAYOUT["margin"], "t": 80},
     )
     values = [p.value for p in data.points]
-    fig.add_trace(
-        go.Box(
-            y=values,
-            x=[0.0] * len(values),
+    traces = [
+        _trace(
+            go.Box,
+            {"y": values, "x": [0.0] * len(values)},
             name="fleet",
             boxpoints=False,
             marker_color="#6e7781",
             width=0.5,
             hoverinfo="y",
         )
-    )
+    ]
     normal = [(i, p) for i, p in enumerate(data.points) if not p.outlier]
     odd = [(i, p) for i, p in enumerate(data.points) if p.outlier]
-    fig.add_trace(
-        go.Scatter(
-            x=[0.75 + _jitter(i) for i, _ in normal],
-            y=[p.value for _, p in normal],
+    traces.append(
+        _trace(
+            go.Scatter,
+            {
+                "x": [0.75 + _jitter(i) for i, _ in normal],
+                "y": [p.value for _, p in normal],
+                "text": [_label(p, data.per) for _, p in normal],
+                "customdata": [_hover(p, data.unit, data.per) for _, p in normal],
+            },
             mode="markers",
             name="per node" if data.per == "node" else "per GPU",
             marker={"color": "#0969da", "size": 7, "opacity": 0.75},
-            text=[_label(p, data.per) for _, p in normal],
-            customdata=[_hover(p, data.unit, data.per) for _, p in normal],
             hovertemplate=HOVER,
         )
     )
     if odd:
-        fig.add_trace(
-            go.Scatter(
-                x=[0.75 + _jitter(i) for i, _ in odd],
-                y=[p.value for _, p in odd],
+        traces.append(
+            _trace(
+                go.Scatter,
+                {
+                    "x": [0.75 + _jitter(i) for i, _ in odd],
+                    "y": [p.value for _, p in odd],
+                    "text": [p.node if data.per == "node" else _label(p, data.per) for _, p in odd],
+                    "customdata": [_hover(p, data.unit, data.per) for _, p in odd],
+                },
                 mode="markers+text",
                 name=f"outliers (|robust z| > {data.z_limit:g})",
                 marker={"color": THRESHOLD_COLOUR, "size": 10, "symbol": "diamond"},
-                text=[p.node if data.per == "node" else _label(p, data.per) for _, p in odd],
                 textposition="middle right",
                 textfont={"color": THRESHOLD_COLOUR},
-                customdata=[_hover(p, data.unit, data.per) for _, p in odd],
                 hovertemplate=HOVER,
             )
         )
@@ -110,4 +117,4 @@ def distribution_figure(data: Distribution) -> dict[str, Any]:
     limit = threshold_value(data.threshold)
     if limit is not None:
         _hline(fig, limit, f"threshold {threshold_text(data.threshold, data.unit)}")
-    return _json(fig)
+    return _with_traces(fig, traces)

@@ -8,6 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Case, CharField, Count, F, Max, QuerySet, Sum, When, Window
+from django.db.models.fields.json import KT
+from django.db.models.functions import RowNumber
+
 from checks import presentation_of
 from checks.core.presentation import FleetMetric
 from portal.charts.selectors.common import (
@@ -129,36 +133,73 @@ class Distribution:
         return [p for p in self.points if p.outlier]
 
 
-def run_metric_values(*, run: Run, item_key: str, metric: str, phase: str = "") -> list[dict[str, Any]]:
-    """Raw (node, gpu, value, labels, unit, threshold) rows of one metric in a run: one query. Group
-    results count only where a measurement names its node (labels['node'])."""
+def _metric_rows(*, run: Run, item_key: str, metric: str, phase: str = "") -> QuerySet[Measurement]:
+    """One metric's numbers in a run, each with the node it counts for (`node`): its result's node, or
+    for a group result the node its measurement names (labels['node']; none: not counted). fio's
+    per-job rows are left out (the *_sum rows carry the node's figure). Filtered in SQL: nothing
+    per measurement is decoded here."""
     qs = Measurement.objects.filter(result__run=run, result__item_key=item_key, name=metric, value__isnull=False)
     if phase:
         qs = qs.filter(labels__phase=phase)
-    out = []
-    for value, gpu, labels, unit, threshold, hostname, scope in qs.values_list(
-        "value", "gpu", "labels", "unit", "threshold", "result__node__hostname", "result__scope"
-    ):
-        labels = labels or {}
-        if "job" in labels:  # fio per-job rows: the *_sum rows carry the node's figure
-            continue
-        node = labels.get("node") if scope == Scope.GROUP else hostname
-        if not node:
-            continue
-        out.append({"node": node, "gpu": gpu, "value": value, "unit": unit, "threshold": threshold})
-    return out
+    node = Case(
+        When(result__scope=Scope.GROUP, then=KT("labels__node")),
+        default=F("result__node__hostname"),
+        output_field=CharField(),
+    )
+    return qs.exclude(labels__has_key="job").annotate(node=node).exclude(node__isnull=True).exclude(node="").order_by()
 
 
-def _points(rows: list[dict[str, Any]], *, by_gpu: bool, how: str) -> list[Point]:
-    """One point per GPU, or per node (the worst GPU by `how`, else the node's one value), in
-    natural node order, each with its robust z against the fleet median."""
+def run_metric_values(*, run: Run, item_key: str, metric: str, phase: str = "") -> list[dict[str, Any]]:
+    """Every (node, gpu, value, unit, threshold) row of one metric in a run: one query. Group
+    results count only where a measurement names its node (labels['node'])."""
+    rows = _metric_rows(run=run, item_key=item_key, metric=metric, phase=phase)
+    return [
+        {"node": node, "gpu": gpu, "value": value, "unit": unit, "threshold": threshold}
+        for node, gpu, value, unit, threshold in rows.values_list("node", "gpu", "value", "unit", "threshold")
+    ]
+
+
+@dataclass
+class _Shape:
+    """What every row of a metric shares, read before its points: whether it is per GPU, its unit
+    and the one threshold all were judged against ("" when they differ)."""
+
+    per_gpu: bool
+    unit: str
+    threshold: str
+
+
+def _shape(rows: QuerySet[Measurement]) -> _Shape:
+    """One aggregate query over the metric's rows."""
+    found = rows.aggregate(
+        gpus=Count("gpu"), thresholds=Count("threshold", distinct=True), threshold=Max("threshold"), unit=Max("unit")
+    )
+    shared = (found["threshold"] or "") if found["thresholds"] == 1 else ""
+    return _Shape(per_gpu=bool(found["gpus"]), unit=found["unit"] or "", threshold=shared)
+
+
+def _folded(rows: QuerySet[Measurement], how: str) -> list[tuple[str, float, int | None]]:
+    """(node, value, gpu) once per node, folded in SQL: the worst GPU by `how` ("min", "max") with
+    its index, the sum of counts ("sum", no GPU), else the node's one value."""
+    if how == "sum":
+        return [
+            (node, total, None)
+            for node, total in rows.values("node").annotate(total=Sum("value")).values_list("node", "total")
+        ]
+    order = F("value").desc() if how == "max" else F("value").asc()
+    ranked = rows.annotate(
+        rank=Window(RowNumber(), partition_by=[F("node")], order_by=[order, F("gpu").asc(), F("id").asc()])
+    )
+    return list(ranked.filter(rank=1).values_list("node", "value", "gpu"))
+
+
+def _points(rows: QuerySet[Measurement], *, by_gpu: bool, how: str) -> list[Point]:
+    """One point per GPU, or per node (folded in SQL: `_folded`), in natural node order, each with
+    its robust z against the fleet median."""
     if by_gpu:
-        points = [Point(r["node"], r["value"], r["gpu"]) for r in rows]
+        points = [Point(node, value, gpu) for node, value, gpu in rows.values_list("node", "value", "gpu")]
     else:
-        by_node: dict[str, list[tuple[float, int | None]]] = {}
-        for r in rows:
-            by_node.setdefault(r["node"], []).append((r["value"], r["gpu"]))
-        points = [Point(node, *_fold(values, how)) for node, values in by_node.items()]
+        points = [Point(node, value, gpu) for node, value, gpu in _folded(rows, how)]
     points.sort(key=lambda p: (natural(p.node), p.gpu if p.gpu is not None else -1))
     median = statistics.median([p.value for p in points]) if points else None
     for point, z in zip(points, robust_z([p.value for p in points]), strict=True):
@@ -166,30 +207,14 @@ def _points(rows: list[dict[str, Any]], *, by_gpu: bool, how: str) -> list[Point
     return points
 
 
-def _fold(values: list[tuple[float, int | None]], how: str) -> tuple[float, int | None]:
-    """A node's GPUs as one value: the worst GPU by `how` ("min", "max"), keeping its index (the
-    hover names the GPU that set the node's value), or the sum of counts (no one GPU); a node-level
-    value as it is."""
-    if how == "sum":
-        return sum(v for v, _ in values), None
-    if how in ("min", "max"):
-        return (max if how == "max" else min)(values, key=lambda v: v[0])
-    return values[0]
-
-
-def _shared_threshold(rows: list[dict[str, Any]]) -> str:
-    """The threshold every row was judged against, else "" (sibling-relative floors differ per
-    node, and a line for one of them would mislead)."""
-    thresholds = {r["threshold"] for r in rows}
-    return thresholds.pop() if len(thresholds) == 1 else ""
-
-
 def run_distribution(*, run: Run, item_key: str, metric: str, phase: str = "", per: str = "node") -> Distribution:
-    rows = run_metric_values(run=run, item_key=item_key, metric=metric, phase=phase)
-    per_gpu = any(r["gpu"] is not None for r in rows)
-    by_gpu = per_gpu and per == "gpu"
+    """One metric of a run over its nodes (or GPUs): two queries, its shape then its points, the
+    nodes' GPUs folded in SQL (a node's number is its worst GPU's)."""
+    rows = _metric_rows(run=run, item_key=item_key, metric=metric, phase=phase)
+    shape = _shape(rows)
+    by_gpu = shape.per_gpu and per == "gpu"
     declared = metric_direction(kind=item_kind(run, item_key), metric=metric)
-    how = declared.gpu_agg if per_gpu and not by_gpu else ""
+    how = declared.gpu_agg if shape.per_gpu and not by_gpu else ""
     phase_text = f" ({phase})" if phase else ""
     per_text = " per GPU" if by_gpu else (f", {how} over GPUs per node" if how else " per node")
     return Distribution(
@@ -197,10 +222,10 @@ def run_distribution(*, run: Run, item_key: str, metric: str, phase: str = "", p
         item_key=item_key,
         metric=metric,
         phase=phase,
-        unit=next((r["unit"] for r in rows if r["unit"]), ""),
+        unit=shape.unit,
         per="gpu" if by_gpu else "node",
         aggregate=how,
         points=_points(rows, by_gpu=by_gpu, how=how),
         better=declared.better,
-        threshold=_shared_threshold(rows),
+        threshold=shape.threshold,
     )

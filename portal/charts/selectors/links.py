@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Exists
+
 from checks import kinds_charted, presentation_of
 from portal.runs.models import CheckResult, Measurement, Run, Series
 
@@ -19,23 +21,30 @@ class RunChartLink:
 
 
 def run_chart_links(*, run: Run) -> list[RunChartLink]:
-    """Links to the run-level charts that have data in this run: one query."""
+    """Links to the run-level charts that have data in this run: one query, an EXISTS per NCCL
+    item of the plan (its curve stored on some node) and one for filesystem numbers, each stopping
+    at its first row whatever the node count."""
     from django.urls import reverse
 
     curves = {kind: presentation_of(kind).curves for kind in kinds_charted("nccl")}
-    kinds = {
-        item_key: kind
-        for item_key, kind, name in Series.objects.filter(result__run=run, result__kind__in=list(curves))
-        .values_list("result__item_key", "result__kind", "name")
-        .distinct()
-        if name == curves[kind]
+    items = [
+        (str(item.get("key")), str(item.get("kind")))
+        for item in (run.plan_snapshot or {}).get("items", [])
+        if item.get("kind") in curves
+    ]
+    found = {
+        f"nccl{i}": Exists(
+            Series.objects.filter(result__run_id=run.pk, result__item_key=key, result__kind=kind, name=curves[kind])
+        )
+        for i, (key, kind) in enumerate(items)
     }
-    fs = Measurement.objects.filter(result__run=run, result__kind__in=kinds_charted("filesystem")).exists()
+    fs = Exists(Measurement.objects.filter(result__run_id=run.pk, result__kind__in=kinds_charted("filesystem")))
+    has = Run.objects.filter(pk=run.pk).annotate(fs=fs, **found).values("fs", *found).first() or {}
     links = [
         RunChartLink(f"NCCL busbw ({key})", reverse("charts:run_nccl", args=[run.pk]) + f"?check={key}")
-        for key in sorted(kinds)
+        for key in sorted({key for i, (key, _) in enumerate(items) if has.get(f"nccl{i}")})
     ]
-    if fs:
+    if has.get("fs"):
         links.append(RunChartLink("Filesystem", reverse("charts:run_filesystem", args=[run.pk])))
     links.append(RunChartLink("Fleet distribution", reverse("charts:run_distribution", args=[run.pk])))
     links.append(RunChartLink("Rack heatmap", reverse("charts:run_rack", args=[run.pk])))
