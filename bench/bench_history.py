@@ -327,7 +327,11 @@ def main() -> int:
         peer_ms, _, _, peer_first = timed(peer_action, args.repeat)
         mb = peak_mb(action) if memory else None
         first_target = memory and first is not None  # the exports: /metrics streams too, under its own target
-        bad = ms > target or (mb is not None and mb > STREAM_MB) or (first_target and first > FIRST_BYTE_MS)
+        bad = (
+            ms > target
+            or (mb is not None and mb > STREAM_MB)
+            or (first is not None and first_target and first > FIRST_BYTE_MS)
+        )
         if bad:
             over.append(label)
         targets = (

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Case, CharField, Count, F, Max, QuerySet, Sum, When, Window
+from django.db.models import Case, CharField, Count, F, Max, Sum, When, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import RowNumber
 
@@ -133,7 +133,7 @@ class Distribution:
         return [p for p in self.points if p.outlier]
 
 
-def _metric_rows(*, run: Run, item_key: str, metric: str, phase: str = "") -> QuerySet[Measurement]:
+def _metric_rows(*, run: Run, item_key: str, metric: str, phase: str = "") -> Any:  # annotated: untyped
     """One metric's numbers in a run, each with the node it counts for (`node`): its result's node, or
     for a group result the node its measurement names (labels['node']; none: not counted). fio's
     per-job rows are left out (the *_sum rows carry the node's figure). Filtered in SQL: nothing
@@ -169,7 +169,7 @@ class _Shape:
     threshold: str
 
 
-def _shape(rows: QuerySet[Measurement]) -> _Shape:
+def _shape(rows: Any) -> _Shape:
     """One aggregate query over the metric's rows."""
     found = rows.aggregate(
         gpus=Count("gpu"), thresholds=Count("threshold", distinct=True), threshold=Max("threshold"), unit=Max("unit")
@@ -178,7 +178,7 @@ def _shape(rows: QuerySet[Measurement]) -> _Shape:
     return _Shape(per_gpu=bool(found["gpus"]), unit=found["unit"] or "", threshold=shared)
 
 
-def _folded(rows: QuerySet[Measurement], how: str) -> list[tuple[str, float, int | None]]:
+def _folded(rows: Any, how: str) -> list[tuple[str, float, int | None]]:
     """(node, value, gpu) once per node, folded in SQL: the worst GPU by `how` ("min", "max") with
     its index, the sum of counts ("sum", no GPU), else the node's one value."""
     if how == "sum":
@@ -193,7 +193,7 @@ def _folded(rows: QuerySet[Measurement], how: str) -> list[tuple[str, float, int
     return list(ranked.filter(rank=1).values_list("node", "value", "gpu"))
 
 
-def _points(rows: QuerySet[Measurement], *, by_gpu: bool, how: str) -> list[Point]:
+def _points(rows: Any, *, by_gpu: bool, how: str) -> list[Point]:
     """One point per GPU, or per node (folded in SQL: `_folded`), in natural node order, each with
     its robust z against the fleet median."""
     if by_gpu:
