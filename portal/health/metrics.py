@@ -41,7 +41,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from django.db.models import Max
+from django.db.models import F, FloatField, Func, Max
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
@@ -234,15 +234,19 @@ def cluster_samples(
 def _health(nodes: Any) -> Iterator[str]:
     """The health families, one line per sample, written here rather than through prometheus_client's
     objects (it took 1.3 s for 87k samples); the tests parse both with its parser."""
-    rows = nodes.values_list("cluster__name", "hostname", "health__state", "health__checked_at").order_by(
-        "cluster_id", "id"
+    # Epoch seconds from the database: no datetime built per node (12,500 of them a scrape).
+    epoch = Func(F("health__checked_at"), template="EXTRACT(EPOCH FROM %(expressions)s)", output_field=FloatField())
+    rows = (
+        nodes.annotate(checked_s=epoch)
+        .values_list("cluster__name", "hostname", "health__state", "checked_s")
+        .order_by("cluster_id", "id")
     )
     states, checked = [_header(*STATE_FAMILY)], [_header(*CHECKED_FAMILY)]
-    for cluster, host, state, checked_at in rows:
+    for cluster, host, state, checked_s in rows:
         labels = f'cluster="{label_value(cluster)}",node="{label_value(host)}"'
         states.append(f'{STATE_FAMILY[0]}{{{labels},state="{state or HealthState.UNKNOWN}"}} 1.0\n')
-        if checked_at is not None:
-            checked.append(f"{CHECKED_FAMILY[0]}{{{labels}}} {floatToGoString(checked_at.timestamp())}\n")
+        if checked_s is not None:
+            checked.append(f"{CHECKED_FAMILY[0]}{{{labels}}} {floatToGoString(float(checked_s))}\n")
     yield "".join(states)
     yield "".join(checked)
 
@@ -281,8 +285,8 @@ def _detail_stored(cluster: str | None) -> Iterator[str]:
     """The per-GPU families, nodes in the order they were added (Prometheus reads samples in any
     order within a family)."""
     rows = NodeMetrics.objects.filter(family__in=list(FAMILIES))
-    if cluster is not None:  # a semi-join: the rows keep the index's order, nothing is sorted
-        rows = rows.filter(node_id__in=Node.objects.filter(cluster__name=cluster).values("id"))
+    if cluster is not None:  # the cluster's node ids as a list: the rows keep the index's order, nothing is sorted
+        rows = rows.filter(node_id__in=list(Node.objects.filter(cluster__name=cluster).values_list("id", flat=True)))
     # The (family, node) index's order: no join and no sort of 100 MB of text at 12,500 nodes.
     yield from _stored(
         rows.order_by("family", "node_id"), {name: help_text for name, (help_text, _) in FAMILIES.items()}
