@@ -330,9 +330,14 @@ def _page(nodes: QuerySet[Node], *, page: int | str | None, node: str) -> tuple[
     return number, [(pk, hostname) for pk, hostname, _ in got], got[0][2] if got else 0, note
 
 
+# A page number past any run's last page: a larger one asked for is read as this one (the pager then
+# shows the last page), so its row offset stays inside PostgreSQL's bigint.
+MAX_PAGE = 10**9
+
+
 def _page_number(page: int | str | None) -> int:
     try:
-        return max(1, int(page or 1))
+        return min(MAX_PAGE, max(1, int(page or 1)))
     except (TypeError, ValueError):
         return 1
 

@@ -236,3 +236,21 @@ def test_the_filter_reads_its_text_bounded(viewer_client, wide) -> None:
     assert hosts(page(viewer_client, wide, f"?state=waiting&since={time.time():.3f}", **{"HX-Request": "true"})) == [
         "g007"
     ]
+
+
+def test_hostile_filter_input_is_refused_or_escaped_and_never_expanded(viewer_client, wide) -> None:
+    """What a viewer can type into the query string: a node set spanning a billion names is refused
+    before anything is expanded, markup is escaped, wildcards are text, and a bad page number gives
+    the nearest page."""
+    huge = page(viewer_client, wide, "?nodes=g[0-999999999]")
+    assert hosts(huge) == [] and "KILN_MAX_NODESET" in huge
+    markup = page(viewer_client, wide, "?nodes=%3Cscript%3Ealert(1)%3C/script%3E")
+    assert "<script>alert(1)</script>" not in markup and "&lt;script&gt;alert(1)&lt;/script&gt;" in markup
+    assert hosts(page(viewer_client, wide, "?nodes=%25")) == []  # LIKE's wildcard is a character here
+    assert hosts(page(viewer_client, wide, "?nodes=g_0")) == []
+    first = hosts(page(viewer_client, wide))
+    last = hosts(page(viewer_client, wide, "?page=3"))
+    assert hosts(page(viewer_client, wide, "?page=-4")) == first
+    assert hosts(page(viewer_client, wide, "?page=abc")) == first
+    assert hosts(page(viewer_client, wide, "?page=99999999999999999999")) == last
+    assert hosts(page(viewer_client, wide, "?node=nosuch%27--")) == first
