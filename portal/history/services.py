@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from portal.history.selectors.compare import key_values_measured, run_results
+from portal.history.selectors.compare import key_result_info, key_values_measured
 from portal.runs.models import ACTIVE_STATUSES, Run, RunKeyValue
 
 
@@ -15,7 +15,7 @@ def run_key_values_store(*, run_id: int) -> int:
     run = Run.objects.filter(pk=run_id).first()
     if run is None or run.status in ACTIVE_STATUSES:
         return 0
-    _, info = run_results(run)
+    info = key_result_info(run)
     rows = [
         RunKeyValue(run=run, subject=subject, metric=metric, item_key=item_key, value=value, gpu=gpu, result_id=rid)
         for (subject, metric, item_key), (value, gpu, rid) in key_values_measured(run, info).items()

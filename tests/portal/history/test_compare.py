@@ -143,3 +143,27 @@ def test_it_explains_bad_compare_input(viewer_client, cluster, make_run) -> None
         assert response.status_code == 400, query
         assert message in response.content.decode(), query
     assert viewer_client.get(url).status_code == 200  # the empty form
+
+
+def test_runs_of_two_clusters_pair_their_nodes_by_hostname(viewer_client, cluster, hist_run) -> None:
+    """A cluster rebuilt under a new name (or a spare set) keeps its hostnames: the comparison pairs
+    the nodes by name, not by their rows, and counts the same statuses as unchanged."""
+    from portal.inventory.models import Cluster, Node
+
+    again = Cluster.objects.create(name="c1-rebuilt", profile="H100-SXM-8", transport="local")
+    Node.objects.bulk_create(Node(cluster=again, hostname=f"n{i:02d}", rack="R1") for i in range(1, 5))
+    base, new = hist_run(cluster), hist_run(again)
+    fill(base, "n01", busbw=470.0, gflops=[100000.0, 100000.0])
+    fill(new, "n01", busbw=376.0, gflops=[100000.0, 100000.0])
+    fill(base, "n02", busbw=470.0, gflops=[100000.0, 100000.0])
+    fill(new, "n02", busbw=470.0, gflops=[100000.0, 100000.0])
+
+    comparison = viewer_client.get(reverse("history:run_compare") + f"?a={new.pk}&b={base.pk}").context["comparison"]
+    changes = {(c.subject, c.check): (c.b, c.a) for n in comparison.nodes for c in n.changes}
+    assert changes == {("n01", "nccl-allreduce"): ("pass", "fail")}
+    # Every node result but the changed one, and each member's share of the plan's multi-node check.
+    own = CheckResult.objects.filter(run=new, scope="node").count()
+    shares = 4 * CheckResult.objects.filter(run=new, scope="group").count()
+    assert shares and comparison.unchanged_statuses == own - 1 + shares
+    by = {(n.subject, d.metric.key): d.direction for n in comparison.nodes for d in n.deltas}
+    assert by[("n01", "busbw")] == "worse" and by[("n02", "busbw")] == "same"
