@@ -21,6 +21,7 @@ from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
 from portal.roles import OPERATOR, VIEWER, has_role, role_required
 from portal.runs.models import STATUS_COLOURS, Run, Status
+from portal.urlmaker import url_maker
 
 PAGE_SIZE = 50
 # Nodes per page of a comparison: each is a row per key metric and changed status (8-10), and the
@@ -33,14 +34,6 @@ def _page(request: HttpRequest, items: Any, per_page: int = PAGE_SIZE) -> Page:
     return Paginator(items, per_page).get_page(request.GET.get("page"))
 
 
-def _result_url(pk: int) -> str:
-    return reverse("runs:result_detail", args=[pk])
-
-
-def _run_url(pk: int) -> str:
-    return reverse("runs:run_detail", args=[pk])
-
-
 @role_required(VIEWER)
 def node_detail(request: HttpRequest, name: str, hostname: str) -> HttpResponse:
     try:
@@ -50,8 +43,9 @@ def node_detail(request: HttpRequest, name: str, hostname: str) -> HttpResponse:
     page = _page(request, selectors.node_results(node=node))
     trends = selectors.node_trends(node=node)
     hostname = node.hostname
+    result_url = url_maker("runs:result_detail")
     charts = [
-        {"div": f"trend-{t.metric.key}", "figure": figures.trend_figure(trend=t, result_url=_result_url, node=hostname)}
+        {"div": f"trend-{t.metric.key}", "figure": figures.trend_figure(trend=t, result_url=result_url, node=hostname)}
         for t in trends
     ]
     return render(
@@ -78,7 +72,7 @@ def cluster_runs(request: HttpRequest, name: str) -> HttpResponse:
     page = _page(request, selectors.cluster_runs(cluster=cluster), per_page=25)
     page.object_list = selectors.with_counts(list(page.object_list))
     counts = selectors.cluster_run_counts(cluster=cluster)
-    chart = figures.run_counts_figure(rows=counts, run_url=_run_url) if counts else None
+    chart = figures.run_counts_figure(rows=counts, run_url=url_maker("runs:run_detail")) if counts else None
     return render(
         request,
         "history/cluster_runs.html",
