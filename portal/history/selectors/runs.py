@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
@@ -37,10 +38,18 @@ def with_counts(runs: list[Run]) -> list[Run]:
 
 def _node_count(run: Run) -> int:
     """The run's nodes: its node set (a plan of multi-node checks only has results on one node)."""
+    counted = _set_size(run.node_set) if run.node_set else None
+    return counted if counted is not None else int((run.summary or {}).get("nodes", 0))
+
+
+@functools.lru_cache(maxsize=256)
+def _set_size(node_set: str) -> int | None:
+    """Names in a stored node set, None when it no longer parses; cached, as a cluster's runs mostly
+    share one (counting 1,250 names took ~0.5 ms a run)."""
     try:
-        return len(NodeSet(run.node_set)) if run.node_set else int((run.summary or {}).get("nodes", 0))
+        return len(NodeSet(node_set))
     except Exception:  # a stored set that no longer parses: what the run closed with
-        return int((run.summary or {}).get("nodes", 0))
+        return None
 
 
 def cluster_run_counts(*, cluster: Cluster, limit: int = 100) -> list[dict[str, Any]]:
