@@ -397,9 +397,11 @@ def _result_write(
             return retry and (
                 CheckResult.objects.filter(pk=result.pk, claimed_by=claim).exclude(status__in=ACTIVE_STATUSES).exists()
             )
-        Series.objects.filter(result=result).delete()
+        # No series or measurement of this result to replace: they are written only here, in the
+        # transaction that ends its `running` (a try that rolled back left none, and one that
+        # committed is answered above), and the cross-node pass adds its own once every result is
+        # final. Deleting "whatever is there" first cost two queries a result for nothing.
         Series.objects.bulk_create(Series(result=result, **row) for row in series)
-        Measurement.objects.filter(result=result).delete()
         measurements_write(result_id=result.pk, measurements=measurements, at=now)
         RunMetric.objects.bulk_create(_run_metrics(result, measurements), ignore_conflicts=True)
     return True
