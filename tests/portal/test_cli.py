@@ -262,5 +262,6 @@ def test_starting_a_run_loads_neither_the_ssh_transport_nor_the_certificate_serv
         "print(' '.join(sorted(name for name in heavy if name in sys.modules)))\n"
     )
     env = os.environ | {"DJANGO_SETTINGS_MODULE": "portal.settings"}
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert (done.returncode, done.stdout.strip()) == (0, ""), done.stderr[-2000:]
+    argv = [sys.executable, "-c", script]
+    loaded = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert (loaded.returncode, loaded.stdout.strip()) == (0, ""), loaded.stderr[-2000:]
