@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S
+from worker.transport import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S
 
 
 def node_task_limits(*, command_budgets: list[float], connect_timeout: float) -> tuple[int, int]:

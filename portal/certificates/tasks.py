@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from portal.certificates.services.issuing import CERTIFICATE_ISSUE
+from portal.certificates.task_names import CERTIFICATE_ISSUE
 from worker.decorators import kiln_task
 
 logger = logging.getLogger(__name__)

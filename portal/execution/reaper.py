@@ -61,9 +61,6 @@ logger = logging.getLogger(__name__)
 # Claims of one result after which a lost worker's check is `error` instead of queued again
 # (leases.MAX_CLAIMS: a check that kills its worker must not take down worker after worker).
 MAX_ATTEMPTS = leases.MAX_CLAIMS
-# The task an older Kiln sent to stop orphaned process groups on a cluster's own queue; still
-# registered (portal/execution/tasks.py) so that a message left in a queue runs.
-STOP_ORPHANS = "kiln.stop_orphans"
 # Nodes stopped at once: each stop is one SSH connect (~60 ms) and a few seconds at most.
 STOP_PARALLELISM = 16
 

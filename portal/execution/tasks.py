@@ -1,5 +1,10 @@
 """The run tasks (discovered by worker/celery.py). Thin: they adapt arguments and
-call services. Their names are in portal/runs/dispatch.py, which sends them."""
+call services. Their names are in portal/runs/dispatch.py, which sends them.
+
+Every process registers them (portal/execution/apps.py), so the execution engine (node and group
+execution, the reaper, the SSH transport with fabric and paramiko) is imported by the task bodies,
+not here: a command that only sends tasks (`kiln run`) never loads it. A worker loads it once it is
+ready (the reaper's start, portal/execution/reaping.py), before its first task."""
 
 from __future__ import annotations
 
@@ -7,11 +12,8 @@ import logging
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from portal.execution.execution import execute_node
-from portal.execution.groups import execute_group
-from portal.execution.reaper import STOP_ORPHANS
 from portal.runs import services
-from portal.runs.dispatch import RUN_GROUP, RUN_NODE
+from portal.runs.dispatch import RUN_GROUP, RUN_NODE, STOP_ORPHANS
 from portal.runs.models import Status
 from worker.db import db_phase
 from worker.decorators import kiln_task
@@ -22,6 +24,8 @@ logger = logging.getLogger(__name__)
 @kiln_task(name=RUN_NODE)
 def run_node(self, run_id: int, node_id: int) -> int:
     """Run one node's checks of a run, then try to close the run (fan-in through the database)."""
+    from portal.execution.execution import execute_node
+
     claim = self.request.id or f"eager-{run_id}-{node_id}"
     try:
         return execute_node(run_id=run_id, node_id=node_id, claim=claim)
@@ -42,6 +46,8 @@ def run_node(self, run_id: int, node_id: int) -> int:
 @kiln_task(name=RUN_GROUP)
 def run_group(self, run_id: int, result_id: int, time_budget_s: float | None = None) -> bool:
     """Run one multi-node check of a run from its launcher, then let the run go on (fan-in)."""
+    from portal.execution.groups import execute_group
+
     claim = self.request.id or f"eager-group-{result_id}"
     try:
         return execute_group(run_id=run_id, result_id=result_id, claim=claim, time_budget_s=time_budget_s)

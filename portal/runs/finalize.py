@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, F, Min, Q, Subquery, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -39,6 +39,9 @@ from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, R
 logger = logging.getLogger(__name__)
 
 CROSS_NODE_EVENT = "cross_node"
+# The PostgreSQL channel a closed run's id is sent on (NOTIFY, delivered when the closing transaction
+# commits): `kiln run --wait` listens on it and notices the end at once instead of at its next look.
+RUN_CLOSED_CHANNEL = "kiln_run_closed"
 
 
 def run_finalize(*, run_id: int, dispatch: bool = True) -> Run | None:
@@ -121,6 +124,9 @@ def _close(run: Run, tally: dict[tuple[str, str], int]) -> None:
         "slowest": slowest,
     }
     run.save(update_fields=["status", "reason", "finished_at", "started_at", "summary"])
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [RUN_CLOSED_CHANNEL, str(run.pk)])
 
 
 def summary_complete(*, run_id: int) -> bool:

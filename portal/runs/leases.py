@@ -43,7 +43,7 @@ from portal.runs.dbretry import db_retry
 from portal.runs.models import CheckResult, Status
 from worker.db import db_phase
 from worker.procgroup import stop_group, tag_for
-from worker.ssh import REMOTE_KILL_GRACE_S, SessionRefusedError, Transport, TransportError, open_transport
+from worker.transport import REMOTE_KILL_GRACE_S, SessionRefusedError, Transport, TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -263,6 +263,8 @@ def _stop_over(transport: Transport, *, pgid: int, tag: str) -> str:
         target = getattr(transport, "target", None)
         if target is None:
             raise
+        from worker.ssh import open_transport  # the worker's: not loaded by commands that import this module
+
         fresh = open_transport(target)
         try:
             return stop_group(fresh, pgid=pgid, tag=tag, grace_s=REMOTE_KILL_GRACE_S)

@@ -31,8 +31,8 @@ from checks.core.base import (
     get_group_check,
     run_group_check,
 )
-from worker.ssh import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, SessionRefusedError, Transport
 from worker.timeouts import group_task_limits
+from worker.transport import CHANNEL_SLACK_S, REMOTE_KILL_GRACE_S, SessionRefusedError, Transport
 
 SubOutcome = tuple[list[CommandOutput], list[Measurement], Verdict]
 

@@ -246,3 +246,22 @@ def test_the_command_line_ends_through_leave_with_the_commands_exit_code() -> No
         [sys.executable, "-m", "portal.cli", "--no-such-option"], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2 and "usage: kiln" in proc.stderr
+
+
+def test_starting_a_run_loads_neither_the_ssh_transport_nor_the_certificate_services() -> None:
+    """What `kiln run` loads: Django set up, its command and the services that start a run. The SSH
+    transport (fabric, paramiko), the reaper and the issuing services (cryptography's PDF signing)
+    are the worker's; importing them cost every `kiln run --wait` ~0.2 s of its start."""
+    script = (
+        "import sys, django\n"
+        "django.setup()\n"
+        "from django.core.management import load_command_class\n"
+        "load_command_class('portal.execution', 'kiln_run')\n"
+        "from portal.runs import services\n"
+        "heavy = ('paramiko', 'fabric', 'worker.ssh', 'portal.execution.reaper', 'portal.certificates.services')\n"
+        "print(' '.join(sorted(name for name in heavy if name in sys.modules)))\n"
+    )
+    env = os.environ | {"DJANGO_SETTINGS_MODULE": "portal.settings"}
+    argv = [sys.executable, "-c", script]
+    loaded = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert (loaded.returncode, loaded.stdout.strip()) == (0, ""), loaded.stderr[-2000:]

@@ -3,6 +3,7 @@ measurement read for the table)."""
 
 from __future__ import annotations
 
+import time
 from io import StringIO
 from types import SimpleNamespace
 
@@ -72,3 +73,20 @@ def test_each_look_at_a_running_run_is_one_query_when_quiet(cluster, make_run, m
     assert looks == [kiln_run.WAIT_POLL_S] * 3
     assert len(queries.captured_queries) == 4  # one per look, the last one past the timeout
     assert all('"runs_checkresult"' not in q["sql"] for q in queries.captured_queries)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_that_closes_wakes_the_waiting_command_at_once(cluster, make_run) -> None:
+    from portal.runs.finalize import run_finalize
+
+    run = make_run(cluster)
+    listener = kiln_run._closes_listener()  # outside any transaction, as the command runs
+    assert listener is not None
+    CheckResult.objects.filter(run=run).update(status=Status.PASS)
+
+    run_finalize(run_id=run.pk)
+
+    started = time.monotonic()
+    closed = [note.payload for note in listener.notifies(timeout=5, stop_after=1)]
+    assert closed == [str(run.pk)]
+    assert time.monotonic() - started < kiln_run.WAIT_POLL_S  # not a look's wait: the close woke it

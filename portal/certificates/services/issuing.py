@@ -23,12 +23,11 @@ from portal.certificates.payload import body_build, body_digest
 from portal.certificates.phases import phase_ranges
 from portal.certificates.selectors import campaign_state, signer_side
 from portal.certificates.services.campaigns import CampaignError, _require_approver, _require_open, audit_record
+from portal.certificates.task_names import CERTIFICATE_ISSUE
 from portal.inventory.models import Cluster
 from portal.people import organisation_of
 from portal.runs.models import Scope
 from worker.celery import app
-
-CERTIFICATE_ISSUE = "kiln.certificate_issue"  # the task's name: a contract with messages in flight
 
 
 def certificate_sign(*, campaign: Campaign, user: User | AnonymousUser) -> Signature:

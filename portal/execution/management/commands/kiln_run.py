@@ -21,11 +21,13 @@ from django.db.models import Count, Q
 from portal.catalog.models import TestPlan
 from portal.inventory.models import Cluster
 from portal.runs import selectors, services
+from portal.runs.finalize import RUN_CLOSED_CHANNEL
 from portal.runs.models import ACTIVE_STATUSES, Run, Status
 
 # Seconds between two looks at a run `--wait` follows (one small query each, two with progress
 # shown): its end is noticed within this. 0.5 s cost a quick run a quarter of a second on average
-# (bench/bench_fanout.py's "notice" phase); 0.2 s is 5 queries a second.
+# (bench/bench_fanout.py's "notice" phase); 0.2 s is 5 queries a second. On PostgreSQL the command
+# also listens for the run's close (portal/runs/finalize.py RUN_CLOSED_CHANNEL) and looks at once.
 WAIT_POLL_S = 0.2
 
 
@@ -101,6 +103,7 @@ class Command(BaseCommand):
         progress is shown, its checks done (one more)."""
         started = time.monotonic()
         last = None
+        listener = _closes_listener()
         while True:
             status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).get()
             if not quiet:
@@ -116,12 +119,34 @@ class Command(BaseCommand):
                 return run
             if timeout and time.monotonic() - started > timeout:
                 raise CommandError(f"run {run.pk} still {status} after {timeout:g}s (is a worker running?)")
-            time.sleep(WAIT_POLL_S)
+            if listener is None:
+                time.sleep(WAIT_POLL_S)
+            else:
+                _pause_until_a_close(listener)
 
     def _print_table(self, run: Run) -> None:
         for node, check, status, reason in selectors.run_table_rows(run=run):
             self.stdout.write(f"{node:<20} {check:<16} {status:<8} {reason}")
         self.stdout.write(f"run {run.pk}: {run.status} ({run.reason})")
+
+
+def _closes_listener() -> Any:
+    """This command's database connection listening for closed runs (PostgreSQL), else None. The
+    LISTEN comes before the first look, so a run closed in between is seen by that look."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return None  # inside a transaction (a test's) a LISTEN would only start at its commit
+    from psycopg import sql
+
+    connection.ensure_connection()
+    listener = connection.connection
+    listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(RUN_CLOSED_CHANNEL)))
+    return listener
+
+
+def _pause_until_a_close(listener: Any) -> None:
+    """Up to WAIT_POLL_S, less when some run closes (whichever: the next look says if it was ours)."""
+    for _ in listener.notifies(timeout=WAIT_POLL_S, stop_after=1):
+        pass
 
 
 def exit_code(run: Run) -> int:
