@@ -304,6 +304,37 @@ def actions(cluster: Any, client: Any) -> list[tuple[str, float, Callable[[], An
     ]
 
 
+def measure_row(
+    label: str, target: float, action: Callable[[], Any], peer_action: Callable[[], Any], *, memory: bool, repeat: int
+) -> bool:
+    """Time one action and its peer, print the line; False when it is over a target."""
+    ms, queries, size, first = timed(action, repeat)
+    peer_ms, _, _, peer_first = timed(peer_action, repeat)
+    mb = peak_mb(action) if memory else None
+    first_target = memory and first is not None  # the exports: /metrics streams too, under its own target
+    sized = label in SIZED
+    bad = (
+        ms > target
+        or (mb is not None and mb > STREAM_MB)
+        or (first is not None and first_target and first > FIRST_BYTE_MS)
+        or (sized and size / 1024 > PAGE_KB)
+    )
+    targets = (
+        ([f"{target:.0f} ms"] if target != NO_TIME_TARGET else [])
+        + ([f"first byte {FIRST_BYTE_MS:.0f} ms"] if first_target else [])
+        + ([f"{STREAM_MB:.0f} MB"] if memory else [])
+        + ([f"{PAGE_KB:.0f} KB of HTML"] if sized else [])
+    )
+    print(
+        f"{label:<36} | {ms:>12.0f} {queries:>8} {size / 1024:>8.0f} {'' if mb is None else f'{mb:>8.0f}':>8} "
+        f"| {peer_ms:>11.0f} | {ms / max(peer_ms, 0.01):>5.1f} | {'OVER ' if bad else ''}" + ", ".join(targets),
+        flush=True,
+    )
+    if first is not None:  # a stream: its first chunk, the page's total time above
+        print(f"{'  first byte':<36} | {first:>12.0f} {'':>26} | {peer_first or 0:>11.0f} |", flush=True)
+    return not bad
+
+
 def main() -> int:
     args = parse_args()
     if not args.reuse:
@@ -327,32 +358,8 @@ def main() -> int:
         if not any(part in label for part in args.only.split(",")):
             continue
         measured += 1
-        ms, queries, size, first = timed(action, args.repeat)
-        peer_ms, _, _, peer_first = timed(peer_action, args.repeat)
-        mb = peak_mb(action) if memory else None
-        first_target = memory and first is not None  # the exports: /metrics streams too, under its own target
-        sized = label in SIZED
-        bad = (
-            ms > target
-            or (mb is not None and mb > STREAM_MB)
-            or (first is not None and first_target and first > FIRST_BYTE_MS)
-            or (sized and size / 1024 > PAGE_KB)
-        )
-        if bad:
+        if not measure_row(label, target, action, peer_action, memory=memory, repeat=args.repeat):
             over.append(label)
-        targets = (
-            ([f"{target:.0f} ms"] if target != NO_TIME_TARGET else [])
-            + ([f"first byte {FIRST_BYTE_MS:.0f} ms"] if first_target else [])
-            + ([f"{STREAM_MB:.0f} MB"] if memory else [])
-            + ([f"{PAGE_KB:.0f} KB of HTML"] if sized else [])
-        )
-        print(
-            f"{label:<36} | {ms:>12.0f} {queries:>8} {size / 1024:>8.0f} {'' if mb is None else f'{mb:>8.0f}':>8} "
-            f"| {peer_ms:>11.0f} | {ms / max(peer_ms, 0.01):>5.1f} | {'OVER ' if bad else ''}" + ", ".join(targets),
-            flush=True,
-        )
-        if first is not None:  # a stream: its first chunk, the page's total time above
-            print(f"{'  first byte':<36} | {first:>12.0f} {'':>26} | {peer_first or 0:>11.0f} |", flush=True)
     print(f"history {args.nodes} nodes x {args.runs} runs: {len(over)} of {measured} over target ({', '.join(over)})")
     return 0
 
