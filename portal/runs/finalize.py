@@ -276,8 +276,13 @@ def _declared_read(run: Run) -> _Declared:
         .annotate(labels_text=Cast("labels", TextField()))
         .values_list("id", "result_id", "name", "value", "unit", "gpu", "text", "threshold", "ok", "labels_text")
     )
-    for row in rows.iterator(chunk_size=ROWS_PER_FETCH):
-        _declared_take(declared, outlier_names, row)
+    # The rows straight from a chunked cursor: none of their columns needs Django's conversions, and
+    # its per-row machinery was a third of reading 90k rows at 1,250 nodes x 20 checks.
+    sql, params = rows.query.sql_with_params()
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, params)
+        while chunk := cursor.fetchmany(ROWS_PER_FETCH):
+            _declared_take(declared, outlier_names, chunk)
     return declared
 
 
@@ -314,26 +319,29 @@ def _declared_names(declared: _Declared, outlier_names: set[str]) -> Q:
     return wanted
 
 
-def _declared_take(declared: _Declared, outlier_names: set[str], row: tuple) -> None:
-    """One streamed measurement row, kept as a consensus fact and/or an outlier metric's row."""
-    pk, result_id, name, value, unit, gpu, text, threshold, ok, labels_text = row
-    result = declared.results.get(result_id)
-    if result is None:
-        return  # not judged when the results were read
-    labels = _labels(labels_text)
-    agreed = declared.consensus.get(result.item_key)
-    if agreed is not None and (agreed[1] is None or name in agreed[1]):
-        fact = CheckMeasurement(
-            name=name, value=value, unit=unit, gpu=gpu, text=text, threshold=threshold, ok=ok, labels=labels
-        )
-        # The stored order (result, gpu, name, id), GPU-less rows last as PostgreSQL sorts NULLs.
-        declared.facts.setdefault(result_id, []).append(((gpu is None, gpu or 0, name, pk), fact))
-    if result.item_key in declared.metrics:
-        if name == OUTLIER_Z:
-            declared.done.add((result_id, labels.get("metric")))
-        elif name in outlier_names:
-            row_ = {"result_id": result_id, "name": name, "value": value, "gpu": gpu, "labels": labels}
-            declared.rows.setdefault(result.item_key, {}).setdefault(result_id, []).append(row_)
+def _declared_take(declared: _Declared, outlier_names: set[str], chunk: list[tuple]) -> None:
+    """Streamed measurement rows, each kept as a consensus fact and/or an outlier metric's row. A
+    chunk at a time with the lookups bound once: this loop runs for every declared row of a run."""
+    results, consensus, metrics = declared.results, declared.consensus, declared.metrics
+    for pk, result_id, name, value, unit, gpu, text, threshold, ok, labels_text in chunk:
+        result = results.get(result_id)
+        if result is None:
+            continue  # not judged when the results were read
+        labels = _labels(labels_text)
+        item_key = result.item_key
+        agreed = consensus.get(item_key)
+        if agreed is not None and (agreed[1] is None or name in agreed[1]):
+            fact = CheckMeasurement(
+                name=name, value=value, unit=unit, gpu=gpu, text=text, threshold=threshold, ok=ok, labels=labels
+            )
+            # The stored order (result, gpu, name, id), GPU-less rows last as PostgreSQL sorts NULLs.
+            declared.facts.setdefault(result_id, []).append(((gpu is None, gpu or 0, name, pk), fact))
+        if item_key in metrics:
+            if name == OUTLIER_Z:
+                declared.done.add((result_id, labels.get("metric")))
+            elif name in outlier_names:
+                row = {"result_id": result_id, "name": name, "value": value, "gpu": gpu, "labels": labels}
+                declared.rows.setdefault(item_key, {}).setdefault(result_id, []).append(row)
 
 
 def _labels(text: str | None) -> dict:
