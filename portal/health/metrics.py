@@ -133,8 +133,10 @@ def node_samples(node_ids: list[int]) -> dict[tuple[int, str], tuple[str, Values
     """(node id, family) -> (sample lines, values) of those nodes' latest measurements and failing
     checks. Four queries; the sample lines written here (prometheus_client's objects cost ~15 us a
     sample) and a row's labels decoded only for a family that is labelled by one of them."""
-    names = dict(Node.objects.filter(id__in=node_ids).values_list("id", "hostname"))
-    clusters = dict(Node.objects.filter(id__in=node_ids).values_list("id", "cluster__name"))
+    nodes = {
+        pk: (cluster, host)
+        for pk, cluster, host in Node.objects.filter(id__in=node_ids).values_list("id", "cluster__name", "hostname")
+    }
     latest = {
         last: (node_id, kind)
         for node_id, kind, last in CheckResult.objects.filter(node_id__in=node_ids, scope=Scope.NODE, status__in=JUDGED)
@@ -163,7 +165,8 @@ def node_samples(node_ids: list[int]) -> dict[tuple[int, str], tuple[str, Values
         if extra:
             labels = json.loads(labels_text) if extra_value is None and labels_text else {}
             variant = extra_value if extra_value is not None else str(labels.get(extra, ""))
-        labelled = [("cluster", clusters[node_id]), ("node", names[node_id]), ("gpu", "" if gpu is None else str(gpu))]
+        cluster, host = nodes[node_id]
+        labelled = [("cluster", cluster), ("node", host), ("gpu", "" if gpu is None else str(gpu))]
         # Label names sorted, as prometheus_client writes them (the text before this was rendered by it).
         labelled = sorted(labelled + ([(extra, variant)] if extra else []))
         lines.setdefault((node_id, metric), []).append(_line(metric, labelled, value))

@@ -27,7 +27,6 @@ from portal.ordering import natural_key
 from portal.runs.lookups import AmongIds
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunKeyValue, Scope, Status
 
-_KEY_KIND_SET = frozenset(_KEY_KINDS)
 ROWS_PER_FETCH = 5000  # key measurements per round trip (about 140 a node in a demo acceptance run)
 _STATUS_RANK: dict[str, int] = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 2}
 
