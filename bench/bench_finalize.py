@@ -233,32 +233,74 @@ def seed(name: str, size: int, plan: Any, history: int) -> tuple[Any, int]:
 
 
 def write_measurements(results: list[tuple[int, str, str]], *, seed: int) -> int:
-    """Each result's rows (result_rows): COPY on PostgreSQL, batches of bulk_create elsewhere."""
+    """Each result's rows (result_rows): COPY on PostgreSQL, batches of bulk_create elsewhere; and
+    its cross-node digest, made from them as recording a result makes it (portal/runs/crossnode.py)."""
     from django.db import connection
     from django.utils import timezone
 
-    from portal.runs.models import Measurement
+    from portal.runs import crossnode
+
+    digests: dict[int, dict[str, Any] | None] = {}
 
     def rows() -> Iterator[tuple[int, Row]]:
         for pk, kind, hostname in results:
             node = int(hostname.rsplit("gpu", 1)[1])
-            yield from ((pk, row) for row in result_rows(kind, node, random.Random(f"{seed}:{pk}")))
+            made = result_rows(kind, node, random.Random(f"{seed}:{pk}"))
+            stored = [(name, value, text, unit, gpu, "", None, labels) for name, value, text, unit, gpu, labels in made]
+            digests[pk] = crossnode.digest(kind, stored)
+            yield from ((pk, row) for row in made)
 
-    now, written = timezone.now(), 0
-    if connection.vendor == "postgresql":
-        columns = "result_id, name, value, text, unit, gpu, threshold, ok, labels, recorded_at"
-        with connection.cursor() as cursor, cursor.cursor.copy(f"COPY runs_measurement ({columns}) FROM STDIN") as copy:
-            for pk, (name, value, text, unit, gpu, labels) in rows():
-                copy.write_row((pk, name, value, text, unit, gpu, "", None, json.dumps(labels), now))
-                written += 1
-        return written
+    try:
+        return (
+            _measurements_copy(rows(), timezone.now())
+            if connection.vendor == "postgresql"
+            else _measurements_create(rows())
+        )
+    finally:
+        _digests_write(digests)
+
+
+def _measurements_copy(rows: Iterator[tuple[int, Row]], now: Any) -> int:
+    from django.db import connection
+
+    written = 0
+    columns = "result_id, name, value, text, unit, gpu, threshold, ok, labels, recorded_at"
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY runs_measurement ({columns}) FROM STDIN") as copy:
+        for pk, (name, value, text, unit, gpu, labels) in rows:
+            copy.write_row((pk, name, value, text, unit, gpu, "", None, json.dumps(labels), now))
+            written += 1
+    return written
+
+
+def _measurements_create(rows: Iterator[tuple[int, Row]]) -> int:
+    from portal.runs.models import Measurement
+
+    written = 0
     batch: list[Measurement] = []
-    for pk, (name, value, text, unit, gpu, labels) in rows():
+    for pk, (name, value, text, unit, gpu, labels) in rows:
         batch.append(Measurement(result_id=pk, name=name, value=value, text=text, unit=unit, gpu=gpu, labels=labels))
         if len(batch) == 5000:
             written += len(Measurement.objects.bulk_create(batch))
             batch = []
     return written + len(Measurement.objects.bulk_create(batch))
+
+
+def _digests_write(digests: dict[int, dict[str, Any] | None]) -> None:
+    """The results' digests in one UPDATE (bulk_update's CASE elsewhere)."""
+    from django.db import connection
+
+    from portal.runs.models import CheckResult
+
+    if connection.vendor != "postgresql":
+        made = [CheckResult(pk=pk, cross_node=digest) for pk, digest in digests.items()]
+        CheckResult.objects.bulk_update(made, ["cross_node"], batch_size=500)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_checkresult r SET cross_node = d.digest::jsonb "
+            "FROM unnest(%s::bigint[], %s::text[]) AS d(id, digest) WHERE r.id = d.id",
+            [list(digests), [json.dumps(d) if d is not None else None for d in digests.values()]],
+        )
 
 
 def analyze() -> None:

@@ -18,22 +18,21 @@ Every node task calls `run_finalize` when it ends (and the reaper, and cancel). 
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 from dataclasses import dataclass, field
 from operator import itemgetter
 
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Count, F, Min, Q, Subquery, TextField
+from django.db.models import Count, F, Min, Q, QuerySet, Subquery, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from checks.core.base import REGISTRY, Check, worst_status
+from checks.core.base import Check, worst_status
 from checks.core.base import Measurement as CheckMeasurement
-from portal.runs import cells, dispatch, grid, leases, outliers
+from portal.runs import cells, crossnode, dispatch, grid, leases, outliers
 from portal.runs.dbretry import db_retry
-from portal.runs.lookups import AmongIds
+from portal.runs.lookups import AmongIds, Unindexed
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunEvent, Scope, Status
 
 logger = logging.getLogger(__name__)
@@ -187,8 +186,7 @@ def cross_node_apply(*, run: Run) -> bool:
 # a cross-node check could overrule.
 JUDGED = (Status.PASS, Status.WARN, Status.FAIL)
 OUTLIER_Z = "outlier_z"  # the measurement a flagged outlier gets (labels: metric), for the charts
-# Measurements per round trip of the streamed read: a 1,250-node run of 20 checks reads ~100k rows
-# (consensus facts and outlier metrics), which then never sit in memory as one list of rows.
+# Measurements per round trip of the streamed read of results recorded without a digest.
 ROWS_PER_FETCH = 5000
 
 
@@ -210,24 +208,25 @@ Ordered = tuple[tuple[bool, int, str, int], CheckMeasurement]  # a consensus fac
 
 @dataclass
 class _Declared:
-    """What the cross-node checks of one run read, and what they change. Two queries fill it, whatever
-    the run's size or its plan's width: the judged results of the items that have a consensus or an
-    outlier metric, then the measurements those checks declare (`consensus_names`, each outlier
-    metric's `names`, earlier `outlier_z` marks), streamed in one pass."""
+    """What the cross-node checks of one run read, and what they change. Filled by two queries,
+    whatever the run's size or its plan's width: the judged results of the items that have a
+    consensus or an outlier metric, each with its digest (portal/runs/crossnode.py), then the
+    outlier marks already made; a third streams the declared rows of the results recorded without
+    a digest (an older Kiln's), when there are any."""
 
     consensus: dict[str, tuple[type[Check], frozenset[str] | None]]  # item key -> its check, the names it reads
     metrics: dict[str, tuple[outliers.Metric, ...]]  # item key -> its outlier metrics
     results: dict[int, _Result] = field(default_factory=dict)
     by_item: dict[str, list[int]] = field(default_factory=dict)  # item key -> result ids, by hostname
-    facts: dict[int, list[Ordered]] = field(default_factory=dict)  # result id -> its consensus rows
-    rows: dict[str, dict[int, list[outliers.Row]]] = field(default_factory=dict)  # item -> result -> rows
+    facts: dict[int, list[CheckMeasurement]] = field(default_factory=dict)  # result id -> its facts, stored order
+    values: dict[int, dict[str, float | None]] = field(default_factory=dict)  # result id -> metric key -> value
     done: set[tuple[int, str | None]] = field(default_factory=set)  # (result id, metric) already flagged
     flags: list[Measurement] = field(default_factory=list)  # the outlier_z rows to create
 
 
 def _apply_cross_node(run: Run) -> tuple[int, int]:
-    """Consensus, then outliers (a node consensus failed is not touched), from one read of what their
-    checks declare; then one UPDATE of the results they changed and one INSERT of the outlier marks.
+    """Consensus, then outliers (a node consensus failed is not touched), from what their checks
+    declare; then one UPDATE of the results they changed and one INSERT of the outlier marks.
     Returns (results failed by consensus, outliers flagged)."""
     declared = _declared_read(run)
     failed = _apply_consensus(declared)
@@ -244,46 +243,78 @@ def _outlier_z_create(rows: list[Measurement]) -> None:
     Measurement.objects.bulk_create(rows)  # no batch size: one statement on PostgreSQL
 
 
-def _agrees(check_class: type[Check]) -> bool:
-    """The kind overrides Check's consensus: it has something to agree on."""
-    return inspect.getattr_static(check_class, "consensus") is not inspect.getattr_static(Check, "consensus")
-
-
 def _declared_read(run: Run) -> _Declared:
-    """The run's plan items that a cross-node check reads, their judged results, and the rows those
-    checks declare (see _Declared)."""
+    """The run's plan items that a cross-node check reads, their judged results with their digests,
+    the outlier marks they already have, and the rows of those without a digest (see _Declared)."""
     declared = _declared_items(run)
     keys = sorted({*declared.consensus, *declared.metrics})
     if not keys:
         return declared
     judged = CheckResult.objects.filter(run_id=run.pk, scope=Scope.NODE, item_key__in=keys, status__in=JUDGED)
-    # By hostname, as the consensus has always seen the nodes.
+    # By hostname, as the consensus has always seen the nodes. The digest as text, decoded here.
     results = judged.order_by("node__hostname", "position", "id").values_list(
-        "id", "item_key", "node__hostname", "status", "reason"
+        "id", "item_key", "node__hostname", "status", "reason", Cast("cross_node", TextField())
     )
-    for pk, item_key, hostname, status, reason in results:
+    undigested: list[int] = []
+    for pk, item_key, hostname, status, reason, digest_text in results:
         declared.results[pk] = _Result(item_key, hostname, status, reason)
         declared.by_item.setdefault(item_key, []).append(pk)
+        digest = json.loads(digest_text) if digest_text else None
+        if digest is None:
+            undigested.append(pk)
+            continue
+        if item_key in declared.consensus:
+            declared.facts[pk] = crossnode.facts(digest)
+        if item_key in declared.metrics:
+            declared.values[pk] = digest.get("metrics", {})
     if not declared.results:
         return declared
+    if declared.metrics:
+        _marks_read(declared, judged)
+    if undigested:
+        _undigested_read(declared, undigested, judged.filter(cross_node__isnull=True))
+    return declared
+
+
+def _marks_read(declared: _Declared, judged: QuerySet[CheckResult]) -> None:
+    """The outlier marks the run's results already hold: one index probe per result (one name)."""
+    marks = Measurement.objects.filter(
+        AmongIds(
+            F("result_id"), Subquery(judged.filter(item_key__in=sorted(declared.metrics)).order_by().values("id"))
+        ),
+        name=OUTLIER_Z,
+    ).values_list("result_id", "labels")
+    declared.done.update((result_id, (labels or {}).get("metric")) for result_id, labels in marks)
+
+
+def _undigested_read(declared: _Declared, ids: list[int], undigested: QuerySet[CheckResult]) -> None:
+    """The declared rows of the results recorded without a digest, streamed: consensus facts in
+    stored order, and each outlier metric's value read from the rows as the digest would hold it."""
     outlier_names = {name for found in declared.metrics.values() for metric in found for name in metric.names}
-    # The same results read again by the database, the rows in result order (portal/runs/lookups.py).
     rows = (
-        Measurement.objects.filter(
-            _declared_names(declared, outlier_names), AmongIds(F("result_id"), Subquery(judged.order_by().values("id")))
+        Measurement.objects.annotate(name_tested=Unindexed("name"))
+        .filter(
+            _declared_names(declared, outlier_names, ids),
+            AmongIds(F("result_id"), Subquery(undigested.order_by().values("id"))),
         )
-        .order_by("result_id")
+        .order_by()  # one index probe per result, in no order: facts are sorted below, metrics need none
         .annotate(labels_text=Cast("labels", TextField()))
         .values_list("id", "result_id", "name", "value", "unit", "gpu", "text", "threshold", "ok", "labels_text")
     )
-    # The rows straight from a chunked cursor: none of their columns needs Django's conversions, and
-    # its per-row machinery was a third of reading 90k rows at 1,250 nodes x 20 checks.
+    ordered: dict[int, list[Ordered]] = {}
+    metric_rows: dict[int, list[outliers.Row]] = {}
+    # Straight from a chunked cursor: none of the columns needs Django's conversions.
     sql, params = rows.query.sql_with_params()
     with connection.chunked_cursor() as cursor:
         cursor.execute(sql, params)
         while chunk := cursor.fetchmany(ROWS_PER_FETCH):
-            _declared_take(declared, outlier_names, chunk)
-    return declared
+            _undigested_take(declared, outlier_names, chunk, ordered, metric_rows)
+    for result_id, found in ordered.items():
+        declared.facts[result_id] = [fact for _, fact in sorted(found, key=itemgetter(0))]
+    for result_id in ids:
+        metrics = declared.metrics.get(declared.results[result_id].item_key, ())
+        read = metric_rows.get(result_id, [])
+        declared.values[result_id] = {metric.key: crossnode.finite(metric.read(read)) for metric in metrics}
 
 
 def _declared_items(run: Run) -> _Declared:
@@ -293,60 +324,60 @@ def _declared_items(run: Run) -> _Declared:
     for item in run.plan_snapshot["items"]:
         if item.get("scope", Scope.NODE) != Scope.NODE:
             continue
-        check_class = REGISTRY.get(item["kind"])
-        if check_class is not None and _agrees(check_class):
-            consensus[item["key"]] = (check_class, check_class.consensus_names)
+        agreed = crossnode.consensus_of(item["kind"])
+        if agreed is not None:
+            consensus[item["key"]] = agreed
         if item["kind"] in outliers.METRICS:
             metrics[item["key"]] = outliers.METRICS[item["kind"]]
     return _Declared(consensus=consensus, metrics=metrics)
 
 
-def _declared_names(declared: _Declared, outlier_names: set[str]) -> Q:
-    """Which measurements the cross-node checks read: the names they declare, earlier outlier marks,
+def _declared_names(declared: _Declared, outlier_names: set[str], ids: list[int]) -> Q:
+    """Which measurements of the results `ids` the cross-node checks read: the names they declare,
     and every row of a result whose consensus declares no names."""
-    names = set(outlier_names) | ({OUTLIER_Z} if declared.metrics else set())
+    names = set(outlier_names)
     for _, declared_names in declared.consensus.values():
         names |= declared_names or set()
-    wanted = Q(name__in=sorted(names))
+    wanted = Q(name_tested__in=sorted(names))
+    among = set(ids)
     every = [
         pk
         for key, (_, declared_names) in declared.consensus.items()
         if declared_names is None
         for pk in declared.by_item.get(key, [])
+        if pk in among
     ]
     if every:
         wanted |= Q(result_id__in=every)
     return wanted
 
 
-def _declared_take(declared: _Declared, outlier_names: set[str], chunk: list[tuple]) -> None:
-    """Streamed measurement rows, each kept as a consensus fact and/or an outlier metric's row. A
-    chunk at a time with the lookups bound once: this loop runs for every declared row of a run."""
+def _undigested_take(
+    declared: _Declared,
+    outlier_names: set[str],
+    chunk: list[tuple],
+    ordered: dict[int, list[Ordered]],
+    metric_rows: dict[int, list[outliers.Row]],
+) -> None:
+    """Streamed measurement rows, each kept as a consensus fact and/or an outlier metric's row."""
     results, consensus, metrics = declared.results, declared.consensus, declared.metrics
     for pk, result_id, name, value, unit, gpu, text, threshold, ok, labels_text in chunk:
-        result = results.get(result_id)
-        if result is None:
-            continue  # not judged when the results were read
+        item_key = results[result_id].item_key
         labels = _labels(labels_text)
-        item_key = result.item_key
         agreed = consensus.get(item_key)
         if agreed is not None and (agreed[1] is None or name in agreed[1]):
             fact = CheckMeasurement(
                 name=name, value=value, unit=unit, gpu=gpu, text=text, threshold=threshold, ok=ok, labels=labels
             )
             # The stored order (result, gpu, name, id), GPU-less rows last as PostgreSQL sorts NULLs.
-            declared.facts.setdefault(result_id, []).append(((gpu is None, gpu or 0, name, pk), fact))
-        if item_key in metrics:
-            if name == OUTLIER_Z:
-                declared.done.add((result_id, labels.get("metric")))
-            elif name in outlier_names:
-                row = {"result_id": result_id, "name": name, "value": value, "gpu": gpu, "labels": labels}
-                declared.rows.setdefault(item_key, {}).setdefault(result_id, []).append(row)
+            ordered.setdefault(result_id, []).append(((gpu is None, gpu or 0, name, pk), fact))
+        if item_key in metrics and name in outlier_names:
+            row = {"result_id": result_id, "name": name, "value": value, "gpu": gpu, "labels": labels}
+            metric_rows.setdefault(result_id, []).append(row)
 
 
 def _labels(text: str | None) -> dict:
-    """Labels read as text and decoded only when there are some: most measurements have none, and
-    decoding 180k empty objects was a third of closing a 1,250-node run."""
+    """Labels read as text and decoded only when there are some: most measurements have none."""
     return json.loads(text) if text and text != "{}" else {}
 
 
@@ -359,10 +390,7 @@ def _apply_consensus(declared: _Declared) -> int:
         hosts = {declared.results[pk].hostname: pk for pk in declared.by_item.get(item_key, [])}
         if len(hosts) < 3:
             continue  # a majority of two says nothing
-        facts = {
-            host: [fact for _, fact in sorted(declared.facts.get(pk, []), key=itemgetter(0))]
-            for host, pk in hosts.items()
-        }
+        facts = {host: declared.facts.get(pk, []) for host, pk in hosts.items()}
         for hostname, reason in check_class.consensus(facts).items():
             result = declared.results[hosts[hostname]]
             if reason in result.reason:
@@ -381,9 +409,11 @@ def _apply_outliers(declared: _Declared) -> int:
     is not flagged again. In memory (_apply_cross_node writes). Returns how many it flagged."""
     found: dict[int, Flagged] = {}
     for item_key, metrics in declared.metrics.items():
-        per_node = declared.rows.get(item_key, {})
+        ids = declared.by_item.get(item_key, [])
         for metric in metrics:
-            for result_id, outlier in outliers.fleet_outliers(metric, per_node).items():
+            values = {pk: declared.values.get(pk, {}).get(metric.key) for pk in ids}
+            per_node = {pk: value for pk, value in values.items() if value is not None}
+            for result_id, outlier in outliers.find_outliers(per_node, low_is_bad=metric.low_is_bad).items():
                 judged = declared.results[result_id].status in (Status.PASS, Status.WARN)
                 if judged and (result_id, metric.key) not in declared.done:
                     found.setdefault(result_id, []).append((metric, outlier))

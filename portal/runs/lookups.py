@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from django.db.models import Lookup
+from django.db.models import CharField, Func, Lookup
 
 if TYPE_CHECKING:  # the stubs' names
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -14,11 +14,11 @@ if TYPE_CHECKING:  # the stubs' names
 class AmongIds(Lookup):
     """`lhs` is one of the ids the subquery on its right returns (`AmongIds(F("result_id"),
     Subquery(results.values("id")))`). On PostgreSQL `lhs = ANY(ARRAY(subquery))`: the ids become one
-    array, and the rows, read in `lhs` order, come through the (result, name) index, one probe per
-    result with the names filtered, whatever the history in the table. The other forms let the planner
-    scan: `IN (subquery)` or a join on the results became a hash join over every measurement of the
-    month once the run's share of them looked large, a list of the ids cost planning time per id,
-    and with the names in the index condition it probed once per name too. Elsewhere `IN`."""
+    array, and the rows come through the (result, name) index, one probe per result, whatever the
+    history in the table (test a list of names with `Unindexed`, or it probes once per name too).
+    The other forms let the planner scan: `IN (subquery)` or a join on the results became a hash
+    join over every measurement of the month once the run's share of them looked large, and a list
+    of the ids cost planning time per id. Elsewhere `IN`."""
 
     lookup_name = "among_ids"
 
@@ -31,3 +31,14 @@ class AmongIds(Lookup):
         lhs, lhs_params = self.process_lhs(compiler, connection)
         rhs, rhs_params = self.process_rhs(compiler, connection)
         return f"{lhs} = ANY(ARRAY{rhs})", (*lhs_params, *rhs_params)
+
+
+class Unindexed(Func):
+    """A text column as a value no index matches (`name || ''`): `Unindexed("name")` in a filter
+    beside `AmongIds` keeps the names out of the index condition. PostgreSQL before 17 probes a
+    (result, name) index once per (id, name) pair when both are lists: 637,500 probes and 1.9 M
+    buffer reads for 18,750 results and 34 names, against 18,750 probes with the names tested on
+    the rows each probe brings (1.5 s -> 0.7 s at 1,250 nodes x 20 checks)."""
+
+    template = "(%(expressions)s || '')"
+    output_field = CharField()

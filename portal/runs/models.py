@@ -89,12 +89,13 @@ class Run(models.Model):
 
 
 class CheckResultManager(models.Manager["CheckResult"]):
-    """Rows without their raw output bytes (up to 2 x 16 MiB compressed per result): a page, an
-    export or a run's fan-in never loads them unless it names them (`.only(...)`, `.defer(None)`);
-    the result page's download reads them (portal/runs/selectors.py result_raw_output)."""
+    """Rows without their raw output bytes (up to 2 x 16 MiB compressed per result) nor their
+    cross-node digest: a page, an export or a run's fan-in never loads them unless it names them
+    (`.only(...)`, `.defer(None)`); the result page's download reads the bytes
+    (portal/runs/selectors.py result_raw_output), closing the run the digest."""
 
     def get_queryset(self) -> models.QuerySet[CheckResult]:
-        return super().get_queryset().defer("stdout_raw", "stderr_raw")
+        return super().get_queryset().defer("stdout_raw", "stderr_raw", "cross_node")
 
 
 class CheckResult(models.Model):
@@ -147,6 +148,12 @@ class CheckResult(models.Model):
     )
     portal_fault = models.BooleanField(
         default=False, help_text="The error is Kiln's (database, worker, bug), not the node's: health ignores it."
+    )
+    cross_node = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What the cross-node checks read of it (consensus facts, outlier metric values), kept when "
+        "it is recorded (portal/runs/crossnode.py); null: closing the run reads its measurements.",
     )
     output_expired_at = models.DateTimeField(
         null=True,

@@ -20,7 +20,7 @@ from checks.core.base import Verdict
 from portal.catalog.models import TestPlan
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
-from portal.runs import dispatch, events, leases, packing, rawoutput
+from portal.runs import crossnode, dispatch, events, leases, packing, rawoutput
 from portal.runs.dbretry import db_retry
 from portal.runs.finalize import run_finalize
 from portal.runs.models import (
@@ -338,10 +338,13 @@ def result_record(
         fields["node_set"] = node_set
 
     rows = series_rows(series or [])  # packed and digested once, before the transaction
+    stored = stored_measurements(measurements)
+    if result.scope == Scope.NODE:
+        fields["cross_node"] = crossnode.digest(result.kind, stored)
 
     def write(attempt: int) -> bool:
         return _result_write(
-            result=result, claim=claim, fields=fields, measurements=measurements, series=rows, retry=attempt > 1
+            result=result, claim=claim, fields=fields, measurements=stored, series=rows, retry=attempt > 1
         )
 
     return db_retry(write, what=f"recording result {result.pk}")
@@ -379,7 +382,7 @@ def _result_write(
     result: CheckResult,
     claim: str,
     fields: dict[str, Any],
-    measurements: list[CheckMeasurement],
+    measurements: list[crossnode.Stored],
     series: list[dict[str, Any]],
     retry: bool,
 ) -> bool:
@@ -402,7 +405,7 @@ def _result_write(
         # committed is answered above), and the cross-node pass adds its own once every result is
         # final. Deleting "whatever is there" first cost two queries a result for nothing.
         Series.objects.bulk_create(Series(result=result, **row) for row in series)
-        measurements_write(result_id=result.pk, measurements=measurements, at=now)
+        measurements_write(result_id=result.pk, stored=measurements, at=now)
         RunMetric.objects.bulk_create(_run_metrics(result, measurements), ignore_conflicts=True)
     return True
 
@@ -411,16 +414,11 @@ def _result_write(
 MEASUREMENT_COLUMNS = ("result_id", "name", "value", "text", "unit", "gpu", "threshold", "ok", "labels", "recorded_at")
 
 
-def measurements_write(*, result_id: int, measurements: list[CheckMeasurement], at: datetime) -> int:
-    """Insert a result's measurements (recorded at `at`), inside the caller's transaction.
-
-    On PostgreSQL in one COPY: a node's quick plan records ~500 measurements, and building a model
-    object per row for bulk_create cost the worker more CPU than everything else it does for the
-    node (bench/bench_fanout.py's profile: two thirds of a node task's CPU). The rows carry what
-    bulk_create stored: the same fields cut to their lengths, made storable, one `recorded_at`."""
-    rows = [
+def stored_measurements(measurements: list[CheckMeasurement]) -> list[crossnode.Stored]:
+    """The measurements as they are stored: each field cut to its column and made storable (name,
+    value, text, unit, gpu, threshold, ok, labels; crossnode.Stored)."""
+    return [
         (
-            result_id,
             storable(m.name)[:100],
             m.value,
             storable(m.text or "")[:500],
@@ -429,10 +427,20 @@ def measurements_write(*, result_id: int, measurements: list[CheckMeasurement], 
             storable(m.threshold or "")[:100],
             m.ok,
             storable_json(m.labels or {}),
-            at,
         )
         for m in measurements
     ]
+
+
+def measurements_write(*, result_id: int, stored: list[crossnode.Stored], at: datetime) -> int:
+    """Insert a result's measurements (recorded at `at`, made `stored` by stored_measurements),
+    inside the caller's transaction.
+
+    On PostgreSQL in one COPY: a node's quick plan records ~500 measurements, and building a model
+    object per row for bulk_create cost the worker more CPU than everything else it does for the
+    node (bench/bench_fanout.py's profile: two thirds of a node task's CPU). The rows carry what
+    bulk_create stored: the same fields cut to their lengths, made storable, one `recorded_at`."""
+    rows = [(result_id, *row, at) for row in stored]
     if not rows:
         return 0
     if connection.vendor != "postgresql":
@@ -452,16 +460,12 @@ def measurements_write(*, result_id: int, measurements: list[CheckMeasurement], 
     return len(rows)
 
 
-def _run_metrics(result: CheckResult, measurements: list[CheckMeasurement]) -> list[RunMetric]:
+def _run_metrics(result: CheckResult, stored: list[crossnode.Stored]) -> list[RunMetric]:
     """The result's numeric metrics, once each, for the run's list (RunMetric)."""
     found = {
-        (
-            storable(m.name)[:100],
-            phase[:100] if isinstance(phase := (m.labels or {}).get("phase"), str) else "",
-            storable(m.unit)[:20],
-        )
-        for m in measurements
-        if m.value is not None
+        (name, phase[:100] if isinstance(phase := labels.get("phase"), str) else "", unit)
+        for name, value, _, unit, _, _, _, labels in stored
+        if value is not None
     }
     return [
         RunMetric(run_id=result.run_id, item_key=result.item_key, name=name, phase=phase, unit=unit)

@@ -241,3 +241,118 @@ def test_it_applies_consensus_once_when_many_workers_finish_at_once(real_service
     assert CheckResult.objects.get(run=run, item_key="gpu-inventory", status="fail").reason.count("differs") == 1
     assert Measurement.objects.filter(result__run=run, name="outlier_z").count() == 1
     assert Run.objects.get(pk=run.pk).reason == "1 fail, 34 pass, 1 warn"
+
+
+def digest_results(run: Run, every: int = 1) -> int:
+    """Give every `every`-th result the cross-node digest a node task stores when it records it,
+    made from its measurements as they are stored (the rest stay as an older Kiln left them)."""
+    from portal.runs import crossnode
+
+    digested = 0
+    for n, result in enumerate(CheckResult.objects.filter(run=run).order_by("pk")):
+        if n % every:
+            continue
+        rows = [
+            (m.name, m.value, m.text, m.unit, m.gpu, m.threshold, m.ok, m.labels)
+            for m in Measurement.objects.filter(result=result).order_by("pk")
+        ]
+        CheckResult.objects.filter(pk=result.pk).update(cross_node=crossnode.digest(result.kind, rows))
+        digested += 1
+    return digested
+
+
+def outcome(run: Run) -> tuple[str, list[tuple[str, str, str, str]], list[tuple[str, str, dict]]]:
+    """What closing did to a run: its reason, every result's status and reason, the outlier marks."""
+    run.refresh_from_db()
+    results = sorted(
+        (r.node.hostname, r.item_key, r.status, r.reason)
+        for r in CheckResult.objects.filter(run=run).select_related("node")
+    )
+    marks = sorted(
+        (m.result.node.hostname, m.result.item_key, m.labels)
+        for m in Measurement.objects.filter(result__run=run, name=finalize.OUTLIER_Z).select_related("result__node")
+    )
+    return run.reason, results, marks
+
+
+@pytest.mark.django_db
+def test_the_digests_results_keep_close_a_run_as_reading_their_measurements_does() -> None:
+    # The same run three times (hostnames aside): measurements only, every result digested, and
+    # every other one (a run recorded partly by an older Kiln).
+    runs = {every: finished_run(12, f"d{every}-", WIDE) for every in (0, 1, 2)}
+    for every, run in runs.items():
+        if every:
+            assert digest_results(run, every) == (10 * 12) // every
+    outcomes = {}
+    for every, run in runs.items():
+        queries_to_close(run)
+        reason, results, marks = outcome(run)
+        prefix = f"d{every}-"
+        outcomes[every] = (
+            reason,
+            [(h.removeprefix(prefix), *rest) for h, *rest in results],
+            [(h.removeprefix(prefix), *rest) for h, *rest in marks],
+        )
+
+    assert outcomes[1] == outcomes[0] == outcomes[2]
+    reason, results, marks = outcomes[1]
+    assert reason == f"2 fail, {10 * 12 - 3} pass, 1 warn"
+    assert [(h, key) for h, key, status, _ in results if status == "fail"] == [
+        ("002", "gpu-inventory"),
+        ("002", "sw-consistency"),
+    ]
+    assert [(h, key, labels["metric"]) for h, key, labels in marks] == [("003", "nccl-allreduce", "busbw")]
+
+
+@pytest.mark.django_db
+def test_with_digests_it_reads_no_measurement_but_the_outlier_marks() -> None:
+    run = finished_run(8, "m", WIDE)
+    digest_results(run)
+
+    with CaptureQueriesContext(connection) as queries:
+        finalize.cross_node_apply(run=run)
+
+    read = [q["sql"] for q in queries.captured_queries if 'FROM "runs_measurement"' in q["sql"]]
+    assert len(read) == 1 and "outlier_z" in read[0], read  # the marks already made, by name
+    assert CheckResult.objects.get(run=run, item_key="nccl-allreduce", status="warn").node.hostname == "m003"
+
+
+@pytest.mark.django_db
+def test_a_result_recorded_keeps_what_the_cross_node_checks_read_of_it() -> None:
+    from checks.core.base import Measurement as CheckMeasurement
+    from checks.core.base import Verdict
+
+    run = finished_run(3, "r", WIDE)
+    inventory = CheckResult.objects.get(run=run, item_key="gpu-inventory", node__hostname="r001")
+    burn = CheckResult.objects.get(run=run, item_key="burn-in", node__hostname="r001")
+    ecc = CheckResult.objects.get(run=run, item_key="ecc-health", node__hostname="r001")
+    CheckResult.objects.filter(pk__in=[inventory.pk, burn.pk, ecc.pk]).update(status="running", claimed_by="t")
+    nan = float("nan")
+    recorded = {
+        inventory: [
+            CheckMeasurement(name="gpu_count", value=8),  # an int: kept as the float column stores it
+            CheckMeasurement(name="driver_version", text="550.54.15\x00"),  # its NUL escaped, as stored
+            CheckMeasurement(name="gpu_model", text="H100", gpu=1),
+            CheckMeasurement(name="gpu_model", text="H100", gpu=0),
+            CheckMeasurement(name="probe_source", text="nvml"),  # not declared: left out
+        ],
+        burn: [CheckMeasurement(name="gflops", value=v, gpu=g) for g, v in enumerate((51000.0, 49000.0, nan))],
+        ecc: [CheckMeasurement(name="ecc_uncorrected", value=0)],
+    }
+    for result, measurements in recorded.items():
+        result.refresh_from_db()
+        assert services.result_record(
+            result=result, claim="t", verdict=Verdict(status="pass", reason=""), measurements=measurements
+        )
+
+    stored = dict(CheckResult.objects.filter(run=run).defer(None).values_list("pk", "cross_node"))
+    assert stored[inventory.pk] == {
+        "facts": [
+            ["gpu_model", None, "", 0, "H100", "", None, {}],
+            ["gpu_model", None, "", 1, "H100", "", None, {}],
+            ["driver_version", None, "", None, "550.54.15\\x00", "", None, {}],
+            ["gpu_count", 8.0, "", None, "", "", None, {}],
+        ]
+    }
+    assert stored[burn.pk] == {"metrics": {"gflops": 49000.0}}  # the slowest GPU; NaN is not a value
+    assert stored[ecc.pk] is None  # no cross-node check reads it

@@ -48,9 +48,11 @@ def test_hundreds_of_measurements_are_one_statement(cluster, make_run) -> None:
     many = [CheckMeasurement(name=f"m{i}", value=float(i), gpu=i % 8) for i in range(500)]
 
     with CaptureQueriesContext(connection) as queries:
-        written = services.measurements_write(result_id=result.pk, measurements=many, at=result.started_at)
+        written = services.measurements_write(
+            result_id=result.pk, stored=services.stored_measurements(many), at=result.started_at
+        )
 
     assert written == 500
     assert Measurement.objects.filter(result=result).count() == 500
     assert not any("INSERT" in q["sql"] and "runs_measurement" in q["sql"] for q in queries.captured_queries)
-    assert services.measurements_write(result_id=result.pk, measurements=[], at=result.started_at) == 0
+    assert services.measurements_write(result_id=result.pk, stored=[], at=result.started_at) == 0
