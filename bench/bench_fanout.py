@@ -18,7 +18,8 @@ Medians are reported with their spread (lowest-highest).
     (exit 0). Per-phase costs come from the run's own timestamps: start-up (CLI start to the run
     created), queue (to the first node task starting it), nodes (to the last result recorded),
     close (to the run finished) and notice (to the CLI's exit); and per node from the worker's
-    per-task log line (worker/db.py's ledger): claim, SSH connect, judging, recording (queries),
+    per-task log line (worker/db.py's ledger): claim, SSH connect, the waits for a database
+    connection (db_wait) and for the start marks (mark_started), judging, recording (queries),
     closing, Kiln's own time beside the node's commands. Meanwhile pg_stat_activity is sampled
     every 20 ms: the worker's PostgreSQL connections (application_name `kiln-worker`) at most at
     once and how many were opened; and the worker's CPU time per node (/proc) and peak memory.
@@ -587,7 +588,7 @@ def print_overhead(size: int, entries: list[LedgerLine]) -> None:
     def med(values: list[float]) -> str:
         return f"{statistics.median(values) * 1000:.0f} ms"
 
-    parts = ("claim", "connect", "judge", "record", "finalise")
+    parts = ("claim", "connect", "db_wait", "mark_started", "judge", "record", "finalise")
     print(f"Kiln per node at {size} nodes (median over {len(entries)} node tasks of the measured runs):")
     print(
         "  "

@@ -152,7 +152,7 @@ class TaskLedger:
         part.queries += queries
 
     def line(self) -> str:
-        """`NAME 1.234s: claim 0.012s 5q, connect 0.061s, commands 9.1s, record 0.063s 70q x7, ...`"""
+        """`NAME 1.234s: db_wait 0.002s x9, claim 0.012s 5q, connect 0.061s, commands 9.1s, record 0.063s 70q x7`"""
         shown = []
         for label, part in self.parts.items():
             text = f"{label} {part.seconds:.3f}s"
@@ -214,7 +214,11 @@ def db_phase(label: str = "database") -> Iterator[None]:
             _local.depth -= 1
         return
     gate = _gate(settings.KILN_WORKER_DB_CONNECTIONS)
+    waiting = time.monotonic()
     with gate:
+        book = ledger()
+        if book is not None:  # the turn this thread waited for one of the process's connections
+            book.add("db_wait", time.monotonic() - waiting)
         _local.depth = 1
         started = time.monotonic()
         queries = [0]

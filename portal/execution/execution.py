@@ -126,7 +126,8 @@ def _execute_held(*, run: Run, node: Node, claim: str, results: list[CheckResult
             )
         raise
     finally:
-        transport.close()
+        with timed("disconnect"):
+            transport.close()
         _note_reads(node, transport)
     return recorded
 

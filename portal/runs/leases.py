@@ -41,7 +41,7 @@ from checks.core.base import Command, CommandOutput
 from portal.runs import events
 from portal.runs.dbretry import db_retry
 from portal.runs.models import CheckResult, Status
-from worker.db import db_phase
+from worker.db import db_phase, timed
 from worker.procgroup import stop_group, tag_for
 from worker.transport import REMOTE_KILL_GRACE_S, SessionRefusedError, Transport, TransportError
 
@@ -177,7 +177,8 @@ class Holding:
         if result.pk in self._started:
             return
         self._started.add(result.pk)
-        self.keeper.mark_started(result.pk)
+        with timed("mark_started"):
+            self.keeper.mark_started(result.pk)
 
     def command_running(self, result: CheckResult, pgid: int) -> None:
         with self._lock:
@@ -536,7 +537,8 @@ def held(*, claim: str, results: list[CheckResult], label: str) -> Iterator[Hold
     try:
         yield holding
     finally:
-        KEEPER.release(holding)
+        with timed("release"):
+            KEEPER.release(holding)
 
 
 def stop_taken_over(*, transport: Transport, results: list[CheckResult], label: str) -> None:

@@ -141,6 +141,31 @@ def test_it_holds_at_most_the_configured_connections_across_many_node_tasks(
     assert 1 <= peak <= 3, peak
 
 
+def test_the_ledger_counts_the_wait_for_a_connection_apart_from_the_phase(transactional_db, settings) -> None:
+    settings.KILN_WORKER_DB_CONNECTIONS = 1
+    inside, leave = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with db_phase("other"):
+            inside.set()
+            leave.wait(10)
+
+    other = threading.Thread(target=holder)
+    other.start()
+    assert inside.wait(10)
+    book = ledger_open("t")
+    try:
+        threading.Timer(0.3, leave.set).start()  # the only connection comes free in 0.3 s
+        with db_phase("record"):
+            pass
+    finally:
+        ledger_close()
+        other.join(10)
+    assert book.parts["db_wait"].seconds >= 0.25
+    assert book.parts["record"].seconds < book.parts["db_wait"].seconds  # the phase itself was quick
+    assert book.line().startswith("t ") and "db_wait 0." in book.line()
+
+
 def test_a_phase_inside_a_phase_does_not_close_early(transactional_db) -> None:
     with db_phase():
         connection.ensure_connection()
