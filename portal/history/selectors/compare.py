@@ -24,7 +24,7 @@ from portal.history.selectors.metrics import (
 )
 from portal.inventory.models import Cluster, Node
 from portal.ordering import natural_key
-from portal.runs.lookups import AmongIds
+from portal.runs.lookups import AmongIds, Unindexed
 from portal.runs.models import ACTIVE_STATUSES, CheckResult, Measurement, Run, RunKeyValue, Scope, Status
 
 ROWS_PER_FETCH = 5000  # key measurements per round trip (about 140 a node in a demo acceptance run)
@@ -127,14 +127,14 @@ def _node_pairs(a: Run, b: Run) -> tuple[dict[StatusKey, tuple[StatusRow | None,
 
 def key_values_measured(run: Run, info: dict[int, tuple[str, str, str, str]]) -> dict[ValueKey, Folded]:
     """The run's key values folded per subject, from its measurements: one query, streamed, through
-    the (result, name) index a result at a time whatever the history (portal/runs/lookups.py)."""
+    the (result, name) index a result at a time whatever the history, the names tested on the rows
+    each probe brings (portal/runs/lookups.py)."""
     values: dict[ValueKey, list[Folded]] = {}
     # The results `info` holds of the key kinds (of any scope): the rows' results, read in SQL.
     results = CheckResult.objects.filter(run_id=run.pk, kind__in=_KEY_KINDS).order_by().values("id")
     measurements = (
-        Measurement.objects.filter(
-            AmongIds(F("result_id"), Subquery(results)), name__in=_KEY_NAMES, value__isnull=False
-        )
+        Measurement.objects.annotate(name_tested=Unindexed("name"))
+        .filter(AmongIds(F("result_id"), Subquery(results)), name_tested__in=_KEY_NAMES, value__isnull=False)
         .order_by("result_id")
         .values_list("result_id", "name", "value", "gpu", "labels")
     )
