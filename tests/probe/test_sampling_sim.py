@@ -204,13 +204,31 @@ class _IdleSampler:
         pass
 
 
+class _LateClock:
+    """`time` as the probe sees it: a monotonic clock that moves only when the probe sleeps, each
+    sleep `late_s` longer than asked; everything else is the real module."""
+
+    def __init__(self, late_s: float) -> None:
+        self.now, self.late_s = 1000.0, late_s
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds + self.late_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
 def test_it_keeps_samples_on_the_interval_grid_however_late_each_wakes(monkeypatch: pytest.MonkeyPatch) -> None:
     from checks.probe import probe
 
-    real_sleep = time.sleep
     monkeypatch.setattr(probe, "_Sampler", _IdleSampler)
     monkeypatch.setattr(probe, "collect", lambda: {"gpu_count": 0})
-    monkeypatch.setattr(probe.time, "sleep", lambda s: real_sleep(s + 0.004))  # every wake-up 4 ms late
+    # The probe's own clock, every wake-up exactly 4 ms late: the real one, on a loaded machine,
+    # adds lateness of its own that is not the probe's (a test of scheduling, not of the load).
+    monkeypatch.setattr(probe, "time", _LateClock(late_s=0.004))
     doc, code = probe.run_sampling(0.05, 2.0, [])
     times = doc["samples"]["t"]
     assert code == 0 and len(times) >= 30
