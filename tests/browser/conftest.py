@@ -140,6 +140,9 @@ def browser_context(monkeypatch: pytest.MonkeyPatch, _chromium: _Chromium) -> It
         context = browser.new_context(viewport={"width": 1400, "height": 900}, accept_downloads=True)
         try:
             context.set_default_timeout(15_000)
+            # A page load carries plotly's bundle and the server's query; beside a loaded CI run
+            # (two pytest workers on two cores) one took over 15 s, which says nothing of the page.
+            context.set_default_navigation_timeout(60_000)
             # Every page reports what its Content-Security-Policy blocked to the console, where the page
             # fixture fails the test on it (Chromium also logs its own "Refused to ..." line).
             context.add_init_script(CSP_REPORTER_JS)
