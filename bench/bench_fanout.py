@@ -19,8 +19,11 @@ Medians are reported with their spread (lowest-highest).
     created), queue (to the first node task starting it), nodes (to the last result recorded),
     close (to the run finished) and notice (to the CLI's exit); and per node from the worker's
     per-task log line (worker/db.py's ledger): claim, SSH connect, the waits for a database
-    connection (db_wait) and for the start marks (mark_started), judging, recording (queries),
-    closing, Kiln's own time beside the node's commands. Meanwhile pg_stat_activity is sampled
+    connection (db_wait) and for the start marks (mark_started), judging, preparing the record
+    (packing outputs and points), recording (queries), closing, Kiln's own time beside the node's
+    commands. For every tool, the core-seconds the whole machine was busy while it ran (/proc/stat:
+    node-side commands, sshd, the database and the tool itself), which on a saturated machine says
+    what each tool cost where wall time only says how it was shared out. Meanwhile pg_stat_activity is sampled
     every 20 ms: the worker's PostgreSQL connections (application_name `kiln-worker`) at most at
     once and how many were opened; and the worker's CPU time per node (/proc) and peak memory.
   - the peers: pdsh (apt-get install -y pdsh), clush (the system one, apt-get install -y
@@ -335,6 +338,7 @@ class Row:
     phases: dict[str, list[float]]
     peak_connections: int
     cpu_per_node: float
+    busy: dict[str, list[float]]  # core-seconds the whole machine was busy while each tool ran
 
     def median(self, tool: str) -> float:
         return statistics.median(self.times[tool])
@@ -443,15 +447,17 @@ def _setup(args: argparse.Namespace, testbed: Any, worker: Worker, workdir: Path
 
 def _measure_size(setup: Setup, size: int, failures: list[str], kiln_runs: list[int]) -> Row:
     """Every tool on the first `size` nodes, round after round, each round in another order."""
-    row = Row(size, {t: [] for t in setup.tools}, {p: [] for p in PHASES}, 0, 0.0)
+    row = Row(size, {t: [] for t in setup.tools}, {p: [] for p in PHASES}, 0, 0.0, {t: [] for t in setup.tools})
     cpu: list[float] = []
     for rnd in range(setup.warmup + setup.repeat):
         measured = rnd >= setup.warmup
         turn = rnd % len(setup.tools)
         order = setup.tools[turn:] + setup.tools[:turn]
         took: dict[str, float] = {}
+        busy: dict[str, float] = {}
         notes = ""
         for tool in order:
+            busy_before = machine_busy_seconds()
             if tool == "kiln":
                 cpu_before = setup.worker.cpu_seconds()
                 kiln = kiln_once(setup, size)
@@ -474,18 +480,31 @@ def _measure_size(setup: Setup, size: int, failures: list[str], kiln_runs: list[
                     )
             else:
                 took[tool] = _run_peer(setup, tool, size, failures)
+            busy[tool] = machine_busy_seconds() - busy_before
         if measured:
             for tool, seconds in took.items():
                 row.times[tool].append(seconds)
+                row.busy[tool].append(busy[tool])
         label = f"run {rnd - setup.warmup + 1}" if measured else "warm-up"
         print(
             f"  {size} nodes, {label} ({' > '.join(order)}): "
             + ", ".join(f"{t} {took[t]:.2f} s" for t in setup.tools)
-            + notes,
+            + notes
+            + "; machine CPU busy: "
+            + ", ".join(f"{t} {busy[t]:.1f} s" for t in setup.tools),
             flush=True,
         )
     row.cpu_per_node = statistics.median(cpu) if cpu else 0.0
     return row
+
+
+def machine_busy_seconds() -> float:
+    """Core-seconds this machine has spent not idle since boot (/proc/stat): what a tool made the
+    whole machine do (node-side commands, sshd, the database, the tool itself), where its wall time
+    on a saturated machine only says how that work was shared out."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def _run_peer(setup: Setup, tool: str, size: int, failures: list[str]) -> float:
@@ -559,6 +578,10 @@ def print_table(rows: list[Row], tools: list[str]) -> None:
             f"{row.size:>5} | {cells} | {peer:>12} | {ratio:>10.2f} | {row.peak_connections:>18} | "
             f"{row.cpu_per_node * 1000:>12.0f} ms"
         )
+        print(
+            "      machine CPU busy (core-s, median): "
+            + ", ".join(f"{t} {statistics.median(row.busy[t]):.1f}" for t in tools if row.busy[t])
+        )
     print()
 
 
@@ -588,7 +611,7 @@ def print_overhead(size: int, entries: list[LedgerLine]) -> None:
     def med(values: list[float]) -> str:
         return f"{statistics.median(values) * 1000:.0f} ms"
 
-    parts = ("claim", "connect", "db_wait", "mark_started", "judge", "record", "finalise")
+    parts = ("claim", "connect", "db_wait", "mark_started", "judge", "prepare", "record", "finalise")
     print(f"Kiln per node at {size} nodes (median over {len(entries)} node tasks of the measured runs):")
     print(
         "  "

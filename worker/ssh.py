@@ -18,6 +18,7 @@ import logging
 import shlex
 import socket
 import time
+from typing import Any
 
 import paramiko
 from fabric import Config, Connection
@@ -152,6 +153,22 @@ def _client(known_hosts: paramiko.HostKeys, host: str, port: int) -> paramiko.SS
     return client
 
 
+# AES-GCM first: an AEAD cipher's tag is checked inside `cryptography`, where with CTR and HMAC
+# paramiko compares each packet's MAC byte by byte in Python (util.constant_time_bytes_eq); ~25% less
+# client CPU per byte read (measured on the testbed's sshd). A server without it negotiates the
+# rest of paramiko's list, unchanged.
+PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def _gcm_first_transport(sock: Any, **kwargs: Any) -> paramiko.Transport:
+    """paramiko's Transport, with PREFERRED_CIPHERS ahead of its own order (SSHClient.connect's
+    transport_factory)."""
+    transport = paramiko.Transport(sock, **kwargs)
+    options = transport.get_security_options()
+    options.ciphers = PREFERRED_CIPHERS + tuple(c for c in options.ciphers if c not in PREFERRED_CIPHERS)
+    return transport
+
+
 class SSHTransport:
     """One fabric Connection to one node, reused for every command of a run on that node."""
 
@@ -164,6 +181,7 @@ class SSHTransport:
             "allow_agent": False,
             "banner_timeout": target.connect_timeout,
             "auth_timeout": target.connect_timeout,
+            "transport_factory": _gcm_first_transport,
         }
         if target.key_path:
             connect_kwargs["key_filename"] = target.key_path

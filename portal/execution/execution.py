@@ -97,12 +97,21 @@ def _execute_held(*, run: Run, node: Node, claim: str, results: list[CheckResult
     recorded = 0
     try:
         leases.stop_taken_over(transport=transport.inner, results=results, label=node.hostname)
-        for result in results:
+        for index, result in enumerate(results):
             if holding.is_stopped(result.pk):
                 continue  # cancelled (or reaped) before it started
             holding.begin(result)
+            following = next((r for r in results[index + 1 :] if not holding.is_stopped(r.pk)), None)
             try:
-                if _run_one(run=run, node=node, result=result, transport=transport, claim=claim):
+                if _run_one(
+                    run=run,
+                    node=node,
+                    result=result,
+                    transport=transport,
+                    claim=claim,
+                    holding=holding,
+                    following=following,
+                ):
                     recorded += 1
             except leases.CheckStopped:
                 continue  # closed under the task while it ran: its process group was stopped
@@ -138,7 +147,19 @@ def _note_reads(node: Node, transport: SharedReads) -> None:
         book.notes.update(node=node.hostname, commands_run=transport.ran, commands_shared=transport.shared)
 
 
-def _run_one(*, run: Run, node: Node, result: CheckResult, transport: Transport, claim: str) -> bool:
+def _run_one(
+    *,
+    run: Run,
+    node: Node,
+    result: CheckResult,
+    transport: Transport,
+    claim: str,
+    holding: leases.Holding,
+    following: CheckResult | None,
+) -> bool:
+    """Run one check and record it. The record also marks `following` (the check this task runs
+    next) as starting its commands: the mark a command waits for (leases.Holding.command_starting)
+    is then already written, instead of being a write of its own a moment later."""
     item = snapshot_item(run, result.item_key)
     check = get_check(item["kind"])
     params = check.make_params(item["params"])
@@ -152,10 +173,15 @@ def _run_one(*, run: Run, node: Node, result: CheckResult, transport: Transport,
         if not outputs:
             verdict = Verdict(status=ERROR, reason="the check produced no command to run")
         series = series_of(check, outputs, verdict)
-    with db_phase("record"):
-        return services.record_from_check(
+    with timed("prepare"):  # the CPU half of recording, outside the database phase
+        record = services.record_prepare_from_check(
             result=result, claim=claim, verdict=verdict, measurements=measurements, outputs=outputs, series=series
         )
+    with db_phase("record"):
+        recorded = services.record_write(record, starting=following.pk if following is not None else None)
+    if recorded and following is not None:
+        holding.started_marked(following)
+    return recorded
 
 
 def node_context(run: Run, node: Node) -> NodeContext:

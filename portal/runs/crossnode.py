@@ -75,9 +75,13 @@ def finite(value: float | None) -> float | None:
     """A value as JSON keeps it: a float, NaN and infinities as null (a judged result, the only kind
     the close reads, never holds them: checks/core/evidence.py; the outlier test leaves
     NaN out anyway)."""
-    if value is None or not math.isfinite(value):
+    if value is None:
         return None
-    return float(value)
+    try:
+        real = float(value)
+    except OverflowError:  # an int past a float's range: infinite as stored
+        return None
+    return real if math.isfinite(real) else None
 
 
 def facts(stored: dict[str, Any]) -> list[CheckMeasurement]:

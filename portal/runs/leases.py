@@ -180,6 +180,10 @@ class Holding:
         with timed("mark_started"):
             self.keeper.mark_started(result.pk)
 
+    def started_marked(self, result: CheckResult) -> None:
+        """`result`'s command start is already written (with the previous check's record)."""
+        self._started.add(result.pk)
+
     def command_running(self, result: CheckResult, pgid: int) -> None:
         with self._lock:
             self._live.setdefault(result.pk, set()).add(pgid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ from checks.core.base import Verdict
 from portal.catalog.models import TestPlan
 from portal.inventory import nodesets
 from portal.inventory.models import Cluster, Node
-from portal.runs import crossnode, dispatch, events, leases, packing, rawoutput
+from portal.runs import crossnode, dispatch, events, leases, packing, rawoutput, recording
 from portal.runs.dbretry import db_retry
 from portal.runs.finalize import run_finalize
 from portal.runs.models import (
@@ -289,7 +290,26 @@ def _stream(raw: bytes | list[bytes] | None, text: str) -> list[bytes]:
     return [raw] if isinstance(raw, bytes) else raw
 
 
-def result_record(
+@dataclass(frozen=True)
+class Record:
+    """A result's record, made ready to write (result_prepare): the result's fields, its
+    measurements and series as stored. Made outside any database phase: packing the outputs and
+    the points is the CPU half of recording, and a node task need not hold a connection for it."""
+
+    result: CheckResult
+    claim: str
+    fields: dict[str, Any]
+    measurements: list[crossnode.Stored]
+    series: list[dict[str, Any]]
+
+
+def result_record(*, starting: int | None = None, **prepare: Any) -> bool:
+    """Finish a claimed result exactly once (result_prepare, then record_write). Returns False when
+    it was already finished or taken."""
+    return record_write(result_prepare(**prepare), starting=starting)
+
+
+def result_prepare(
     *,
     result: CheckResult,
     claim: str,
@@ -306,15 +326,13 @@ def result_record(
     attribution: dict[str, dict[str, str]] | None = None,
     node_set: str | None = None,
     truncated: bool = False,
-) -> bool:
-    """Finish a claimed result exactly once. Returns False when it was already finished or taken.
+) -> Record:
+    """A claimed result's record, ready to write (record_write).
 
     `stdout_raw`/`stderr_raw`: the exact bytes (or their parts, in order), stored compressed with
     their SHA-256, and shown escaped and capped (portal/runs/rawoutput.py); without them, the text
     `stdout`/`stderr` is stored as UTF-8. `truncated`: the transport already cut a command's output
-    while reading it (CommandOutput.truncated). Retried across a lost database connection
-    (portal/runs/dbretry.py): the write is keyed on the claim, so a retry after a commit whose
-    answer was lost changes nothing and still reports the result recorded."""
+    while reading it (CommandOutput.truncated)."""
     cap = settings.KILN_OUTPUT_CAP
     out = rawoutput.pack(_stream(stdout_raw, stdout), cap=cap)
     err = rawoutput.pack(_stream(stderr_raw, stderr), cap=cap)
@@ -341,13 +359,28 @@ def result_record(
     stored = stored_measurements(measurements)
     if result.scope == Scope.NODE:
         fields["cross_node"] = crossnode.digest(result.kind, stored)
+    return Record(result=result, claim=claim, fields=fields, measurements=stored, series=rows)
+
+
+def record_write(record: Record, *, starting: int | None = None) -> bool:
+    """Finish the record's result exactly once. Returns False when it was already finished or
+    taken. Retried across a lost database connection (portal/runs/dbretry.py): the write is keyed on
+    the claim, so a retry after a commit whose answer was lost changes nothing and still reports the
+    result recorded. `starting`: the result the task runs next, marked in the same write as having
+    its command started (leases.Holding.started_marked)."""
 
     def write(attempt: int) -> bool:
         return _result_write(
-            result=result, claim=claim, fields=fields, measurements=stored, series=rows, retry=attempt > 1
+            result=record.result,
+            claim=record.claim,
+            fields=record.fields,
+            measurements=record.measurements,
+            series=record.series,
+            retry=attempt > 1,
+            starting=starting,
         )
 
-    return db_retry(write, what=f"recording result {result.pk}")
+    return db_retry(write, what=f"recording result {record.result.pk}")
 
 
 def series_rows(series: list[CheckSeries]) -> list[dict[str, Any]]:
@@ -385,33 +418,90 @@ def _result_write(
     measurements: list[crossnode.Stored],
     series: list[dict[str, Any]],
     retry: bool,
+    starting: int | None,
 ) -> bool:
     now = timezone.now()
     if result.scope == Scope.GROUP and result.started_at is not None:
         # A multi-node check's commands ran side by side (every node of a soak, pairs in rounds):
         # its duration is its wall time since it was claimed, never the sum of its outputs'.
         fields = {**fields, "duration_s": max(0.0, (now - result.started_at).total_seconds())}
+    if connection.vendor == "postgresql":
+        updated = recording.result_write(
+            result=result,
+            claim=claim,
+            fields=fields,
+            measurements=measurements,
+            series=series,
+            run_metrics=_run_metric_rows(measurements),
+            at=now,
+            starting=starting,
+        )
+    else:
+        updated = _result_write_orm(
+            result=result,
+            claim=claim,
+            fields=fields,
+            measurements=measurements,
+            series=series,
+            at=now,
+            starting=starting,
+        )
+    # A retry whose first try did commit (the answer was lost with the connection): recorded.
+    return bool(updated) or (
+        retry
+        and CheckResult.objects.filter(pk=result.pk, claimed_by=claim).exclude(status__in=ACTIVE_STATUSES).exists()
+    )
+
+
+def _result_write_orm(
+    *,
+    result: CheckResult,
+    claim: str,
+    fields: dict[str, Any],
+    measurements: list[crossnode.Stored],
+    series: list[dict[str, Any]],
+    at: datetime,
+    starting: int | None,
+) -> int:
+    """recording.result_write through the ORM, in a transaction (a database without unnest)."""
     with transaction.atomic():
         updated = CheckResult.objects.filter(pk=result.pk, status=Status.RUNNING, claimed_by=claim).update(
-            **fields, finished_at=now
+            **fields, finished_at=at
         )
         if not updated:
-            # A retry whose first try did commit (the answer was lost with the connection): recorded.
-            return retry and (
-                CheckResult.objects.filter(pk=result.pk, claimed_by=claim).exclude(status__in=ACTIVE_STATUSES).exists()
-            )
+            return 0
+        if starting is not None:
+            CheckResult.objects.filter(
+                pk=starting, status=Status.RUNNING, claimed_by=claim, command_started_at__isnull=True
+            ).update(command_started_at=at)
         # No series or measurement of this result to replace: they are written only here, in the
         # transaction that ends its `running` (a try that rolled back left none, and one that
         # committed is answered above), and the cross-node pass adds its own once every result is
         # final. Deleting "whatever is there" first cost two queries a result for nothing.
         Series.objects.bulk_create(Series(result=result, **row) for row in series)
-        measurements_write(result_id=result.pk, stored=measurements, at=now)
-        RunMetric.objects.bulk_create(_run_metrics(result, measurements), ignore_conflicts=True)
-    return True
-
-
-# The columns `measurements_write` fills, in its rows' order (`id` comes from the table's identity).
-MEASUREMENT_COLUMNS = ("result_id", "name", "value", "text", "unit", "gpu", "threshold", "ok", "labels", "recorded_at")
+        Measurement.objects.bulk_create(
+            Measurement(
+                result=result,
+                name=name,
+                value=value,
+                text=text,
+                unit=unit,
+                gpu=gpu,
+                threshold=threshold,
+                ok=ok,
+                labels=labels,
+                recorded_at=at,
+            )
+            for name, value, text, unit, gpu, threshold, ok, labels in measurements
+        )
+        RunMetric.objects.bulk_create(
+            (
+                RunMetric(run_id=result.run_id, item_key=result.item_key, name=name, phase=phase, unit=unit)
+                for name, phase, unit in _run_metric_rows(measurements)
+            ),
+            ignore_conflicts=True,
+        )
+    return 1
 
 
 def stored_measurements(measurements: list[CheckMeasurement]) -> list[crossnode.Stored]:
@@ -432,45 +522,15 @@ def stored_measurements(measurements: list[CheckMeasurement]) -> list[crossnode.
     ]
 
 
-def measurements_write(*, result_id: int, stored: list[crossnode.Stored], at: datetime) -> int:
-    """Insert a result's measurements (recorded at `at`, made `stored` by stored_measurements),
-    inside the caller's transaction.
-
-    On PostgreSQL in one COPY: a node's quick plan records ~500 measurements, and building a model
-    object per row for bulk_create cost the worker more CPU than everything else it does for the
-    node (bench/bench_fanout.py's profile: two thirds of a node task's CPU). The rows carry what
-    bulk_create stored: the same fields cut to their lengths, made storable, one `recorded_at`."""
-    rows = [(result_id, *row, at) for row in stored]
-    if not rows:
-        return 0
-    if connection.vendor != "postgresql":
-        Measurement.objects.bulk_create(Measurement(**dict(zip(MEASUREMENT_COLUMNS, row, strict=True))) for row in rows)
-        return len(rows)
-    from psycopg import sql
-    from psycopg.types.json import Jsonb
-
-    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        sql.Identifier(Measurement._meta.db_table), sql.SQL(", ").join(map(sql.Identifier, MEASUREMENT_COLUMNS))
+def _run_metric_rows(stored: list[crossnode.Stored]) -> list[tuple[str, str, str]]:
+    """The result's numeric metrics, once each, for the run's list (RunMetric): (name, phase, unit)."""
+    return sorted(
+        {
+            (name, phase[:100] if isinstance(phase := labels.get("phase"), str) else "", unit)
+            for name, value, _, unit, _, _, _, labels in stored
+            if value is not None
+        }
     )
-    # Through Django's error wrapper, as its own queries are: a lost connection mid-COPY is then the
-    # OperationalError that db_retry retries, not psycopg's own class.
-    with connection.cursor() as cursor, connection.wrap_database_errors, cursor.cursor.copy(statement) as copy:
-        for row in rows:
-            copy.write_row((*row[:8], Jsonb(row[8]), row[9]))
-    return len(rows)
-
-
-def _run_metrics(result: CheckResult, stored: list[crossnode.Stored]) -> list[RunMetric]:
-    """The result's numeric metrics, once each, for the run's list (RunMetric)."""
-    found = {
-        (name, phase[:100] if isinstance(phase := labels.get("phase"), str) else "", unit)
-        for name, value, _, unit, _, _, _, labels in stored
-        if value is not None
-    }
-    return [
-        RunMetric(run_id=result.run_id, item_key=result.item_key, name=name, phase=phase, unit=unit)
-        for name, phase, unit in sorted(found)
-    ]
 
 
 def results_fail_remaining(
@@ -519,7 +579,13 @@ def _raw(output: Any, stream: str) -> bytes:
     return raw if raw is not None else rawoutput.text_bytes(getattr(output, stream))
 
 
-def record_from_check(
+def record_from_check(*, starting: int | None = None, **prepare: Any) -> bool:
+    """Record a check's verdict with its commands' raw outputs (record_prepare_from_check, then
+    record_write)."""
+    return record_write(record_prepare_from_check(**prepare), starting=starting)
+
+
+def record_prepare_from_check(
     *,
     result: CheckResult,
     claim: str,
@@ -527,14 +593,15 @@ def record_from_check(
     measurements: list[CheckMeasurement],
     outputs: list[Any],
     **extra: Any,
-) -> bool:
-    """Record a check's verdict with its commands' raw outputs: the exact bytes each transport read
-    (CommandOutput.stdout_bytes), one section per command when there are several (a `### command`
-    line before each). `extra` (series, attribution, node_set) goes to result_record."""
+) -> Record:
+    """A check's verdict with its commands' raw outputs, ready to write (record_write): the exact
+    bytes each transport read (CommandOutput.stdout_bytes), one section per command when there are
+    several (a `### command` line before each). `extra` (series, attribution, node_set) goes to
+    result_prepare."""
     extra.setdefault("truncated", any(getattr(o, "truncated", False) for o in outputs))
     if len(outputs) == 1:
         out = outputs[0]
-        return result_record(
+        return result_prepare(
             **extra,
             result=result,
             claim=claim,
@@ -554,7 +621,7 @@ def record_from_check(
         err = _raw(o, "stderr")
         if err:
             stderr += [title, err, b"\n"]
-    return result_record(
+    return result_prepare(
         **extra,
         result=result,
         claim=claim,

@@ -155,7 +155,7 @@ def test_it_reports_recorded_when_the_commit_answer_was_lost(real_services, clus
     assert calls == [False, True]
     assert Measurement.objects.filter(result=result).count() == 1  # written once
     # Another task's claim is never reported as recorded by a retry.
-    assert not real(result=result, claim="other", fields={}, measurements=[], series=[], retry=True)
+    assert not real(result=result, claim="other", fields={}, measurements=[], series=[], retry=True, starting=None)
 
 
 @pytest.mark.django_db
@@ -170,11 +170,11 @@ def test_it_marks_a_kiln_bug_as_the_portals_fault(cluster, make_run, monkeypatch
         def close(self) -> None:
             return None
 
-    def broken(**kwargs: object) -> bool:
+    def broken(*args: object, **kwargs: object) -> bool:
         raise KeyError("a Kiln bug")
 
     monkeypatch.setattr(execution, "open_transport", lambda target: Transport())
-    monkeypatch.setattr(services, "record_from_check", broken)
+    monkeypatch.setattr(services, "record_write", broken)
     with pytest.raises(KeyError):
         execution.execute_node(run_id=run.pk, node_id=node.pk, claim="t")
 

@@ -125,6 +125,7 @@ def test_it_cuts_a_runaway_remote_command_over_ssh(testbed) -> None:
         transport.open()
         output = transport.run(flood("stdout", size))
         small = transport.run(flood("stdout", 1000))
+        cipher = transport.connection.transport.remote_cipher
     finally:
         transport.close()
     assert output.exit_code == 0 and output.truncated
@@ -133,3 +134,4 @@ def test_it_cuts_a_runaway_remote_command_over_ssh(testbed) -> None:
     assert f"[... {size + 9 - cap} bytes cut by Kiln" in output.stdout
     assert len(output.stdout) < cap + 200
     assert not small.truncated and small.stdout == "START" + "x" * 1000 + "END\n"
+    assert cipher == "aes128-gcm@openssh.com"  # read through the AEAD cipher Kiln prefers (worker/ssh.py)

@@ -315,3 +315,19 @@ def test_it_grows_task_limits_with_the_plan() -> None:
     long = node_task_limits(command_budgets=[60, 600], connect_timeout=10)
     assert long[0] - short[0] == 600 + REMOTE_KILL_GRACE_S + CHANNEL_SLACK_S
     assert long[1] > short[1]
+
+
+def test_it_prefers_aes_gcm_and_keeps_every_other_cipher_paramiko_offers() -> None:
+    import socket
+
+    from worker.ssh import PREFERRED_CIPHERS, _gcm_first_transport
+
+    left, right = socket.socketpair()
+    try:
+        transport = _gcm_first_transport(left)
+        offered = transport.get_security_options().ciphers
+        assert offered[: len(PREFERRED_CIPHERS)] == PREFERRED_CIPHERS
+        assert sorted(offered) == sorted(paramiko.Transport._preferred_ciphers)
+    finally:
+        left.close()
+        right.close()
