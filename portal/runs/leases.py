@@ -339,6 +339,11 @@ class LeaseKeeper:
         # ("clear", pgid) to clear only while it is still that group. A node runs ~10 commands, each
         # a group started then ended: one UPDATE per event was thousands a tick at 256 nodes.
         self._pgids: dict[int, tuple[str, int | None]] = {}
+        # What the database holds as each held result's process group, as far as this keeper knows
+        # (from the claim, then its own writes; only the keeper writes a group, others only clear
+        # one). A group that started and ended between two writes, on a result whose stored group
+        # is already none, needs no write at all: most of a quick plan's commands end that fast.
+        self._pgid_stored: dict[int, int | None] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -349,6 +354,7 @@ class LeaseKeeper:
         holding = Holding(self, claim=claim, results=results, label=label)
         with self._lock:
             self._holdings[id(holding)] = holding
+            self._pgid_stored.update((r.pk, r.remote_pgid) for r in results)
         self._ensure_thread()
         return holding
 
@@ -357,6 +363,9 @@ class LeaseKeeper:
         with self._lock:
             self._holdings.pop(id(holding), None)
         self.flush()
+        with self._lock:
+            for pk in holding.results:
+                self._pgid_stored.pop(pk, None)
 
     def submit(self, write: Callable[[], Any], *, wait: bool = False) -> bool:
         """Queue a database write for the keeper's connection; with `wait`, until it is done."""
@@ -381,9 +390,13 @@ class LeaseKeeper:
 
     def pgid_ended(self, result_id: int, pgid: int) -> None:
         """Group `pgid` of `result_id` ended: the result runs no group, unless a newer one is
-        recorded by then. Its start not yet written, the two writes are one: no group."""
+        recorded by then. Its start not yet written, the two writes are one: no group, and none
+        at all when the database already holds no group for the result."""
         with self._lock:
             pending = self._pgids.get(result_id)
+            if pending == ("set", pgid) and result_id in self._pgid_stored and self._pgid_stored[result_id] is None:
+                del self._pgids[result_id]
+                return
             self._pgids[result_id] = ("set", None) if pending == ("set", pgid) else ("clear", pgid)
         self._ensure_thread()
         self._wake.set()
@@ -414,6 +427,10 @@ class LeaseKeeper:
                 for pk, write in pgids.items():
                     self._pgids.setdefault(pk, write)  # again at the next beat; a newer event wins
             raise
+        with self._lock:
+            for pk, value in [*sets.items(), *((pk, None) for pk, _ in clears)]:
+                if pk in self._pgid_stored:  # still held
+                    self._pgid_stored[pk] = value
 
     def mark_started(self, result_id: int) -> bool:
         """Write command_started_at (once) before a command of `result_id` starts; waits for it."""

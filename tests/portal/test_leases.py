@@ -198,3 +198,39 @@ def test_process_group_writes_are_coalesced_and_keep_their_meaning(sim_node: Nod
     keeper.pgid_ended(first.pk, 400)
     keeper._flush_pgids()
     assert pgid(first) is None
+
+
+def test_a_held_results_group_that_ends_before_any_write_costs_no_write(sim_node: Node, monkeypatch) -> None:
+    """The keeper knows what the database holds for the results it holds: a group that started and
+    ended between two writes, on a result with no group stored, writes nothing; one whose result
+    still holds an earlier attempt's group is written as none."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    run = services.run_start(cluster=sim_node.cluster, plan=burn_plan(600), enqueue=False)
+    CheckResult.objects.filter(run=run).update(remote_pgid=None)
+    first, second = services.results_claim(run_id=run.pk, node_id=sim_node.pk, claim="task-1")
+    CheckResult.objects.filter(pk=second.pk).update(remote_pgid=77)  # an earlier attempt's group
+    second.remote_pgid = 77
+    keeper = leases.LeaseKeeper()
+    monkeypatch.setattr(keeper, "_ensure_thread", lambda: None)  # written here, by this test
+    holding = keeper.hold(claim="task-1", results=[first, second], label="n")
+
+    keeper.pgid_running(first.pk, 100)
+    keeper.pgid_ended(first.pk, 100)
+    with CaptureQueriesContext(connection) as queries:
+        keeper._flush_pgids()
+    assert queries.captured_queries == []
+
+    keeper.pgid_running(second.pk, 200)
+    keeper.pgid_ended(second.pk, 200)
+    keeper.pgid_running(first.pk, 300)
+    keeper._flush_pgids()
+    assert CheckResult.objects.get(pk=second.pk).remote_pgid is None
+    assert CheckResult.objects.get(pk=first.pk).remote_pgid == 300
+    keeper.pgid_ended(first.pk, 300)  # written as running: its end is written too
+    keeper._flush_pgids()
+    assert CheckResult.objects.get(pk=first.pk).remote_pgid is None
+    monkeypatch.setattr(keeper, "flush", lambda timeout=0: True)
+    keeper.release(holding)
+    assert keeper._pgid_stored == {}
