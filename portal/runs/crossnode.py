@@ -44,6 +44,13 @@ def consensus_of(kind: str) -> tuple[type[Check], frozenset[str] | None] | None:
     return check_class, check_class.consensus_names
 
 
+def stored_order(gpu: int | None, name: str, position: int) -> tuple[bool, int, str, int]:
+    """A fact's place in the order the close reads facts in: by GPU, GPU-less rows last (as
+    PostgreSQL sorts NULLs), then name, then `position` (its id, or its index in the result's rows,
+    which is the order its ids were given in)."""
+    return (gpu is None, gpu or 0, name, position)
+
+
 def digest(kind: str, rows: Sequence[Stored]) -> dict[str, Any] | None:
     """The cross-node digest of a node result of `kind` with these stored measurements; None when
     no cross-node check reads the kind (or its consensus reads every row: then the close reads them)."""
@@ -57,8 +64,7 @@ def digest(kind: str, rows: Sequence[Stored]) -> dict[str, Any] | None:
     if agreed is not None:
         names = agreed[1] or frozenset()
         picked = [(i, row) for i, row in enumerate(rows) if row[0] in names]
-        # The stored order (gpu, name, id), GPU-less rows last, as the close sorts facts read back.
-        picked.sort(key=lambda p: (p[1][4] is None, p[1][4] or 0, p[1][0], p[0]))
+        picked.sort(key=lambda p: stored_order(p[1][4], p[1][0], p[0]))
         # Values as the float column gives them back (8 -> 8.0), NaN and infinities as null (JSON has none).
         found["facts"] = [
             [n, finite(v), unit, gpu, text, threshold, ok, labels]

@@ -369,8 +369,7 @@ def _undigested_take(
             fact = CheckMeasurement(
                 name=name, value=value, unit=unit, gpu=gpu, text=text, threshold=threshold, ok=ok, labels=labels
             )
-            # The stored order (result, gpu, name, id), GPU-less rows last as PostgreSQL sorts NULLs.
-            ordered.setdefault(result_id, []).append(((gpu is None, gpu or 0, name, pk), fact))
+            ordered.setdefault(result_id, []).append((crossnode.stored_order(gpu, name, pk), fact))
         if item_key in metrics and name in outlier_names:
             row = {"result_id": result_id, "name": name, "value": value, "gpu": gpu, "labels": labels}
             metric_rows.setdefault(result_id, []).append(row)
