@@ -21,6 +21,7 @@ its judged evidence, so the test cannot pass vacuously.
 from __future__ import annotations
 
 import math
+import os
 import random
 import re
 from collections import Counter
@@ -95,7 +96,9 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Seed]:
         thresholds = check.make_thresholds(resolve_thresholds(key, PROFILE))
         group = None
         if isinstance(check, GroupCheck):
-            group = GroupContext(nodes=nodes, launcher=nodes[0], tag=f"fuzz-{key}")
+            # The tag names files on the launcher (/tmp/kiln-mdtest-TAG.hostfile): one per process,
+            # or two xdist workers building this fixture at once remove each other's.
+            group = GroupContext(nodes=nodes, launcher=nodes[0], tag=f"fuzz-{key}-{os.getpid()}")
             commands = check.group_commands(params, group)
         else:
             commands = check.commands(params, nodes[0])
