@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -109,24 +110,40 @@ def _series_row(row: dict[str, Any]) -> list[Any]:
     ]
 
 
-def result_write(
-    *,
-    result: CheckResult,
-    claim: str,
-    fields: dict[str, Any],
-    measurements: list[crossnode.Stored],
-    series: list[dict[str, Any]],
-    run_metrics: list[tuple[str, str, str]],
-    at: datetime,
-    starting: int | None = None,
-) -> int:
-    """Finish `result` (still running under `claim`) with `fields`, and insert its measurements
-    (recorded at `at`), series and run metrics, in one statement. `starting`: the result this task
+@dataclass(frozen=True)
+class Record:
+    """A result's record, made ready to write (services.result_prepare): the result's fields, its
+    measurements and series as stored. Made outside any database phase: packing the outputs and
+    the points is the CPU half of recording, and a node task need not hold a connection for it."""
+
+    result: CheckResult
+    claim: str
+    fields: dict[str, Any]
+    measurements: list[crossnode.Stored]
+    series: list[dict[str, Any]]
+
+
+def run_metric_rows(stored: list[crossnode.Stored]) -> list[tuple[str, str, str]]:
+    """The result's numeric metrics, once each, for the run's list (RunMetric): (name, phase, unit)."""
+    return sorted(
+        {
+            (name, phase[:100] if isinstance(phase := labels.get("phase"), str) else "", unit)
+            for name, value, _, unit, _, _, _, labels in stored
+            if value is not None
+        }
+    )
+
+
+def result_write(*, record: Record, at: datetime, starting: int | None = None) -> int:
+    """Finish the record's result (still running under its claim) with its fields, and insert its
+    measurements (recorded at `at`), series and run metrics, in one statement. `starting`: the result this task
     runs next, marked as having its command started in the same statement (instead of a write of
     its own a moment later), while it is still running under the same claim. Returns how many
     results were finished: 1, or 0 when it was not running under `claim`."""
+    result, claim, measurements, series = record.result, record.claim, record.measurements, record.series
+    run_metrics = run_metric_rows(measurements)
     update = UpdateQuery(CheckResult)
-    update.add_update_values({**fields, "finished_at": at})
+    update.add_update_values({**record.fields, "finished_at": at})
     update.add_q(Q(pk=result.pk, status=Status.RUNNING, claimed_by=claim))
     update_sql, update_params = update.get_compiler(connection.alias).as_sql()
     results = _q(CheckResult._meta.db_table)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +37,7 @@ from portal.runs.models import (
     points_view,
 )
 from portal.runs.rawoutput import storable, storable_json
+from portal.runs.recording import Record
 from portal.runs.snapshot import RunStartError, plan_snapshot_build
 from worker.timeouts import node_task_limits
 
@@ -290,19 +291,6 @@ def _stream(raw: bytes | list[bytes] | None, text: str) -> list[bytes]:
     return [raw] if isinstance(raw, bytes) else raw
 
 
-@dataclass(frozen=True)
-class Record:
-    """A result's record, made ready to write (result_prepare): the result's fields, its
-    measurements and series as stored. Made outside any database phase: packing the outputs and
-    the points is the CPU half of recording, and a node task need not hold a connection for it."""
-
-    result: CheckResult
-    claim: str
-    fields: dict[str, Any]
-    measurements: list[crossnode.Stored]
-    series: list[dict[str, Any]]
-
-
 def result_record(*, starting: int | None = None, **prepare: Any) -> bool:
     """Finish a claimed result exactly once (result_prepare, then record_write). Returns False when
     it was already finished or taken."""
@@ -370,15 +358,7 @@ def record_write(record: Record, *, starting: int | None = None) -> bool:
     its command started (leases.Holding.started_marked)."""
 
     def write(attempt: int) -> bool:
-        return _result_write(
-            result=record.result,
-            claim=record.claim,
-            fields=record.fields,
-            measurements=record.measurements,
-            series=record.series,
-            retry=attempt > 1,
-            starting=starting,
-        )
+        return _result_write(record=record, retry=attempt > 1, starting=starting)
 
     return db_retry(write, what=f"recording result {record.result.pk}")
 
@@ -410,63 +390,32 @@ def series_rows(series: list[CheckSeries]) -> list[dict[str, Any]]:
     return rows
 
 
-def _result_write(
-    *,
-    result: CheckResult,
-    claim: str,
-    fields: dict[str, Any],
-    measurements: list[crossnode.Stored],
-    series: list[dict[str, Any]],
-    retry: bool,
-    starting: int | None,
-) -> bool:
+def _result_write(*, record: Record, retry: bool, starting: int | None) -> bool:
     now = timezone.now()
+    result = record.result
     if result.scope == Scope.GROUP and result.started_at is not None:
         # A multi-node check's commands ran side by side (every node of a soak, pairs in rounds):
         # its duration is its wall time since it was claimed, never the sum of its outputs'.
-        fields = {**fields, "duration_s": max(0.0, (now - result.started_at).total_seconds())}
-    if connection.vendor == "postgresql":
-        updated = recording.result_write(
-            result=result,
-            claim=claim,
-            fields=fields,
-            measurements=measurements,
-            series=series,
-            run_metrics=_run_metric_rows(measurements),
-            at=now,
-            starting=starting,
+        record = replace(
+            record, fields={**record.fields, "duration_s": max(0.0, (now - result.started_at).total_seconds())}
         )
-    else:
-        updated = _result_write_orm(
-            result=result,
-            claim=claim,
-            fields=fields,
-            measurements=measurements,
-            series=series,
-            at=now,
-            starting=starting,
-        )
+    write = recording.result_write if connection.vendor == "postgresql" else _result_write_orm
+    updated = write(record=record, at=now, starting=starting)
     # A retry whose first try did commit (the answer was lost with the connection): recorded.
     return bool(updated) or (
         retry
-        and CheckResult.objects.filter(pk=result.pk, claimed_by=claim).exclude(status__in=ACTIVE_STATUSES).exists()
+        and CheckResult.objects.filter(pk=result.pk, claimed_by=record.claim)
+        .exclude(status__in=ACTIVE_STATUSES)
+        .exists()
     )
 
 
-def _result_write_orm(
-    *,
-    result: CheckResult,
-    claim: str,
-    fields: dict[str, Any],
-    measurements: list[crossnode.Stored],
-    series: list[dict[str, Any]],
-    at: datetime,
-    starting: int | None,
-) -> int:
-    """recording.result_write through the ORM, in a transaction (a database without unnest)."""
+def _result_write_orm(*, record: Record, at: datetime, starting: int | None) -> int:
+    """recording.result_write through the ORM, in a transaction (a database other than PostgreSQL)."""
+    result, claim, measurements = record.result, record.claim, record.measurements
     with transaction.atomic():
         updated = CheckResult.objects.filter(pk=result.pk, status=Status.RUNNING, claimed_by=claim).update(
-            **fields, finished_at=at
+            **record.fields, finished_at=at
         )
         if not updated:
             return 0
@@ -478,7 +427,7 @@ def _result_write_orm(
         # transaction that ends its `running` (a try that rolled back left none, and one that
         # committed is answered above), and the cross-node pass adds its own once every result is
         # final. Deleting "whatever is there" first cost two queries a result for nothing.
-        Series.objects.bulk_create(Series(result=result, **row) for row in series)
+        Series.objects.bulk_create(Series(result=result, **row) for row in record.series)
         Measurement.objects.bulk_create(
             Measurement(
                 result=result,
@@ -497,7 +446,7 @@ def _result_write_orm(
         RunMetric.objects.bulk_create(
             (
                 RunMetric(run_id=result.run_id, item_key=result.item_key, name=name, phase=phase, unit=unit)
-                for name, phase, unit in _run_metric_rows(measurements)
+                for name, phase, unit in recording.run_metric_rows(measurements)
             ),
             ignore_conflicts=True,
         )
@@ -520,17 +469,6 @@ def stored_measurements(measurements: list[CheckMeasurement]) -> list[crossnode.
         )
         for m in measurements
     ]
-
-
-def _run_metric_rows(stored: list[crossnode.Stored]) -> list[tuple[str, str, str]]:
-    """The result's numeric metrics, once each, for the run's list (RunMetric): (name, phase, unit)."""
-    return sorted(
-        {
-            (name, phase[:100] if isinstance(phase := labels.get("phase"), str) else "", unit)
-            for name, value, _, unit, _, _, _, labels in stored
-            if value is not None
-        }
-    )
 
 
 def results_fail_remaining(

@@ -16,6 +16,7 @@ from portal.health.models import HealthTransition, NodeHealth
 from portal.health.services import health_evaluate_run
 from portal.runs import dbretry, services
 from portal.runs.models import CheckResult, Measurement, Run
+from portal.runs.recording import Record
 
 
 class Flaky:
@@ -155,7 +156,8 @@ def test_it_reports_recorded_when_the_commit_answer_was_lost(real_services, clus
     assert calls == [False, True]
     assert Measurement.objects.filter(result=result).count() == 1  # written once
     # Another task's claim is never reported as recorded by a retry.
-    assert not real(result=result, claim="other", fields={}, measurements=[], series=[], retry=True, starting=None)
+    other = Record(result=result, claim="other", fields={}, measurements=[], series=[])
+    assert not real(record=other, retry=True, starting=None)
 
 
 @pytest.mark.django_db
