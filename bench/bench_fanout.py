@@ -39,12 +39,22 @@ Medians are reported with their spread (lowest-highest).
     Fan-out = N (every node at once, each tool's strongest setting), ssh with the testbed's
     ssh_config (key, known_hosts). The same script is written to WORKDIR/node-commands.sh, and by
     `--write-commands FILE` alone: what an independent measurement feeds its own peer.
+Where things run (--node-cpus): the nodes are simulated on this machine, but a real cluster's
+nodes never run on the controller's CPUs, so by default (auto) every node's sshd, and so every
+command it starts, is pinned to all CPUs but the first quarter (at least one), and this process,
+so every tool it starts (the worker, `kiln run`, the peers), to that first quarter; PostgreSQL and
+Redis, services of the machine, stay where the kernel puts them. The fan-out then says how well
+each tool keeps the nodes busy, as on a cluster. `--node-cpus all` shares every CPU between nodes
+and tools: a tool's own CPU (Kiln's worker, the database it records into) is then taken from the
+nodes' work, which the machine-busy figures put in core-seconds.
+
 Every peer must bring back every node's end marker with no failed command, Kiln's run must end
 pass or warn, and the worker must have sent each node as many commands as the peers run (its log
 says), else the bench says NOT VALID and exits 1.
 
 `--worker-env NAME=VALUE` runs the worker with a setting changed (KILN_WORKER_POOL=prefork, ...) to
-compare; the output then says it is not the defaults. The last line reads:
+compare; the output then says it is not the defaults. The last lines read:
+    layout: nodes on CPUs [...] ...; machine CPU busy, kiln C core-s, NAME C core-s
     fanout N nodes: kiln K s, fastest peer P s (NAME), ratio R
 at the largest size, where the fastest peer is the fastest of pdsh, clush and asyncssh (those
 installed) by median.
@@ -117,6 +127,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "the last line then does not describe the defaults",
     )
     parser.add_argument(
+        "--node-cpus",
+        default="auto",
+        metavar="LIST",
+        help="the CPUs the simulated nodes run on (each node's sshd, so every command it starts), e.g. 1 or "
+        "2-7, the tools getting the others: a real cluster's nodes never run on the controller's CPUs. "
+        "auto (the default): every CPU but the first quarter (at least one); all: nodes and tools share "
+        "every CPU, so a tool's own CPU is taken from the nodes",
+    )
+    parser.add_argument(
         "--write-commands",
         type=Path,
         metavar="FILE",
@@ -152,12 +171,21 @@ def setup_django(args: argparse.Namespace, data_dir: Path) -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
-class ConnectionSampler(threading.Thread):
-    """Peak count of the worker's PostgreSQL connections (pg_stat_activity), sampled every 20 ms."""
+# The server processes serving this bench's database (the worker's, `kiln run`'s): with the nodes on
+# CPUs of their own, the database's work for Kiln is the controller's, so it runs on the tools' CPUs.
+BACKENDS_SQL = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND datname = current_database()"
 
-    def __init__(self, url: str) -> None:
+
+class ConnectionSampler(threading.Thread):
+    """Peak count of the worker's PostgreSQL connections (pg_stat_activity), sampled every 20 ms;
+    with `tool_cpus`, every server process of the bench's database is put on those CPUs as it
+    appears (a process of the machine's PostgreSQL that ends with its connection)."""
+
+    def __init__(self, url: str, tool_cpus: set[int] | None = None) -> None:
         super().__init__(daemon=True)
         self.url = url
+        self.tool_cpus = tool_cpus
+        self._pinned: set[int] = set()
         self.peak = 0
         self.samples = 0
         self.pids: set[int] = set()  # distinct server processes seen: connections opened, not reused
@@ -171,10 +199,20 @@ class ConnectionSampler(threading.Thread):
         with psycopg.connect(self.url, autocommit=True) as conn:
             while not self._done.is_set():
                 pids = [row[0] for row in conn.execute(WORKER_CONNECTIONS_SQL, (WORKER_APPLICATION_NAME,))]
+                if self.tool_cpus:
+                    self._pin([row[0] for row in conn.execute(BACKENDS_SQL)])
                 self.peak = max(self.peak, len(pids))
                 self.pids.update(pids)
                 self.samples += 1
                 self._done.wait(0.02)
+
+    def _pin(self, pids: list[int]) -> None:
+        for pid in set(pids) - self._pinned:
+            try:
+                os.sched_setaffinity(pid, self.tool_cpus or set())
+            except OSError:  # ended meanwhile (ProcessLookupError), or on another host
+                pass
+            self._pinned.add(pid)
 
     def stop(self) -> int:
         self._done.set()
@@ -264,7 +302,7 @@ def kiln_once(setup: Setup, size: int) -> KilnRun:
     from portal.runs.models import Run
 
     argv = [*kiln_argv(), "run", CLUSTER, "quick", "--nodes", node_set(setup.hostnames[:size]), "--wait"]
-    sampler = ConnectionSampler(setup.database_url)
+    sampler = ConnectionSampler(setup.database_url, setup.tool_cpus)
     sampler.start()
     wall_start = time.time()
     started = time.monotonic()
@@ -327,6 +365,7 @@ class Setup:
     database_url: str
     repeat: int
     warmup: int
+    tool_cpus: set[int] | None = None  # the CPUs left to the tools when the nodes have their own
 
 
 @dataclass
@@ -352,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_commands:
         return write_commands(args)
     sizes = sorted(set(args.nodes or DEFAULT_SIZES))
+    node_cpus(args.node_cpus, os.sched_getaffinity(0))  # a bad list stops here, before any setup
     if os.geteuid() != 0:
         raise SystemExit("the bench brings up a testbed (network namespaces, sshd): run it as root")
     from testbed.cluster import Testbed
@@ -373,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     overrides = dict(item.split("=", 1) for item in args.worker_env)
     worker = Worker(workdir / "worker.log", installed_env(), overrides)
     try:
+        layout, tool_cpus = pin_nodes(testbed, args.node_cpus)
         setup = _setup(args, testbed, worker, workdir)
+        setup.tool_cpus = tool_cpus
         failures: list[str] = []
         kiln_runs: dict[int, list[int]] = {}
         rows = [_measure_size(setup, size, failures, kiln_runs.setdefault(size, [])) for size in sizes]
@@ -383,10 +425,61 @@ def main(argv: list[str] | None = None) -> int:
         print_overhead(sizes[-1], entries)
         failures += commands_agree(entries, len(setup.sent))
         print(f"  the worker's peak memory (VmHWM) over the whole bench: {worker.peak_rss_mb():.0f} MB")
-        return _verdict(rows[-1], failures, overrides)
+        return _verdict(rows[-1], failures, overrides, layout)
     finally:
         worker.stop()
         testbed.down()
+
+
+def cpu_list(text: str) -> set[int]:
+    """`1`, `2-7`, `0,2-3` as the set of CPUs it names."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        try:
+            cpus.update(range(int(low), int(high or low) + 1))
+        except ValueError:
+            raise SystemExit(f"--node-cpus {text}: expected auto, all or a CPU list such as 1 or 2-7,9") from None
+    return cpus
+
+
+def node_cpus(text: str, available: set[int]) -> set[int]:
+    """The CPUs `--node-cpus` gives the nodes: all of them for `all`; for `auto` every CPU but the
+    first quarter (at least one) when there are two or more."""
+    ordered = sorted(available)
+    if text == "all" or (text == "auto" and len(ordered) < 2):
+        return set(ordered)
+    if text == "auto":
+        return set(ordered[max(1, len(ordered) // 4) :])
+    cpus = cpu_list(text)
+    if not cpus or not cpus < available:
+        raise SystemExit(f"--node-cpus {text}: name some but not all of this machine's CPUs {ordered}")
+    return cpus
+
+
+def pin_nodes(testbed: Any, text: str) -> tuple[str, set[int] | None]:
+    """Every node's sshd on the CPUs `--node-cpus` names (what sshd starts, sessions and commands,
+    inherits it) and this process on the others (what it starts, the worker, `kiln run` and the
+    peers, inherits that): the two sides never take each other's CPUs, as a controller and its
+    cluster's nodes do not; the server processes of the bench's database follow as they appear
+    (ConnectionSampler). Returns the layout in words, for the output, and the tools' CPUs (None
+    when shared)."""
+    available = os.sched_getaffinity(0)
+    cpus = node_cpus(text, available)
+    if cpus == available:
+        layout = f"nodes and tools sharing CPUs {sorted(available)}"
+        print(layout, flush=True)
+        return layout, None
+    tools = available - cpus
+    for node in testbed.nodes:
+        pid = testbed.sshd_pid(node.hostname)
+        if pid is None:
+            raise SystemExit(f"{node.hostname}: its sshd has no pid to pin")
+        os.sched_setaffinity(pid, cpus)
+    os.sched_setaffinity(0, tools)
+    layout = f"nodes on CPUs {sorted(cpus)}, the tools and their database processes on {sorted(tools)}"
+    print(layout, flush=True)
+    return layout, tools
 
 
 def write_commands(args: argparse.Namespace) -> int:
@@ -528,7 +621,7 @@ def commands_agree(entries: list[LedgerLine], peers_run: int) -> list[str]:
     return []
 
 
-def _verdict(largest: Row, failures: list[str], overrides: dict[str, str]) -> int:
+def _verdict(largest: Row, failures: list[str], overrides: dict[str, str], layout: str) -> int:
     """The last lines: what makes the numbers invalid, then Kiln against the fastest peer."""
     for failure in failures:
         print(f"NOT VALID: {failure}")
@@ -536,6 +629,8 @@ def _verdict(largest: Row, failures: list[str], overrides: dict[str, str]) -> in
         print(f"NOT THE DEFAULTS: the worker ran with {overrides}")
     peer = largest.fastest_peer()
     kiln_s, peer_s = largest.median("kiln"), largest.median(peer)
+    busy = {tool: statistics.median(values) for tool, values in largest.busy.items() if values}
+    print(f"layout: {layout}; machine CPU busy, kiln {busy.get('kiln', 0):.1f} core-s, {peer} {busy.get(peer, 0):.1f}")
     print(
         f"fanout {largest.size} nodes: kiln {kiln_s:.2f} s, fastest peer {peer_s:.2f} s ({peer}), "
         f"ratio {kiln_s / peer_s:.2f}"

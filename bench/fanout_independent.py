@@ -7,7 +7,10 @@ Only what the docs give a user: `python -m testbed up` for the nodes (its JSON d
 `kiln` command line for everything Kiln does (`kiln init`, `kiln cluster create`, `kiln nodes
 import`, `kiln worker`, `kiln run CLUSTER quick --wait`), `bench/bench_fanout.py --write-commands
 FILE` for the shell script of the commands Kiln sends a node (the peer's work), and pdsh run as its
-manual says, fan-out = every node. Each tool is timed by this script's own clock around the whole
+manual says, fan-out = every node. With --node-cpus LIST, every node's sshd is pinned to those CPUs
+with `taskset -p -c` (what it starts inherits it) and this script, so every tool it starts, to the
+other CPUs, to compare with bench_fanout's default layout.
+Each tool is timed by this script's own clock around the whole
 command, Kiln from starting `kiln run` to its exit. One unmeasured warm-up round, then `--repeat`
 rounds, the two tools taking turns to go first. The last line reads:
     independent N nodes: kiln K s (low-high), pdsh P s (low-high), ratio R
@@ -46,7 +49,23 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/kiln_bench_independent")
     parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/13")
     parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp dir)")
+    parser.add_argument(
+        "--node-cpus",
+        default="",
+        metavar="LIST",
+        help="pin every node's sshd to these CPUs with taskset (e.g. 1) and this script, so kiln, its worker "
+        "and pdsh, to the others, as bench_fanout's --node-cpus auto does; default: every CPU shared",
+    )
     return parser.parse_args()
+
+
+def expand_cpus(text: str) -> list[int]:
+    """taskset's CPU list (`0-3,5`) as numbers."""
+    cpus = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        cpus += range(int(low), int(high or low) + 1)
+    return cpus
 
 
 def sh(argv: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
@@ -196,6 +215,14 @@ def main() -> int:
     testbed = json.loads(up.stdout)
     worker = None
     try:
+        if args.node_cpus:
+            for node in testbed["nodes"]:
+                pid = Path(node["pid_file"]).read_text().strip()
+                sh(["taskset", "-p", "-c", args.node_cpus, pid], env)
+            mine = sh(["taskset", "-c", "-p", str(os.getpid())], env).stdout.rsplit(":", 1)[-1].strip()
+            others = sorted(set(expand_cpus(mine)) - set(expand_cpus(args.node_cpus)))
+            sh(["taskset", "-p", "-c", ",".join(map(str, others)), str(os.getpid())], env)
+            print(f"nodes' sshd pinned to CPUs {args.node_cpus}, this script and its tools to {others}", flush=True)
         kiln_cluster(testbed, env, kiln, work)
         worker = start_worker(env, kiln, work)
         times = rounds(tools(testbed, env, kiln, script), args.nodes, args.repeat)

@@ -91,3 +91,16 @@ def test_the_peers_line_runs_every_command_with_its_stdin(tmp_path) -> None:
     assert out.count("read from stdin") == 2 and "['again']" in out
     assert "env passed" in out
     assert out.strip().endswith("@@kiln-bench-done 1")
+
+
+def test_the_bench_gives_the_nodes_all_but_the_first_quarter_of_the_cpus() -> None:
+    from bench.bench_fanout import node_cpus
+
+    assert node_cpus("auto", {0, 1}) == {1}
+    assert node_cpus("auto", set(range(16))) == set(range(4, 16))
+    assert node_cpus("auto", {0}) == {0}  # one CPU: nothing to split
+    assert node_cpus("all", {0, 1}) == {0, 1}
+    assert node_cpus("2-3,5", set(range(8))) == {2, 3, 5}
+    for bad in ("0-1", "7", "x", ""):  # every CPU, one the machine lacks, not a list
+        with pytest.raises(SystemExit, match="--node-cpus"):
+            node_cpus(bad, {0, 1})
