@@ -160,10 +160,21 @@ def _client(known_hosts: paramiko.HostKeys, host: str, port: int) -> paramiko.SS
 PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 
+class _QuietTransport(paramiko.Transport):
+    """paramiko's Transport with its reader thread waking once a second, not ten times, while the
+    connection is silent. The wake-up only looks for a close, a handshake past its timeout or a
+    rekey to start, and a worker holds one connection per node it runs: 256 idle connections cost
+    about 9% of a core at paramiko's 0.1 s and 2% at 1 s (measured on the testbed). A close still
+    ends every wait at once (worker/keepalive.py closes a dead connection); the reader thread
+    itself ends within the second after."""
+
+    _active_check_timeout = 1.0
+
+
 def _gcm_first_transport(sock: Any, **kwargs: Any) -> paramiko.Transport:
-    """paramiko's Transport, with PREFERRED_CIPHERS ahead of its own order (SSHClient.connect's
-    transport_factory)."""
-    transport = paramiko.Transport(sock, **kwargs)
+    """Kiln's Transport (_QuietTransport), with PREFERRED_CIPHERS ahead of paramiko's own order
+    (SSHClient.connect's transport_factory)."""
+    transport = _QuietTransport(sock, **kwargs)
     options = transport.get_security_options()
     options.ciphers = PREFERRED_CIPHERS + tuple(c for c in options.ciphers if c not in PREFERRED_CIPHERS)
     return transport

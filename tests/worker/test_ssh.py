@@ -328,6 +328,7 @@ def test_it_prefers_aes_gcm_and_keeps_every_other_cipher_paramiko_offers() -> No
         offered = transport.get_security_options().ciphers
         assert offered[: len(PREFERRED_CIPHERS)] == PREFERRED_CIPHERS
         assert sorted(offered) == sorted(paramiko.Transport._preferred_ciphers)
+        assert left.gettimeout() == 1.0  # the reader thread's wake-up while the connection is silent
     finally:
         left.close()
         right.close()
