@@ -9,9 +9,9 @@ import`, `kiln worker`, `kiln run CLUSTER quick --wait`), `bench/bench_fanout.py
 FILE` for the shell script of the commands Kiln sends a node (the peer's work), and pdsh run as its
 manual says, fan-out = every node. With --node-cpus LIST, every node's sshd is pinned to those CPUs
 with `taskset -p -c` (what it starts inherits it) and this script, so every tool it starts, to the
-other CPUs, to compare with bench_fanout's default layout.
-Each tool is timed by this script's own clock around the whole
-command, Kiln from starting `kiln run` to its exit. One unmeasured warm-up round, then `--repeat`
+other CPUs, as bench_fanout's default layout does (which also moves its database's server
+processes; this script leaves PostgreSQL alone). Each tool is timed by this script's own clock
+around the whole command, Kiln from starting `kiln run` to its exit. One unmeasured warm-up round, then `--repeat`
 rounds, the two tools taking turns to go first. The last line reads:
     independent N nodes: kiln K s (low-high), pdsh P s (low-high), ratio R
 to set beside bench_fanout's line for the same size: the two ratios should agree within 10%.
@@ -61,7 +61,7 @@ def parse_args() -> argparse.Namespace:
 
 def expand_cpus(text: str) -> list[int]:
     """taskset's CPU list (`0-3,5`) as numbers."""
-    cpus = []
+    cpus: list[int] = []
     for part in text.split(","):
         low, _, high = part.partition("-")
         cpus += range(int(low), int(high or low) + 1)
@@ -221,6 +221,8 @@ def main() -> int:
                 sh(["taskset", "-p", "-c", args.node_cpus, pid], env)
             mine = sh(["taskset", "-c", "-p", str(os.getpid())], env).stdout.rsplit(":", 1)[-1].strip()
             others = sorted(set(expand_cpus(mine)) - set(expand_cpus(args.node_cpus)))
+            if not others:
+                raise SystemExit(f"--node-cpus {args.node_cpus} names every CPU ({mine}): leave some to the tools")
             sh(["taskset", "-p", "-c", ",".join(map(str, others)), str(os.getpid())], env)
             print(f"nodes' sshd pinned to CPUs {args.node_cpus}, this script and its tools to {others}", flush=True)
         kiln_cluster(testbed, env, kiln, work)
