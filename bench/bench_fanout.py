@@ -42,8 +42,8 @@ Medians are reported with their spread (lowest-highest).
 Where things run (--node-cpus): the nodes are simulated on this machine, but a real cluster's
 nodes never run on the controller's CPUs, so by default (auto) every node's sshd, and so every
 command it starts, is pinned to all CPUs but the first quarter (at least one), and this process,
-so every tool it starts (the worker, `kiln run`, the peers), to that first quarter; PostgreSQL and
-Redis, services of the machine, stay where the kernel puts them. The fan-out then says how well
+so every tool it starts (the worker, `kiln run`, the peers), to that first quarter, with the server
+processes of the bench's database as they appear (Redis stays where the kernel puts it). The fan-out then says how well
 each tool keeps the nodes busy, as on a cluster. `--node-cpus all` shares every CPU between nodes
 and tools: a tool's own CPU (Kiln's worker, the database it records into) is then taken from the
 nodes' work, which the machine-busy figures put in core-seconds.
